@@ -1,0 +1,2 @@
+//! # roce-pcap: capture files and RoCE decoding (work in progress)
+#![forbid(unsafe_code)]

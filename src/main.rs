@@ -1,0 +1,2 @@
+//! The `roce` command line: argument parsing and dispatch only.
+fn main() {}
