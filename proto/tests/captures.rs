@@ -57,13 +57,20 @@ fn erf_payload(rec: &[u8]) -> Option<&[u8]> {
 
 fn round_trip(path: &str, index: usize, frame: &Frame<'_>) {
     assert!(!frame.truncated, "{path} #{index}: truncated");
-    let p = frame.packet().unwrap_or_else(|e| panic!("{path} #{index}: {e}"));
-    p.conformance().unwrap_or_else(|e| panic!("{path} #{index}: {e}"));
+    let p = frame
+        .packet()
+        .unwrap_or_else(|e| panic!("{path} #{index}: {e}"));
+    p.conformance()
+        .unwrap_or_else(|e| panic!("{path} #{index}: {e}"));
     assert_eq!(frame.verify_icrc(), Ok(true), "{path} #{index}: ICRC");
     let repr = PacketRepr::parse(&p).unwrap();
     let mut out = vec![0u8; repr.buffer_len()];
-    repr.emit_with_icrc(&mut out, &frame.icrc_seed().unwrap()).unwrap();
-    assert_eq!(out, frame.transport, "{path} #{index}: emit differs from the capture");
+    repr.emit_with_icrc(&mut out, &frame.icrc_seed().unwrap())
+        .unwrap();
+    assert_eq!(
+        out, frame.transport,
+        "{path} #{index}: emit differs from the capture"
+    );
 }
 
 #[test]

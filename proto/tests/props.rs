@@ -4,9 +4,9 @@ use proptest::prelude::*;
 use roce_proto::frame::IpParams;
 use roce_proto::opcode::ExtHeaders;
 use roce_proto::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Ecn, FethRepr, Frame, FrameBuilder,
-    Icrc, IethRepr, ImmDt, Msn, Opcode, PKey, PacketRepr, Psn, QKey, Qpn, RKey, RdethRepr, RethRepr,
-    Syndrome, XrcethRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Ecn, FethRepr, Frame,
+    FrameBuilder, Icrc, IethRepr, ImmDt, Msn, Opcode, PKey, PacketRepr, Psn, QKey, Qpn, RKey,
+    RdethRepr, RethRepr, Syndrome, XrcethRepr,
 };
 
 /// Random values for every header field; the opcode decides which headers are used.
@@ -37,18 +37,20 @@ fn fields() -> impl Strategy<Value = Fields> {
         any::<[u64; 8]>(),
         prop::collection::vec(any::<u8>(), 0..4096),
     )
-        .prop_map(|(opcode, flags, pkey, cn, dest_qp, ack_req, resv7, psn, words, payload)| Fields {
-            opcode,
-            flags,
-            pkey,
-            cn,
-            dest_qp,
-            ack_req,
-            resv7,
-            psn,
-            words,
-            payload,
-        })
+        .prop_map(
+            |(opcode, flags, pkey, cn, dest_qp, ack_req, resv7, psn, words, payload)| Fields {
+                opcode,
+                flags,
+                pkey,
+                cn,
+                dest_qp,
+                ack_req,
+                resv7,
+                psn,
+                words,
+                payload,
+            },
+        )
 }
 
 fn repr(f: &Fields) -> PacketRepr<'_> {
@@ -73,25 +75,41 @@ fn repr(f: &Fields) -> PacketRepr<'_> {
             resv7: f.resv7,
             psn: Psn::new(f.psn),
         },
-        rdeth: on(ExtHeaders::RDETH).then(|| RdethRepr { resv: w[0] as u8, ee_context: (w[0] >> 8) as u32 & 0xff_ffff }),
+        rdeth: on(ExtHeaders::RDETH).then(|| RdethRepr {
+            resv: w[0] as u8,
+            ee_context: (w[0] >> 8) as u32 & 0xff_ffff,
+        }),
         deth: on(ExtHeaders::DETH).then(|| DethRepr {
             qkey: QKey(w[1] as u32),
             resv: (w[1] >> 32) as u8,
             src_qp: Qpn((w[1] >> 40) as u32 & 0xff_ffff),
         }),
-        xrceth: on(ExtHeaders::XRCETH).then(|| XrcethRepr { resv: w[2] as u8, xrc_srq: Qpn((w[2] >> 8) as u32 & 0xff_ffff) }),
+        xrceth: on(ExtHeaders::XRCETH).then(|| XrcethRepr {
+            resv: w[2] as u8,
+            xrc_srq: Qpn((w[2] >> 8) as u32 & 0xff_ffff),
+        }),
         feth: on(ExtHeaders::FETH).then(|| FethRepr { word: w[3] as u32 }),
-        reth: on(ExtHeaders::RETH).then(|| RethRepr { va: w[4], rkey: RKey(w[5] as u32), dma_len: (w[5] >> 32) as u32 }),
+        reth: on(ExtHeaders::RETH).then(|| RethRepr {
+            va: w[4],
+            rkey: RKey(w[5] as u32),
+            dma_len: (w[5] >> 32) as u32,
+        }),
         atomic_eth: on(ExtHeaders::ATOMIC_ETH).then(|| AtomicEthRepr {
             va: w[6],
             rkey: RKey(w[7] as u32),
             swap_add: w[4].rotate_left(7),
             compare: w[5].rotate_left(13),
         }),
-        aeth: on(ExtHeaders::AETH).then(|| AethRepr { syndrome: Syndrome(w[3] as u8), msn: Msn((w[3] >> 8) as u32 & 0xff_ffff) }),
-        atomic_ack_eth: on(ExtHeaders::ATOMIC_ACK_ETH).then(|| AtomicAckEthRepr { orig_data: w[7] }),
+        aeth: on(ExtHeaders::AETH).then(|| AethRepr {
+            syndrome: Syndrome(w[3] as u8),
+            msn: Msn((w[3] >> 8) as u32 & 0xff_ffff),
+        }),
+        atomic_ack_eth: on(ExtHeaders::ATOMIC_ACK_ETH)
+            .then(|| AtomicAckEthRepr { orig_data: w[7] }),
         immdt: on(ExtHeaders::IMMDT).then(|| ImmDt((w[2] >> 32) as u32)),
-        ieth: on(ExtHeaders::IETH).then(|| IethRepr { rkey: RKey((w[6] >> 32) as u32) }),
+        ieth: on(ExtHeaders::IETH).then(|| IethRepr {
+            rkey: RKey((w[6] >> 32) as u32),
+        }),
         payload,
     }
 }
@@ -104,7 +122,13 @@ fn builder(v6: bool, addr: u64, ecn: u8, port: u16) -> FrameBuilder {
         s[..8].copy_from_slice(&a);
         d[8..].copy_from_slice(&a);
         let mut b = FrameBuilder::ipv6(s, d, port);
-        b.ip = IpParams::V6 { src: s, dst: d, traffic_class: ecn, flow_label: u32::from(port) << 4, hop_limit: a[0] };
+        b.ip = IpParams::V6 {
+            src: s,
+            dst: d,
+            traffic_class: ecn,
+            flow_label: u32::from(port) << 4,
+            hop_limit: a[0],
+        };
         b
     } else {
         let mut b = FrameBuilder::ipv4([a[0], a[1], a[2], a[3]], [a[4], a[5], a[6], a[7]], port);

@@ -6,8 +6,8 @@ mod common;
 use common::{captures_dir, hex};
 use roce_proto::frame::{IpParams, VlanTag};
 use roce_proto::{
-    AethRepr, BthRepr, Ecn, Frame, FrameBuilder, Icrc, Msn, Opcode, PKey, PacketRepr, Psn, Qpn, RKey,
-    RethRepr, RoceVersion, Syndrome,
+    AethRepr, BthRepr, Ecn, Frame, FrameBuilder, Icrc, Msn, Opcode, PKey, PacketRepr, Psn, Qpn,
+    RKey, RethRepr, RoceVersion, Syndrome,
 };
 
 fn check_parses_and_verifies(frame: &[u8]) -> Frame<'_> {
@@ -18,7 +18,8 @@ fn check_parses_and_verifies(frame: &[u8]) -> Frame<'_> {
     let p = f.packet().unwrap();
     let repr = PacketRepr::parse(&p).unwrap();
     let mut out = vec![0u8; repr.buffer_len()];
-    repr.emit_with_icrc(&mut out, &f.icrc_seed().unwrap()).unwrap();
+    repr.emit_with_icrc(&mut out, &f.icrc_seed().unwrap())
+        .unwrap();
     assert_eq!(out, f.transport, "transport round trip");
     f
 }
@@ -33,22 +34,29 @@ fn build(b: &FrameBuilder, p: &PacketRepr<'_>) -> Vec<u8> {
 /// Vector A: a CNP captured on a ConnectX-4 Lx.
 #[test]
 fn vector_a_hardware_cnp() {
-    let wire = hex(
-        "e41d2dab2bc2 7cfe90643b32 0800
+    let wire = hex("e41d2dab2bc2 7cfe90643b32 0800
          45 c2 003c 718c 4000 40 11 9161 0a001101 0a001201
          0000 12b7 0028 0000
          81 00 ffff 40 000118 00 000000
          00000000000000000000000000000000
-         82 fd 00 2a",
-    );
+         82 fd 00 2a");
     let f = check_parses_and_verifies(&wire);
     assert_eq!(f.ecn(), Ecn::Ect0);
     let bth = f.bth().unwrap();
-    assert_eq!((bth.opcode, bth.becn, bth.dest_qp), (Opcode::CNP, true, Qpn(0x118)));
+    assert_eq!(
+        (bth.opcode, bth.becn, bth.dest_qp),
+        (Opcode::CNP, true, Qpn(0x118))
+    );
 
     let zeros = [0u8; 16];
     let cnp = PacketRepr {
-        bth: BthRepr { opcode: Opcode::CNP, pkey: PKey::DEFAULT, becn: true, dest_qp: Qpn(0x118), ..BthRepr::default() },
+        bth: BthRepr {
+            opcode: Opcode::CNP,
+            pkey: PKey::DEFAULT,
+            becn: true,
+            dest_qp: Qpn(0x118),
+            ..BthRepr::default()
+        },
         payload: &zeros,
         ..PacketRepr::default()
     };
@@ -78,14 +86,12 @@ fn vector_a_hardware_cnp() {
 /// Vector B: IPv4 UC SEND Only, PadCnt 2, UDP checksum covering the ICRC.
 #[test]
 fn vector_b_uc_send_only_ipv4() {
-    let wire = hex(
-        "248a07a8fa22 248a07a8fa22 0800
+    let wire = hex("248a07a8fa22 248a07a8fa22 0800
          45 01 0040 0478 4000 40 11 b4d5 c0a80007 c0a80007
          c000 12b7 002c aca2
          24 60 ffff 00 0000d3 00 cf1710
          4630818be28935d90e9a95505401be885e50 0000
-         78 f3 53 f3",
-    );
+         78 f3 53 f3");
     check_parses_and_verifies(&wire);
     let payload = hex("4630818be28935d90e9a95505401be885e50");
     let p = PacketRepr {
@@ -125,14 +131,12 @@ fn vector_b_uc_send_only_ipv4() {
 /// Vector C: IPv6 RC ACK; traffic class and flow label are masked in the ICRC.
 #[test]
 fn vector_c_rc_ack_ipv6() {
-    let wire = hex(
-        "020000000002 020000000001 86dd
+    let wire = hex("020000000002 020000000001 86dd
          66212345 001c 1140 fd000000000000000000000000000001 fd000000000000000000000000000002
          c123 12b7 001c 470a
          11 00 ffff 00 000112 00 00abcd
          1f 000007
-         ab a6 62 3f",
-    );
+         ab a6 62 3f");
     let f = check_parses_and_verifies(&wire);
     assert_eq!(f.ip.unwrap().flow_label, 0x12345);
     let ack = PacketRepr {
@@ -143,7 +147,10 @@ fn vector_c_rc_ack_ipv6() {
             psn: Psn::new(0xabcd),
             ..BthRepr::default()
         },
-        aeth: Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: Msn(7) }),
+        aeth: Some(AethRepr {
+            syndrome: Syndrome::ACK_UNLIMITED,
+            msn: Msn(7),
+        }),
         ..PacketRepr::default()
     };
     let mut a1 = [0u8; 16];
@@ -155,28 +162,35 @@ fn vector_c_rc_ack_ipv6() {
         dst_mac: [2, 0, 0, 0, 0, 2],
         src_mac: [2, 0, 0, 0, 0, 1],
         vlans: [None, None],
-        ip: IpParams::V6 { src: a1, dst: a2, traffic_class: 0x62, flow_label: 0x12345, hop_limit: 0x40 },
+        ip: IpParams::V6 {
+            src: a1,
+            dst: a2,
+            traffic_class: 0x62,
+            flow_label: 0x12345,
+            hop_limit: 0x40,
+        },
         src_port: 0xc123,
         dst_port: 4791,
         udp_checksum: true,
     };
     assert_eq!(build(&b, &ack), wire);
     // A socket sender knows every covered IPv6 field.
-    assert_eq!(b.icrc_seed(ack.buffer_len()).compute(f.transport), 0x3f62_a6ab);
+    assert_eq!(
+        b.icrc_seed(ack.buffer_len()).compute(f.transport),
+        0x3f62_a6ab
+    );
 }
 
 /// Vector D: IPv4 RC RDMA WRITE Only, AckReq, 5-byte payload, PadCnt 3.
 #[test]
 fn vector_d_rc_write_only_ipv4() {
-    let wire = hex(
-        "020000000002 020000000001 0800
+    let wire = hex("020000000002 020000000001 0800
          45 02 0044 1111 4000 40 11 1594 0a000001 0a000002
          c001 12b7 0030 0000
          0a 30 ffff 00 000011 80 000100
          00007f0000001000 00001234 00000005
          68656c6c6f 000000
-         2e 81 9e 6c",
-    );
+         2e 81 9e 6c");
     check_parses_and_verifies(&wire);
     let p = PacketRepr {
         bth: BthRepr {
@@ -188,7 +202,11 @@ fn vector_d_rc_write_only_ipv4() {
             psn: Psn::new(0x100),
             ..BthRepr::default()
         },
-        reth: Some(RethRepr { va: 0x7f00_0000_1000, rkey: RKey(0x1234), dma_len: 5 }),
+        reth: Some(RethRepr {
+            va: 0x7f00_0000_1000,
+            rkey: RKey(0x1234),
+            dma_len: 5,
+        }),
         payload: b"hello",
         ..PacketRepr::default()
     };
@@ -211,11 +229,25 @@ fn vector_d_rc_write_only_ipv4() {
 fn double_vlan_frame() {
     let mut b = FrameBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 0xc001);
     b.vlans = [
-        Some(VlanTag { tpid: 0x88a8, pcp: 3, dei: false, vid: 100 }),
-        Some(VlanTag { tpid: 0x8100, pcp: 5, dei: true, vid: 42 }),
+        Some(VlanTag {
+            tpid: 0x88a8,
+            pcp: 3,
+            dei: false,
+            vid: 100,
+        }),
+        Some(VlanTag {
+            tpid: 0x8100,
+            pcp: 5,
+            dei: true,
+            vid: 42,
+        }),
     ];
     let p = PacketRepr {
-        bth: BthRepr { opcode: Opcode::RC_SEND_ONLY, pad_count: 1, ..BthRepr::default() },
+        bth: BthRepr {
+            opcode: Opcode::RC_SEND_ONLY,
+            pad_count: 1,
+            ..BthRepr::default()
+        },
         payload: b"abc",
         ..PacketRepr::default()
     };
@@ -228,8 +260,9 @@ fn double_vlan_frame() {
 /// between Mellanox NICs, UC SEND over IPv4 and IPv6).
 #[test]
 fn scapy_vectors() {
-    let text = std::fs::read_to_string(captures_dir().join("hexvectors/scapy-roce-uts-vectors.txt"))
-        .expect("../shared/captures/hexvectors/scapy-roce-uts-vectors.txt");
+    let text =
+        std::fs::read_to_string(captures_dir().join("hexvectors/scapy-roce-uts-vectors.txt"))
+            .expect("../shared/captures/hexvectors/scapy-roce-uts-vectors.txt");
     let mut seen = 0;
     let mut frame = None;
     for line in text.lines() {
@@ -252,28 +285,31 @@ fn scapy_vectors() {
 /// PcapPlusPlus PR 1603: an RC READ request from rxe.
 #[test]
 fn pcapplusplus_read_request() {
-    let text = std::fs::read_to_string(captures_dir().join("hexvectors/pcapplusplus-pr1603-InfiniBandPacket.dat"))
-        .expect("hex file");
+    let text = std::fs::read_to_string(
+        captures_dir().join("hexvectors/pcapplusplus-pr1603-InfiniBandPacket.dat"),
+    )
+    .expect("hex file");
     let bytes = hex(&text);
     let f = check_parses_and_verifies(&bytes);
     let p = f.packet().unwrap();
     assert_eq!(p.opcode(), Opcode::RC_RDMA_READ_REQUEST);
     let reth = p.reth().unwrap();
-    assert_eq!((reth.va(), reth.rkey(), reth.dma_len()), (0x7fee_260f_b000, RKey(0x2b8), 65536));
+    assert_eq!(
+        (reth.va(), reth.rkey(), reth.dma_len()),
+        (0x7fee_260f_b000, RKey(0x2b8), 65536)
+    );
 }
 
 /// A flipped bit in a masked field leaves the ICRC valid; in a covered field it breaks it.
 #[test]
 fn masked_and_covered_fields() {
-    let mut wire = hex(
-        "020000000002 020000000001 0800
+    let mut wire = hex("020000000002 020000000001 0800
          45 02 0044 1111 4000 40 11 1594 0a000001 0a000002
          c001 12b7 0030 0000
          0a 30 ffff 00 000011 80 000100
          00007f0000001000 00001234 00000005
          68656c6c6f 000000
-         2e 81 9e 6c",
-    );
+         2e 81 9e 6c");
     let ip = 14;
     let udp = ip + 20;
     let bth = udp + 8;
