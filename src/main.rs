@@ -1,2 +1,137 @@
-//! The `roce` command line: argument parsing and dispatch only.
-fn main() {}
+//! The `roce` command line: argument parsing and dispatch only. Every behaviour lives in the
+//! library crates (`roce-pcap` for `decode`).
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use roce_pcap::{decode::OutputFormat, live, Options};
+use std::io::{BufWriter, Write};
+use std::process::ExitCode;
+
+/// RoCEv2 packet codec, capture decoder and userspace RC transport.
+#[derive(Debug, Parser)]
+#[command(name = "roce", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Decode RoCE packets from a capture file, stdin (`-`) or a live interface.
+    Decode(DecodeArgs),
+    /// Write a synthetic capture of N RoCE packets (for benchmarks).
+    #[command(hide = true)]
+    GenCapture {
+        /// Number of packets.
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: u64,
+        /// Output pcap file.
+        file: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct DecodeArgs {
+    /// Capture file (pcap or pcapng); `-` for stdin.
+    #[arg(required_unless_present = "interface", conflicts_with = "interface")]
+    file: Option<String>,
+    /// Capture live from this interface (needs root or CAP_NET_RAW).
+    #[arg(short, long)]
+    interface: Option<String>,
+    /// Live capture: stop after this many seconds.
+    #[arg(long, requires = "interface")]
+    duration: Option<f64>,
+    /// Live capture: also save every packet seen to this pcap file.
+    #[arg(short, long, requires = "interface")]
+    write: Option<String>,
+    /// Every field of every header as a tree.
+    #[arg(short, long, conflicts_with = "json")]
+    verbose: bool,
+    /// One JSON object per packet per line.
+    #[arg(long)]
+    json: bool,
+    /// Only packets to this destination QP (decimal or 0x hex).
+    #[arg(long, value_parser = parse_u32)]
+    qp: Option<u32>,
+    /// Only packets with this opcode (name such as RC_SEND_ONLY, or number).
+    #[arg(long, value_name = "NAME")]
+    opcode: Option<String>,
+    /// Only packets with a bad ICRC or that are malformed.
+    #[arg(long)]
+    errors: bool,
+    /// Stop after N packets are printed.
+    #[arg(short, long, value_name = "N")]
+    count: Option<u64>,
+    /// Also list packets that are not RoCE, one line each.
+    #[arg(long)]
+    all: bool,
+    /// Exit 1 also when a RoCE packet is malformed or fails its ICRC.
+    #[arg(long)]
+    check: bool,
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| e.to_string())
+}
+
+fn decode(a: DecodeArgs) -> anyhow::Result<ExitCode> {
+    let opcode = match &a.opcode {
+        Some(n) => {
+            Some(roce_pcap::parse_opcode(n).with_context(|| format!("unknown opcode name {n:?}"))?)
+        }
+        None => None,
+    };
+    let opts = Options {
+        format: if a.json {
+            OutputFormat::Json
+        } else if a.verbose {
+            OutputFormat::Verbose
+        } else {
+            OutputFormat::Summary
+        },
+        qp: a.qp,
+        opcode,
+        errors: a.errors,
+        count: a.count,
+        all: a.all,
+        quiet: false,
+    };
+    let stdout = std::io::stdout().lock();
+    let mut out = BufWriter::with_capacity(256 * 1024, stdout);
+    let outcome = match (&a.interface, &a.file) {
+        (Some(iface), _) => {
+            let live_opts = live::LiveOptions {
+                interface: iface.clone(),
+                duration: a.duration.map(std::time::Duration::from_secs_f64),
+                write: a.write.clone(),
+            };
+            live::capture(&live_opts, opts, &mut out)
+        }
+        (None, Some(path)) => roce_pcap::decode_path(path, opts, &mut out),
+        (None, None) => bail!("give a capture file, `-`, or --interface"),
+    };
+    drop(out);
+    eprintln!("{}", outcome.stats.line());
+    if let Some(e) = &outcome.error {
+        eprintln!("roce decode: {e}");
+    }
+    Ok(ExitCode::from(outcome.exit_code(a.check) as u8))
+}
+
+fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Decode(a) => decode(a),
+        Command::GenCapture { packets, file } => {
+            let f = std::fs::File::create(&file).with_context(|| format!("creating {file}"))?;
+            let mut w = BufWriter::new(f);
+            roce_pcap::fixtures::write_benchmark_capture(&mut w, packets)
+                .with_context(|| format!("writing {file}"))?;
+            w.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,2 +1,36 @@
-//! # roce-pcap: capture files and RoCE decoding (work in progress)
+//! # roce-pcap: capture files and RoCE decoding for the `roce` CLI
+//!
+//! The library behind `roce decode`. The CLI parses arguments and calls [`decode_path`] (files
+//! and stdin) or [`live::capture`] (an interface); everything else lives here:
+//!
+//! * [`reader`]: a streaming pcap/pcapng reader over `pcap-parser`, constant memory, with
+//!   distinct end-of-input and truncated-record outcomes, and errors that name the input and
+//!   the byte offset.
+//! * [`link`]: link types (Ethernet, Linux SLL/SLL2, raw IP, BSD loopback, ERF with native
+//!   InfiniBand) down to `roce_proto::Frame`.
+//! * [`decode`]: classification, ICRC check, filters and counters ([`Decoder`]).
+//! * [`format`]: the summary line, the verbose tree and JSON lines, written into a reused
+//!   buffer without allocating per packet.
+//! * [`writer`]: a pcap writer; [`live`]: capture from an interface with `pnet`.
+//! * [`fixtures`]: the generated test captures and the large benchmark capture.
+//!
+//! Guarantees: no `unsafe`; no panic on any input bytes; the output for every record read
+//! before an error is written before the error is reported.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod decode;
+pub mod error;
+pub mod fixtures;
+pub mod format;
+pub mod link;
+pub mod live;
+pub mod reader;
+pub mod writer;
+
+pub use decode::{
+    decode, decode_bytes, decode_path, parse_opcode, Decoder, Options, Outcome, OutputFormat, Stats,
+};
+pub use error::{DecodeError, ReadError};
+pub use reader::{CaptureReader, Format, Record, Timestamp};
+pub use writer::PcapWriter;

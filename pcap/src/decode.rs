@@ -1,0 +1,328 @@
+//! The decode run: records in, formatted lines out, counters kept.
+//!
+//! [`Decoder::record`] takes one captured packet, classifies it (RoCE, malformed RoCE, or
+//! something else), checks the ICRC, applies the filters, and appends the chosen format to
+//! its reusable line buffer, which it then writes to the caller's (buffered) writer.
+use crate::error::DecodeError;
+use crate::format::{self, Decoded};
+use crate::link;
+use crate::reader::{CaptureReader, Record, Timestamp};
+use roce_proto::Opcode;
+use std::io::{self, IsTerminal, Read, Write};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// One line per packet.
+    #[default]
+    Summary,
+    /// Every field as an indented tree.
+    Verbose,
+    /// One JSON object per line.
+    Json,
+}
+
+/// What to print and what to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// Output format.
+    pub format: OutputFormat,
+    /// Only packets to this destination QP.
+    pub qp: Option<u32>,
+    /// Only packets with this opcode.
+    pub opcode: Option<Opcode>,
+    /// Only packets with a bad ICRC or that are malformed.
+    pub errors: bool,
+    /// Stop after printing this many packets.
+    pub count: Option<u64>,
+    /// Also list packets that are not RoCE, one line each.
+    pub all: bool,
+    /// Print nothing per packet (counters only).
+    pub quiet: bool,
+}
+
+/// Parses an opcode filter: a name as printed (`RC_SEND_ONLY`, `cnp`, `UNKNOWN_0x18`,
+/// case-insensitive) or a number (`10`, `0x0a`).
+pub fn parse_opcode(s: &str) -> Option<Opcode> {
+    let t = s.trim();
+    if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        return u8::from_str_radix(h, 16).ok().map(Opcode);
+    }
+    if let Ok(n) = t.parse::<u8>() {
+        return Some(Opcode(n));
+    }
+    (0..=255u8)
+        .map(Opcode)
+        .find(|op| op.to_string().eq_ignore_ascii_case(t))
+}
+
+/// Counters of a decode run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Records read.
+    pub packets: u64,
+    /// RoCE packets (well-formed or not).
+    pub roce: u64,
+    /// RoCE packets whose ICRC is wrong.
+    pub icrc_failures: u64,
+    /// RoCE packets that could not be fully decoded.
+    pub malformed: u64,
+    /// Packets that are not RoCE.
+    pub skipped: u64,
+    /// Packets printed.
+    pub printed: u64,
+}
+
+impl Stats {
+    /// The closing summary line (for stderr).
+    pub fn line(&self) -> String {
+        format!(
+            "{} packets read, {} RoCE, {} ICRC failures, {} malformed, {} skipped (not RoCE)",
+            self.packets, self.roce, self.icrc_failures, self.malformed, self.skipped
+        )
+    }
+}
+
+/// The result of a whole run: counters, and the error that stopped it early, if any.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Counters.
+    pub stats: Stats,
+    /// Why the input was not read to its end.
+    pub error: Option<DecodeError>,
+}
+
+impl Outcome {
+    /// 0 when the input was read to its end (and, with `check`, every RoCE packet was
+    /// well-formed with a good ICRC); 1 otherwise.
+    pub fn exit_code(&self, check: bool) -> i32 {
+        let bad = check && (self.stats.malformed > 0 || self.stats.icrc_failures > 0);
+        i32::from(self.error.is_some() || bad)
+    }
+}
+
+/// Decodes records one at a time.
+#[derive(Debug)]
+pub struct Decoder {
+    opts: Options,
+    stats: Stats,
+    first_ts: Option<Timestamp>,
+    line: Vec<u8>,
+}
+
+impl Decoder {
+    /// A decoder with empty counters.
+    pub fn new(opts: Options) -> Self {
+        Self {
+            opts,
+            stats: Stats::default(),
+            first_ts: None,
+            line: Vec::with_capacity(4096),
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// `true` once `--count` packets were printed.
+    pub fn done(&self) -> bool {
+        self.opts.count.is_some_and(|c| self.stats.printed >= c)
+    }
+
+    /// Decodes one record, updates the counters and writes its output (if it passes the
+    /// filters) to `out`.
+    pub fn record<W: Write>(&mut self, rec: &Record<'_>, out: &mut W) -> io::Result<()> {
+        self.stats.packets += 1;
+        let frame_no = self.stats.packets;
+        let first = *self.first_ts.get_or_insert(rec.ts);
+        let rel = rec.ts.since(first);
+        let parsed = link::parse(rec.link_type, rec.data);
+        let (frame, packet) = match parsed {
+            Ok(f) => (Some(f), f.packet()),
+            Err(e) if link::is_roce_error(&e) => (None, Err(e)),
+            Err(e) => {
+                self.stats.skipped += 1;
+                if self.opts.all
+                    && !self.opts.quiet
+                    && !self.opts.errors
+                    && self.opts.qp.is_none()
+                    && self.opts.opcode.is_none()
+                    && !self.done()
+                {
+                    self.line.clear();
+                    match self.opts.format {
+                        OutputFormat::Json => {
+                            format::json_other(&mut self.line, frame_no, rec.ts, rec.ts_digits, &e)
+                        }
+                        _ => format::summary_other(
+                            &mut self.line,
+                            frame_no,
+                            rel,
+                            rec.ts_digits,
+                            rec.data.len(),
+                            &e,
+                        ),
+                    }
+                    self.stats.printed += 1;
+                    out.write_all(&self.line)?;
+                }
+                return Ok(());
+            }
+        };
+        self.stats.roce += 1;
+        let (icrc_ok, conformance) = match (&frame, &packet) {
+            (Some(f), Ok(p)) => (
+                f.icrc_seed().ok().map(|s| p.verify_icrc(&s)),
+                p.conformance().err(),
+            ),
+            _ => (None, None),
+        };
+        let d = Decoded {
+            frame_no,
+            ts: rec.ts,
+            rel,
+            ts_digits: rec.ts_digits,
+            caplen: rec.data.len(),
+            orig_len: rec.orig_len,
+            link_type: rec.link_type,
+            frame,
+            packet,
+            icrc_ok,
+            conformance,
+        };
+        if d.is_malformed() {
+            self.stats.malformed += 1;
+        } else if d.icrc_bad() {
+            self.stats.icrc_failures += 1;
+        }
+        if self.opts.quiet || self.done() || !self.matches(&d) {
+            return Ok(());
+        }
+        self.line.clear();
+        match self.opts.format {
+            OutputFormat::Summary => format::summary(&mut self.line, &d),
+            OutputFormat::Verbose => format::verbose(&mut self.line, &d),
+            OutputFormat::Json => format::json(&mut self.line, &d),
+        }
+        self.stats.printed += 1;
+        out.write_all(&self.line)
+    }
+
+    fn matches(&self, d: &Decoded<'_>) -> bool {
+        if self.opts.errors && !(d.is_malformed() || d.icrc_bad()) {
+            return false;
+        }
+        if self.opts.qp.is_none() && self.opts.opcode.is_none() {
+            return true;
+        }
+        let Some(bth) = d.frame.and_then(|f| f.bth()) else {
+            return false;
+        };
+        self.opts.qp.is_none_or(|q| bth.dest_qp.0 == q)
+            && self.opts.opcode.is_none_or(|o| bth.opcode == o)
+    }
+}
+
+/// Decodes a whole capture from `reader` into `out`; the output of every record read before an
+/// error is written (and flushed) before the error is returned in the [`Outcome`].
+pub fn decode<R: Read, W: Write>(
+    reader: &mut CaptureReader<R>,
+    opts: Options,
+    out: &mut W,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Outcome {
+    let mut dec = Decoder::new(opts);
+    let mut error = None;
+    let mut n = 0u64;
+    loop {
+        if dec.done() {
+            break;
+        }
+        match reader.next_record() {
+            Ok(Some(rec)) => {
+                if let Err(e) = dec.record(&rec, out) {
+                    error = Some(DecodeError::Write(e));
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(DecodeError::Read(e));
+                break;
+            }
+        }
+        n += 1;
+        if let Some(p) = progress {
+            if n % 4096 == 0 {
+                p.set_position(reader.offset());
+            }
+        }
+    }
+    if let Err(e) = out.flush() {
+        error.get_or_insert(DecodeError::Write(e));
+    }
+    Outcome {
+        stats: dec.stats(),
+        error,
+    }
+}
+
+/// Opens `path` (`-` for stdin) and decodes it into `out`. A progress bar goes to stderr when
+/// stderr is a terminal and the input is a file.
+pub fn decode_path<W: Write>(path: &str, opts: Options, out: &mut W) -> Outcome {
+    let fail = |e| Outcome {
+        stats: Stats::default(),
+        error: Some(e),
+    };
+    if path == "-" {
+        let stdin = io::stdin().lock();
+        return match CaptureReader::new(stdin, "-") {
+            Ok(mut r) => decode(&mut r, opts, out, None),
+            Err(e) => fail(e.into()),
+        };
+    }
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(source) => {
+            return fail(DecodeError::Open {
+                name: path.to_string(),
+                source,
+            })
+        }
+    };
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut reader = match CaptureReader::new(file, path) {
+        Ok(r) => r,
+        Err(e) => return fail(e.into()),
+    };
+    let bar = (io::stderr().is_terminal() && size > 8 << 20).then(|| {
+        let b = indicatif::ProgressBar::new(size);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let outcome = decode(&mut reader, opts, out, bar.as_ref());
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    outcome
+}
+
+/// Decodes an in-memory capture (tests, fuzzing): returns the output and the outcome.
+pub fn decode_bytes(bytes: &[u8], name: &str, opts: Options) -> (Vec<u8>, Outcome) {
+    let mut out = Vec::new();
+    let outcome = match CaptureReader::new(bytes, name) {
+        Ok(mut r) => decode(&mut r, opts, &mut out, None),
+        Err(e) => Outcome {
+            stats: Stats::default(),
+            error: Some(e.into()),
+        },
+    };
+    (out, outcome)
+}

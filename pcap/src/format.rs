@@ -1,0 +1,785 @@
+//! Output formats: the one-line summary, the verbose tree, and JSON lines.
+//!
+//! Every writer appends to a caller-owned `Vec<u8>` that is reused from packet to packet, so
+//! the hot path allocates nothing: numbers go through `itoa` or a hex routine, names are
+//! `&'static str`, and addresses are written digit by digit.
+use crate::reader::Timestamp;
+use roce_proto::aeth::AethKind;
+use roce_proto::frame::RoceVersion;
+use roce_proto::{grh, lrh, Error, Frame, Opcode, RocePacket};
+use std::io::Write;
+use std::net::IpAddr;
+
+/// A RoCE packet as decoded, ready to be written in any format.
+#[derive(Debug, Clone, Copy)]
+pub struct Decoded<'a> {
+    /// 1-based frame number in the input.
+    pub frame_no: u64,
+    /// Absolute time stamp.
+    pub ts: Timestamp,
+    /// Time since the first packet of the input.
+    pub rel: Timestamp,
+    /// Time stamp precision in decimal digits (6 or 9).
+    pub ts_digits: u8,
+    /// Captured length.
+    pub caplen: usize,
+    /// Length on the wire.
+    pub orig_len: u32,
+    /// Link type.
+    pub link_type: u32,
+    /// The frame, when the link and network layers parsed.
+    pub frame: Option<Frame<'a>>,
+    /// The transport packet, or why it could not be decoded.
+    pub packet: Result<RocePacket<&'a [u8]>, Error>,
+    /// ICRC check (`None` when the packet is not whole).
+    pub icrc_ok: Option<bool>,
+    /// A non-fatal conformance problem (TVer ≠ 0, length not a multiple of 4, pad ≠ 0).
+    pub conformance: Option<Error>,
+}
+
+impl Decoded<'_> {
+    /// `true` when the packet is malformed or cut (could not be fully decoded).
+    pub fn is_malformed(&self) -> bool {
+        self.packet.is_err()
+    }
+    /// `true` when the ICRC was checked and is wrong.
+    pub fn icrc_bad(&self) -> bool {
+        self.icrc_ok == Some(false)
+    }
+}
+
+// ---------------------------------------------------------------- low-level writers
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn dec(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// `digits` lower-case hex digits, zero-padded, no prefix.
+fn hex_digits(out: &mut Vec<u8>, v: u64, digits: u32) {
+    let mut i = digits;
+    while i > 0 {
+        i -= 1;
+        out.push(HEX[((v >> (4 * i)) & 0xf) as usize]);
+    }
+}
+
+/// `0x` and `digits` hex digits.
+fn hex(out: &mut Vec<u8>, v: u64, digits: u32) {
+    out.extend_from_slice(b"0x");
+    hex_digits(out, v, digits);
+}
+
+fn hex_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    for &x in b {
+        out.push(HEX[usize::from(x >> 4)]);
+        out.push(HEX[usize::from(x & 0xf)]);
+    }
+}
+
+/// `secs.frac` with `digits` fractional digits.
+fn time(out: &mut Vec<u8>, t: Timestamp, digits: u8) {
+    if t.secs < 0 {
+        out.push(b'-');
+    }
+    dec(out, t.secs.unsigned_abs());
+    out.push(b'.');
+    let (v, d) = if digits >= 9 {
+        (u64::from(t.nanos), 9)
+    } else {
+        (u64::from(t.nanos / 1000), 6)
+    };
+    let s = itoa::Buffer::new().format(v).len();
+    for _ in s..d {
+        out.push(b'0');
+    }
+    dec(out, v);
+}
+
+fn ip(out: &mut Vec<u8>, a: IpAddr) {
+    match a {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                dec(out, u64::from(*o));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+fn gid(out: &mut Vec<u8>, g: [u8; 16]) {
+    let _ = write!(out, "{}", std::net::Ipv6Addr::from(g));
+}
+
+/// Source (`which = 0`) or destination endpoint: `ip:port` (`[v6]:port`), a GID, or `lid:N`.
+fn endpoint(out: &mut Vec<u8>, f: &Frame<'_>, src: bool) {
+    if let (Some(i), Some(u)) = (&f.ip, &f.udp) {
+        let a = if src { i.src } else { i.dst };
+        let port = if src { u.src_port } else { u.dst_port };
+        if a.is_ipv6() {
+            out.push(b'[');
+            ip(out, a);
+            out.push(b']');
+        } else {
+            ip(out, a);
+        }
+        out.push(b':');
+        dec(out, u64::from(port));
+    } else if let Some(g) = f.grh {
+        let g = grh::Packet::new_unchecked(g);
+        gid(out, if src { g.sgid() } else { g.dgid() });
+    } else if let Some(l) = f.lrh {
+        let l = lrh::Packet::new_unchecked(l);
+        out.extend_from_slice(b"lid:");
+        dec(out, u64::from(if src { l.slid() } else { l.dlid() }));
+    } else {
+        out.push(b'?');
+    }
+}
+
+/// Writes the opcode name (`RC_SEND_FIRST`, `CNP`, `UNKNOWN_0x18`).
+fn opcode_name(out: &mut Vec<u8>, op: Opcode) {
+    if op == Opcode::CNP {
+        out.extend_from_slice(b"CNP");
+        return;
+    }
+    match op.operation_name() {
+        Some(n) => {
+            out.extend_from_slice(op.transport().name().as_bytes());
+            out.push(b'_');
+            out.extend_from_slice(n.as_bytes());
+        }
+        None => {
+            out.extend_from_slice(b"UNKNOWN_");
+            hex(out, u64::from(op.0), 2);
+        }
+    }
+}
+
+fn error_text(out: &mut Vec<u8>, e: &Error) {
+    let _ = write!(out, "{e}");
+}
+
+/// The headers of a transport packet whose headers are all present, even if the payload was
+/// cut: the view to read extended headers from.
+fn header_view<'a>(d: &Decoded<'a>) -> Option<RocePacket<&'a [u8]>> {
+    match d.packet {
+        Ok(p) => Some(p),
+        Err(_) => {
+            let t = d.frame?.transport;
+            let op = Opcode(*t.first()?);
+            (t.len() >= op.header_len()).then(|| RocePacket::new_unchecked(t))
+        }
+    }
+}
+
+// ---------------------------------------------------------------- summary
+
+/// One summary line: number, relative time, endpoints, opcode, QP, PSN, key extended-header
+/// fields, payload length, and marks for bad ICRC or malformed packets.
+pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>) {
+    let n = itoa::Buffer::new().format(d.frame_no).len();
+    for _ in n..6 {
+        out.push(b' ');
+    }
+    dec(out, d.frame_no);
+    out.push(b' ');
+    time(out, d.rel, d.ts_digits);
+    out.push(b' ');
+    let Some(f) = d.frame else {
+        out.extend_from_slice(b"RoCE [malformed: ");
+        if let Err(e) = &d.packet {
+            error_text(out, e);
+        }
+        out.extend_from_slice(b"]\n");
+        return;
+    };
+    endpoint(out, &f, true);
+    out.extend_from_slice(b" -> ");
+    endpoint(out, &f, false);
+    if f.version != RoceVersion::V2 {
+        out.push(b' ');
+        out.extend_from_slice(f.version.name().as_bytes());
+    }
+    if let Some(bth) = f.bth() {
+        out.push(b' ');
+        opcode_name(out, bth.opcode);
+        out.extend_from_slice(b" qp=");
+        hex(out, u64::from(bth.dest_qp.0), 6);
+        out.extend_from_slice(b" psn=");
+        dec(out, u64::from(bth.psn.value()));
+        if bth.ack_req {
+            out.extend_from_slice(b" A");
+        }
+        if bth.solicited {
+            out.extend_from_slice(b" SE");
+        }
+        if bth.fecn {
+            out.extend_from_slice(b" FECN");
+        }
+        if bth.becn {
+            out.extend_from_slice(b" BECN");
+        }
+    }
+    if f.ecn() == roce_proto::Ecn::Ce {
+        out.extend_from_slice(b" CE");
+    }
+    if let Some(p) = header_view(d) {
+        if let Some(h) = p.deth() {
+            out.extend_from_slice(b" qkey=");
+            hex(out, u64::from(h.qkey().0), 8);
+            out.extend_from_slice(b" src_qp=");
+            hex(out, u64::from(h.src_qp().0), 6);
+        }
+        if let Some(h) = p.reth() {
+            out.extend_from_slice(b" va=");
+            hex(out, h.va(), 16);
+            out.extend_from_slice(b" rkey=");
+            hex(out, u64::from(h.rkey().0), 8);
+            out.extend_from_slice(b" dma_len=");
+            dec(out, u64::from(h.dma_len()));
+        }
+        if let Some(h) = p.atomic_eth() {
+            out.extend_from_slice(b" va=");
+            hex(out, h.va(), 16);
+            out.extend_from_slice(b" rkey=");
+            hex(out, u64::from(h.rkey().0), 8);
+            out.extend_from_slice(b" swap_add=");
+            hex(out, h.swap_add(), 16);
+            out.extend_from_slice(b" compare=");
+            hex(out, h.compare(), 16);
+        }
+        if let Some(h) = p.aeth() {
+            let k = h.syndrome().kind();
+            out.push(b' ');
+            out.extend_from_slice(k.name().as_bytes());
+            out.push(b'=');
+            dec(out, u64::from(k.value()));
+            if let AethKind::Nak(c) = k {
+                out.push(b'(');
+                out.extend_from_slice(c.name().as_bytes());
+                out.push(b')');
+            }
+            out.extend_from_slice(b" msn=");
+            dec(out, u64::from(h.msn().0));
+        }
+        if let Some(h) = p.atomic_ack_eth() {
+            out.extend_from_slice(b" orig=");
+            hex(out, h.orig_data(), 16);
+        }
+        if let Some(h) = p.immdt() {
+            out.extend_from_slice(b" imm=");
+            hex(out, u64::from(h.0), 8);
+        }
+        if let Some(h) = p.ieth() {
+            out.extend_from_slice(b" inv_rkey=");
+            hex(out, u64::from(h.rkey.0), 8);
+        }
+    }
+    match &d.packet {
+        Ok(p) => {
+            out.extend_from_slice(b" len=");
+            dec(out, p.payload().len() as u64);
+            if d.icrc_bad() {
+                out.extend_from_slice(b" [ICRC BAD]");
+            }
+        }
+        Err(e) => {
+            out.extend_from_slice(b" [malformed: ");
+            error_text(out, e);
+            out.push(b']');
+        }
+    }
+    out.push(b'\n');
+}
+
+/// One line for a packet that is not RoCE (`--all`).
+pub fn summary_other(
+    out: &mut Vec<u8>,
+    frame_no: u64,
+    rel: Timestamp,
+    digits: u8,
+    len: usize,
+    why: &Error,
+) {
+    let n = itoa::Buffer::new().format(frame_no).len();
+    for _ in n..6 {
+        out.push(b' ');
+    }
+    dec(out, frame_no);
+    out.push(b' ');
+    time(out, rel, digits);
+    out.extend_from_slice(b" [");
+    error_text(out, why);
+    out.extend_from_slice(b"] ");
+    dec(out, len as u64);
+    out.extend_from_slice(b" bytes\n");
+}
+
+// ---------------------------------------------------------------- JSON
+
+struct Obj<'o> {
+    out: &'o mut Vec<u8>,
+    first: bool,
+}
+
+impl<'o> Obj<'o> {
+    fn open(out: &'o mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Self { out, first: true }
+    }
+    fn key(&mut self, k: &str) -> &mut Vec<u8> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(k.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        self.out
+    }
+    fn num(&mut self, k: &str, v: u64) {
+        dec(self.key(k), v);
+    }
+    fn boolean(&mut self, k: &str, v: bool) {
+        let s: &[u8] = if v { b"true" } else { b"false" };
+        self.key(k).extend_from_slice(s);
+    }
+    fn string(&mut self, k: &str, v: &str) {
+        let o = self.key(k);
+        o.push(b'"');
+        escape(o, v.as_bytes());
+        o.push(b'"');
+    }
+    fn child(&mut self, k: &str) -> Obj<'_> {
+        let o = self.key(k);
+        Obj::open(o)
+    }
+    fn close(self) {
+        self.out.push(b'}');
+    }
+}
+
+fn escape(out: &mut Vec<u8>, s: &[u8]) {
+    for &c in s {
+        match c {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            c if c < 0x20 => {
+                out.extend_from_slice(b"\\u00");
+                hex_digits(out, u64::from(c), 2);
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+/// Writes a string value produced by `f` (quoted, and escaped since `f` writes only ASCII
+/// without quotes or backslashes).
+fn string_with(o: &mut Obj<'_>, k: &str, f: impl FnOnce(&mut Vec<u8>)) {
+    let out = o.key(k);
+    out.push(b'"');
+    f(out);
+    out.push(b'"');
+}
+
+/// One JSON object (and a newline) with exactly the keys of the `--json` contract.
+pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>) {
+    let mut o = Obj::open(out);
+    o.num("frame", d.frame_no);
+    time(o.key("ts"), d.ts, d.ts_digits);
+    if let Some(f) = d.frame {
+        string_with(&mut o, "src", |b| endpoint(b, &f, true));
+        string_with(&mut o, "dst", |b| endpoint(b, &f, false));
+        o.string("ecn", f.ecn().name());
+        o.string("version", f.version.name());
+        if let Some(bth) = f.bth() {
+            let mut b = o.child("bth");
+            b.num("opcode", u64::from(bth.opcode.0));
+            string_with(&mut b, "opcode_name", |x| opcode_name(x, bth.opcode));
+            b.boolean("se", bth.solicited);
+            b.boolean("migreq", bth.migreq);
+            b.num("pad_count", u64::from(bth.pad_count));
+            b.num("tver", u64::from(bth.tver));
+            b.num("pkey", u64::from(bth.pkey.0));
+            b.boolean("fecn", bth.fecn);
+            b.boolean("becn", bth.becn);
+            b.num("dest_qp", u64::from(bth.dest_qp.0));
+            b.boolean("ack_req", bth.ack_req);
+            b.num("psn", u64::from(bth.psn.value()));
+            b.close();
+        }
+        if let Some(p) = header_view(d) {
+            if let Some(h) = p.reth() {
+                let mut c = o.child("reth");
+                c.num("va", h.va());
+                c.num("rkey", u64::from(h.rkey().0));
+                c.num("dma_len", u64::from(h.dma_len()));
+                c.close();
+            }
+            if let Some(h) = p.aeth() {
+                let s = h.syndrome();
+                let mut c = o.child("aeth");
+                c.num("syndrome", u64::from(s.0));
+                c.string("kind", s.kind().name());
+                c.num("value", u64::from(s.kind().value()));
+                c.num("msn", u64::from(h.msn().0));
+                c.close();
+            }
+            if let Some(h) = p.atomic_eth() {
+                let mut c = o.child("atomic_eth");
+                c.num("va", h.va());
+                c.num("rkey", u64::from(h.rkey().0));
+                c.num("swap_add", h.swap_add());
+                c.num("compare", h.compare());
+                c.close();
+            }
+            if let Some(h) = p.atomic_ack_eth() {
+                let mut c = o.child("atomic_ack_eth");
+                c.num("orig_data", h.orig_data());
+                c.close();
+            }
+            if let Some(h) = p.immdt() {
+                o.num("immdt", u64::from(h.0));
+            }
+            if let Some(h) = p.ieth() {
+                let mut c = o.child("ieth");
+                c.num("rkey", u64::from(h.rkey.0));
+                c.close();
+            }
+            if let Some(h) = p.deth() {
+                let mut c = o.child("deth");
+                c.num("qkey", u64::from(h.qkey().0));
+                c.num("src_qp", u64::from(h.src_qp().0));
+                c.close();
+            }
+        }
+    }
+    match &d.packet {
+        Ok(p) => {
+            o.num("payload_len", p.payload().len() as u64);
+            string_with(&mut o, "icrc", |b| hex_bytes(b, &p.icrc_bytes()));
+            if let Some(ok) = d.icrc_ok {
+                o.boolean("icrc_ok", ok);
+            }
+        }
+        Err(e) => string_with(&mut o, "error", |b| {
+            let at = b.len();
+            error_text(b, e);
+            // Reasons are static ASCII; escape defensively anyway.
+            if b[at..].iter().any(|&c| c == b'"' || c == b'\\' || c < 0x20) {
+                let raw = b.split_off(at);
+                escape(b, &raw);
+            }
+        }),
+    }
+    o.close();
+    out.push(b'\n');
+}
+
+/// A JSON line for a packet that is not RoCE (`--all`): `frame`, `ts`, `error`.
+pub fn json_other(out: &mut Vec<u8>, frame_no: u64, ts: Timestamp, digits: u8, why: &Error) {
+    let mut o = Obj::open(out);
+    o.num("frame", frame_no);
+    time(o.key("ts"), ts, digits);
+    string_with(&mut o, "error", |b| error_text(b, why));
+    o.close();
+    out.push(b'\n');
+}
+
+// ---------------------------------------------------------------- verbose tree
+
+fn flag(b: bool) -> u8 {
+    u8::from(b)
+}
+
+/// Every field of every header, indented, with raw values and their meaning.
+pub fn verbose(out: &mut Vec<u8>, d: &Decoded<'_>) {
+    let _ = verbose_inner(out, d);
+}
+
+fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
+    write!(
+        out,
+        "Frame {}: {} bytes on wire, {} captured, time ",
+        d.frame_no, d.orig_len, d.caplen
+    )?;
+    time(out, d.ts, d.ts_digits);
+    out.extend_from_slice(b" (+");
+    time(out, d.rel, d.ts_digits);
+    writeln!(
+        out,
+        "), link type {} ({})",
+        d.link_type,
+        crate::link::name(d.link_type)
+    )?;
+    let Some(f) = d.frame else {
+        if let Err(e) = &d.packet {
+            writeln!(out, "  Error: {e}")?;
+        }
+        out.push(b'\n');
+        return Ok(());
+    };
+    if let Some(l) = &f.link {
+        let m = |a: [u8; 6]| {
+            let mut s = [0u8; 17];
+            for (i, x) in a.iter().enumerate() {
+                s[i * 3] = HEX[usize::from(x >> 4)];
+                s[i * 3 + 1] = HEX[usize::from(x & 0xf)];
+                if i < 5 {
+                    s[i * 3 + 2] = b':';
+                }
+            }
+            s
+        };
+        out.extend_from_slice(b"  Ethernet\n    dst: ");
+        out.extend_from_slice(&m(l.dst));
+        out.extend_from_slice(b"\n    src: ");
+        out.extend_from_slice(&m(l.src));
+        out.push(b'\n');
+        for v in l.vlans.iter().flatten() {
+            writeln!(
+                out,
+                "    vlan: tpid {:#06x}, pcp {}, dei {}, vid {}",
+                v.tpid,
+                v.pcp,
+                flag(v.dei),
+                v.vid
+            )?;
+        }
+        writeln!(out, "    ether_type: {:#06x}", l.ether_type)?;
+    }
+    if let Some(i) = &f.ip {
+        if i.is_ipv6() {
+            writeln!(out, "  IPv6")?;
+            writeln!(
+                out,
+                "    traffic_class: {:#04x} (dscp {}, ecn {} = {})",
+                (i.dscp << 2) | i.ecn.bits(),
+                i.dscp,
+                i.ecn.bits(),
+                i.ecn.name()
+            )?;
+            writeln!(out, "    flow_label: {:#07x}", i.flow_label)?;
+            writeln!(out, "    hop_limit: {}", i.ttl)?;
+        } else {
+            writeln!(out, "  IPv4")?;
+            writeln!(
+                out,
+                "    header_len: {} bytes{}",
+                i.header.len(),
+                if i.header.len() > 20 {
+                    " (options)"
+                } else {
+                    ""
+                }
+            )?;
+            writeln!(out, "    dscp: {}", i.dscp)?;
+            writeln!(out, "    ecn: {} ({})", i.ecn.bits(), i.ecn.name())?;
+            writeln!(
+                out,
+                "    identification: {:#06x} ({})",
+                i.identification, i.identification
+            )?;
+            writeln!(out, "    dont_fragment: {}", flag(i.dont_fragment))?;
+            writeln!(out, "    ttl: {}", i.ttl)?;
+        }
+        writeln!(out, "    src: {}", i.src)?;
+        writeln!(out, "    dst: {}", i.dst)?;
+    }
+    if let Some(u) = &f.udp {
+        writeln!(out, "  UDP")?;
+        writeln!(out, "    src_port: {}", u.src_port)?;
+        writeln!(out, "    dst_port: {} (RoCEv2)", u.dst_port)?;
+        writeln!(out, "    length: {}", u.length)?;
+        writeln!(
+            out,
+            "    checksum: {:#06x}{}",
+            u.checksum,
+            if u.checksum == 0 { " (none)" } else { "" }
+        )?;
+    }
+    if let Some(l) = f.lrh {
+        let l = lrh::Packet::new_unchecked(l);
+        writeln!(out, "  LRH")?;
+        writeln!(out, "    vl: {}", l.vl())?;
+        writeln!(out, "    lver: {}", l.lver())?;
+        writeln!(out, "    sl: {}", l.sl())?;
+        let lnh = match l.lnh() {
+            lrh::lnh::IBA_LOCAL => "IBA local: BTH follows",
+            lrh::lnh::IBA_GLOBAL => "IBA global: GRH follows",
+            lrh::lnh::IPV6 => "raw IPv6",
+            _ => "raw",
+        };
+        writeln!(out, "    lnh: {} ({lnh})", l.lnh())?;
+        writeln!(out, "    dlid: {:#06x} ({})", l.dlid(), l.dlid())?;
+        writeln!(
+            out,
+            "    pkt_len: {} words ({} bytes)",
+            l.pkt_len(),
+            usize::from(l.pkt_len()) * 4
+        )?;
+        writeln!(out, "    slid: {:#06x} ({})", l.slid(), l.slid())?;
+    }
+    if let Some(g) = f.grh {
+        let g = grh::Packet::new_unchecked(g);
+        writeln!(out, "  GRH")?;
+        writeln!(out, "    ip_ver: {}", g.ip_ver())?;
+        writeln!(
+            out,
+            "    traffic_class: {:#04x} (ecn {})",
+            g.traffic_class(),
+            roce_proto::Ecn::from_bits(g.traffic_class()).name()
+        )?;
+        writeln!(out, "    flow_label: {:#07x}", g.flow_label())?;
+        writeln!(out, "    pay_len: {}", g.pay_len())?;
+        writeln!(out, "    nxt_hdr: {:#04x} (IBA transport)", g.nxt_hdr())?;
+        writeln!(out, "    hop_lmt: {}", g.hop_lmt())?;
+        writeln!(out, "    sgid: {}", std::net::Ipv6Addr::from(g.sgid()))?;
+        writeln!(out, "    dgid: {}", std::net::Ipv6Addr::from(g.dgid()))?;
+    }
+    if f.transport.len() >= roce_proto::bth::HEADER_LEN {
+        let b = roce_proto::BthPacket::new_unchecked(&f.transport[..roce_proto::bth::HEADER_LEN]);
+        let op = b.opcode();
+        writeln!(out, "  BTH")?;
+        out.extend_from_slice(b"    opcode: ");
+        hex(out, u64::from(op.0), 2);
+        out.extend_from_slice(b" (");
+        opcode_name(out, op);
+        out.extend_from_slice(b")\n");
+        writeln!(out, "    se: {} (solicited event)", flag(b.solicited()))?;
+        writeln!(out, "    migreq: {} (migration request)", flag(b.migreq()))?;
+        writeln!(out, "    pad_count: {}", b.pad_count())?;
+        writeln!(out, "    tver: {}", b.tver())?;
+        writeln!(out, "    pkey: {:#06x}", b.pkey().0)?;
+        writeln!(out, "    fecn: {}", flag(b.fecn()))?;
+        writeln!(out, "    becn: {}", flag(b.becn()))?;
+        writeln!(out, "    resv6a: {:#04x}", b.resv6a())?;
+        writeln!(
+            out,
+            "    dest_qp: {:#08x} ({})",
+            b.dest_qp().0,
+            b.dest_qp().0
+        )?;
+        writeln!(out, "    ack_req: {}", flag(b.ack_req()))?;
+        writeln!(out, "    resv7: {:#04x}", b.resv7())?;
+        writeln!(
+            out,
+            "    psn: {} ({:#08x})",
+            b.psn().value(),
+            b.psn().value()
+        )?;
+    }
+    if let Some(p) = header_view(d) {
+        if let Some(h) = p.rdeth() {
+            writeln!(out, "  RDETH\n    ee_context: {:#08x}", h.ee_context)?;
+        }
+        if let Some(h) = p.deth() {
+            writeln!(out, "  DETH")?;
+            writeln!(
+                out,
+                "    qkey: {:#010x}{}",
+                h.qkey().0,
+                if h.qkey() == roce_proto::deth::GSI_QKEY {
+                    " (GSI)"
+                } else {
+                    ""
+                }
+            )?;
+            writeln!(out, "    resv: {:#04x}", h.resv())?;
+            writeln!(out, "    src_qp: {:#08x} ({})", h.src_qp().0, h.src_qp().0)?;
+        }
+        if let Some(h) = p.xrceth() {
+            writeln!(out, "  XRCETH\n    xrc_srq: {:#08x}", h.xrc_srq.0)?;
+        }
+        if let Some(h) = p.feth() {
+            writeln!(
+                out,
+                "  FETH\n    word: {:#010x} (selectivity {}, placement type {})",
+                h.word,
+                h.selectivity(),
+                h.placement_type()
+            )?;
+        }
+        if let Some(h) = p.reth() {
+            writeln!(out, "  RETH")?;
+            writeln!(out, "    va: {:#018x}", h.va())?;
+            writeln!(out, "    rkey: {:#010x}", h.rkey().0)?;
+            writeln!(out, "    dma_len: {}", h.dma_len())?;
+        }
+        if let Some(h) = p.atomic_eth() {
+            writeln!(out, "  AtomicETH")?;
+            writeln!(out, "    va: {:#018x}", h.va())?;
+            writeln!(out, "    rkey: {:#010x}", h.rkey().0)?;
+            writeln!(
+                out,
+                "    swap_add: {:#018x} ({})",
+                h.swap_add(),
+                h.swap_add()
+            )?;
+            writeln!(out, "    compare: {:#018x} ({})", h.compare(), h.compare())?;
+        }
+        if let Some(h) = p.aeth() {
+            let s = h.syndrome();
+            writeln!(out, "  AETH")?;
+            let meaning = match s.kind() {
+                AethKind::Ack { credit: 31 } => "ACK, no credit information".to_string(),
+                AethKind::Ack { credit } => format!(
+                    "ACK, credit code {credit} = {} credits",
+                    roce_proto::aeth::credits(credit).unwrap_or(0)
+                ),
+                AethKind::RnrNak { timer } => format!(
+                    "RNR NAK, timer code {timer} = {} us",
+                    roce_proto::aeth::rnr_timer_ns(timer) / 1000
+                ),
+                AethKind::Nak(c) => format!("NAK, code {} = {}", c.code(), c.name()),
+                AethKind::Reserved { value } => format!("reserved, value {value}"),
+            };
+            writeln!(out, "    syndrome: {:#04x} ({meaning})", s.0)?;
+            writeln!(out, "    msn: {}", h.msn().0)?;
+        }
+        if let Some(h) = p.atomic_ack_eth() {
+            writeln!(
+                out,
+                "  AtomicAckETH\n    orig_data: {:#018x} ({})",
+                h.orig_data(),
+                h.orig_data()
+            )?;
+        }
+        if let Some(h) = p.immdt() {
+            writeln!(out, "  ImmDt\n    imm_data: {:#010x}", h.0)?;
+        }
+        if let Some(h) = p.ieth() {
+            writeln!(out, "  IETH\n    rkey: {:#010x}", h.rkey.0)?;
+        }
+    }
+    match &d.packet {
+        Ok(p) => {
+            writeln!(out, "  Payload: {} bytes", p.payload().len())?;
+            if !p.pad().is_empty() {
+                out.extend_from_slice(b"  Pad: ");
+                hex_bytes(out, p.pad());
+                out.push(b'\n');
+            }
+            out.extend_from_slice(b"  ICRC: ");
+            hex_bytes(out, &p.icrc_bytes());
+            match d.icrc_ok {
+                Some(true) => out.extend_from_slice(b" (correct)\n"),
+                Some(false) => out.extend_from_slice(b" (BAD)\n"),
+                None => out.extend_from_slice(b" (not checked)\n"),
+            }
+            if let Some(c) = &d.conformance {
+                writeln!(out, "  Warning: {c}")?;
+            }
+        }
+        Err(e) => writeln!(out, "  Error: {e}")?,
+    }
+    out.push(b'\n');
+    Ok(())
+}

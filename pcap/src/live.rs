@@ -1,0 +1,135 @@
+//! Live capture from a network interface with `pnet` (an `AF_PACKET` socket on Linux, which
+//! needs root or `CAP_NET_RAW`). Each frame goes through the same [`Decoder`] as a file's
+//! records, and can be saved with [`PcapWriter`].
+use crate::decode::{Decoder, Options, Outcome};
+use crate::error::DecodeError;
+use crate::link;
+use crate::reader::{Record, Timestamp};
+use crate::writer::PcapWriter;
+use std::io::{BufWriter, ErrorKind, Write};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Where and how long to capture.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LiveOptions {
+    /// Interface name (`lo`, `eth0`, …).
+    pub interface: String,
+    /// Stop after this long (otherwise at `--count` or never).
+    pub duration: Option<Duration>,
+    /// Save every frame seen to this pcap file.
+    pub write: Option<String>,
+}
+
+fn now() -> Timestamp {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp {
+        secs: d.as_secs() as i64,
+        nanos: d.subsec_nanos(),
+    }
+}
+
+/// Opens the interface, then decodes frames into `out` until `--count` packets were printed or
+/// the duration is over.
+pub fn capture<W: Write>(lo: &LiveOptions, opts: Options, out: &mut W) -> Outcome {
+    let mut dec = Decoder::new(opts);
+    let error = run(lo, &mut dec, out).err();
+    Outcome {
+        stats: dec.stats(),
+        error,
+    }
+}
+
+fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result<(), DecodeError> {
+    let live = |m: String| DecodeError::Live(m);
+    let iface = pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == lo.interface)
+        .ok_or_else(|| live(format!("no network interface named {:?}", lo.interface)))?;
+    let config = pnet_datalink::Config {
+        read_timeout: Some(Duration::from_millis(100)),
+        read_buffer_size: 1 << 16,
+        promiscuous: false,
+        ..Default::default()
+    };
+    let mut rx = match pnet_datalink::channel(&iface, config) {
+        Ok(pnet_datalink::Channel::Ethernet(_tx, rx)) => rx,
+        Ok(_) => return Err(live(format!("{}: not an Ethernet interface", lo.interface))),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied || e.raw_os_error() == Some(1) => {
+            return Err(live(format!(
+                "capturing on {} needs root or the CAP_NET_RAW capability ({e})",
+                lo.interface
+            )))
+        }
+        Err(e) => return Err(live(format!("opening {}: {e}", lo.interface))),
+    };
+    let mut pcap = match &lo.write {
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|source| DecodeError::Open {
+                name: path.clone(),
+                source,
+            })?;
+            Some(
+                PcapWriter::new(BufWriter::new(f), link::ETHERNET, true, 262_144).map_err(
+                    |source| DecodeError::Open {
+                        name: path.clone(),
+                        source,
+                    },
+                )?,
+            )
+        }
+        None => None,
+    };
+    let start = Instant::now();
+    let result = loop {
+        if dec.done() || lo.duration.is_some_and(|d| start.elapsed() >= d) {
+            break Ok(());
+        }
+        match rx.next() {
+            Ok(frame) => {
+                let rec = Record {
+                    ts: now(),
+                    ts_digits: 9,
+                    link_type: link::ETHERNET,
+                    interface: 0,
+                    orig_len: frame.len() as u32,
+                    data: frame,
+                    offset: 0,
+                };
+                if let Some(w) = &mut pcap {
+                    if let Err(e) = w.write_packet(rec.ts, frame, rec.orig_len) {
+                        break Err(DecodeError::Write(e));
+                    }
+                }
+                if let Err(e) = dec.record(&rec, out).and_then(|()| out.flush()) {
+                    break Err(DecodeError::Write(e));
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::TimedOut | ErrorKind::WouldBlock | ErrorKind::Interrupted
+                ) => {}
+            Err(e) => break Err(live(format!("reading from {}: {e}", lo.interface))),
+        }
+    };
+    if let Some(w) = &mut pcap {
+        w.flush().map_err(DecodeError::Write)?;
+    }
+    out.flush().map_err(DecodeError::Write)?;
+    result
+}
+
+/// `true` when this process may open raw packet sockets (effective uid 0; a process with only
+/// `CAP_NET_RAW` is not detected and gets the channel's clear error instead).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
