@@ -393,8 +393,8 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
     let icrc_cut = shrink_v4(ack.clone(), 12 + 4);
     let atomic = build(&v4(), &packet_for(Opcode::RC_COMPARE_SWAP, 1, &[]));
     let atomic_cut = shrink_v4(atomic, 12 + 20);
-    let mut pad_big = build(&v4(), &packet_for(Opcode::RC_SEND_ONLY, 2, &[1]));
-    pad_big[IP + 28 + 1] |= 0x30; // pad count 3 with a 4-byte body
+    let mut pad_big = build(&v4(), &packet_for(Opcode::RC_SEND_ONLY, 2, &[]));
+    pad_big[IP + 28 + 1] |= 0x30; // pad count 3 with an empty body
     let mut ack_extra = build(&v4(), &packet_for(Opcode::RC_SEND_ONLY, 0, &[1; 8]));
     ack_extra[IP + 28] = Opcode::RC_ACKNOWLEDGE.0; // 4 stray bytes after the AETH
     ack_extra[IP + 28 + 1] &= !0x30;
