@@ -220,8 +220,8 @@ impl Decoder {
         let Some(bth) = d.frame.and_then(|f| f.bth()) else {
             return false;
         };
-        self.opts.qp.is_none_or(|q| bth.dest_qp.0 == q)
-            && self.opts.opcode.is_none_or(|o| bth.opcode == o)
+        self.opts.qp.map_or(true, |q| bth.dest_qp.0 == q)
+            && self.opts.opcode.map_or(true, |o| bth.opcode == o)
     }
 }
 
