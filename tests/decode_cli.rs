@@ -1,0 +1,134 @@
+//! The `roce decode` command end to end: files and stdin, exit codes, the closing summary on
+//! stderr, and argument errors.
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pcap/tests/data");
+
+fn roce(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(b) = stdin {
+        input.write_all(b).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn data(name: &str) -> String {
+    format!("{DATA}/{name}")
+}
+
+#[test]
+fn summary_from_file_matches_the_golden_file_and_exits_0() {
+    let o = roce(&["decode", &data("opcodes.pcap")], None);
+    assert_eq!(o.status.code(), Some(0));
+    let golden = std::fs::read_to_string(data("opcodes.pcap.summary.txt")).unwrap();
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    let stats = golden.lines().last().unwrap().trim_start_matches("# ");
+    assert!(golden.starts_with(&stdout));
+    assert_eq!(String::from_utf8(o.stderr).unwrap().trim_end(), stats);
+}
+
+#[test]
+fn stdin_json_and_verbose() {
+    let bytes = std::fs::read(data("two_interfaces.pcapng")).unwrap();
+    let o = roce(&["decode", "--json", "-"], Some(&bytes));
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        o.stdout,
+        std::fs::read(data("two_interfaces.pcapng.jsonl")).unwrap()
+    );
+    let o = roce(&["decode", "--verbose", "-"], Some(&bytes));
+    assert_eq!(
+        o.stdout,
+        std::fs::read(data("two_interfaces.pcapng.verbose.txt")).unwrap()
+    );
+}
+
+#[test]
+fn check_fails_on_bad_icrc_and_malformed_packets() {
+    for f in ["bad_icrc.pcap", "truncated_headers.pcap"] {
+        assert_eq!(
+            roce(&["decode", &data(f)], None).status.code(),
+            Some(0),
+            "{f}"
+        );
+        assert_eq!(
+            roce(&["decode", "--check", &data(f)], None).status.code(),
+            Some(1),
+            "{f}"
+        );
+    }
+    assert_eq!(
+        roce(&["decode", "--check", &data("vlan.pcap")], None)
+            .status
+            .code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn truncated_and_non_capture_inputs_exit_1_with_name_and_offset() {
+    let bytes = std::fs::read(data("opcodes.pcap")).unwrap();
+    let o = roce(&["decode", "-"], Some(&bytes[..bytes.len() - 7]));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(
+        err.contains("roce decode: -: truncated record at byte "),
+        "{err}"
+    );
+    assert!(
+        !o.stdout.is_empty(),
+        "what was decoded before the cut is printed"
+    );
+
+    let o = roce(
+        &["decode", concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(
+        err.contains("Cargo.toml: not a pcap or pcapng capture (at byte 0"),
+        "{err}"
+    );
+
+    let o = roce(&["decode", "/no/such/file.pcap"], None);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn filters_and_argument_errors() {
+    let o = roce(&["decode", "--opcode", "CNP", &data("opcodes.pcap")], None);
+    let s = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(s.lines().count(), 1);
+    assert!(s.contains(" CNP "));
+    let o = roce(
+        &[
+            "decode",
+            "--qp",
+            "0x13",
+            "--count",
+            "2",
+            &data("opcodes.pcap"),
+        ],
+        None,
+    );
+    let s = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(s.lines().count(), 2);
+    assert!(s.lines().all(|l| l.contains("qp=0x000013")));
+    let o = roce(&["decode", "--opcode", "NOPE", &data("opcodes.pcap")], None);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8(o.stderr)
+        .unwrap()
+        .contains("unknown opcode name"));
+    let o = roce(&["decode"], None);
+    assert_ne!(o.status.code(), Some(0));
+}
