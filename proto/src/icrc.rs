@@ -25,8 +25,10 @@ use crate::{bth, Error, Layer, Result, ICRC_LEN};
 use crc32fast::Hasher;
 
 const FF8: [u8; 8] = [0xff; 8];
-/// Largest pseudo-header: 8 + 60 (IPv4 with options) + 8 (UDP) + 12 (BTH).
-const MAX_PSEUDO: usize = 8 + 60 + 8 + bth::HEADER_LEN;
+/// Largest pseudo-header (8 + 60 for IPv4 with options + 8 for UDP) plus room for the first
+/// transport bytes, so that a one-shot computation hashes one buffer of at least 128 bytes
+/// (crc32fast's folding path) and then the rest of the packet in place.
+const MAX_PSEUDO: usize = 8 + 60 + 8 + 128;
 
 /// CRC state after an ICRC pseudo-header, ready to take the transport bytes.
 #[derive(Clone)]
@@ -84,6 +86,63 @@ impl Pseudo {
         hasher.update(&self.buf[..self.len]);
         Icrc { hasher }
     }
+    /// One-shot: the pseudo-header, then `covered` (BTH onwards, ICRC excluded) with BTH
+    /// byte 4 masked; copies the first transport bytes next to the pseudo-header.
+    fn finish_with(mut self, covered: &[u8]) -> u32 {
+        let take = covered.len().min(MAX_PSEUDO - self.len);
+        let at = self.push(&covered[..take]);
+        if take > bth::CN_BYTE_OFFSET {
+            self.buf[at + bth::CN_BYTE_OFFSET] = 0xff;
+        }
+        let mut hasher = Hasher::new();
+        hasher.update(&self.buf[..self.len]);
+        hasher.update(&covered[take..]);
+        hasher.finalize()
+    }
+    fn rocev2_ipv4(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
+        need(Layer::Ipv4, ip_header, 20)?;
+        let ihl = usize::from(ip_header[0] & 0x0f) * 4;
+        if ip_header[0] >> 4 != 4 || ihl < 20 {
+            return Err(Error::Malformed {
+                layer: Layer::Ipv4,
+                reason: "not an IPv4 header",
+            });
+        }
+        need(Layer::Ipv4, ip_header, ihl)?;
+        need(Layer::Udp, udp_header, 8)?;
+        let mut p = Self::new();
+        let at = p.push(&ip_header[..ihl]);
+        p.mask(at, 1..2); // TOS: DSCP + ECN
+        p.mask(at, 8..9); // TTL
+        p.mask(at, 10..12); // header checksum
+        p.push_udp(udp_header);
+        Ok(p)
+    }
+    fn rocev2_ipv6(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
+        need(Layer::Ipv6, ip_header, 40)?;
+        if ip_header[0] >> 4 != 6 {
+            return Err(Error::Malformed {
+                layer: Layer::Ipv6,
+                reason: "not an IPv6 header",
+            });
+        }
+        need(Layer::Udp, udp_header, 8)?;
+        let mut p = Self::new();
+        p.push_ipv6_like(ip_header);
+        p.push_udp(udp_header);
+        Ok(p)
+    }
+    fn grh(grh: &[u8]) -> Result<Self> {
+        need(Layer::Grh, grh, 40)?;
+        let mut p = Self::new();
+        p.push_ipv6_like(grh);
+        Ok(p)
+    }
+}
+
+/// The covered part of a transport packet: everything but the ICRC.
+fn covered(packet: &[u8]) -> &[u8] {
+    &packet[..packet.len().saturating_sub(ICRC_LEN)]
 }
 
 /// The fields of an IPv4 header that the ICRC covers and that a UDP-socket sender must
@@ -113,39 +172,23 @@ impl Icrc {
     /// Seed for RoCEv2 over IPv4 from the exact IP header bytes (20..=60, options included)
     /// and the 8-byte UDP header.
     pub fn rocev2_ipv4(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
-        need(Layer::Ipv4, ip_header, 20)?;
-        let ihl = usize::from(ip_header[0] & 0x0f) * 4;
-        if ip_header[0] >> 4 != 4 || ihl < 20 {
-            return Err(Error::Malformed {
-                layer: Layer::Ipv4,
-                reason: "not an IPv4 header",
-            });
-        }
-        need(Layer::Ipv4, ip_header, ihl)?;
-        need(Layer::Udp, udp_header, 8)?;
-        let mut p = Pseudo::new();
-        let at = p.push(&ip_header[..ihl]);
-        p.mask(at, 1..2); // TOS: DSCP + ECN
-        p.mask(at, 8..9); // TTL
-        p.mask(at, 10..12); // header checksum
-        p.push_udp(udp_header);
-        Ok(p.finish())
+        Ok(Pseudo::rocev2_ipv4(ip_header, udp_header)?.finish())
+    }
+
+    /// One-shot ICRC of a RoCEv2/IPv4 transport `packet` (its last four bytes, the ICRC
+    /// field, are not covered). Faster than a seed when the headers change every packet.
+    pub fn compute_rocev2_ipv4(ip_header: &[u8], udp_header: &[u8], packet: &[u8]) -> Result<u32> {
+        Ok(Pseudo::rocev2_ipv4(ip_header, udp_header)?.finish_with(covered(packet)))
     }
 
     /// Seed for RoCEv2 over IPv6 from the exact 40-byte IPv6 header and the UDP header.
     pub fn rocev2_ipv6(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
-        need(Layer::Ipv6, ip_header, 40)?;
-        if ip_header[0] >> 4 != 6 {
-            return Err(Error::Malformed {
-                layer: Layer::Ipv6,
-                reason: "not an IPv6 header",
-            });
-        }
-        need(Layer::Udp, udp_header, 8)?;
-        let mut p = Pseudo::new();
-        p.push_ipv6_like(ip_header);
-        p.push_udp(udp_header);
-        Ok(p.finish())
+        Ok(Pseudo::rocev2_ipv6(ip_header, udp_header)?.finish())
+    }
+
+    /// One-shot ICRC of a RoCEv2/IPv6 transport `packet` (ICRC field not covered).
+    pub fn compute_rocev2_ipv6(ip_header: &[u8], udp_header: &[u8], packet: &[u8]) -> Result<u32> {
+        Ok(Pseudo::rocev2_ipv6(ip_header, udp_header)?.finish_with(covered(packet)))
     }
 
     /// Seed for RoCEv2 over IPv4 from header fields alone, for a sender on a UDP socket that
@@ -194,10 +237,12 @@ impl Icrc {
 
     /// Seed for RoCE v1 (and native IB with a GRH): the 40-byte GRH.
     pub fn grh(grh: &[u8]) -> Result<Self> {
-        need(Layer::Grh, grh, 40)?;
-        let mut p = Pseudo::new();
-        p.push_ipv6_like(grh);
-        Ok(p.finish())
+        Ok(Pseudo::grh(grh)?.finish())
+    }
+
+    /// One-shot ICRC of a RoCE v1 (or LRH+GRH) transport `packet` (ICRC field not covered).
+    pub fn compute_grh(grh: &[u8], packet: &[u8]) -> Result<u32> {
+        Ok(Pseudo::grh(grh)?.finish_with(covered(packet)))
     }
 
     /// Seed for native IB without a GRH: the 8-byte LRH with its VL nibble masked.
@@ -243,8 +288,7 @@ impl Icrc {
 
     /// The ICRC of a whole transport packet (BTH through ICRC; the last 4 bytes are skipped).
     pub fn compute(mut self, packet: &[u8]) -> u32 {
-        let covered = packet.len().saturating_sub(ICRC_LEN);
-        self.update_transport(&packet[..covered]);
+        self.update_transport(covered(packet));
         self.finish()
     }
 

@@ -309,6 +309,24 @@ impl Opcode {
 
     /// The extended headers that follow the BTH. Empty for unknown opcodes.
     pub const fn ext_headers(self) -> ExtHeaders {
+        ExtHeaders(EXT_SETS[self.0 as usize])
+    }
+
+    /// Offset from the start of the BTH of extended header `which` (one header), or `None`
+    /// when this opcode does not carry it. A table lookup.
+    pub const fn ext_offset(self, which: ExtHeaders) -> Option<usize> {
+        if which.0.count_ones() != 1 {
+            return None;
+        }
+        let at = EXT_OFFSETS[self.0 as usize][which.0.trailing_zeros() as usize];
+        if at == 0 {
+            None
+        } else {
+            Some(at as usize)
+        }
+    }
+
+    const fn compute_ext_headers(self) -> ExtHeaders {
         let Some(op) = self.op() else {
             return ExtHeaders::NONE;
         };
@@ -404,12 +422,44 @@ impl Opcode {
     }
 }
 
-/// BTH + extended header length for each of the 256 opcodes, computed at compile time.
+/// Extended-header set of each of the 256 opcodes, computed at compile time.
+const EXT_SETS: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = Opcode(i as u8).compute_ext_headers().0;
+        i += 1;
+    }
+    t
+};
+
+/// BTH + extended header length of each opcode.
 const HEADER_LENS: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut i = 0;
     while i < 256 {
-        t[i] = (crate::bth::HEADER_LEN + Opcode(i as u8).ext_headers().len()) as u8;
+        t[i] = (crate::bth::HEADER_LEN + ExtHeaders(EXT_SETS[i]).len()) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Offset of each extended header (indexed by its bit) for each opcode; 0 = absent.
+const EXT_OFFSETS: [[u8; 10]; 256] = {
+    let mut t = [[0u8; 10]; 256];
+    let mut i = 0;
+    while i < 256 {
+        let set = ExtHeaders(EXT_SETS[i]);
+        let mut at = crate::bth::HEADER_LEN;
+        let mut k = 0;
+        while k < ExtHeaders::ORDER.len() {
+            let (h, len) = ExtHeaders::ORDER[k];
+            if set.contains(h) {
+                t[i][h.0.trailing_zeros() as usize] = at as u8;
+                at += len;
+            }
+            k += 1;
+        }
         i += 1;
     }
     t
@@ -481,6 +531,29 @@ mod tests {
         assert_eq!(Opcode(0xb1).ext_headers(), AETH);
         assert!(!Opcode(0x2c).is_defined(), "UC has no READ");
         assert!(!Opcode(0x60).is_defined(), "UD has only SEND Only (+imm)");
+    }
+
+    #[test]
+    fn ext_offsets_follow_wire_order() {
+        for v in 0..=255u8 {
+            let op = Opcode(v);
+            let set = op.ext_headers();
+            let mut at = crate::bth::HEADER_LEN;
+            for (h, len) in ExtHeaders::ORDER {
+                if set.contains(h) {
+                    assert_eq!(op.ext_offset(h), Some(at), "{op}");
+                    at += len;
+                } else {
+                    assert_eq!(op.ext_offset(h), None, "{op}");
+                }
+            }
+            assert_eq!(op.header_len(), at, "{op}");
+        }
+        assert_eq!(
+            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.ext_offset(ExtHeaders::IMMDT),
+            Some(28)
+        );
+        assert_eq!(Opcode::RC_ACKNOWLEDGE.ext_offset(RETH.union(AETH)), None);
     }
 
     #[test]

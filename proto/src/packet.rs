@@ -39,24 +39,6 @@ fn layer_of(h: ExtHeaders) -> Layer {
     }
 }
 
-/// Offset of extended header `which` for `opcode`, if the opcode carries it.
-fn ext_offset(opcode: Opcode, which: ExtHeaders) -> Option<usize> {
-    let set = opcode.ext_headers();
-    if !set.contains(which) {
-        return None;
-    }
-    let mut at = bth::HEADER_LEN;
-    for (h, len) in ExtHeaders::ORDER {
-        if h == which {
-            return Some(at);
-        }
-        if set.contains(h) {
-            at += len;
-        }
-    }
-    None
-}
-
 /// A view of a transport packet. After `check_len` is `Ok`, no accessor panics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {
@@ -163,7 +145,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     fn ext(&self, which: ExtHeaders, len: usize) -> Option<&[u8]> {
-        let at = ext_offset(self.opcode(), which)?;
+        let at = self.opcode().ext_offset(which)?;
         Some(&self.buffer.as_ref()[at..at + len])
     }
 
