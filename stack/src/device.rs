@@ -1,0 +1,303 @@
+//! The device context: protection domains, memory regions, completion queues and queue pairs,
+//! and the sans-IO surface a driver or the simulator calls (STYLE.md §5).
+//!
+//! One `Device` is one RoCEv2 endpoint: datagrams handed to [`Device::handle_datagram`] are
+//! demultiplexed by the BTH destination QPN; [`Device::poll_transmit`] serves the QPs round
+//! robin.
+use std::collections::VecDeque;
+
+use roce_proto::{Ecn, Qpn, RocePacket};
+
+use crate::cc::CongestionControl;
+use crate::memory::{Access, MemoryRegion, MrHandle, MrTable, PdHandle};
+use crate::qp::{Qp, QpAttr, QpCaps, Transmit};
+use crate::stats::{DropReason, QpStats};
+use crate::time::{min_opt, Instant};
+use crate::wr::{Completion, ModifyError, PostError, RecvRequest, WorkRequest};
+
+/// A completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqHandle(pub(crate) u32);
+
+/// Device-wide settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// QPN of the first QP created (QPNs are `qpn_base`, `qpn_base + 1`, …).
+    pub qpn_base: u32,
+    /// Most QPs.
+    pub max_qps: u32,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            qpn_base: 0x11,
+            max_qps: 1 << 16,
+        }
+    }
+}
+
+/// Why a QP could not be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateError {
+    /// Unknown protection domain.
+    #[error("no such protection domain")]
+    NoSuchPd,
+    /// Unknown completion queue.
+    #[error("no such completion queue")]
+    NoSuchCq,
+    /// `max_qps` reached.
+    #[error("too many queue pairs")]
+    TooManyQps,
+}
+
+/// What a QP may touch while it runs: the memory table and the completion queues.
+pub(crate) struct Ctx<'a> {
+    pub(crate) mrs: &'a mut MrTable,
+    cqs: &'a mut [VecDeque<Completion>],
+}
+
+impl Ctx<'_> {
+    pub(crate) fn push(&mut self, cq: CqHandle, c: Completion) {
+        if let Some(q) = self.cqs.get_mut(cq.0 as usize) {
+            q.push_back(c);
+        }
+    }
+}
+
+/// A device context: owns every verbs object and is the sans-IO endpoint.
+#[derive(Debug)]
+pub struct Device {
+    config: DeviceConfig,
+    pds: u32,
+    mrs: MrTable,
+    cqs: Vec<VecDeque<Completion>>,
+    qps: Vec<Qp>,
+    cursor: usize,
+    drops: QpStats,
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Self::new(DeviceConfig::default())
+    }
+}
+
+impl Device {
+    /// An empty device.
+    pub fn new(config: DeviceConfig) -> Self {
+        Self {
+            config,
+            pds: 0,
+            mrs: MrTable::default(),
+            cqs: Vec::new(),
+            qps: Vec::new(),
+            cursor: 0,
+            drops: QpStats::default(),
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> PdHandle {
+        self.pds += 1;
+        PdHandle(self.pds - 1)
+    }
+
+    /// Registers `len` zeroed bytes in `pd` with `access`.
+    pub fn reg_mr(&mut self, pd: PdHandle, len: usize, access: Access) -> MrHandle {
+        self.mrs.register(pd, len, access)
+    }
+
+    /// Deregisters a region; later accesses through its keys fail. `false` if unknown.
+    pub fn dereg_mr(&mut self, mr: MrHandle) -> bool {
+        self.mrs.deregister(mr)
+    }
+
+    /// A region (keys, address, bytes).
+    pub fn mr(&self, mr: MrHandle) -> Option<&MemoryRegion> {
+        self.mrs.get(mr)
+    }
+
+    /// A region, writable by the application.
+    pub fn mr_mut(&mut self, mr: MrHandle) -> Option<&mut MemoryRegion> {
+        self.mrs.get_mut(mr)
+    }
+
+    /// Makes a region's rkey valid again after a SEND with invalidate.
+    pub fn revalidate_rkey(&mut self, mr: MrHandle) -> bool {
+        self.mrs.revalidate(mr)
+    }
+
+    /// Creates a completion queue (unbounded; poll it regularly).
+    pub fn create_cq(&mut self) -> CqHandle {
+        self.cqs.push(VecDeque::with_capacity(256));
+        CqHandle(self.cqs.len() as u32 - 1)
+    }
+
+    /// Creates a QP in RESET.
+    pub fn create_qp(
+        &mut self,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        caps: QpCaps,
+    ) -> Result<Qpn, CreateError> {
+        if pd.0 >= self.pds {
+            return Err(CreateError::NoSuchPd);
+        }
+        if send_cq.0 as usize >= self.cqs.len() || recv_cq.0 as usize >= self.cqs.len() {
+            return Err(CreateError::NoSuchCq);
+        }
+        if self.qps.len() as u32 >= self.config.max_qps
+            || self.config.qpn_base + self.qps.len() as u32 > 0xff_fffe
+        {
+            return Err(CreateError::TooManyQps);
+        }
+        let qpn = Qpn(self.config.qpn_base + self.qps.len() as u32);
+        self.qps.push(Qp::new(qpn, pd, send_cq, recv_cq, caps));
+        Ok(qpn)
+    }
+
+    fn idx(&self, qpn: Qpn) -> Option<usize> {
+        let i = qpn.0.checked_sub(self.config.qpn_base)? as usize;
+        (i < self.qps.len()).then_some(i)
+    }
+
+    /// A QP (state, counters, path).
+    pub fn qp(&self, qpn: Qpn) -> Option<&Qp> {
+        self.qps.get(self.idx(qpn)?)
+    }
+
+    /// Every QP.
+    pub fn qps(&self) -> impl Iterator<Item = &Qp> {
+        self.qps.iter()
+    }
+
+    fn split(&mut self, qpn: Qpn) -> Option<(&mut Qp, Ctx<'_>)> {
+        let i = self.idx(qpn)?;
+        Some((
+            &mut self.qps[i],
+            Ctx {
+                mrs: &mut self.mrs,
+                cqs: &mut self.cqs,
+            },
+        ))
+    }
+
+    /// Replaces a QP's congestion controller.
+    pub fn set_congestion_control(&mut self, qpn: Qpn, cc: Box<dyn CongestionControl>) -> bool {
+        match self.idx(qpn) {
+            Some(i) => {
+                self.qps[i].set_congestion_control(cc);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `ibv_modify_qp`: a state transition with its attributes. On error nothing changes.
+    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr) -> Result<(), ModifyError> {
+        let (qp, mut ctx) = self.split(qpn).ok_or(ModifyError::NoSuchQp)?;
+        qp.modify(attr, &mut ctx)
+    }
+
+    /// Posts a send-queue work request (RTS, SQD; in ERR it completes at once as flushed).
+    pub fn post_send(&mut self, qpn: Qpn, wr: WorkRequest) -> Result<(), PostError> {
+        let (qp, mut ctx) = self.split(qpn).ok_or(PostError::NoSuchQp)?;
+        qp.post_send(wr, &mut ctx)
+    }
+
+    /// Posts a receive request (any state but RESET; in ERR it completes at once as flushed).
+    pub fn post_recv(&mut self, qpn: Qpn, r: RecvRequest) -> Result<(), PostError> {
+        let (qp, mut ctx) = self.split(qpn).ok_or(PostError::NoSuchQp)?;
+        qp.post_recv(r, &mut ctx)
+    }
+
+    /// Takes the oldest completion of a CQ.
+    #[must_use]
+    pub fn poll_cq(&mut self, cq: CqHandle) -> Option<Completion> {
+        self.cqs.get_mut(cq.0 as usize)?.pop_front()
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqHandle) -> usize {
+        self.cqs.get(cq.0 as usize).map_or(0, VecDeque::len)
+    }
+
+    /// A received RoCEv2 UDP payload (BTH through ICRC) with its IP ECN codepoint. Malformed
+    /// datagrams, bad ICRCs, unknown QPs and wrong states are dropped and counted.
+    pub fn handle_datagram(&mut self, now: Instant, ecn: Ecn, datagram: &[u8]) {
+        let qpn = match RocePacket::new_checked(datagram) {
+            Ok(p) => p.bth().dest_qp(),
+            Err(_) => {
+                self.drops.drops.count(DropReason::Malformed);
+                return;
+            }
+        };
+        match self.split(qpn) {
+            Some((qp, mut ctx)) => qp.handle_datagram(now, ecn, datagram, &mut ctx),
+            None => self.drops.drops.count(DropReason::UnknownQp),
+        }
+    }
+
+    /// Runs expired timers. Call once `now >= poll_timeout()`; early calls are harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for i in 0..self.qps.len() {
+            if self.qps[i].poll_timeout().is_some_and(|t| t <= now) {
+                let mut ctx = Ctx {
+                    mrs: &mut self.mrs,
+                    cqs: &mut self.cqs,
+                };
+                self.qps[i].handle_timeout(now, &mut ctx);
+            }
+        }
+    }
+
+    /// The next datagram to send, written into `buf` (resized to its length). Call after any
+    /// `handle_*`/`post_*` until `None`.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let n = self.qps.len();
+        for step in 0..n {
+            let i = (self.cursor + step) % n;
+            let mut ctx = Ctx {
+                mrs: &mut self.mrs,
+                cqs: &mut self.cqs,
+            };
+            let qp = &mut self.qps[i];
+            if let Some(len) = qp.poll_transmit(now, &mut ctx, buf) {
+                self.cursor = (i + 1) % n;
+                return Some(Transmit {
+                    qpn: qp.qpn(),
+                    len,
+                    ecn: qp.path().ecn,
+                    path: *qp.path(),
+                });
+            }
+        }
+        None
+    }
+
+    /// The earliest deadline of any QP (retransmit, RNR, pacing, congestion control).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps
+            .iter()
+            .fold(None, |acc, qp| min_opt(acc, qp.poll_timeout()))
+    }
+
+    /// Counters summed over every QP, plus the drops that reached no QP.
+    pub fn stats(&self) -> QpStats {
+        let mut s = self.drops;
+        for qp in &self.qps {
+            s.add(qp.stats());
+        }
+        s
+    }
+
+    /// The CQs a QP reports to: (send, receive).
+    pub fn qp_cqs(&self, qpn: Qpn) -> Option<(CqHandle, CqHandle)> {
+        self.qp(qpn).map(|q| (q.send_cq(), q.recv_cq()))
+    }
+}

@@ -1,0 +1,512 @@
+//! Protection domains and registered memory (IBTA Vol 1 §10.6).
+//!
+//! A [`MemoryRegion`] owns its bytes (`Vec<u8>`), so the stack never holds a raw pointer. The
+//! region gets a virtual address range (`va() .. va() + len()`) that peers use in RETH/AtomicETH,
+//! an lkey for local scatter/gather entries and an rkey for remote access. Every access, local or
+//! remote, goes through [`MrTable`] which checks key, protection domain, access flags and bounds
+//! before a byte moves.
+use core::fmt;
+use core::ops::BitOr;
+
+use roce_proto::RKey;
+
+/// Access rights of a memory region or a queue pair (`ibv_access_flags` values).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u8);
+
+impl Access {
+    /// No rights beyond local read.
+    pub const NONE: Self = Self(0);
+    /// The local HCA may write (receive buffers, READ destinations, atomic results).
+    pub const LOCAL_WRITE: Self = Self(1);
+    /// Peers may RDMA WRITE.
+    pub const REMOTE_WRITE: Self = Self(2);
+    /// Peers may RDMA READ.
+    pub const REMOTE_READ: Self = Self(4);
+    /// Peers may run atomics.
+    pub const REMOTE_ATOMIC: Self = Self(8);
+    /// Every right.
+    pub const ALL: Self = Self(15);
+
+    /// `true` when every right in `other` is present.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Access {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            "LOCAL_WRITE",
+            "REMOTE_WRITE",
+            "REMOTE_READ",
+            "REMOTE_ATOMIC",
+        ];
+        let mut first = true;
+        f.write_str("Access(")?;
+        for (i, n) in names.iter().enumerate() {
+            if self.0 & (1 << i) != 0 {
+                if !first {
+                    f.write_str("|")?;
+                }
+                f.write_str(n)?;
+                first = false;
+            }
+        }
+        f.write_str(")")
+    }
+}
+
+/// A protection domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PdHandle(pub(crate) u32);
+
+/// A registered memory region (index into the device's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MrHandle(pub(crate) u32);
+
+/// One scatter/gather entry: `length` bytes at virtual address `addr` of the region `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Virtual address (inside the region's `va() .. va() + len()`).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The region's local key.
+    pub lkey: u32,
+}
+
+/// Most scatter/gather entries in one work request.
+pub const MAX_SGE: usize = 8;
+
+/// A scatter/gather list of up to [`MAX_SGE`] entries, stored inline (posting allocates nothing).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct SgList {
+    sges: [Sge; MAX_SGE],
+    len: u8,
+}
+
+impl fmt::Debug for SgList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl SgList {
+    /// An empty list (a zero-length message).
+    pub const fn new() -> Self {
+        Self {
+            sges: [Sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; MAX_SGE],
+            len: 0,
+        }
+    }
+
+    /// A list with one entry.
+    pub const fn one(sge: Sge) -> Self {
+        let mut l = Self::new();
+        l.sges[0] = sge;
+        l.len = 1;
+        l
+    }
+
+    /// A list from a slice, or `None` when it has more than [`MAX_SGE`] entries.
+    pub fn from_slice(sges: &[Sge]) -> Option<Self> {
+        if sges.len() > MAX_SGE {
+            return None;
+        }
+        let mut l = Self::new();
+        l.sges[..sges.len()].copy_from_slice(sges);
+        l.len = sges.len() as u8;
+        Some(l)
+    }
+
+    /// Appends an entry; `false` when the list is full.
+    pub fn push(&mut self, sge: Sge) -> bool {
+        if usize::from(self.len) == MAX_SGE {
+            return false;
+        }
+        self.sges[usize::from(self.len)] = sge;
+        self.len += 1;
+        true
+    }
+
+    /// The entries.
+    pub fn as_slice(&self) -> &[Sge] {
+        &self.sges[..usize::from(self.len)]
+    }
+
+    /// Sum of the entry lengths.
+    pub fn total_len(&self) -> u64 {
+        self.as_slice().iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+impl From<Sge> for SgList {
+    fn from(s: Sge) -> Self {
+        Self::one(s)
+    }
+}
+
+/// Registered memory: bytes owned by the stack, reachable through keys.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    pd: PdHandle,
+    access: Access,
+    lkey: u32,
+    rkey: RKey,
+    va: u64,
+    remote_valid: bool,
+    data: Vec<u8>,
+}
+
+impl MemoryRegion {
+    /// Protection domain.
+    pub fn pd(&self) -> PdHandle {
+        self.pd
+    }
+    /// Access flags given at registration.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    /// Local key (for [`Sge::lkey`]).
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// Remote key (for peers' RETH / AtomicETH).
+    pub fn rkey(&self) -> RKey {
+        self.rkey
+    }
+    /// Virtual address of byte 0.
+    pub fn va(&self) -> u64 {
+        self.va
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    /// `true` for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    /// `false` once a SEND with invalidate named this region's rkey.
+    pub fn rkey_valid(&self) -> bool {
+        self.remote_valid
+    }
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.data
+    }
+    /// The bytes, writable by the application.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+    /// A scatter/gather entry for `len` bytes at `offset` (not checked here; posting checks).
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.va.wrapping_add(offset),
+            length: len,
+            lkey: self.lkey,
+        }
+    }
+}
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemError {
+    /// Key unknown, other protection domain, missing right, or out of bounds.
+    Protection,
+    /// The scatter list is shorter than the data.
+    Length,
+}
+
+/// All regions of a device.
+#[derive(Debug, Default)]
+pub struct MrTable {
+    slots: Vec<Option<MemoryRegion>>,
+    generation: u8,
+}
+
+impl MrTable {
+    pub(crate) fn register(&mut self, pd: PdHandle, len: usize, access: Access) -> MrHandle {
+        let idx = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.slots.len());
+        if idx == self.slots.len() {
+            self.slots.push(None);
+        }
+        self.generation = self.generation.wrapping_add(0x35) | 1;
+        let key = ((idx as u32 + 1) << 8) | u32::from(self.generation);
+        self.slots[idx] = Some(MemoryRegion {
+            pd,
+            access,
+            lkey: key,
+            rkey: RKey(key),
+            va: (idx as u64 + 1) << 36,
+            remote_valid: true,
+            data: vec![0; len],
+        });
+        MrHandle(idx as u32)
+    }
+
+    pub(crate) fn deregister(&mut self, h: MrHandle) -> bool {
+        match self.slots.get_mut(h.0 as usize) {
+            Some(s @ Some(_)) => {
+                *s = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The region behind a handle.
+    pub fn get(&self, h: MrHandle) -> Option<&MemoryRegion> {
+        self.slots.get(h.0 as usize)?.as_ref()
+    }
+
+    /// The region behind a handle, writable.
+    pub fn get_mut(&mut self, h: MrHandle) -> Option<&mut MemoryRegion> {
+        self.slots.get_mut(h.0 as usize)?.as_mut()
+    }
+
+    fn by_key(&self, key: u32) -> Option<(usize, &MemoryRegion)> {
+        let idx = (key >> 8).checked_sub(1)? as usize;
+        let mr = self.slots.get(idx)?.as_ref()?;
+        (mr.lkey == key).then_some((idx, mr))
+    }
+
+    /// Index and byte offset of `[va, va+len)` in the region `key` if it is in `pd`, has
+    /// `need` and contains the range.
+    fn check(
+        &self,
+        key: u32,
+        remote: bool,
+        pd: PdHandle,
+        need: Access,
+        va: u64,
+        len: u64,
+    ) -> Result<(usize, usize), MemError> {
+        let (idx, mr) = self.by_key(key).ok_or(MemError::Protection)?;
+        if mr.pd != pd || !mr.access.contains(need) || (remote && !mr.remote_valid) {
+            return Err(MemError::Protection);
+        }
+        let off = va.checked_sub(mr.va).ok_or(MemError::Protection)?;
+        let end = off.checked_add(len).ok_or(MemError::Protection)?;
+        if end > mr.data.len() as u64 {
+            return Err(MemError::Protection);
+        }
+        Ok((idx, off as usize))
+    }
+
+    /// Checks a remote access (key, PD, right, bounds); returns (region index, offset).
+    pub(crate) fn remote(
+        &self,
+        rkey: RKey,
+        pd: PdHandle,
+        need: Access,
+        va: u64,
+        len: u64,
+    ) -> Result<(usize, usize), MemError> {
+        self.check(rkey.0, true, pd, need, va, len)
+    }
+
+    /// Bytes of a checked region.
+    pub(crate) fn bytes(&self, idx: usize, off: usize, len: usize) -> &[u8] {
+        match &self.slots[idx] {
+            Some(mr) => &mr.data[off..off + len],
+            None => &[],
+        }
+    }
+
+    /// Writable bytes of a checked region.
+    pub(crate) fn bytes_mut(&mut self, idx: usize, off: usize, len: usize) -> &mut [u8] {
+        match &mut self.slots[idx] {
+            Some(mr) => &mut mr.data[off..off + len],
+            None => &mut [],
+        }
+    }
+
+    /// Checks every entry of a local list (for posting): key, PD, LOCAL_WRITE if `write`.
+    pub(crate) fn check_sgl(&self, pd: PdHandle, sgl: &SgList, write: bool) -> bool {
+        let need = if write {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
+        sgl.as_slice().iter().all(|s| {
+            s.length == 0
+                || self
+                    .check(s.lkey, false, pd, need, s.addr, u64::from(s.length))
+                    .is_ok()
+        })
+    }
+
+    /// The `len` bytes at message offset `offset` of a gather list: borrowed straight from
+    /// the region when they lie in one entry, otherwise copied into `scratch`.
+    pub(crate) fn gather<'a>(
+        &'a self,
+        pd: PdHandle,
+        sgl: &SgList,
+        offset: u64,
+        len: usize,
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], MemError> {
+        if len == 0 {
+            return Ok(&[]);
+        }
+        let mut skip = offset;
+        let mut first = true;
+        scratch.clear();
+        for s in sgl.as_slice() {
+            let slen = u64::from(s.length);
+            if skip >= slen {
+                skip -= slen;
+                continue;
+            }
+            let want = len - scratch.len();
+            let take = (slen - skip).min(want as u64) as usize;
+            let (idx, off) =
+                self.check(s.lkey, false, pd, Access::NONE, s.addr + skip, take as u64)?;
+            let src = self.bytes(idx, off, take);
+            if first && take == len {
+                return Ok(src);
+            }
+            first = false;
+            scratch.extend_from_slice(src);
+            skip = 0;
+            if scratch.len() == len {
+                return Ok(scratch);
+            }
+        }
+        Err(MemError::Length)
+    }
+
+    /// Writes `data` at message offset `offset` of a scatter list (LOCAL_WRITE required).
+    pub(crate) fn scatter(
+        &mut self,
+        pd: PdHandle,
+        sgl: &SgList,
+        offset: u64,
+        mut data: &[u8],
+    ) -> Result<(), MemError> {
+        let mut skip = offset;
+        for s in sgl.as_slice() {
+            if data.is_empty() {
+                return Ok(());
+            }
+            let slen = u64::from(s.length);
+            if skip >= slen {
+                skip -= slen;
+                continue;
+            }
+            let take = (slen - skip).min(data.len() as u64) as usize;
+            let (idx, off) = self.check(
+                s.lkey,
+                false,
+                pd,
+                Access::LOCAL_WRITE,
+                s.addr + skip,
+                take as u64,
+            )?;
+            self.bytes_mut(idx, off, take)
+                .copy_from_slice(&data[..take]);
+            data = &data[take..];
+            skip = 0;
+        }
+        if data.is_empty() {
+            Ok(())
+        } else {
+            Err(MemError::Length)
+        }
+    }
+
+    /// Invalidates remote access through `rkey` if it belongs to `pd`.
+    pub(crate) fn invalidate(&mut self, pd: PdHandle, rkey: RKey) -> bool {
+        let Some((idx, _)) = self.by_key(rkey.0) else {
+            return false;
+        };
+        match &mut self.slots[idx] {
+            Some(mr) if mr.pd == pd => {
+                mr.remote_valid = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Makes a region's rkey valid again after an invalidation.
+    pub(crate) fn revalidate(&mut self, h: MrHandle) -> bool {
+        match self.get_mut(h) {
+            Some(mr) => {
+                mr.remote_valid = true;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_key_pd_access_and_bounds() {
+        let mut t = MrTable::default();
+        let pd = PdHandle(0);
+        let h = t.register(pd, 64, Access::LOCAL_WRITE | Access::REMOTE_READ);
+        let mr = t.get(h).unwrap();
+        let (rkey, va) = (mr.rkey(), mr.va());
+        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va, 64).is_ok());
+        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va + 1, 64).is_err());
+        assert!(t.remote(rkey, pd, Access::REMOTE_WRITE, va, 1).is_err());
+        assert!(t
+            .remote(rkey, PdHandle(1), Access::REMOTE_READ, va, 1)
+            .is_err());
+        assert!(t
+            .remote(RKey(rkey.0 ^ 1), pd, Access::REMOTE_READ, va, 1)
+            .is_err());
+        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va - 1, 1).is_err());
+        assert!(t
+            .remote(rkey, pd, Access::REMOTE_READ, u64::MAX, 2)
+            .is_err());
+        assert!(t.invalidate(pd, rkey));
+        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va, 1).is_err());
+        assert!(t.revalidate(h));
+        assert!(t.deregister(h));
+        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va, 1).is_err());
+    }
+
+    #[test]
+    fn gather_and_scatter_span_entries() {
+        let mut t = MrTable::default();
+        let pd = PdHandle(0);
+        let h = t.register(pd, 16, Access::LOCAL_WRITE);
+        let mr = t.get(h).unwrap();
+        let sgl = SgList::from_slice(&[mr.sge(0, 4), mr.sge(8, 8)]).unwrap();
+        t.scatter(pd, &sgl, 2, &[1, 2, 3, 4, 5]).unwrap();
+        assert_eq!(
+            &t.get(h).unwrap().as_slice()[..12],
+            &[0, 0, 1, 2, 0, 0, 0, 0, 3, 4, 5, 0]
+        );
+        let mut scratch = Vec::new();
+        assert_eq!(
+            t.gather(pd, &sgl, 2, 5, &mut scratch).unwrap(),
+            &[1, 2, 3, 4, 5]
+        );
+        assert_eq!(t.gather(pd, &sgl, 4, 2, &mut scratch).unwrap(), &[3, 4]);
+        assert_eq!(t.scatter(pd, &sgl, 10, &[9, 9, 9]), Err(MemError::Length));
+    }
+}

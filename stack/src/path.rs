@@ -1,0 +1,131 @@
+//! The address vector of a connected QP and the ICRC seeds it implies (protocol.md §1.2, §3).
+//!
+//! The ICRC covers the IP and UDP headers, so the QP must know them to produce and check it:
+//! both the simulator and a UDP driver fill a [`PathConfig`] with the addresses and ports the
+//! datagrams really carry. IPv4 senders are assumed to write DF and identification 0 (what
+//! Linux does for an unconnected socket with `IP_PMTUDISC_DO`); peers that write other IPv4
+//! headers (rxe, hardware) can be received with `verify_icrc: false`.
+use std::net::{IpAddr, Ipv4Addr};
+
+use roce_proto::icrc::{Ipv4Fields, UdpFields};
+use roce_proto::{Ecn, Icrc, ROCEV2_UDP_PORT};
+
+/// Where a QP's datagrams go and come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathConfig {
+    /// Our IP address (source of what we send).
+    pub local: IpAddr,
+    /// The peer's IP address.
+    pub remote: IpAddr,
+    /// Our UDP source port (per-QP entropy; see [`PathConfig::udp_sport`]).
+    pub src_port: u16,
+    /// The peer's UDP source port (needed to check the ICRC of what it sends).
+    pub remote_src_port: u16,
+    /// ECN codepoint for every datagram we send (ECT(0) for a congestion-controlled flow).
+    pub ecn: Ecn,
+    /// Check the ICRC of received packets (drop and count on mismatch).
+    pub verify_icrc: bool,
+}
+
+impl Default for PathConfig {
+    fn default() -> Self {
+        Self {
+            local: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            remote: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            src_port: 0xc000,
+            remote_src_port: 0xc000,
+            ecn: Ecn::Ect0,
+            verify_icrc: true,
+        }
+    }
+}
+
+impl PathConfig {
+    /// The UDP source port the kernel's `rdma_get_udp_sport` picks for flow label 0
+    /// (symmetric: both ends of a connection compute the same value).
+    pub fn udp_sport(lqpn: u32, rqpn: u32) -> u16 {
+        let mut v = u64::from(lqpn) * u64::from(rqpn);
+        v ^= v >> 20;
+        v ^= v >> 40;
+        let fl = (v & 0xfffff) as u32;
+        (0xc000 | ((fl & 0x3fff) ^ ((fl & 0xfc000) >> 14))) as u16
+    }
+
+    /// `true` when both addresses are of the same family.
+    pub fn is_consistent(&self) -> bool {
+        self.local.is_ipv4() == self.remote.is_ipv4()
+    }
+
+    /// ICRC seed for a datagram we send whose UDP payload is `transport_len` bytes.
+    pub fn tx_icrc(&self, transport_len: usize) -> Icrc {
+        seed(self.local, self.remote, self.src_port, transport_len)
+    }
+
+    /// ICRC seed for a datagram the peer sends us with `transport_len` bytes.
+    pub fn rx_icrc(&self, transport_len: usize) -> Icrc {
+        seed(self.remote, self.local, self.remote_src_port, transport_len)
+    }
+}
+
+fn seed(src: IpAddr, dst: IpAddr, sport: u16, len: usize) -> Icrc {
+    let udp = UdpFields {
+        src_port: sport,
+        dst_port: ROCEV2_UDP_PORT,
+    };
+    match (src, dst) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Icrc::rocev2_ipv6_fields(&s.octets(), &d.octets(), &udp, len)
+        }
+        (s, d) => {
+            let v4 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a.octets(),
+                IpAddr::V6(a) => a.to_ipv4_mapped().map_or([0; 4], |x| x.octets()),
+            };
+            Icrc::rocev2_ipv4_fields(
+                &Ipv4Fields {
+                    src: v4(s),
+                    dst: v4(d),
+                    identification: 0,
+                    dont_fragment: true,
+                },
+                &udp,
+                len,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sport_is_symmetric_and_in_range() {
+        for (a, b) in [(0x11, 0x12), (7, 0xabcdef), (1, 1)] {
+            let p = PathConfig::udp_sport(a, b);
+            assert_eq!(p, PathConfig::udp_sport(b, a));
+            assert!(p >= 0xc000);
+        }
+    }
+
+    #[test]
+    fn tx_of_one_side_is_rx_of_the_other() {
+        let a = PathConfig {
+            local: "10.0.0.1".parse().unwrap(),
+            remote: "10.0.0.2".parse().unwrap(),
+            src_port: 0xc001,
+            remote_src_port: 0xc002,
+            ..PathConfig::default()
+        };
+        let b = PathConfig {
+            local: a.remote,
+            remote: a.local,
+            src_port: a.remote_src_port,
+            remote_src_port: a.src_port,
+            ..a
+        };
+        let pkt = [0u8; 20];
+        assert_eq!(a.tx_icrc(20).compute(&pkt), b.rx_icrc(20).compute(&pkt));
+        assert_ne!(a.tx_icrc(20).compute(&pkt), a.rx_icrc(20).compute(&pkt));
+    }
+}

@@ -1,0 +1,655 @@
+//! A deterministic network simulator (feature `sim`): any number of [`Device`]s joined by
+//! links with delay, bandwidth, loss, reordering, duplication, bit corruption and ECN CE
+//! marking, all driven by one seeded RNG in virtual time.
+//!
+//! [`Sim::run_until_idle`] jumps from event to event (a datagram arrival or a device deadline)
+//! until nothing is left. Seeds come from the `SIM_SEED` environment variable
+//! ([`seed_from_env`]); wrap a test body in a [`SeedGuard`] so a failure prints the seed.
+//! A [`Tap`] sees every datagram as it is sent, delivered or lost (with addresses and ports),
+//! which is what a pcap writer needs; this crate does not depend on the pcap crate.
+use core::cmp::Ordering;
+use core::time::Duration;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::IpAddr;
+
+use roce_proto::{Ecn, Qpn, ROCEV2_UDP_PORT};
+
+use crate::device::{Device, DeviceConfig};
+use crate::memory::Access;
+use crate::path::PathConfig;
+use crate::qp::{QpAttr, QpState};
+use crate::time::Instant;
+use crate::wr::ModifyError;
+
+/// A small, fast, seedable PRNG (xoshiro256**, seeded through SplitMix64).
+#[derive(Debug, Clone)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    /// A generator from a 64-bit seed.
+    pub fn new(seed: u64) -> Self {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        Self {
+            s: [next(), next(), next(), next()],
+        }
+    }
+
+    /// 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let r = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        r
+    }
+
+    /// Uniform in `0..n` (0 when `n == 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+        }
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// `true` with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.unit() < p
+    }
+
+    /// Fills `buf` with random bytes.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// The seed in `SIM_SEED` (decimal or 0x-hex), else `default`.
+pub fn seed_from_env(default: u64) -> u64 {
+    std::env::var("SIM_SEED")
+        .ok()
+        .and_then(|s| {
+            let s = s.trim();
+            match s.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => s.parse().ok(),
+            }
+        })
+        .unwrap_or(default)
+}
+
+/// Prints its seed (and how to replay it) if dropped while panicking.
+#[derive(Debug)]
+pub struct SeedGuard(pub u64);
+
+impl Drop for SeedGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "simulation failed with seed {0}; replay with SIM_SEED={0}",
+                self.0
+            );
+        }
+    }
+}
+
+/// Impairments of one direction of a link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkConfig {
+    /// Propagation delay.
+    pub delay: Duration,
+    /// Serialisation rate in bits per second (`None`: infinitely fast).
+    pub bandwidth_bps: Option<u64>,
+    /// Probability a datagram is lost.
+    pub loss: f64,
+    /// Probability a datagram is held back by up to `reorder_delay` extra.
+    pub reorder: f64,
+    /// Largest extra delay of a reordered datagram.
+    pub reorder_delay: Duration,
+    /// Probability a datagram is delivered twice.
+    pub duplicate: f64,
+    /// Probability one random bit of a datagram is flipped.
+    pub corrupt: f64,
+    /// Probability an ECN-capable datagram is marked CE.
+    pub ce_mark: f64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        Self {
+            delay: Duration::from_micros(2),
+            bandwidth_bps: None,
+            loss: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(10),
+            duplicate: 0.0,
+            corrupt: 0.0,
+            ce_mark: 0.0,
+        }
+    }
+}
+
+/// What happened to a datagram a [`Tap`] sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapKind {
+    /// As it left the sender.
+    Sent,
+    /// As it reached the receiver (after any corruption or CE mark).
+    Delivered,
+    /// Lost on the link.
+    Lost,
+}
+
+/// One datagram crossing a link.
+#[derive(Debug, Clone, Copy)]
+pub struct TapEvent<'a> {
+    /// Virtual time.
+    pub time: Instant,
+    /// What happened.
+    pub kind: TapKind,
+    /// Sending endpoint index.
+    pub from: usize,
+    /// Receiving endpoint index.
+    pub to: usize,
+    /// Source IP address.
+    pub src: IpAddr,
+    /// Destination IP address.
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port (4791).
+    pub dst_port: u16,
+    /// ECN codepoint of the IP header.
+    pub ecn: Ecn,
+    /// The UDP payload (BTH through ICRC).
+    pub datagram: &'a [u8],
+}
+
+/// Receives every datagram the simulator moves.
+pub trait Tap {
+    /// Called for each send, delivery and loss.
+    fn on_datagram(&mut self, ev: &TapEvent<'_>);
+}
+
+impl<F: FnMut(&TapEvent<'_>)> Tap for F {
+    fn on_datagram(&mut self, ev: &TapEvent<'_>) {
+        self(ev)
+    }
+}
+
+/// Link-level counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SimStats {
+    /// Datagrams sent by devices.
+    pub sent: u64,
+    /// Datagrams delivered (duplicates included).
+    pub delivered: u64,
+    /// Lost.
+    pub lost: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+    /// Bit-flipped.
+    pub corrupted: u64,
+    /// CE-marked.
+    pub ce_marked: u64,
+    /// Held back for reordering.
+    pub reordered: u64,
+    /// Addressed to no endpoint.
+    pub unroutable: u64,
+}
+
+/// One simulated host.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// The RDMA device.
+    pub device: Device,
+    /// Its IP address.
+    pub ip: IpAddr,
+}
+
+#[derive(Debug)]
+struct Arrival {
+    at: Instant,
+    seq: u64,
+    from: usize,
+    to: usize,
+    src: IpAddr,
+    dst: IpAddr,
+    src_port: u16,
+    ecn: Ecn,
+    data: Vec<u8>,
+}
+
+impl PartialEq for Arrival {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Arrival {}
+impl PartialOrd for Arrival {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Arrival {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Reversed: BinaryHeap is a max-heap, we want the earliest first.
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Settings [`Sim::connect`] applies to both ends of an RC connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Path MTU.
+    pub mtu: u32,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code each responder advertises.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomic per requester and responder resources.
+    pub max_rd_atomic: u8,
+    /// Remote rights both QPs grant.
+    pub access: Access,
+    /// First PSN of side A's requester (= B's responder).
+    pub psn_a: u32,
+    /// First PSN of side B's requester (= A's responder).
+    pub psn_b: u32,
+    /// ECN codepoint both send with.
+    pub ecn: Ecn,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self {
+            mtu: 1024,
+            timeout: 8,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            psn_a: 0,
+            psn_b: 0,
+            ecn: Ecn::Ect0,
+        }
+    }
+}
+
+/// The simulator.
+pub struct Sim {
+    now: Instant,
+    seed: u64,
+    rng: Rng,
+    /// The hosts, indexed as [`Sim::add_endpoint`] returned.
+    pub endpoints: Vec<Endpoint>,
+    default_link: LinkConfig,
+    links: HashMap<(usize, usize), (LinkConfig, Instant)>,
+    queue: BinaryHeap<Arrival>,
+    seq: u64,
+    tap: Option<Box<dyn Tap>>,
+    buf: Vec<u8>,
+    stats: SimStats,
+    /// `run_until_idle` gives up past this virtual time (returns `false`).
+    pub time_limit: Instant,
+}
+
+impl core::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sim")
+            .field("now", &self.now)
+            .field("seed", &self.seed)
+            .field("endpoints", &self.endpoints.len())
+            .field("in_flight", &self.queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sim {
+    /// An empty simulation at time 0.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            now: Instant::ZERO,
+            seed,
+            rng: Rng::new(seed),
+            endpoints: Vec::new(),
+            default_link: LinkConfig::default(),
+            links: HashMap::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            tap: None,
+            buf: Vec::with_capacity(8192),
+            stats: SimStats::default(),
+            time_limit: Instant::from_nanos(3_600 * 1_000_000_000),
+        }
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// Virtual now.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+    /// Link counters.
+    pub fn stats(&self) -> SimStats {
+        self.stats
+    }
+    /// The simulator's RNG (for workload generation from the same seed).
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    /// Adds a host with address `ip`; returns its index. QPNs of host `i` start at
+    /// `0x11 + 0x100 * i`, so QPNs differ between hosts.
+    pub fn add_endpoint(&mut self, ip: IpAddr) -> usize {
+        let i = self.endpoints.len();
+        self.endpoints.push(Endpoint {
+            device: Device::new(DeviceConfig {
+                qpn_base: 0x11 + 0x100 * i as u32,
+                ..DeviceConfig::default()
+            }),
+            ip,
+        });
+        i
+    }
+
+    /// The device of host `i`.
+    ///
+    /// # Panics
+    /// If `i` is not a host index.
+    pub fn device(&mut self, i: usize) -> &mut Device {
+        &mut self.endpoints[i].device
+    }
+
+    /// Impairments used for links not configured with [`Sim::link`].
+    pub fn set_default_link(&mut self, cfg: LinkConfig) {
+        self.default_link = cfg;
+        for (c, _) in self.links.values_mut() {
+            *c = cfg;
+        }
+    }
+
+    /// The impairments of the direction `from → to`.
+    pub fn link(&mut self, from: usize, to: usize) -> &mut LinkConfig {
+        let d = self.default_link;
+        &mut self.links.entry((from, to)).or_insert((d, Instant::ZERO)).0
+    }
+
+    /// Installs a tap.
+    pub fn set_tap(&mut self, tap: Box<dyn Tap>) {
+        self.tap = Some(tap);
+    }
+
+    /// Brings `qa` on host `a` and `qb` on host `b` from RESET to RTS, connected to each other.
+    pub fn connect(
+        &mut self,
+        a: usize,
+        qa: Qpn,
+        b: usize,
+        qb: Qpn,
+        o: &ConnectOptions,
+    ) -> Result<(), ModifyError> {
+        let sport = PathConfig::udp_sport(qa.0, qb.0);
+        let ends = [
+            (
+                a,
+                qa,
+                qb,
+                self.endpoints[a].ip,
+                self.endpoints[b].ip,
+                o.psn_b,
+                o.psn_a,
+            ),
+            (
+                b,
+                qb,
+                qa,
+                self.endpoints[b].ip,
+                self.endpoints[a].ip,
+                o.psn_a,
+                o.psn_b,
+            ),
+        ];
+        for (host, q, dest, local, remote, rq_psn, sq_psn) in ends {
+            let dev = &mut self.endpoints[host].device;
+            dev.modify_qp(
+                q,
+                &QpAttr {
+                    access_flags: Some(o.access),
+                    ..QpAttr::to(QpState::Init)
+                },
+            )?;
+            dev.modify_qp(
+                q,
+                &QpAttr {
+                    path_mtu: Some(o.mtu),
+                    dest_qpn: Some(dest),
+                    rq_psn: Some(roce_proto::Psn::new(rq_psn)),
+                    max_dest_rd_atomic: Some(o.max_rd_atomic),
+                    min_rnr_timer: Some(o.min_rnr_timer),
+                    path: Some(PathConfig {
+                        local,
+                        remote,
+                        src_port: sport,
+                        remote_src_port: sport,
+                        ecn: o.ecn,
+                        verify_icrc: true,
+                    }),
+                    ..QpAttr::to(QpState::Rtr)
+                },
+            )?;
+            dev.modify_qp(
+                q,
+                &QpAttr {
+                    sq_psn: Some(roce_proto::Psn::new(sq_psn)),
+                    timeout: Some(o.timeout),
+                    retry_cnt: Some(o.retry_cnt),
+                    rnr_retry: Some(o.rnr_retry),
+                    max_rd_atomic: Some(o.max_rd_atomic),
+                    ..QpAttr::to(QpState::Rts)
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn tap(&mut self, kind: TapKind, a: &Arrival, time: Instant) {
+        if let Some(t) = self.tap.as_mut() {
+            t.on_datagram(&TapEvent {
+                time,
+                kind,
+                from: a.from,
+                to: a.to,
+                src: a.src,
+                dst: a.dst,
+                src_port: a.src_port,
+                dst_port: ROCEV2_UDP_PORT,
+                ecn: a.ecn,
+                datagram: &a.data,
+            });
+        }
+    }
+
+    /// Collects every datagram the devices want to send and puts it on its link.
+    pub fn pump(&mut self) {
+        for from in 0..self.endpoints.len() {
+            loop {
+                let now = self.now;
+                let Some(t) = self.endpoints[from]
+                    .device
+                    .poll_transmit(now, &mut self.buf)
+                else {
+                    break;
+                };
+                self.stats.sent += 1;
+                let dst = t.path.remote;
+                let Some(to) = self.endpoints.iter().position(|e| e.ip == dst) else {
+                    self.stats.unroutable += 1;
+                    continue;
+                };
+                let arrival = Arrival {
+                    at: now,
+                    seq: 0,
+                    from,
+                    to,
+                    src: t.path.local,
+                    dst,
+                    src_port: t.path.src_port,
+                    ecn: t.ecn,
+                    data: self.buf[..t.len].to_vec(),
+                };
+                self.tap(TapKind::Sent, &arrival, now);
+                self.transmit(arrival);
+            }
+        }
+    }
+
+    fn transmit(&mut self, mut a: Arrival) {
+        let d = self.default_link;
+        let (cfg, busy) = self
+            .links
+            .entry((a.from, a.to))
+            .or_insert((d, Instant::ZERO));
+        let cfg = *cfg;
+        let mut depart = self.now.max(*busy);
+        if let Some(bw) = cfg.bandwidth_bps.filter(|&b| b > 0) {
+            let bits = (a.data.len() as u64 + 8 + 20 + 14) * 8;
+            depart = depart.add_nanos(bits.saturating_mul(1_000_000_000) / bw);
+            *busy = depart;
+        }
+        if self.rng.chance(cfg.loss) {
+            self.stats.lost += 1;
+            self.tap(TapKind::Lost, &a, depart);
+            return;
+        }
+        let copies = if self.rng.chance(cfg.duplicate) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        if matches!(a.ecn, Ecn::Ect0 | Ecn::Ect1) && self.rng.chance(cfg.ce_mark) {
+            self.stats.ce_marked += 1;
+            a.ecn = Ecn::Ce;
+        }
+        if !a.data.is_empty() && self.rng.chance(cfg.corrupt) {
+            self.stats.corrupted += 1;
+            let bit = self.rng.below(a.data.len() as u64 * 8);
+            a.data[(bit / 8) as usize] ^= 1 << (bit % 8);
+        }
+        for c in 0..copies {
+            let mut at = depart + cfg.delay;
+            if self.rng.chance(cfg.reorder) || c == 1 {
+                self.stats.reordered += u64::from(c == 0);
+                let extra = self.rng.below(cfg.reorder_delay.as_nanos() as u64 + 1);
+                at = at.add_nanos(extra);
+            }
+            self.seq += 1;
+            let copy = Arrival {
+                at,
+                seq: self.seq,
+                from: a.from,
+                to: a.to,
+                src: a.src,
+                dst: a.dst,
+                src_port: a.src_port,
+                ecn: a.ecn,
+                data: if c + 1 == copies {
+                    core::mem::take(&mut a.data)
+                } else {
+                    a.data.clone()
+                },
+            };
+            self.queue.push(copy);
+        }
+    }
+
+    /// The next event time: an arrival or a device deadline.
+    pub fn next_event(&self) -> Option<Instant> {
+        let arrival = self.queue.peek().map(|a| a.at);
+        let timer = self
+            .endpoints
+            .iter()
+            .filter_map(|e| e.device.poll_timeout())
+            .min();
+        crate::time::min_opt(arrival, timer)
+    }
+
+    /// Sends what is pending, then advances to the next event and processes it. `false` when
+    /// there is nothing left to do.
+    pub fn step(&mut self) -> bool {
+        self.pump();
+        let Some(t) = self.next_event() else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        let now = self.now;
+        while self.queue.peek().is_some_and(|a| a.at <= now) {
+            let Some(a) = self.queue.pop() else { break };
+            self.stats.delivered += 1;
+            self.tap(TapKind::Delivered, &a, now);
+            self.endpoints[a.to]
+                .device
+                .handle_datagram(now, a.ecn, &a.data);
+        }
+        for e in &mut self.endpoints {
+            if e.device.poll_timeout().is_some_and(|d| d <= now) {
+                e.device.handle_timeout(now);
+            }
+        }
+        self.pump();
+        true
+    }
+
+    /// Runs until no datagram is in flight and no device has a deadline. `false` if
+    /// [`Sim::time_limit`] was reached first.
+    pub fn run_until_idle(&mut self) -> bool {
+        while self.step() {
+            if self.now > self.time_limit {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs every event up to `deadline`, then sets the clock to `deadline`.
+    pub fn run_until(&mut self, deadline: Instant) {
+        loop {
+            self.pump();
+            match self.next_event() {
+                Some(t) if t <= deadline => {
+                    self.step();
+                }
+                _ => break,
+            }
+        }
+        self.now = self.now.max(deadline);
+    }
+}

@@ -1,0 +1,233 @@
+//! Work requests, completions and the errors returned to the application (verbs in spirit:
+//! `ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
+use roce_proto::{Qpn, RKey};
+
+use crate::memory::SgList;
+use crate::qp::QpState;
+
+/// A remote buffer: virtual address and rkey, as the peer advertised them out of band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteAddr {
+    /// Virtual address at the responder.
+    pub va: u64,
+    /// The responder region's rkey.
+    pub rkey: RKey,
+}
+
+/// The operation of a send-queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrOp {
+    /// SEND: consumes a receive request at the responder.
+    Send,
+    /// SEND with immediate data.
+    SendWithImm(u32),
+    /// SEND with invalidate: the responder invalidates this rkey of its own.
+    SendWithInv(RKey),
+    /// RDMA WRITE of the gather list to `remote`.
+    Write(RemoteAddr),
+    /// RDMA WRITE with immediate: also consumes a receive request at the responder.
+    WriteWithImm(RemoteAddr, u32),
+    /// RDMA READ from `remote` into the scatter list (LOCAL_WRITE).
+    Read(RemoteAddr),
+    /// Compare-and-swap on the 8-byte word at `remote` (8-byte aligned); the original value
+    /// lands in the 8-byte scatter list.
+    CompareSwap {
+        /// Target word.
+        remote: RemoteAddr,
+        /// Value compared with the target.
+        compare: u64,
+        /// Value stored when equal.
+        swap: u64,
+    },
+    /// Fetch-and-add on the 8-byte word at `remote`; the original value lands in the list.
+    FetchAdd {
+        /// Target word.
+        remote: RemoteAddr,
+        /// Value added (wrapping).
+        add: u64,
+    },
+}
+
+impl WrOp {
+    /// `true` for READ and the atomics (they need responder resources).
+    pub const fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self,
+            Self::Read(_) | Self::CompareSwap { .. } | Self::FetchAdd { .. }
+        )
+    }
+    /// `true` for the atomics.
+    pub const fn is_atomic(&self) -> bool {
+        matches!(self, Self::CompareSwap { .. } | Self::FetchAdd { .. })
+    }
+    /// The completion opcode.
+    pub const fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            Self::Send | Self::SendWithImm(_) | Self::SendWithInv(_) => WcOpcode::Send,
+            Self::Write(_) | Self::WriteWithImm(..) => WcOpcode::RdmaWrite,
+            Self::Read(_) => WcOpcode::RdmaRead,
+            Self::CompareSwap { .. } => WcOpcode::CompSwap,
+            Self::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// A send-queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkRequest {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub op: WrOp,
+    /// Gather list (SEND/WRITE source), scatter list (READ destination, atomic result).
+    pub sgl: SgList,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+    /// Set the solicited-event bit on the last packet (SEND, WRITE with immediate).
+    pub solicited: bool,
+    /// Wait until every earlier READ/atomic has completed before starting.
+    pub fence: bool,
+}
+
+impl WorkRequest {
+    /// A signaled request with no flags.
+    pub fn new(wr_id: u64, op: WrOp, sgl: SgList) -> Self {
+        Self {
+            wr_id,
+            op,
+            sgl,
+            signaled: true,
+            solicited: false,
+            fence: false,
+        }
+    }
+}
+
+/// A receive-queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvRequest {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where an incoming SEND lands (LOCAL_WRITE).
+    pub sgl: SgList,
+}
+
+/// `ibv_wc_status` (numeric values as in verbs.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WcStatus {
+    /// Success.
+    Success = 0,
+    /// Local length error (receive buffer too small).
+    LocLenErr = 1,
+    /// Local QP operation error.
+    LocQpOpErr = 2,
+    /// Local protection error (bad lkey / bounds / rights in a local list).
+    LocProtErr = 4,
+    /// Flushed: the QP is in the error state.
+    WrFlushErr = 5,
+    /// Bad response (unexpected opcode or length).
+    BadRespErr = 7,
+    /// Local access error.
+    LocAccessErr = 8,
+    /// Remote invalid request (NAK code 1).
+    RemInvReqErr = 9,
+    /// Remote access error (NAK code 2).
+    RemAccessErr = 10,
+    /// Remote operational error (NAK code 3 and unknown codes).
+    RemOpErr = 11,
+    /// Transport retry counter exhausted.
+    RetryExcErr = 12,
+    /// RNR retry counter exhausted.
+    RnrRetryExcErr = 13,
+    /// Fatal error.
+    FatalErr = 19,
+    /// General error.
+    GeneralErr = 21,
+}
+
+/// `ibv_wc_opcode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// SEND (any flavour).
+    Send = 0,
+    /// RDMA WRITE (with or without immediate).
+    RdmaWrite = 1,
+    /// RDMA READ.
+    RdmaRead = 2,
+    /// Compare-and-swap.
+    CompSwap = 3,
+    /// Fetch-and-add.
+    FetchAdd = 4,
+    /// An incoming SEND.
+    Recv = 128,
+    /// An incoming WRITE with immediate.
+    RecvRdmaWithImm = 129,
+}
+
+/// A work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// Which operation.
+    pub opcode: WcOpcode,
+    /// Bytes transferred (receive: bytes placed; WRITE with immediate: the RETH length).
+    pub byte_len: u32,
+    /// Immediate data of an incoming SEND/WRITE with immediate.
+    pub imm_data: Option<u32>,
+    /// The rkey an incoming SEND with invalidate invalidated.
+    pub invalidated_rkey: Option<RKey>,
+    /// The local QP.
+    pub qp_num: Qpn,
+}
+
+/// Why a post was refused (caller misuse; nothing was queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostError {
+    /// No such QP.
+    #[error("no such queue pair")]
+    NoSuchQp,
+    /// The QP's state does not accept this post.
+    #[error("queue pair in state {0:?} does not accept this post")]
+    WrongState(QpState),
+    /// The queue is full.
+    #[error("queue full")]
+    QueueFull,
+    /// A scatter/gather entry names an unknown key, another PD, lacks LOCAL_WRITE, or is out of
+    /// bounds.
+    #[error("invalid scatter/gather entry")]
+    InvalidSge,
+    /// The message is longer than the maximum message size.
+    #[error("message longer than the maximum message size")]
+    TooLong,
+    /// An atomic needs one 8-byte result buffer and an 8-byte aligned remote address.
+    #[error("atomic needs an 8-byte local buffer and an 8-byte aligned remote address")]
+    InvalidAtomic,
+}
+
+/// Why a modify was refused (nothing changed, not even the state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModifyError {
+    /// No such QP.
+    #[error("no such queue pair")]
+    NoSuchQp,
+    /// The transition is not allowed.
+    #[error("illegal transition {from:?} -> {to:?}")]
+    IllegalTransition {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// A required attribute of the transition is missing.
+    #[error("missing attribute {0} for this transition")]
+    MissingAttribute(&'static str),
+    /// An attribute is out of range.
+    #[error("invalid value for attribute {0}")]
+    InvalidValue(&'static str),
+}
