@@ -24,8 +24,11 @@
 #![warn(missing_docs)]
 
 pub mod cc;
+pub mod cnp;
+pub mod dcqcn;
 mod device;
 pub mod memory;
+pub mod pacing;
 pub mod path;
 pub mod qp;
 pub mod stats;
@@ -40,8 +43,11 @@ pub mod sim;
 pub mod fuzzing;
 
 pub use cc::{CongestionControl, NoCc};
+pub use cnp::CnpPacer;
+pub use dcqcn::{CcConfig, Dcqcn, DcqcnParams};
 pub use device::{CqHandle, CreateError, Device, DeviceConfig};
 pub use memory::{Access, MemoryRegion, MrHandle, PdHandle, SgList, Sge, MAX_SGE};
+pub use pacing::FixedRate;
 pub use path::PathConfig;
 pub use qp::{Qp, QpAttr, QpCaps, QpState, Transmit};
 pub use stats::{DropReason, Drops, Naks, QpStats};

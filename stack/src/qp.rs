@@ -56,6 +56,9 @@ pub struct QpCaps {
     pub ack_req_every: u32,
     /// Minimum interval between CNPs this QP sends on CE marks (`None`: never send CNPs).
     pub cnp_interval: Option<Duration>,
+    /// Treat `retry_cnt = 7` as infinite, as Linux rxe does (protocol.md §5.2). Off by
+    /// default: the IBA reads 7 as a plain count.
+    pub infinite_retry_at_7: bool,
 }
 
 impl Default for QpCaps {
@@ -67,6 +70,7 @@ impl Default for QpCaps {
             max_unacked_psns: 128,
             ack_req_every: 64,
             cnp_interval: Some(Duration::from_micros(50)),
+            infinite_retry_at_7: false,
         }
     }
 }
@@ -739,10 +743,16 @@ impl Qp {
                     self.fail_front(ctx, WcStatus::RetryExcErr);
                     return;
                 }
-                self.retry_left -= 1;
+                self.use_retry();
                 self.rewound_at = Some(self.una);
                 self.rewind();
             }
+        }
+    }
+
+    fn use_retry(&mut self) {
+        if !(self.caps.infinite_retry_at_7 && self.retry_cnt == 7) {
+            self.retry_left -= 1;
         }
     }
 
@@ -1282,7 +1292,7 @@ impl Qp {
             self.fail_front(ctx, WcStatus::RetryExcErr);
             return;
         }
-        self.retry_left -= 1;
+        self.use_retry();
         self.rewound_at = Some(self.una);
         self.rewind();
     }

@@ -226,6 +226,12 @@ pub struct Endpoint {
     pub device: Device,
     /// Its IP address.
     pub ip: IpAddr,
+    /// The NIC is serialising a datagram until then (links with a bandwidth only): the device
+    /// is not asked for the next datagram before, so queues build inside the device, where
+    /// the transport can still change its mind (as on a real NIC).
+    egress_busy: Instant,
+    /// The device was left with datagrams to send at `egress_busy`.
+    blocked: bool,
 }
 
 #[derive(Debug)]
@@ -376,6 +382,8 @@ impl Sim {
                 ..DeviceConfig::default()
             }),
             ip,
+            egress_busy: Instant::ZERO,
+            blocked: false,
         });
         i
     }
@@ -500,8 +508,13 @@ impl Sim {
     /// Collects every datagram the devices want to send and puts it on its link.
     pub fn pump(&mut self) {
         for from in 0..self.endpoints.len() {
+            self.endpoints[from].blocked = false;
             loop {
                 let now = self.now;
+                if self.endpoints[from].egress_busy > now {
+                    self.endpoints[from].blocked = true;
+                    break;
+                }
                 let Some(t) = self.endpoints[from]
                     .device
                     .poll_transmit(now, &mut self.buf)
@@ -543,6 +556,7 @@ impl Sim {
             let bits = (a.data.len() as u64 + 8 + 20 + 14) * 8;
             depart = depart.add_nanos(bits.saturating_mul(1_000_000_000) / bw);
             *busy = depart;
+            self.endpoints[a.from].egress_busy = depart;
         }
         if self.rng.chance(cfg.loss) {
             self.stats.lost += 1;
@@ -597,7 +611,10 @@ impl Sim {
         let timer = self
             .endpoints
             .iter()
-            .filter_map(|e| e.device.poll_timeout())
+            .filter_map(|e| {
+                let egress = e.blocked.then_some(e.egress_busy);
+                crate::time::min_opt(e.device.poll_timeout(), egress)
+            })
             .min();
         crate::time::min_opt(arrival, timer)
     }

@@ -169,7 +169,7 @@ fn run_seed(seed: u64) {
             scq[s] = dev.create_cq();
             rcq[s] = dev.create_cq();
             qpn[s] = dev
-                .create_qp(pds[s], scq[s], rcq[s], QpCaps::default())
+                .create_qp(pds[s], scq[s], rcq[s], QpCaps { infinite_retry_at_7: true, ..QpCaps::default() })
                 .unwrap();
         }
         sim.connect(hosts[0], qpn[0], hosts[1], qpn[1], &opts)
@@ -358,6 +358,15 @@ fn run_seed(seed: u64) {
     }
     assert!(sim.run_until_idle(), "simulation did not go idle");
     // Completions.
+    if std::env::var("MODEL_DEBUG").is_ok() {
+        eprintln!("link {link:?} opts {opts:?}");
+        for pair in &pairs {
+            for s in 0..2 {
+                let q = sim.device(hosts[s]).qp(pair.qpn[s]).unwrap();
+                eprintln!("side {s} {:?} {:?}", q.state(), q.stats());
+            }
+        }
+    }
     for (qi, pair) in pairs.iter().enumerate() {
         for s in 0..2 {
             let dev = sim.device(hosts[s]);
