@@ -99,8 +99,8 @@ fn decode(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         all: a.all,
         quiet: false,
     };
-    let stdout = std::io::stdout().lock();
-    let mut out = BufWriter::with_capacity(256 * 1024, stdout);
+    // The decoder buffers its output and writes it in large chunks: no second buffer here.
+    let mut out = std::io::stdout().lock();
     let outcome = match (&a.interface, &a.file) {
         (Some(iface), _) => {
             let live_opts = live::LiveOptions {

@@ -2,7 +2,7 @@
 //!
 //! [`Decoder::record`] takes one captured packet, classifies it (RoCE, malformed RoCE, or
 //! something else), checks the ICRC, applies the filters, and appends the chosen format to
-//! its reusable line buffer, which it then writes to the caller's (buffered) writer.
+//! its output buffer, which goes to the caller's writer in large chunks (the one buffered writer).
 use crate::error::DecodeError;
 use crate::format::{self, Decoded};
 use crate::link;
@@ -101,6 +101,10 @@ impl Outcome {
     }
 }
 
+/// Output is collected in the decoder's buffer and handed to the writer in chunks of about
+/// this many bytes (the one output buffer of a run).
+const FLUSH_AT: usize = 64 * 1024;
+
 /// Decodes records one at a time.
 #[derive(Debug)]
 pub struct Decoder {
@@ -117,7 +121,7 @@ impl Decoder {
             opts,
             stats: Stats::default(),
             first_ts: None,
-            line: Vec::with_capacity(4096),
+            line: Vec::with_capacity(FLUSH_AT + 8192),
         }
     }
 
@@ -131,8 +135,27 @@ impl Decoder {
         self.opts.count.is_some_and(|c| self.stats.printed >= c)
     }
 
-    /// Decodes one record, updates the counters and writes its output (if it passes the
-    /// filters) to `out`.
+    /// Writes the buffered output to `out` and flushes it.
+    pub fn flush<W: Write>(&mut self, out: &mut W) -> io::Result<()> {
+        if !self.line.is_empty() {
+            out.write_all(&self.line)?;
+            self.line.clear();
+        }
+        out.flush()
+    }
+
+    fn emitted<W: Write>(&mut self, out: &mut W) -> io::Result<()> {
+        self.stats.printed += 1;
+        if self.line.len() >= FLUSH_AT {
+            out.write_all(&self.line)?;
+            self.line.clear();
+        }
+        Ok(())
+    }
+
+    /// Decodes one record, updates the counters and appends its output (if it passes the
+    /// filters) to the decoder's buffer, which goes to `out` in large chunks: call
+    /// [`Decoder::flush`] at the end (or after each record, for live output).
     pub fn record<W: Write>(&mut self, rec: &Record<'_>, out: &mut W) -> io::Result<()> {
         self.stats.packets += 1;
         let frame_no = self.stats.packets;
@@ -151,7 +174,6 @@ impl Decoder {
                     && self.opts.opcode.is_none()
                     && !self.done()
                 {
-                    self.line.clear();
                     match self.opts.format {
                         OutputFormat::Json => {
                             format::json_other(&mut self.line, frame_no, rec.ts, rec.ts_digits, &e)
@@ -165,8 +187,7 @@ impl Decoder {
                             &e,
                         ),
                     }
-                    self.stats.printed += 1;
-                    out.write_all(&self.line)?;
+                    self.emitted(out)?;
                 }
                 return Ok(());
             }
@@ -200,14 +221,12 @@ impl Decoder {
         if self.opts.quiet || self.done() || !self.matches(&d) {
             return Ok(());
         }
-        self.line.clear();
         match self.opts.format {
             OutputFormat::Summary => format::summary(&mut self.line, &d),
             OutputFormat::Verbose => format::verbose(&mut self.line, &d),
             OutputFormat::Json => format::json(&mut self.line, &d),
         }
-        self.stats.printed += 1;
-        out.write_all(&self.line)
+        self.emitted(out)
     }
 
     fn matches(&self, d: &Decoded<'_>) -> bool {
@@ -260,7 +279,7 @@ pub fn decode<R: Read, W: Write>(
             }
         }
     }
-    if let Err(e) = out.flush() {
+    if let Err(e) = dec.flush(out) {
         error.get_or_insert(DecodeError::Write(e));
     }
     Outcome {

@@ -102,7 +102,7 @@ fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result<(),
                         break Err(DecodeError::Write(e));
                     }
                 }
-                if let Err(e) = dec.record(&rec, out).and_then(|()| out.flush()) {
+                if let Err(e) = dec.record(&rec, out).and_then(|()| dec.flush(out)) {
                     break Err(DecodeError::Write(e));
                 }
             }
@@ -117,7 +117,7 @@ fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result<(),
     if let Some(w) = &mut pcap {
         w.flush().map_err(DecodeError::Write)?;
     }
-    out.flush().map_err(DecodeError::Write)?;
+    dec.flush(out).map_err(DecodeError::Write)?;
     result
 }
 

@@ -31,12 +31,18 @@ pub struct Timestamp {
 impl Timestamp {
     /// `self - earlier`, saturating at zero.
     pub fn since(self, earlier: Self) -> Self {
-        let a = i128::from(self.secs) * 1_000_000_000 + i128::from(self.nanos);
-        let b = i128::from(earlier.secs) * 1_000_000_000 + i128::from(earlier.nanos);
-        let d = (a - b).max(0);
+        let mut secs = self.secs.saturating_sub(earlier.secs);
+        let mut nanos = i64::from(self.nanos) - i64::from(earlier.nanos);
+        if nanos < 0 {
+            nanos += 1_000_000_000;
+            secs = secs.saturating_sub(1);
+        }
+        if secs < 0 {
+            return Self::default();
+        }
         Self {
-            secs: (d / 1_000_000_000) as i64,
-            nanos: (d % 1_000_000_000) as u32,
+            secs,
+            nanos: nanos as u32,
         }
     }
 }
@@ -133,7 +139,11 @@ fn needed(n: nom::Needed) -> usize {
 
 /// Digits and nanoseconds for a time stamp of `units` per second.
 fn frac_to_nanos(frac: u64, resolution: u64) -> u32 {
-    ((u128::from(frac) * 1_000_000_000) / u128::from(resolution.max(1))) as u32
+    match resolution {
+        1_000_000 => (frac * 1000) as u32,
+        1_000_000_000 => frac as u32,
+        r => ((u128::from(frac) * 1_000_000_000) / u128::from(r.max(1))) as u32,
+    }
 }
 
 fn digits_for(resolution: u64) -> u8 {
