@@ -188,7 +188,9 @@ impl DcqcnParams {
             return bad("the alpha period K must be > 0");
         }
         if self.increase_timer.is_zero() && self.byte_counter == 0 {
-            return bad("at least one of the increase timer T and the byte counter B must be enabled");
+            return bad(
+                "at least one of the increase timer T and the byte counter B must be enabled",
+            );
         }
         Ok(())
     }
@@ -295,9 +297,21 @@ impl Dcqcn {
     pub fn new(params: DcqcnParams, line_rate_bps: u64) -> Self {
         let line_rate = line_rate_bps.max(1);
         let mut p = params;
-        p.g = if p.g.is_nan() { 1.0 } else { p.g.clamp(0.0, 1.0) };
-        p.initial_alpha = if p.initial_alpha.is_nan() { 1.0 } else { p.initial_alpha.clamp(0.0, 1.0) };
-        p.max_cut = if p.max_cut.is_nan() { 0.5 } else { p.max_cut.clamp(0.0, 1.0) };
+        p.g = if p.g.is_nan() {
+            1.0
+        } else {
+            p.g.clamp(0.0, 1.0)
+        };
+        p.initial_alpha = if p.initial_alpha.is_nan() {
+            1.0
+        } else {
+            p.initial_alpha.clamp(0.0, 1.0)
+        };
+        p.max_cut = if p.max_cut.is_nan() {
+            0.5
+        } else {
+            p.max_cut.clamp(0.0, 1.0)
+        };
         Self {
             line_rate,
             min_rate: p.min_rate_bps.clamp(1, line_rate),
@@ -378,7 +392,9 @@ impl Dcqcn {
 
     /// Applies the α updates of every period that ended by `now`.
     fn sync_alpha(&mut self, now: Instant) {
-        let Some(epoch) = self.alpha_epoch else { return };
+        let Some(epoch) = self.alpha_epoch else {
+            return;
+        };
         let k = self.k_ns();
         let n = now.as_nanos().saturating_sub(epoch.as_nanos()) / k;
         if n == 0 {
@@ -415,7 +431,8 @@ impl Dcqcn {
         self.increased_since_cut = false;
         self.byte_threshold = self.p.byte_counter;
         self.timer_period_ns = nanos(self.p.increase_timer);
-        self.timer_deadline = (self.timer_period_ns > 0).then(|| now.add_nanos(self.timer_period_ns));
+        self.timer_deadline =
+            (self.timer_period_ns > 0).then(|| now.add_nanos(self.timer_period_ns));
         self.last_cut = Some(now);
         self.reduce_deadline = None;
         self.update_pacer();
@@ -423,7 +440,11 @@ impl Dcqcn {
 
     fn update_pacer(&mut self) {
         // At line rate the link is the limit: no pacing, so it can never throttle below it.
-        self.pacer.set_rate(if self.rc >= self.line_rate { 0 } else { self.rc });
+        self.pacer.set_rate(if self.rc >= self.line_rate {
+            0
+        } else {
+            self.rc
+        });
     }
 
     /// The rate cut, at `now`.
@@ -455,12 +476,18 @@ impl Dcqcn {
             Trigger::Timer => {
                 self.time_stage = self.time_stage.saturating_add(1);
                 self.stats.timer_events += 1;
-                (self.time_stage, if bytes_on { self.byte_stage } else { u32::MAX })
+                (
+                    self.time_stage,
+                    if bytes_on { self.byte_stage } else { u32::MAX },
+                )
             }
             Trigger::Bytes => {
                 self.byte_stage = self.byte_stage.saturating_add(1);
                 self.stats.byte_events += 1;
-                (self.byte_stage, if timer_on { self.time_stage } else { u32::MAX })
+                (
+                    self.byte_stage,
+                    if timer_on { self.time_stage } else { u32::MAX },
+                )
             }
         };
         let hyper = if fired <= f {
@@ -474,7 +501,9 @@ impl Dcqcn {
             false
         } else {
             let i = u64::from(fired.min(other) - f);
-            self.rt = self.rt.saturating_add(self.p.hai_rate_bps.saturating_mul(i));
+            self.rt = self
+                .rt
+                .saturating_add(self.p.hai_rate_bps.saturating_mul(i));
             self.stats.hyper_increase += 1;
             self.phase = Phase::HyperIncrease;
             true

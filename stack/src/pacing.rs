@@ -241,12 +241,19 @@ mod tests {
 
     #[test]
     fn long_run_matches_rate() {
-        for &(rate, size) in &[(1_000_000_000u64, 1086u64), (7_300_000_000, 4154), (99_999_999_999, 4160)] {
+        for &(rate, size) in &[
+            (1_000_000_000u64, 1086u64),
+            (7_300_000_000, 4154),
+            (99_999_999_999, 4160),
+        ] {
             let mut p = Pacer::new(rate, DEFAULT_BURST_BYTES);
             let end = 10_000_000; // 10 ms
             let sent = run(&mut p, size, end);
             let got = sent as f64 * 8.0 / (end as f64 * 1e-9);
-            assert!((got / rate as f64 - 1.0).abs() < 0.02, "rate {rate} size {size}: got {got}");
+            assert!(
+                (got / rate as f64 - 1.0).abs() < 0.02,
+                "rate {rate} size {size}: got {got}"
+            );
         }
     }
 }
