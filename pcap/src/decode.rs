@@ -111,6 +111,8 @@ pub struct Decoder {
     opts: Options,
     stats: Stats,
     first_ts: Option<Timestamp>,
+    /// Records before the first one this decoder sees (for parallel batches).
+    frame_base: u64,
     line: Vec<u8>,
 }
 
@@ -121,7 +123,18 @@ impl Decoder {
             opts,
             stats: Stats::default(),
             first_ts: None,
+            frame_base: 0,
             line: Vec::with_capacity(FLUSH_AT + 8192),
+        }
+    }
+
+    /// A decoder for a batch of records in the middle of an input: frame numbers continue
+    /// after `frame_base`, and relative times count from `first_ts` (the input's first record).
+    pub fn starting_at(opts: Options, frame_base: u64, first_ts: Timestamp) -> Self {
+        Self {
+            first_ts: Some(first_ts),
+            frame_base,
+            ..Self::new(opts)
         }
     }
 
@@ -158,7 +171,7 @@ impl Decoder {
     /// [`Decoder::flush`] at the end (or after each record, for live output).
     pub fn record<W: Write>(&mut self, rec: &Record<'_>, out: &mut W) -> io::Result<()> {
         self.stats.packets += 1;
-        let frame_no = self.stats.packets;
+        let frame_no = self.frame_base + self.stats.packets;
         let first = *self.first_ts.get_or_insert(rec.ts);
         let rel = rec.ts.since(first);
         let parsed = link::parse(rec.link_type, rec.data);
@@ -288,17 +301,54 @@ pub fn decode<R: Read, W: Write>(
     }
 }
 
-/// Opens `path` (`-` for stdin) and decodes it into `out`. A progress bar goes to stderr when
-/// stderr is a terminal and the input is a file.
+/// Decoding threads for [`decode_path`]: the available parallelism (1 means sequential).
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Decodes `reader` with [`crate::parallel::decode_parallel`] when that gives the same result
+/// (no `--count`) and more than one worker is available, else sequentially.
+pub fn decode_auto<R: Read + Send, W: Write>(
+    reader: &mut CaptureReader<R>,
+    opts: Options,
+    out: &mut W,
+    progress: Option<&indicatif::ProgressBar>,
+    workers: usize,
+) -> Outcome {
+    if opts.count.is_none() && workers > 1 {
+        crate::parallel::decode_parallel(
+            reader,
+            opts,
+            out,
+            progress,
+            workers,
+            crate::parallel::BATCH_RECORDS,
+        )
+    } else {
+        decode(reader, opts, out, progress)
+    }
+}
+
+/// Opens `path` (`-` for stdin) and decodes it into `out`, on [`default_workers`] threads. A
+/// progress bar goes to stderr when stderr is a terminal and the input is a large file.
 pub fn decode_path<W: Write>(path: &str, opts: Options, out: &mut W) -> Outcome {
+    decode_path_with(path, opts, out, default_workers())
+}
+
+/// [`decode_path`] with an explicit number of decoding threads (1 = sequential).
+pub fn decode_path_with<W: Write>(
+    path: &str,
+    opts: Options,
+    out: &mut W,
+    workers: usize,
+) -> Outcome {
     let fail = |e| Outcome {
         stats: Stats::default(),
         error: Some(e),
     };
     if path == "-" {
-        let stdin = io::stdin().lock();
-        return match CaptureReader::new(stdin, "-") {
-            Ok(mut r) => decode(&mut r, opts, out, None),
+        return match CaptureReader::new(io::stdin(), "-") {
+            Ok(mut r) => decode_auto(&mut r, opts, out, None, workers),
             Err(e) => fail(e.into()),
         };
     }
@@ -326,7 +376,7 @@ pub fn decode_path<W: Write>(path: &str, opts: Options, out: &mut W) -> Outcome 
         );
         b
     });
-    let outcome = decode(&mut reader, opts, out, bar.as_ref());
+    let outcome = decode_auto(&mut reader, opts, out, bar.as_ref(), workers);
     if let Some(b) = bar {
         b.finish_and_clear();
     }

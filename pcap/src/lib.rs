@@ -8,7 +8,8 @@
 //!   the byte offset.
 //! * [`link`]: link types (Ethernet, Linux SLL/SLL2, raw IP, BSD loopback, ERF with native
 //!   InfiniBand) down to `roce_proto::Frame`.
-//! * [`decode`]: classification, ICRC check, filters and counters ([`Decoder`]).
+//! * [`decode`]: classification, ICRC check, filters and counters ([`Decoder`]);
+//!   [`parallel`]: the same over several threads, batch by batch, output in input order.
 //! * [`format`]: the summary line, the verbose tree and JSON lines, written into a reused
 //!   buffer without allocating per packet.
 //! * [`writer`]: a pcap writer; [`live`]: capture from an interface with `pnet`.
@@ -25,6 +26,7 @@ pub mod fixtures;
 pub mod format;
 pub mod link;
 pub mod live;
+pub mod parallel;
 pub mod reader;
 pub mod writer;
 

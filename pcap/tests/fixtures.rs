@@ -538,3 +538,86 @@ fn shared_captures_read_identically_through_the_pcap_writer() {
         decode_bytes(&copy, "b", j).0
     );
 }
+
+#[test]
+fn parallel_decode_equals_sequential_decode() {
+    let mut inputs: Vec<(String, Vec<u8>)> = fixtures::all()
+        .into_iter()
+        .map(|(n, b)| (n.to_string(), b))
+        .collect();
+    for p in all_captures() {
+        inputs.push((p.display().to_string(), std::fs::read(&p).unwrap()));
+    }
+    // A file cut mid-record: same output before the cut, same error.
+    let full = fixture("opcodes.pcap");
+    inputs.push(("cut.pcap".into(), full[..full.len() - 10].to_vec()));
+    for (name, bytes) in &inputs {
+        for format in [
+            OutputFormat::Summary,
+            OutputFormat::Json,
+            OutputFormat::Verbose,
+        ] {
+            let opts = Options {
+                format,
+                all: true,
+                ..Default::default()
+            };
+            let (seq_out, seq) = decode_bytes(bytes, name, opts);
+            for (workers, batch) in [(2, 1), (3, 3), (2, 4096)] {
+                let mut r = roce_pcap::CaptureReader::new(&bytes[..], name).unwrap();
+                let mut out = Vec::new();
+                let par = roce_pcap::parallel::decode_parallel(
+                    &mut r, opts, &mut out, None, workers, batch,
+                );
+                assert!(
+                    out == seq_out,
+                    "{name} {format:?} workers {workers} batch {batch}"
+                );
+                assert_eq!(par.stats, seq.stats, "{name}");
+                assert_eq!(
+                    par.error.map(|e| e.to_string()),
+                    seq.error.as_ref().map(|e| e.to_string()),
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
+/// A writer that fails after `left` bytes.
+struct Failing {
+    left: usize,
+}
+impl std::io::Write for Failing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() > self.left {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "closed",
+            ));
+        }
+        self.left -= buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_writer_stops_both_decoders() {
+    let bytes = fixture("opcodes.pcap");
+    let mut r = roce_pcap::CaptureReader::new(&bytes[..], "o").unwrap();
+    let o = roce_pcap::parallel::decode_parallel(
+        &mut r,
+        Options::default(),
+        &mut Failing { left: 100 },
+        None,
+        2,
+        2,
+    );
+    assert!(matches!(o.error, Some(roce_pcap::DecodeError::Write(_))));
+    let mut r = roce_pcap::CaptureReader::new(&bytes[..], "o").unwrap();
+    let o = roce_pcap::decode(&mut r, Options::default(), &mut Failing { left: 0 }, None);
+    assert!(matches!(o.error, Some(roce_pcap::DecodeError::Write(_))));
+}

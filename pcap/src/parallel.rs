@@ -1,0 +1,212 @@
+//! Multi-threaded decoding of a capture: one thread reads records and copies them into
+//! batches, worker threads decode and format whole batches (each with its own [`Decoder`]),
+//! and the calling thread writes the batches' output in input order. The output is byte for
+//! byte what the sequential [`crate::decode()`] writes; channels are bounded, so memory stays
+//! constant however large the input.
+//!
+//! `--count` needs a global count of printed packets, so it (and live capture) stays
+//! sequential.
+use crate::decode::{Decoder, Options, Outcome, Stats};
+use crate::error::{DecodeError, ReadError};
+use crate::reader::{CaptureReader, Record, Timestamp};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Mutex;
+
+/// Records per batch.
+pub const BATCH_RECORDS: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    ts: Timestamp,
+    ts_digits: u8,
+    link_type: u32,
+    interface: u32,
+    orig_len: u32,
+    offset: u64,
+    start: usize,
+    end: usize,
+}
+
+#[derive(Debug)]
+struct Batch {
+    seq: u64,
+    frame_base: u64,
+    first_ts: Timestamp,
+    recs: Vec<Meta>,
+    data: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Done {
+    seq: u64,
+    out: Vec<u8>,
+    stats: Stats,
+}
+
+fn add(total: &mut Stats, s: &Stats) {
+    total.packets += s.packets;
+    total.roce += s.roce;
+    total.icrc_failures += s.icrc_failures;
+    total.malformed += s.malformed;
+    total.skipped += s.skipped;
+    total.printed += s.printed;
+}
+
+fn read_batches<R: Read>(
+    reader: &mut CaptureReader<R>,
+    batch_records: usize,
+    tx: &std::sync::mpsc::SyncSender<Batch>,
+    progress: Option<&indicatif::ProgressBar>,
+    stop: &AtomicBool,
+) -> Option<ReadError> {
+    let mut seq = 0;
+    let mut frames = 0u64;
+    let mut first_ts = None;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut b = Batch {
+            seq,
+            frame_base: frames,
+            first_ts: Timestamp::default(),
+            recs: Vec::with_capacity(batch_records),
+            data: Vec::with_capacity(batch_records * 256),
+        };
+        let mut error = None;
+        while b.recs.len() < batch_records {
+            match reader.next_record() {
+                Ok(Some(r)) => {
+                    let start = b.data.len();
+                    b.data.extend_from_slice(r.data);
+                    b.recs.push(Meta {
+                        ts: r.ts,
+                        ts_digits: r.ts_digits,
+                        link_type: r.link_type,
+                        interface: r.interface,
+                        orig_len: r.orig_len,
+                        offset: r.offset,
+                        start,
+                        end: b.data.len(),
+                    });
+                    first_ts.get_or_insert(r.ts);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        let last = b.recs.len() < batch_records;
+        frames += b.recs.len() as u64;
+        b.first_ts = first_ts.unwrap_or_default();
+        if let Some(p) = progress {
+            p.set_position(reader.offset());
+        }
+        if !b.recs.is_empty() && tx.send(b).is_err() {
+            return error; // the writer stopped (write error)
+        }
+        if last || error.is_some() {
+            return error;
+        }
+        seq += 1;
+    }
+}
+
+fn work(opts: Options, rx: &Mutex<Receiver<Batch>>, tx: &std::sync::mpsc::SyncSender<Done>) {
+    loop {
+        let batch = match rx.lock() {
+            Ok(r) => match r.recv() {
+                Ok(b) => b,
+                Err(_) => return,
+            },
+            Err(_) => return,
+        };
+        let mut dec = Decoder::starting_at(opts, batch.frame_base, batch.first_ts);
+        let mut out = Vec::with_capacity(batch.recs.len() * 128);
+        for m in &batch.recs {
+            let rec = Record {
+                ts: m.ts,
+                ts_digits: m.ts_digits,
+                link_type: m.link_type,
+                interface: m.interface,
+                orig_len: m.orig_len,
+                data: &batch.data[m.start..m.end],
+                offset: m.offset,
+            };
+            // Writing into a Vec cannot fail.
+            let _ = dec.record(&rec, &mut out);
+        }
+        let _ = dec.flush(&mut out);
+        let done = Done {
+            seq: batch.seq,
+            out,
+            stats: dec.stats(),
+        };
+        if tx.send(done).is_err() {
+            return;
+        }
+    }
+}
+
+/// Decodes the whole input with `workers` decoding threads and batches of `batch_records`;
+/// same output and [`Outcome`] as [`crate::decode()`]. `opts.count` must be `None`.
+pub fn decode_parallel<R: Read + Send, W: Write>(
+    reader: &mut CaptureReader<R>,
+    opts: Options,
+    out: &mut W,
+    progress: Option<&indicatif::ProgressBar>,
+    workers: usize,
+    batch_records: usize,
+) -> Outcome {
+    debug_assert!(opts.count.is_none());
+    let workers = workers.max(1);
+    let (batch_tx, batch_rx) = sync_channel::<Batch>(workers * 2);
+    let (done_tx, done_rx) = sync_channel::<Done>(workers * 2);
+    let batch_rx = Mutex::new(batch_rx);
+    let mut stats = Stats::default();
+    let mut write_error = None;
+    let stop = AtomicBool::new(false);
+    let read_error = std::thread::scope(|s| {
+        let stop = &stop;
+        let reading =
+            s.spawn(move || read_batches(reader, batch_records.max(1), &batch_tx, progress, stop));
+        for _ in 0..workers {
+            let tx = done_tx.clone();
+            let rx = &batch_rx;
+            s.spawn(move || work(opts, rx, &tx));
+        }
+        drop(done_tx);
+        let mut pending = BTreeMap::new();
+        let mut next = 0u64;
+        for done in &done_rx {
+            pending.insert(done.seq, done);
+            while let Some(d) = pending.remove(&next) {
+                add(&mut stats, &d.stats);
+                if write_error.is_none() {
+                    if let Err(e) = out.write_all(&d.out) {
+                        // Stop reading; keep draining so every thread can finish.
+                        stop.store(true, Ordering::Relaxed);
+                        write_error = Some(e);
+                    }
+                }
+                next += 1;
+            }
+        }
+        reading.join().unwrap_or(None)
+    });
+    let mut error = write_error.map(DecodeError::Write);
+    if error.is_none() {
+        if let Err(e) = out.flush() {
+            error = Some(DecodeError::Write(e));
+        }
+    }
+    if error.is_none() {
+        error = read_error.map(DecodeError::Read);
+    }
+    Outcome { stats, error }
+}
