@@ -67,6 +67,9 @@ struct DecodeArgs {
     /// Exit 1 also when a RoCE packet is malformed or fails its ICRC.
     #[arg(long)]
     check: bool,
+    /// Decoding threads for files (default: available parallelism; 1 = sequential).
+    #[arg(long, hide = true)]
+    threads: Option<usize>,
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -110,13 +113,21 @@ fn decode(a: DecodeArgs) -> anyhow::Result<ExitCode> {
             };
             live::capture(&live_opts, opts, &mut out)
         }
-        (None, Some(path)) => roce_pcap::decode_path(path, opts, &mut out),
+        (None, Some(path)) => roce_pcap::decode_path_with(
+            path,
+            opts,
+            &mut out,
+            a.threads.unwrap_or_else(roce_pcap::decode::default_workers),
+        ),
         (None, None) => bail!("give a capture file, `-`, or --interface"),
     };
     drop(out);
     eprintln!("{}", outcome.stats.line());
-    if let Some(e) = &outcome.error {
-        eprintln!("roce decode: {e}");
+    match &outcome.error {
+        // The reader of our output went away (`| head`): stop quietly, like other tools.
+        Some(roce_pcap::DecodeError::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Some(e) => eprintln!("roce decode: {e}"),
+        None => {}
     }
     Ok(ExitCode::from(outcome.exit_code(a.check) as u8))
 }

@@ -779,20 +779,23 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
         if let Some(h) = p.aeth() {
             let s = h.syndrome();
             writeln!(out, "  AETH")?;
-            let meaning = match s.kind() {
-                AethKind::Ack { credit: 31 } => "ACK, no credit information".to_string(),
-                AethKind::Ack { credit } => format!(
+            write!(out, "    syndrome: {:#04x} (", s.0)?;
+            match s.kind() {
+                AethKind::Ack { credit: 31 } => write!(out, "ACK, no credit information")?,
+                AethKind::Ack { credit } => write!(
+                    out,
                     "ACK, credit code {credit} = {} credits",
                     roce_proto::aeth::credits(credit).unwrap_or(0)
-                ),
-                AethKind::RnrNak { timer } => format!(
+                )?,
+                AethKind::RnrNak { timer } => write!(
+                    out,
                     "RNR NAK, timer code {timer} = {} us",
                     roce_proto::aeth::rnr_timer_ns(timer) / 1000
-                ),
-                AethKind::Nak(c) => format!("NAK, code {} = {}", c.code(), c.name()),
-                AethKind::Reserved { value } => format!("reserved, value {value}"),
-            };
-            writeln!(out, "    syndrome: {:#04x} ({meaning})", s.0)?;
+                )?,
+                AethKind::Nak(c) => write!(out, "NAK, code {} = {}", c.code(), c.name())?,
+                AethKind::Reserved { value } => write!(out, "reserved, value {value}")?,
+            }
+            out.extend_from_slice(b")\n");
             writeln!(out, "    msn: {}", h.msn().0)?;
         }
         if let Some(h) = p.atomic_ack_eth() {

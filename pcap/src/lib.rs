@@ -31,7 +31,8 @@ pub mod reader;
 pub mod writer;
 
 pub use decode::{
-    decode, decode_bytes, decode_path, parse_opcode, Decoder, Options, Outcome, OutputFormat, Stats,
+    decode, decode_auto, decode_bytes, decode_path, decode_path_with, parse_opcode, Decoder,
+    Options, Outcome, OutputFormat, Stats,
 };
 pub use error::{DecodeError, ReadError};
 pub use reader::{CaptureReader, Format, Record, Timestamp};

@@ -66,6 +66,14 @@ const FIELDS: &[&str] = &[
     "infiniband.deth.q_key",
     "infiniband.deth.srcqp",
     "infiniband.invariant.crc",
+    "ip.src",
+    "ip.dst",
+    "ipv6.src",
+    "ipv6.dst",
+    "udp.srcport",
+    "udp.dstport",
+    "ip.dsfield.ecn",
+    "ipv6.tclass.ecn",
 ];
 
 fn tshark_available() -> bool {
@@ -180,6 +188,42 @@ fn compare_file(path: &Path, tally: &mut Tally) -> Vec<String> {
             if cn != theirs_cn {
                 errs.push(format!(
                     "{name} frame {n}: fecn/becn: ours {cn:#x}, tshark {theirs}"
+                ));
+            }
+        }
+        if o["version"] == "rocev2" {
+            // Addresses, ports and ECN from tshark's IP and UDP dissectors.
+            let first = |f: &str| t.get(f).and_then(|v| v.first()).cloned();
+            for (key, v4, v6, port) in [
+                ("src", "ip.src", "ipv6.src", "udp.srcport"),
+                ("dst", "ip.dst", "ipv6.dst", "udp.dstport"),
+            ] {
+                let theirs = match (first(v4), first(v6), first(port)) {
+                    (Some(a), _, Some(p)) => format!("{a}:{p}"),
+                    (None, Some(a), Some(p)) => format!("[{a}]:{p}"),
+                    other => format!("{other:?}"),
+                };
+                tally.fields += 1;
+                if o[key] != theirs.as_str() {
+                    errs.push(format!(
+                        "{name} frame {n}: {key}: ours {}, tshark {theirs}",
+                        o[key]
+                    ));
+                }
+            }
+            let ecn = first("ip.dsfield.ecn").or_else(|| first("ipv6.tclass.ecn"));
+            let theirs = match ecn.as_deref().map(|e| num(e, false)) {
+                Some(0) => "not-ect",
+                Some(1) => "ect1",
+                Some(2) => "ect0",
+                Some(3) => "ce",
+                _ => "?",
+            };
+            tally.fields += 1;
+            if o["ecn"] != theirs {
+                errs.push(format!(
+                    "{name} frame {n}: ecn: ours {}, tshark {theirs}",
+                    o["ecn"]
                 ));
             }
         }
