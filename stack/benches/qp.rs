@@ -1,1 +1,144 @@
-fn main() {}
+//! Packets per second through the RC state machine with no network: two devices joined in
+//! memory; every iteration posts WRITEs on A, moves every datagram A→B and B→A, and polls the
+//! completions. Throughput is counted in request packets (ACKs ride along).
+//!
+//! Run: `CARGO_TARGET_DIR=/work/target-stack cargo bench -p roce-stack --bench qp`
+use std::hint::black_box;
+use std::net::IpAddr;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use roce_proto::{Ecn, Psn, Qpn};
+use roce_stack::{
+    Access, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpAttr, QpCaps,
+    QpState, RemoteAddr, SgList, WorkRequest, WrOp,
+};
+
+struct Pair {
+    a: Device,
+    b: Device,
+    qps: Vec<(Qpn, CqHandle, SgList, RemoteAddr)>,
+    buf: Vec<u8>,
+    now: Instant,
+}
+
+fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
+    let mut a = Device::new(DeviceConfig { qpn_base: 0x100, ..DeviceConfig::default() });
+    let mut b = Device::new(DeviceConfig { qpn_base: 0x10000, ..DeviceConfig::default() });
+    let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+    let src: MrHandle = a.reg_mr(pa, 1 << 20, Access::LOCAL_WRITE);
+    let dst: MrHandle = b.reg_mr(pb, 1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let caps = QpCaps {
+        max_send_wr: 4096,
+        max_unacked_psns: window.max(1),
+        ..QpCaps::default()
+    };
+    let ia: IpAddr = "10.0.0.1".parse().unwrap();
+    let ib: IpAddr = "10.0.0.2".parse().unwrap();
+    let mut qps = Vec::new();
+    for _ in 0..nqps {
+        let (ca, cb) = (a.create_cq(), b.create_cq());
+        let qa = a.create_qp(pa, ca, ca, caps).unwrap();
+        let qb = b.create_qp(pb, cb, cb, caps).unwrap();
+        for (dev, q, peer, l, r) in [(&mut a, qa, qb, ia, ib), (&mut b, qb, qa, ib, ia)] {
+            dev.modify_qp(q, &QpAttr { access_flags: Some(Access::REMOTE_WRITE), ..QpAttr::to(QpState::Init) }).unwrap();
+            dev.modify_qp(
+                q,
+                &QpAttr {
+                    path_mtu: Some(mtu),
+                    dest_qpn: Some(peer),
+                    rq_psn: Some(Psn::new(0)),
+                    max_dest_rd_atomic: Some(16),
+                    min_rnr_timer: Some(1),
+                    path: Some(PathConfig { local: l, remote: r, ..PathConfig::default() }),
+                    ..QpAttr::to(QpState::Rtr)
+                },
+            )
+            .unwrap();
+            dev.modify_qp(
+                q,
+                &QpAttr {
+                    sq_psn: Some(Psn::new(0)),
+                    timeout: Some(14),
+                    retry_cnt: Some(7),
+                    rnr_retry: Some(7),
+                    max_rd_atomic: Some(16),
+                    ..QpAttr::to(QpState::Rts)
+                },
+            )
+            .unwrap();
+        }
+        let sgl = SgList::one(a.mr(src).unwrap().sge(0, msg));
+        let m = b.mr(dst).unwrap();
+        qps.push((qa, ca, sgl, RemoteAddr { va: m.va(), rkey: m.rkey() }));
+    }
+    Pair { a, b, qps, buf: Vec::with_capacity(8192), now: Instant::ZERO }
+}
+
+impl Pair {
+    /// Posts `per_qp` WRITEs on every QP and runs until all complete. Returns request packets.
+    fn round(&mut self, per_qp: usize) -> u64 {
+        for &(q, _, sgl, remote) in &self.qps {
+            for i in 0..per_qp {
+                let wr = WorkRequest { signaled: i + 1 == per_qp, ..WorkRequest::new(i as u64, WrOp::Write(remote), sgl) };
+                self.a.post_send(q, wr).unwrap();
+            }
+        }
+        let mut packets = 0;
+        loop {
+            let mut moved = false;
+            while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
+                self.b.handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
+                packets += 1;
+                moved = true;
+            }
+            while let Some(t) = self.b.poll_transmit(self.now, &mut self.buf) {
+                self.a.handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+        for &(_, cq, _, _) in &self.qps {
+            while let Some(c) = self.a.poll_cq(cq) {
+                black_box(c);
+            }
+        }
+        packets
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("write_msg");
+    for (name, mtu, size) in [("64B", 1024, 64), ("4KiB", 4096, 4096)] {
+        let mut p = setup(1, mtu, size, 128);
+        let pkts = p.round(32);
+        g.throughput(Throughput::Elements(pkts));
+        g.bench_function(BenchmarkId::new("1qp_32_per_round", name), |bch| bch.iter(|| p.round(32)));
+    }
+    g.finish();
+    let mut g = c.benchmark_group("outstanding_psns_64B");
+    for window in [1u32, 8, 64, 512] {
+        let mut p = setup(1, 1024, 64, window);
+        let n = window as usize;
+        let pkts = p.round(n);
+        g.throughput(Throughput::Elements(pkts));
+        g.bench_function(BenchmarkId::from_parameter(window), |bch| bch.iter(|| p.round(n)));
+    }
+    g.finish();
+    let mut g = c.benchmark_group("qp_count_64B");
+    for nqps in [1usize, 16, 256] {
+        let mut p = setup(nqps, 1024, 64, 128);
+        let pkts = p.round(8);
+        g.throughput(Throughput::Elements(pkts));
+        g.bench_function(BenchmarkId::from_parameter(nqps), |bch| bch.iter(|| p.round(8)));
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).measurement_time(std::time::Duration::from_secs(2)).warm_up_time(std::time::Duration::from_millis(500));
+    targets = bench
+}
+criterion_main!(benches);

@@ -223,13 +223,19 @@ mod tests {
     #[test]
     fn cnp_matches_connectx_vector_a() {
         let ip: [u8; 20] = [
-            0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91,
-            0x61, // ver/ihl,
-            // TOS 0xC2 (DSCP 48, ECT(0)), length 60, ID 0x718c, DF, TTL 64, UDP, checksum
+            0x45, // version 4, IHL 5
+            0xc2, // TOS: DSCP 48, ECN 10 = ECT(0)
+            0x00, 0x3c, // total length 60
+            0x71, 0x8c, // identification
+            0x40, 0x00, // DF
+            0x40, // TTL 64
+            0x11, // UDP
+            0x91, 0x61, // header checksum
             0x0a, 0x00, 0x11, 0x01, // src 10.0.17.1
             0x0a, 0x00, 0x12, 0x01, // dst 10.0.18.1
         ];
-        let udp: [u8; 8] = [0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00]; // sport 0 → 4791
+        // UDP: source port 0, destination 4791, length 40, checksum 0.
+        let udp: [u8; 8] = [0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00];
         let want: [u8; CNP_TRANSPORT_LEN] = [
             0x81, // opcode CNP
             0x00, // SE 0, M 0, PadCnt 0, TVer 0

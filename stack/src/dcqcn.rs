@@ -467,7 +467,7 @@ impl Dcqcn {
         self.restart_increase(now);
     }
 
-    /// One rate-increase event of kind `trigger` at `now` (§8.2 step 3).
+    /// One rate-increase event of kind `trigger` (§8.2 step 3).
     fn increase(&mut self, trigger: Trigger) {
         let f = self.p.fast_recovery_steps;
         let timer_on = self.p.increase_timer > Duration::ZERO;

@@ -87,8 +87,9 @@ fn alpha_decays_every_k_without_cnp() {
 #[test]
 fn fast_recovery_steps_on_timer() {
     let mut cc = Dcqcn::new(timer_only(), LINE);
-    cc.on_cnp(us(0)); // R_C = 50G, R_T = 100G
-                      // F = 5 timer events (T = 60 µs) of fast recovery: R_C ← (R_T + R_C)/2.
+    // R_C = 50G, R_T = 100G, then F = 5 timer events (T = 60 µs) of fast recovery:
+    // R_C ← (R_T + R_C)/2.
+    cc.on_cnp(us(0));
     let want = [75 * G, 87_500 * M, 93_750 * M, 96_875 * M, 98_437_500_000];
     for (n, w) in want.iter().enumerate() {
         let t = us(60 * (n as u64 + 1));
@@ -443,7 +444,7 @@ fn presets_by_name() {
 fn overrides() {
     let c: CcConfig = "nvidia:t=55us, min_rate=100Mbps,clamp=true,g=1/256,b=0,F=3,ai=1.5G,\
                        alpha-mode=on-cut,reduce_period=0,first_cnp_rate=25Gb/s,alpha0=0.5,\
-                       k=0.5ms,max_cut=0.75,hai=2000000,halve_in_hyper=yes,burst=32KiB"
+                       k=0.5ms,hai=2000000,halve_in_hyper=yes,burst=32KiB"
         .parse()
         .unwrap();
     let want = DcqcnParams {
@@ -459,7 +460,6 @@ fn overrides() {
         first_cnp_rate_bps: Some(25 * G),
         initial_alpha: 0.5,
         alpha_period: Duration::from_micros(500),
-        max_cut: 0.75,
         hai_rate_bps: 2 * M,
         halve_in_hyper: true,
         burst_bytes: 32 * 1024,
@@ -807,6 +807,220 @@ fn prop_rates_and_alpha_stay_in_range() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => panic!("seed {seed:#x} (replay: CC_SEED={seed:#x}): {e}"),
             Err(_) => panic!("seed {seed:#x} (replay: CC_SEED={seed:#x}) panicked"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Closed loop: N always-backlogged DCQCN senders → one switch egress (RED/ECN marking) →
+// receivers whose CnpPacer answers CE marks → CNPs back to the senders. A small, exact,
+// single-bottleneck check that the controller and the presets behave (the full experiments
+// with real QPs live in the simulator).
+
+struct LoopReport {
+    fairness: f64,
+    utilization: f64,
+    max_queue: u64,
+    cnps: u64,
+    cuts: u64,
+}
+
+fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let s2: f64 = x.iter().map(|v| v * v).sum();
+    s * s / (x.len() as f64 * s2)
+}
+
+fn closed_loop(cfg: CcConfig, flows: usize, dur_ns: u64, seed: u64) -> LoopReport {
+    closed_loop_np(cfg, flows, dur_ns, seed, roce_stack::cnp::DEFAULT_CNP_INTERVAL)
+}
+
+fn closed_loop_np(
+    cfg: CcConfig,
+    flows: usize,
+    dur_ns: u64,
+    seed: u64,
+    np_interval: Duration,
+) -> LoopReport {
+    use roce_stack::cnp::CnpPacer;
+    use std::collections::VecDeque;
+    const RATE: u64 = 40 * G; // every link, and the bottleneck
+    const SIZE: u64 = 1086; // 1024 B payload + RoCEv2 headers
+    const PROP: u64 = 1_000; // 1 µs per hop
+    const KMIN: u64 = 5_000; // RED, DCQCN paper: 5 KB / 200 KB / 1 %
+    const KMAX: u64 = 200_000;
+    const PMAX: f64 = 0.01;
+    let tx_ns = |bytes: u64| (bytes * 8 * G).div_ceil(RATE);
+    let mut rng = Rng(seed);
+    let mut cc: Vec<Box<dyn CongestionControl>> = (0..flows).map(|_| cfg.build(RATE)).collect();
+    let mut np: Vec<CnpPacer> = (0..flows).map(|_| CnpPacer::new(np_interval)).collect();
+    let mut nic_free = vec![0u64; flows];
+    let mut delivered = vec![0u64; flows];
+    let mut to_switch: VecDeque<(u64, usize)> = VecDeque::new();
+    let mut queue: VecDeque<(usize, bool)> = VecDeque::new();
+    let mut q_bytes = 0u64;
+    let mut max_queue = 0u64;
+    let mut departure: Option<u64> = None;
+    let mut to_recv: VecDeque<(u64, usize, bool)> = VecDeque::new();
+    let mut cnp_back: VecDeque<(u64, usize)> = VecDeque::new();
+    let (mut cnps, mut busy_ns) = (0u64, 0u64);
+    let half = dur_ns / 2;
+    let trace = std::env::var("CC_TRACE").is_ok();
+    let mut next_trace = 0u64;
+    let mut clock = 0u64;
+    loop {
+        // The earliest event.
+        // A backlogged sender goes as soon as its NIC is free and its pacer allows.
+        let send = |i: usize| {
+            let t = nic_free[i].max(clock);
+            cc[i].next_send_time(Instant(t), SIZE as usize).map_or(t, |p| p.as_nanos().max(t))
+        };
+        let mut best = (u64::MAX, 0usize, 0usize);
+        let mut consider = |t: u64, kind: usize, i: usize| {
+            if t < best.0 {
+                best = (t, kind, i);
+            }
+        };
+        for i in 0..flows {
+            consider(send(i), 0, i);
+            if let Some(t) = cc[i].poll_timeout() {
+                consider(t.as_nanos(), 1, i);
+            }
+            if let Some(t) = np[i].poll_timeout() {
+                consider(t.as_nanos(), 2, i);
+            }
+        }
+        if let Some(&(t, _)) = to_switch.front() {
+            consider(t, 3, 0);
+        }
+        if let Some(t) = departure {
+            consider(t, 4, 0);
+        }
+        if let Some(&(t, _, _)) = to_recv.front() {
+            consider(t, 5, 0);
+        }
+        if let Some(&(t, _)) = cnp_back.front() {
+            consider(t, 6, 0);
+        }
+        let (now, kind, i) = best;
+        assert!(now >= clock, "time went backwards");
+        clock = now;
+        if now >= dur_ns {
+            break;
+        }
+        if trace && now >= next_trace {
+            next_trace += 1_000_000;
+            let r: Vec<String> = cc
+                .iter()
+                .map(|c| format!("{:.2}", c.rate_bps().unwrap_or(RATE) as f64 / 1e9))
+                .collect();
+            println!("t={:>3} ms q={:>8} rates {}", now / 1_000_000, q_bytes, r.join(" "));
+        }
+        let at = Instant(now);
+        match kind {
+            0 => {
+                cc[i].on_packet_sent(at, SIZE as usize);
+                nic_free[i] = now + tx_ns(SIZE);
+                to_switch.push_back((nic_free[i] + PROP, i));
+            }
+            1 => cc[i].handle_timeout(at),
+            2 => {
+                if np[i].handle_timeout(at) {
+                    cnps += 1;
+                    cnp_back.push_back((now + 2 * PROP, i));
+                }
+            }
+            3 => {
+                let (_, f) = to_switch.pop_front().unwrap_or((0, 0));
+                // RED on the queue seen by the arriving packet.
+                let p = if q_bytes <= KMIN {
+                    0.0
+                } else if q_bytes >= KMAX {
+                    1.0
+                } else {
+                    PMAX * (q_bytes - KMIN) as f64 / (KMAX - KMIN) as f64
+                };
+                let ce = rng.f() < p;
+                queue.push_back((f, ce));
+                q_bytes += SIZE;
+                max_queue = max_queue.max(q_bytes);
+                if departure.is_none() {
+                    departure = Some(now + tx_ns(SIZE));
+                }
+            }
+            4 => {
+                let (f, ce) = queue.pop_front().unwrap_or((0, false));
+                q_bytes -= SIZE;
+                if now >= half {
+                    busy_ns += tx_ns(SIZE);
+                }
+                to_recv.push_back((now + PROP, f, ce));
+                departure = (!queue.is_empty()).then(|| now + tx_ns(SIZE));
+            }
+            5 => {
+                let (_, f, ce) = to_recv.pop_front().unwrap_or((0, 0, false));
+                if now >= half {
+                    delivered[f] += SIZE;
+                }
+                if ce && np[f].on_ce_mark(at) {
+                    cnps += 1;
+                    // The CNP goes back over two uncongested hops.
+                    cnp_back.push_back((now + 2 * PROP, f));
+                }
+            }
+            _ => {
+                let (_, f) = cnp_back.pop_front().unwrap_or((0, 0));
+                cc[f].on_cnp(at);
+            }
+        }
+    }
+    let rates: Vec<f64> = delivered.iter().map(|&b| b as f64).collect();
+    let _ = &mut cc;
+    LoopReport {
+        fairness: jain(&rates),
+        utilization: busy_ns as f64 / (dur_ns - half) as f64,
+        max_queue,
+        cnps,
+        cuts: 0,
+    }
+}
+
+fn seed_from_env(default: u64) -> u64 {
+    std::env::var("CC_SEED")
+        .ok()
+        .and_then(|s| u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn closed_loop_two_and_eight_flows_share_the_bottleneck() {
+    let seed = seed_from_env(0x5eed);
+    for (name, cfg) in [("paper", CcConfig::PAPER), ("nvidia", CcConfig::NVIDIA)] {
+        for flows in [2, 8] {
+            let r = closed_loop(cfg, flows, 60_000_000, seed);
+            println!(
+                "{name} {flows} flows: fairness {:.3} utilization {:.3} max queue {} B, {} CNPs",
+                r.fairness, r.utilization, r.max_queue, r.cnps
+            );
+            let _ = r.cuts;
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn explore() {
+    let seed = seed_from_env(0x5eed);
+    let cfgs = std::env::var("CC_CFGS").unwrap_or("paper".into());
+    let np: u64 = std::env::var("CC_NP").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    for c in cfgs.split(';') {
+        let cfg: CcConfig = c.parse().unwrap();
+        for flows in [2, 8] {
+            let r = closed_loop_np(cfg, flows, 60_000_000, seed, Duration::from_micros(np));
+            println!(
+                "{c} np={np}us {flows} flows: fairness {:.3} util {:.3} maxq {} B, {} CNPs",
+                r.fairness, r.utilization, r.max_queue, r.cnps
+            );
         }
     }
 }
