@@ -7,7 +7,7 @@ use crate::error::DecodeError;
 use crate::format::{self, Decoded};
 use crate::link;
 use crate::reader::{CaptureReader, Record, Timestamp};
-use roce_proto::Opcode;
+use roce_proto::{Frame, Opcode};
 use std::io::{self, IsTerminal, Read, Write};
 
 /// Output format.
@@ -175,9 +175,10 @@ impl Decoder {
         let first = *self.first_ts.get_or_insert(rec.ts);
         let rel = rec.ts.since(first);
         let parsed = link::parse(rec.link_type, rec.data);
-        let (frame, packet) = match parsed {
+        // The frame stays where `link::parse` put it; `Decoded` borrows it (no copy).
+        let (frame, packet) = match &parsed {
             Ok(f) => (Some(f), f.packet()),
-            Err(e) if link::is_roce_error(&e) => (None, Err(e)),
+            Err(e) if link::is_roce_error(e) => (None, Err(*e)),
             Err(e) => {
                 self.stats.skipped += 1;
                 if self.opts.all
@@ -249,7 +250,7 @@ impl Decoder {
         if self.opts.qp.is_none() && self.opts.opcode.is_none() {
             return true;
         }
-        let Some(bth) = d.frame.and_then(|f| f.bth()) else {
+        let Some(bth) = d.frame.and_then(Frame::bth) else {
             return false;
         };
         self.opts.qp.map_or(true, |q| bth.dest_qp.0 == q)

@@ -28,7 +28,7 @@ pub struct Decoded<'a> {
     /// Link type.
     pub link_type: u32,
     /// The frame, when the link and network layers parsed.
-    pub frame: Option<Frame<'a>>,
+    pub frame: Option<&'a Frame<'a>>,
     /// The transport packet, or why it could not be decoded.
     pub packet: Result<RocePacket<&'a [u8]>, Error>,
     /// ICRC check (`None` when the packet is not whole).
