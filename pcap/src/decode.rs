@@ -190,7 +190,7 @@ impl Decoder {
                 {
                     match self.opts.format {
                         OutputFormat::Json => {
-                            format::json_other(&mut self.line, frame_no, rec.ts, rec.ts_digits, &e)
+                            format::json_other(&mut self.line, frame_no, rec.ts, rec.ts_digits, e)
                         }
                         _ => format::summary_other(
                             &mut self.line,
@@ -198,7 +198,7 @@ impl Decoder {
                             rel,
                             rec.ts_digits,
                             rec.data.len(),
-                            &e,
+                            e,
                         ),
                     }
                     self.emitted(out)?;

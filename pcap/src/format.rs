@@ -255,9 +255,9 @@ pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>) {
         out.extend_from_slice(b"]\n");
         return;
     };
-    endpoint(out, &f, true);
+    endpoint(out, f, true);
     out.extend_from_slice(b" -> ");
-    endpoint(out, &f, false);
+    endpoint(out, f, false);
     if f.version != RoceVersion::V2 {
         out.push(b' ');
         out.extend_from_slice(f.version.name().as_bytes());
@@ -446,8 +446,8 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>) {
     o.num("frame", d.frame_no);
     time(o.key("ts"), d.ts, d.ts_digits);
     if let Some(f) = d.frame {
-        string_with(&mut o, "src", |b| endpoint(b, &f, true));
-        string_with(&mut o, "dst", |b| endpoint(b, &f, false));
+        string_with(&mut o, "src", |b| endpoint(b, f, true));
+        string_with(&mut o, "dst", |b| endpoint(b, f, false));
         o.string("ecn", f.ecn().name());
         o.string("version", f.version.name());
         if let Some(bth) = f.bth() {
