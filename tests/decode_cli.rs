@@ -132,3 +132,27 @@ fn filters_and_argument_errors() {
     let o = roce(&["decode"], None);
     assert_ne!(o.status.code(), Some(0));
 }
+
+#[test]
+fn live_capture_without_cap_net_raw_says_so_in_one_line() {
+    // Drop CAP_NET_RAW from the bounding set (uid stays 0, so the binary stays readable).
+    let probe = Command::new("setpriv")
+        .args(["--bounding-set", "-net_raw", "true"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        println!("SKIPPED: setpriv cannot drop CAP_NET_RAW here (not root, or no util-linux)");
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--bounding-set", "-net_raw", env!("CARGO_BIN_EXE_roce")])
+        .args(["decode", "--interface", "lo", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8(o.stderr).unwrap();
+    let line = err.lines().find(|l| l.starts_with("roce decode:")).unwrap();
+    assert!(
+        line.contains("capturing on lo needs root or the CAP_NET_RAW capability"),
+        "{err}"
+    );
+}
