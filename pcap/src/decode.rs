@@ -114,6 +114,7 @@ pub struct Decoder {
     /// Records before the first one this decoder sees (for parallel batches).
     frame_base: u64,
     line: Vec<u8>,
+    endpoints: format::EndpointCache,
 }
 
 impl Decoder {
@@ -125,6 +126,7 @@ impl Decoder {
             first_ts: None,
             frame_base: 0,
             line: Vec::with_capacity(FLUSH_AT + 8192),
+            endpoints: format::EndpointCache::default(),
         }
     }
 
@@ -236,9 +238,9 @@ impl Decoder {
             return Ok(());
         }
         match self.opts.format {
-            OutputFormat::Summary => format::summary(&mut self.line, &d),
+            OutputFormat::Summary => format::summary(&mut self.line, &d, &mut self.endpoints),
             OutputFormat::Verbose => format::verbose(&mut self.line, &d),
-            OutputFormat::Json => format::json(&mut self.line, &d),
+            OutputFormat::Json => format::json(&mut self.line, &d, &mut self.endpoints),
         }
         self.emitted(out)
     }

@@ -202,6 +202,57 @@ fn endpoint(out: &mut Vec<u8>, f: &Frame<'_>, src: bool) {
     }
 }
 
+/// The endpoint texts of the last two RoCEv2 conversations seen (both directions of one
+/// connection, typically), so runs of packets between the same endpoints format them once.
+#[derive(Debug, Default)]
+pub struct EndpointCache {
+    slots: [Option<CachedEndpoints>; 2],
+    next: usize,
+}
+
+#[derive(Debug)]
+struct CachedEndpoints {
+    key: (IpAddr, u16, IpAddr, u16),
+    src: Vec<u8>,
+    dst: Vec<u8>,
+}
+
+impl EndpointCache {
+    /// Writes the source (`src = true`) or destination endpoint of `f`.
+    fn write(&mut self, out: &mut Vec<u8>, f: &Frame<'_>, src: bool) {
+        let (Some(ip), Some(udp)) = (&f.ip, &f.udp) else {
+            endpoint(out, f, src);
+            return;
+        };
+        let key = (ip.src, udp.src_port, ip.dst, udp.dst_port);
+        let hit = self
+            .slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.key == key));
+        let i = match hit {
+            Some(i) => i,
+            None => {
+                let i = self.next;
+                self.next = (i + 1) % self.slots.len();
+                let slot = self.slots[i].get_or_insert_with(|| CachedEndpoints {
+                    key,
+                    src: Vec::with_capacity(48),
+                    dst: Vec::with_capacity(48),
+                });
+                slot.key = key;
+                slot.src.clear();
+                slot.dst.clear();
+                endpoint(&mut slot.src, f, true);
+                endpoint(&mut slot.dst, f, false);
+                i
+            }
+        };
+        if let Some(slot) = &self.slots[i] {
+            out.extend_from_slice(if src { &slot.src } else { &slot.dst });
+        }
+    }
+}
+
 /// Writes the opcode name (`RC_SEND_FIRST`, `CNP`, `UNKNOWN_0x18`).
 fn opcode_name(out: &mut Vec<u8>, op: Opcode) {
     if op == Opcode::CNP {
@@ -242,7 +293,7 @@ fn header_view<'a>(d: &Decoded<'a>) -> Option<RocePacket<&'a [u8]>> {
 
 /// One summary line: number, relative time, endpoints, opcode, QP, PSN, key extended-header
 /// fields, payload length, and marks for bad ICRC or malformed packets.
-pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>) {
+pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
     dec_pad(out, d.frame_no, 6, b' ');
     out.push(b' ');
     time(out, d.rel, d.ts_digits);
@@ -255,9 +306,9 @@ pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>) {
         out.extend_from_slice(b"]\n");
         return;
     };
-    endpoint(out, f, true);
+    cache.write(out, f, true);
     out.extend_from_slice(b" -> ");
-    endpoint(out, f, false);
+    cache.write(out, f, false);
     if f.version != RoceVersion::V2 {
         out.push(b' ');
         out.extend_from_slice(f.version.name().as_bytes());
@@ -441,13 +492,13 @@ fn string_with(o: &mut Obj<'_>, k: &str, f: impl FnOnce(&mut Vec<u8>)) {
 }
 
 /// One JSON object (and a newline) with exactly the keys of the `--json` contract.
-pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>) {
+pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
     let mut o = Obj::open(out);
     o.num("frame", d.frame_no);
     time(o.key("ts"), d.ts, d.ts_digits);
     if let Some(f) = d.frame {
-        string_with(&mut o, "src", |b| endpoint(b, f, true));
-        string_with(&mut o, "dst", |b| endpoint(b, f, false));
+        string_with(&mut o, "src", |b| cache.write(b, f, true));
+        string_with(&mut o, "dst", |b| cache.write(b, f, false));
         o.string("ecn", f.ecn().name());
         o.string("version", f.version.name());
         if let Some(bth) = f.bth() {
