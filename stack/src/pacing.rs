@@ -62,7 +62,7 @@ impl Pacer {
             burst_bytes,
             burst_ns: 1,
         };
-        p.set_rate(rate_bps);
+        p.set_rate(Instant::ZERO, rate_bps);
         p
     }
 
@@ -81,19 +81,31 @@ impl Pacer {
         self.burst_bytes
     }
 
-    /// Changes the rate (0 = unlimited). Time already charged for past packets stays charged;
-    /// the next packet is charged at the new rate.
-    pub fn set_rate(&mut self, rate_bps: u64) {
-        if rate_bps == self.rate_bps {
+    /// Changes the rate at `now` (0 = unlimited). What the flow still owes at `now` (sent
+    /// but not yet paid for) is re-priced at the new rate, so a flow that was slow does not
+    /// stay blocked for the slow rate's gap after a rate increase, and a cut takes effect
+    /// on the bytes already sent. Exact: no rounding error is introduced.
+    pub fn set_rate(&mut self, now: Instant, rate_bps: u64) {
+        let old = self.rate_bps;
+        if rate_bps == old {
             return;
         }
-        // Re-express the fractional nanosecond in units of the new rate (loses < 1 ns once).
-        self.tat_frac = if self.rate_bps == 0 || rate_bps == 0 {
-            0
+        let now_ns = now.as_nanos();
+        if old != 0
+            && rate_bps != 0
+            && (self.tat_ns > now_ns || self.tat_ns == now_ns && self.tat_frac > 0)
+        {
+            // Debt × old rate = ((tat_ns − now) · old + frac) [ns·bit/s]; divide by the new rate.
+            let num =
+                u128::from(self.tat_ns - now_ns) * u128::from(old) + u128::from(self.tat_frac);
+            let new = u128::from(rate_bps);
+            self.tat_ns = now_ns.saturating_add(u64::try_from(num / new).unwrap_or(u64::MAX));
+            self.tat_frac = u64::try_from(num % new).unwrap_or(0);
         } else {
-            let f = u128::from(self.tat_frac) * u128::from(rate_bps) / u128::from(self.rate_bps);
-            u64::try_from(f).unwrap_or(0).min(rate_bps - 1)
-        };
+            // Idle, or pacing switched on or off: nothing owed.
+            self.tat_ns = self.tat_ns.min(now_ns);
+            self.tat_frac = 0;
+        }
         self.rate_bps = rate_bps;
         self.burst_ns = if rate_bps == 0 {
             1
@@ -228,15 +240,29 @@ mod tests {
     }
 
     #[test]
-    fn rate_change_keeps_past_charges() {
+    fn rate_change_reprices_the_debt() {
         let mut p = Pacer::new(1_000_000_000, 0);
-        p.on_sent(Instant(0), 1000); // tat = 8000 ns
-        p.set_rate(2_000_000_000);
-        assert_eq!(p.next_send_time(Instant(0)), Some(Instant(7999)));
-        p.on_sent(Instant(8000), 1000); // + 4000 ns at the new rate
-        assert_eq!(p.tat_ns, 12_000);
-        p.set_rate(0);
-        assert_eq!(p.next_send_time(Instant(0)), None);
+        p.on_sent(Instant(0), 1000); // tat = 8000 ns at 1 Gb/s
+                                     // At 2000 ns, 6000 ns of 1 Gb/s debt = 6000 bits = 3000 ns at 2 Gb/s.
+        p.set_rate(Instant(2000), 2_000_000_000);
+        assert_eq!((p.tat_ns, p.tat_frac), (5000, 0));
+        assert_eq!(p.next_send_time(Instant(2000)), Some(Instant(4999)));
+        // Back to 1 Gb/s at 3000 ns: 2000 ns at 2 Gb/s = 4000 bits = 4000 ns.
+        p.set_rate(Instant(3000), 1_000_000_000);
+        assert_eq!(p.tat_ns, 7000);
+        // 3 Gb/s at 4000 ns: 3000 bits / 3 Gb/s = 1000 ns exactly.
+        p.set_rate(Instant(4000), 3_000_000_000);
+        assert_eq!((p.tat_ns, p.tat_frac), (5000, 0));
+        // Unlimited forgets the debt.
+        p.set_rate(Instant(4500), 0);
+        assert_eq!(p.next_send_time(Instant(4500)), None);
+        p.set_rate(Instant(4500), 1_000_000_000);
+        assert_eq!(p.next_send_time(Instant(4500)), None);
+        // Idle flows owe nothing, at any rate.
+        let mut q = Pacer::new(1_000_000_000, 0);
+        q.on_sent(Instant(0), 1000);
+        q.set_rate(Instant(9000), 5);
+        assert_eq!(q.next_send_time(Instant(9000)), None);
     }
 
     #[test]

@@ -17,10 +17,12 @@ fn us(n: u64) -> Instant {
     Instant::from_micros(n)
 }
 
-/// The paper preset with α starting at 1 and the byte counter out of the way (10 GB).
+/// The paper preset with α starting at 1, T = 60 µs and the byte counter out of the way
+/// (10 GB).
 fn timer_only() -> DcqcnParams {
     DcqcnParams {
         initial_alpha: 1.0,
+        increase_timer: Duration::from_micros(60),
         byte_counter: 10_000_000_000,
         ..DcqcnParams::paper()
     }
@@ -110,9 +112,10 @@ fn additive_then_hyper_increase() {
     let p = DcqcnParams {
         initial_alpha: 1.0,
         fast_recovery_steps: 2,
+        increase_timer: Duration::from_micros(60),
         byte_counter: 1_000_000,
         halve_in_hyper: false,
-        ..DcqcnParams::paper() // T = 60 µs, R_AI = 40 Mb/s, R_HAI = 200 Mb/s
+        ..DcqcnParams::paper() // R_AI = 40 Mb/s, R_HAI = 200 Mb/s
     };
     let mut cc = Dcqcn::new(p, LINE);
     cc.on_cnp(us(0)); // R_T = 100G, R_C = 50G
@@ -177,7 +180,8 @@ fn byte_counter_triggers_increase() {
     let p = DcqcnParams {
         initial_alpha: 1.0,
         increase_timer: Duration::from_secs(1),
-        ..DcqcnParams::paper() // B = 300 000 bytes
+        byte_counter: 300_000,
+        ..DcqcnParams::paper()
     };
     let mut cc = Dcqcn::new(p, LINE);
     cc.on_cnp(us(0)); // R_C = 50G
@@ -202,6 +206,7 @@ fn hyper_increase_halves_the_timer_when_asked() {
     let p = DcqcnParams {
         initial_alpha: 1.0,
         fast_recovery_steps: 1,
+        increase_timer: Duration::from_micros(60),
         byte_counter: 1000,
         halve_in_hyper: true,
         ..DcqcnParams::paper()
@@ -416,8 +421,8 @@ fn presets_by_name() {
         (
             1.0 / 256.0,
             Duration::from_micros(55),
-            Duration::from_micros(60),
-            300_000
+            Duration::from_micros(55),
+            10_000_000
         )
     );
     assert_eq!(
@@ -474,10 +479,10 @@ fn overrides() {
         })
     );
     assert_eq!(
-        "dcqcn:first_cnp_rate=off,timer=1ms,byte_counter=10MB,rmin=1kbps".parse::<CcConfig>(),
+        "dcqcn:first_cnp_rate=off,timer=1ms,byte_counter=300KB,rmin=1kbps".parse::<CcConfig>(),
         Ok(CcConfig::Dcqcn(DcqcnParams {
             increase_timer: Duration::from_millis(1),
-            byte_counter: 10_000_000,
+            byte_counter: 300_000,
             min_rate_bps: 1000,
             ..DcqcnParams::paper()
         }))
@@ -822,7 +827,6 @@ struct LoopReport {
     utilization: f64,
     max_queue: u64,
     cnps: u64,
-    cuts: u64,
 }
 
 fn jain(x: &[f64]) -> f64 {
@@ -832,7 +836,13 @@ fn jain(x: &[f64]) -> f64 {
 }
 
 fn closed_loop(cfg: CcConfig, flows: usize, dur_ns: u64, seed: u64) -> LoopReport {
-    closed_loop_np(cfg, flows, dur_ns, seed, roce_stack::cnp::DEFAULT_CNP_INTERVAL)
+    closed_loop_np(
+        cfg,
+        flows,
+        dur_ns,
+        seed,
+        roce_stack::cnp::DEFAULT_CNP_INTERVAL,
+    )
 }
 
 fn closed_loop_np(
@@ -873,7 +883,9 @@ fn closed_loop_np(
         // A backlogged sender goes as soon as its NIC is free and its pacer allows.
         let send = |i: usize| {
             let t = nic_free[i].max(clock);
-            cc[i].next_send_time(Instant(t), SIZE as usize).map_or(t, |p| p.as_nanos().max(t))
+            cc[i]
+                .next_send_time(Instant(t), SIZE as usize)
+                .map_or(t, |p| p.as_nanos().max(t))
         };
         let mut best = (u64::MAX, 0usize, 0usize);
         let mut consider = |t: u64, kind: usize, i: usize| {
@@ -914,7 +926,12 @@ fn closed_loop_np(
                 .iter()
                 .map(|c| format!("{:.2}", c.rate_bps().unwrap_or(RATE) as f64 / 1e9))
                 .collect();
-            println!("t={:>3} ms q={:>8} rates {}", now / 1_000_000, q_bytes, r.join(" "));
+            println!(
+                "t={:>3} ms q={:>8} rates {}",
+                now / 1_000_000,
+                q_bytes,
+                r.join(" ")
+            );
         }
         let at = Instant(now);
         match kind {
@@ -975,13 +992,11 @@ fn closed_loop_np(
         }
     }
     let rates: Vec<f64> = delivered.iter().map(|&b| b as f64).collect();
-    let _ = &mut cc;
     LoopReport {
         fairness: jain(&rates),
         utilization: busy_ns as f64 / (dur_ns - half) as f64,
         max_queue,
         cnps,
-        cuts: 0,
     }
 }
 
@@ -992,27 +1007,37 @@ fn seed_from_env(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// DCQCN paper preset, 2 and 8 flows through one 40 Gb/s bottleneck for 60 ms: over the second
+/// half, Jain's fairness index ≥ 0.95 and link utilisation ≥ 90 %. `CC_SEED=0x…` picks the
+/// RED marking seed; `CC_TRACE=1` prints rates and queue every millisecond.
 #[test]
-fn closed_loop_two_and_eight_flows_share_the_bottleneck() {
+fn closed_loop_paper_preset_is_fair_and_fills_the_link() {
     let seed = seed_from_env(0x5eed);
-    for (name, cfg) in [("paper", CcConfig::PAPER), ("nvidia", CcConfig::NVIDIA)] {
-        for flows in [2, 8] {
-            let r = closed_loop(cfg, flows, 60_000_000, seed);
-            println!(
-                "{name} {flows} flows: fairness {:.3} utilization {:.3} max queue {} B, {} CNPs",
-                r.fairness, r.utilization, r.max_queue, r.cnps
-            );
-            let _ = r.cuts;
-        }
+    for flows in [2, 8] {
+        let r = closed_loop(CcConfig::PAPER, flows, 60_000_000, seed);
+        let line = format!(
+            "{flows} flows: fairness {:.3}, utilization {:.3}, max queue {} B, {} CNPs",
+            r.fairness, r.utilization, r.max_queue, r.cnps
+        );
+        println!("{line}");
+        assert!(
+            r.fairness >= 0.95 && r.utilization >= 0.9 && r.cnps > 0,
+            "seed {seed:#x} (replay: CC_SEED={seed:#x}): {line}"
+        );
     }
 }
 
+/// Runs the closed loop for the configurations in `CC_CFGS` (`;`-separated `CcConfig`
+/// strings, default `paper`) with the NP interval `CC_NP` µs (default 50).
 #[test]
 #[ignore]
 fn explore() {
     let seed = seed_from_env(0x5eed);
     let cfgs = std::env::var("CC_CFGS").unwrap_or("paper".into());
-    let np: u64 = std::env::var("CC_NP").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let np: u64 = std::env::var("CC_NP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
     for c in cfgs.split(';') {
         let cfg: CcConfig = c.parse().unwrap();
         for flows in [2, 8] {
