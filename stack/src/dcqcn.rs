@@ -1070,3 +1070,62 @@ fn parse_bool(v: &str) -> Result<bool, &'static str> {
         _ => Err("expected true or false"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_parsers() {
+        assert_eq!(parse_rate("40Mbps"), Ok(40_000_000));
+        assert_eq!(parse_rate("2.5Gb/s"), Ok(2_500_000_000));
+        assert_eq!(parse_rate("25 gbit/s"), Ok(25_000_000_000));
+        assert_eq!(parse_rate("100000000"), Ok(100_000_000));
+        assert_eq!(parse_rate("1T"), Ok(1_000_000_000_000));
+        assert!(parse_rate("40Mbytes").is_err());
+        assert!(parse_rate("").is_err());
+        assert!(parse_rate("NaN").is_err());
+        assert_eq!(parse_duration("55us"), Ok(Duration::from_micros(55)));
+        assert_eq!(parse_duration("55µs"), Ok(Duration::from_micros(55)));
+        assert_eq!(parse_duration("1.5ms"), Ok(Duration::from_micros(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("55").is_err());
+        assert!(parse_duration("inf s").is_err());
+        assert_eq!(parse_bytes("32KiB"), Ok(32 * 1024));
+        assert_eq!(parse_bytes("10MB"), Ok(10_000_000));
+        assert_eq!(parse_bytes("300000"), Ok(300_000));
+        assert!(parse_bytes("1.5.5k").is_err());
+        assert_eq!(parse_fraction("1/256"), Ok(1.0 / 256.0));
+        assert_eq!(parse_fraction("0.5"), Ok(0.5));
+        assert!(parse_fraction("1/0").is_err());
+        assert!(parse_fraction("-0.1").is_err());
+        assert_eq!(parse_bool("Yes"), Ok(true));
+        assert_eq!(parse_bool("off"), Ok(false));
+    }
+
+    #[test]
+    fn midpoint_rounds_up_and_never_overflows() {
+        assert_eq!(midpoint_up(100, 99), 100);
+        assert_eq!(midpoint_up(100, 98), 99);
+        assert_eq!(midpoint_up(u64::MAX, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn nonsense_parameters_are_clamped_not_panicking() {
+        let p = DcqcnParams {
+            g: f64::NAN,
+            initial_alpha: 7.0,
+            max_cut: -1.0,
+            min_rate_bps: u64::MAX,
+            alpha_period: Duration::ZERO,
+            ..DcqcnParams::paper()
+        };
+        assert!(p.validate().is_err());
+        let mut cc = Dcqcn::new(p, 0);
+        cc.on_cnp(Instant(0));
+        cc.on_packet_sent(Instant(1), usize::MAX);
+        cc.handle_timeout(Instant(u64::MAX));
+        assert_eq!(cc.current_rate_bps(), 1);
+        assert!((0.0..=1.0).contains(&cc.alpha_at(Instant(u64::MAX))));
+    }
+}
