@@ -136,14 +136,16 @@ impl CnpPacer {
     /// sent now.
     pub fn on_ce_mark(&mut self, now: Instant) -> bool {
         self.marks += 1;
-        // An owed CNP whose window ended before this mark: this mark's CNP covers it too.
         match self.window_end() {
+            // Inside the window: remember the mark (Deferred) or drop it.
             Some(end) if now < end => {
                 if self.policy == CnpPolicy::Deferred {
                     self.pending = true;
                 }
                 false
             }
+            // First mark, or the window is over (a CNP still owed for it, because
+            // `handle_timeout` was not called in time, is covered by this one).
             _ => self.fire(now),
         }
     }
