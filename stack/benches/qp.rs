@@ -9,8 +9,8 @@ use std::net::IpAddr;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use roce_proto::{Ecn, Psn, Qpn};
 use roce_stack::{
-    Access, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpAttr, QpCaps,
-    QpState, RemoteAddr, SgList, WorkRequest, WrOp,
+    Access, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpAttr, QpCaps, QpState,
+    RemoteAddr, SgList, WorkRequest, WrOp,
 };
 
 struct Pair {
@@ -22,8 +22,14 @@ struct Pair {
 }
 
 fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
-    let mut a = Device::new(DeviceConfig { qpn_base: 0x100, ..DeviceConfig::default() });
-    let mut b = Device::new(DeviceConfig { qpn_base: 0x10000, ..DeviceConfig::default() });
+    let mut a = Device::new(DeviceConfig {
+        qpn_base: 0x100,
+        ..DeviceConfig::default()
+    });
+    let mut b = Device::new(DeviceConfig {
+        qpn_base: 0x10000,
+        ..DeviceConfig::default()
+    });
     let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
     let src: MrHandle = a.reg_mr(pa, 1 << 20, Access::LOCAL_WRITE);
     let dst: MrHandle = b.reg_mr(pb, 1 << 20, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
@@ -40,7 +46,14 @@ fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
         let qa = a.create_qp(pa, ca, ca, caps).unwrap();
         let qb = b.create_qp(pb, cb, cb, caps).unwrap();
         for (dev, q, peer, l, r) in [(&mut a, qa, qb, ia, ib), (&mut b, qb, qa, ib, ia)] {
-            dev.modify_qp(q, &QpAttr { access_flags: Some(Access::REMOTE_WRITE), ..QpAttr::to(QpState::Init) }).unwrap();
+            dev.modify_qp(
+                q,
+                &QpAttr {
+                    access_flags: Some(Access::REMOTE_WRITE),
+                    ..QpAttr::to(QpState::Init)
+                },
+            )
+            .unwrap();
             dev.modify_qp(
                 q,
                 &QpAttr {
@@ -49,7 +62,11 @@ fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
                     rq_psn: Some(Psn::new(0)),
                     max_dest_rd_atomic: Some(16),
                     min_rnr_timer: Some(1),
-                    path: Some(PathConfig { local: l, remote: r, ..PathConfig::default() }),
+                    path: Some(PathConfig {
+                        local: l,
+                        remote: r,
+                        ..PathConfig::default()
+                    }),
                     ..QpAttr::to(QpState::Rtr)
                 },
             )
@@ -69,9 +86,23 @@ fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
         }
         let sgl = SgList::one(a.mr(src).unwrap().sge(0, msg));
         let m = b.mr(dst).unwrap();
-        qps.push((qa, ca, sgl, RemoteAddr { va: m.va(), rkey: m.rkey() }));
+        qps.push((
+            qa,
+            ca,
+            sgl,
+            RemoteAddr {
+                va: m.va(),
+                rkey: m.rkey(),
+            },
+        ));
     }
-    Pair { a, b, qps, buf: Vec::with_capacity(8192), now: Instant::ZERO }
+    Pair {
+        a,
+        b,
+        qps,
+        buf: Vec::with_capacity(8192),
+        now: Instant::ZERO,
+    }
 }
 
 impl Pair {
@@ -79,7 +110,10 @@ impl Pair {
     fn round(&mut self, per_qp: usize) -> u64 {
         for &(q, _, sgl, remote) in &self.qps {
             for i in 0..per_qp {
-                let wr = WorkRequest { signaled: i + 1 == per_qp, ..WorkRequest::new(i as u64, WrOp::Write(remote), sgl) };
+                let wr = WorkRequest {
+                    signaled: i + 1 == per_qp,
+                    ..WorkRequest::new(i as u64, WrOp::Write(remote), sgl)
+                };
                 self.a.post_send(q, wr).unwrap();
             }
         }
@@ -87,12 +121,14 @@ impl Pair {
         loop {
             let mut moved = false;
             while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
-                self.b.handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
+                self.b
+                    .handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
                 packets += 1;
                 moved = true;
             }
             while let Some(t) = self.b.poll_transmit(self.now, &mut self.buf) {
-                self.a.handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
+                self.a
+                    .handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
                 moved = true;
             }
             if !moved {
@@ -114,7 +150,9 @@ fn bench(c: &mut Criterion) {
         let mut p = setup(1, mtu, size, 128);
         let pkts = p.round(32);
         g.throughput(Throughput::Elements(pkts));
-        g.bench_function(BenchmarkId::new("1qp_32_per_round", name), |bch| bch.iter(|| p.round(32)));
+        g.bench_function(BenchmarkId::new("1qp_32_per_round", name), |bch| {
+            bch.iter(|| p.round(32))
+        });
     }
     g.finish();
     let mut g = c.benchmark_group("outstanding_psns_64B");
@@ -123,7 +161,9 @@ fn bench(c: &mut Criterion) {
         let n = window as usize;
         let pkts = p.round(n);
         g.throughput(Throughput::Elements(pkts));
-        g.bench_function(BenchmarkId::from_parameter(window), |bch| bch.iter(|| p.round(n)));
+        g.bench_function(BenchmarkId::from_parameter(window), |bch| {
+            bch.iter(|| p.round(n))
+        });
     }
     g.finish();
     let mut g = c.benchmark_group("qp_count_64B");
@@ -131,7 +171,9 @@ fn bench(c: &mut Criterion) {
         let mut p = setup(nqps, 1024, 64, 128);
         let pkts = p.round(8);
         g.throughput(Throughput::Elements(pkts));
-        g.bench_function(BenchmarkId::from_parameter(nqps), |bch| bch.iter(|| p.round(8)));
+        g.bench_function(BenchmarkId::from_parameter(nqps), |bch| {
+            bch.iter(|| p.round(8))
+        });
     }
     g.finish();
 }

@@ -148,13 +148,19 @@ pub fn qp_pair(data: &[u8]) {
                 let len = inp.u32() % 3000;
                 let roff = u64::from(inp.u32()) % (DATA_LEN as u64 + 16);
                 let peer = &sides[1 - s];
-                let pm = peer.dev.mr(if op_kind == 5 && roff & 1 == 0 { peer.ro } else { peer.data });
+                let pm = peer.dev.mr(if op_kind == 5 && roff & 1 == 0 {
+                    peer.ro
+                } else {
+                    peer.data
+                });
                 let remote = RemoteAddr {
                     va: pm.map_or(0, |m| m.va()) + roff,
                     rkey: pm.map_or(roce_proto::RKey(0), |m| m.rkey()),
                 };
                 let me = &mut sides[s];
-                let Some(m) = me.dev.mr(me.data) else { continue };
+                let Some(m) = me.dev.mr(me.data) else {
+                    continue;
+                };
                 let sgl = SgList::one(m.sge(off, len));
                 let op = match op_kind {
                     0 => WrOp::Send,
@@ -163,7 +169,11 @@ pub fn qp_pair(data: &[u8]) {
                     3 => WrOp::Write(remote),
                     4 => WrOp::WriteWithImm(remote, len),
                     5 => WrOp::Read(remote),
-                    6 => WrOp::CompareSwap { remote, compare: off, swap: roff },
+                    6 => WrOp::CompareSwap {
+                        remote,
+                        compare: off,
+                        swap: roff,
+                    },
                     _ => WrOp::FetchAdd { remote, add: roff },
                 };
                 let sgl = if op.is_atomic() {
@@ -184,7 +194,9 @@ pub fn qp_pair(data: &[u8]) {
                 let off = u64::from(inp.u32()) % DATA_LEN as u64;
                 let len = inp.u32() % 4000;
                 let me = &mut sides[s];
-                let Some(m) = me.dev.mr(me.data) else { continue };
+                let Some(m) = me.dev.mr(me.data) else {
+                    continue;
+                };
                 let r = RecvRequest {
                     wr_id: next_id,
                     sgl: SgList::one(m.sge(off, len)),
@@ -216,7 +228,10 @@ pub fn qp_pair(data: &[u8]) {
                     }
                 }
                 if inp.byte() & 1 == 0 && bytes.len() >= 4 {
-                    let path = *sides[s].dev.qp(sides[s].qpn).map_or(&PathConfig::default(), |q| q.path());
+                    let path = *sides[s]
+                        .dev
+                        .qp(sides[s].qpn)
+                        .map_or(&PathConfig::default(), |q| q.path());
                     let n = bytes.len();
                     path.rx_icrc(n).fill(&mut bytes);
                 }
@@ -271,14 +286,18 @@ pub fn qp_pair(data: &[u8]) {
                 };
                 let mut bytes = vec![0u8; repr.buffer_len()];
                 if let Ok(n) = repr.emit(&mut bytes) {
-                    let path = *sides[s].dev.qp(me).map_or(&PathConfig::default(), |q| q.path());
+                    let path = *sides[s]
+                        .dev
+                        .qp(me)
+                        .map_or(&PathConfig::default(), |q| q.path());
                     path.rx_icrc(n).fill(&mut bytes[..n]);
                     sides[s].dev.handle_datagram(now, Ecn::Ect0, &bytes[..n]);
                 }
             }
             6 => {
                 // Move time forward and run timers.
-                now = now.add_nanos(u64::from(inp.byte()) * 1_000 + u64::from(inp.byte()) * 100_000);
+                now =
+                    now.add_nanos(u64::from(inp.byte()) * 1_000 + u64::from(inp.byte()) * 100_000);
                 for sd in &mut sides {
                     sd.dev.handle_timeout(now);
                 }
@@ -366,16 +385,25 @@ pub fn qp_pair(data: &[u8]) {
 
 fn check(sides: &mut [Side; 2]) {
     for sd in sides.iter_mut() {
-        let (scq, rcq) = sd.dev.qp_cqs(sd.qpn).unwrap_or((crate::CqHandle(0), crate::CqHandle(0)));
+        let (scq, rcq) = sd
+            .dev
+            .qp_cqs(sd.qpn)
+            .unwrap_or((crate::CqHandle(0), crate::CqHandle(0)));
         for cq in [scq, rcq] {
             while let Some(c) = sd.dev.poll_cq(cq) {
-                assert!(sd.posted.contains(&c.wr_id), "completion for a WR never posted: {c:?}");
+                assert!(
+                    sd.posted.contains(&c.wr_id),
+                    "completion for a WR never posted: {c:?}"
+                );
                 assert!(sd.completed.insert(c.wr_id), "WR completed twice: {c:?}");
                 assert_eq!(c.qp_num, sd.qpn);
             }
         }
         if let Some(g) = sd.dev.mr(sd.guard) {
-            assert!(g.as_slice().iter().all(|&b| b == 0), "a region nobody may write changed");
+            assert!(
+                g.as_slice().iter().all(|&b| b == 0),
+                "a region nobody may write changed"
+            );
         }
         if let Some(r) = sd.dev.mr(sd.ro) {
             assert_eq!(r.as_slice(), &sd.ro_bytes[..], "a read-only region changed");

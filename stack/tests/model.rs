@@ -4,6 +4,8 @@
 //!
 //! Seeds: `MODEL_SEEDS` (default 1000 in release builds, 120 in debug builds) consecutive seeds
 //! starting at `SIM_SEED` (default 0). `SIM_SEED=n MODEL_SEEDS=1` replays one.
+#![allow(clippy::needless_range_loop)]
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -31,6 +33,9 @@ struct Side {
     res_model: Vec<u8>,
     res_next: usize,
 }
+
+/// (wr_id, opcode, byte_len, signaled)
+type ExpectedSend = (u64, WcOpcode, u32, bool);
 
 struct QpPair {
     qpn: [Qpn; 2],
@@ -169,7 +174,15 @@ fn run_seed(seed: u64) {
             scq[s] = dev.create_cq();
             rcq[s] = dev.create_cq();
             qpn[s] = dev
-                .create_qp(pds[s], scq[s], rcq[s], QpCaps { infinite_retry_at_7: true, ..QpCaps::default() })
+                .create_qp(
+                    pds[s],
+                    scq[s],
+                    rcq[s],
+                    QpCaps {
+                        infinite_retry_at_7: true,
+                        ..QpCaps::default()
+                    },
+                )
                 .unwrap();
         }
         sim.connect(hosts[0], qpn[0], hosts[1], qpn[1], &opts)
@@ -177,22 +190,19 @@ fn run_seed(seed: u64) {
         pairs.push(QpPair { qpn, scq, rcq });
     }
     // Workload.
-    let mut expected_send: HashMap<(usize, usize), Vec<(u64, WcOpcode, u32, bool)>> =
-        HashMap::new();
+    let mut expected_send: HashMap<(usize, usize), Vec<ExpectedSend>> = HashMap::new();
     let mut expected_recv: HashMap<(usize, usize), Vec<ExpectedRecv>> = HashMap::new();
     let mut late_recvs: Vec<(usize, Qpn, RecvRequest)> = Vec::new();
-    let mut wr_id = 1u64;
     let nops = 4 + rng.below(16) as usize;
     let mut atom_word_of: HashMap<(usize, usize), usize> = HashMap::new();
-    for _ in 0..nops {
+    for k in 0..nops {
         let qi = rng.below(nqps as u64) as usize;
         let s = rng.below(2) as usize; // requester side
         let r = 1 - s;
         let kind = rng.below(8);
         let len = if kind >= 6 { 8 } else { size(&mut rng) };
         let signaled = rng.chance(0.8);
-        let id = wr_id;
-        wr_id += 1;
+        let id = k as u64 + 1;
         let (req_host, resp_host) = (hosts[s], hosts[r]);
         let src_off = rng.below((SRC_LEN - len) as u64 + 1) as usize;
         let op;
@@ -236,9 +246,7 @@ fn run_seed(seed: u64) {
                         imm,
                         inv: (kind == 2).then_some(inv_key),
                     });
-                if rng.chance(0.2) {
-                    late_recvs.push((resp_host, pairs[qi].qpn[r], rr));
-                } else if late_recvs.iter().any(|l| l.1 == pairs[qi].qpn[r]) {
+                if rng.chance(0.2) || late_recvs.iter().any(|l| l.1 == pairs[qi].qpn[r]) {
                     late_recvs.push((resp_host, pairs[qi].qpn[r], rr));
                 } else {
                     sim.device(resp_host)

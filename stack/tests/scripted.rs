@@ -35,8 +35,15 @@ const BTH: BthRepr = BthRepr {
 
 fn ack(psn: u32, syndrome: Syndrome) -> PacketRepr<'static> {
     PacketRepr {
-        bth: BthRepr { opcode: Opcode::RC_ACKNOWLEDGE, psn: Psn::new(psn), ..BTH },
-        aeth: Some(AethRepr { syndrome, msn: Msn(0) }),
+        bth: BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            psn: Psn::new(psn),
+            ..BTH
+        },
+        aeth: Some(AethRepr {
+            syndrome,
+            msn: Msn(0),
+        }),
         ..PacketRepr::default()
     }
 }
@@ -90,14 +97,33 @@ impl H {
         let scq = dev.create_cq();
         let rcq = dev.create_cq();
         let mr = dev.reg_mr(pd, 1 << 16, Access::ALL);
-        for (i, b) in dev.mr_mut(mr).unwrap().as_mut_slice().iter_mut().enumerate() {
+        for (i, b) in dev
+            .mr_mut(mr)
+            .unwrap()
+            .as_mut_slice()
+            .iter_mut()
+            .enumerate()
+        {
             *b = (i * 7 % 251) as u8;
         }
         let qpn = dev.create_qp(pd, scq, rcq, QpCaps::default()).unwrap();
         let local: IpAddr = "10.0.0.1".parse().unwrap();
         let remote: IpAddr = "10.0.0.2".parse().unwrap();
-        let path = PathConfig { local, remote, src_port: 0xc001, remote_src_port: 0xc002, ..PathConfig::default() };
-        dev.modify_qp(qpn, &QpAttr { access_flags: Some(o.access), ..QpAttr::to(QpState::Init) }).unwrap();
+        let path = PathConfig {
+            local,
+            remote,
+            src_port: 0xc001,
+            remote_src_port: 0xc002,
+            ..PathConfig::default()
+        };
+        dev.modify_qp(
+            qpn,
+            &QpAttr {
+                access_flags: Some(o.access),
+                ..QpAttr::to(QpState::Init)
+            },
+        )
+        .unwrap();
         dev.modify_qp(
             qpn,
             &QpAttr {
@@ -123,7 +149,16 @@ impl H {
             },
         )
         .unwrap();
-        Self { dev, qpn, scq, rcq, mr, now: Instant::ZERO, buf: Vec::new(), path }
+        Self {
+            dev,
+            qpn,
+            scq,
+            rcq,
+            mr,
+            now: Instant::ZERO,
+            buf: Vec::new(),
+            path,
+        }
     }
 
     fn sge(&self, off: u64, len: u32) -> SgList {
@@ -132,11 +167,16 @@ impl H {
 
     fn remote(&self, off: u64) -> RemoteAddr {
         let m = self.dev.mr(self.mr).unwrap();
-        RemoteAddr { va: m.va() + off, rkey: m.rkey() }
+        RemoteAddr {
+            va: m.va() + off,
+            rkey: m.rkey(),
+        }
     }
 
     fn post(&mut self, id: u64, op: WrOp, sgl: SgList) {
-        self.dev.post_send(self.qpn, WorkRequest::new(id, op, sgl)).unwrap();
+        self.dev
+            .post_send(self.qpn, WorkRequest::new(id, op, sgl))
+            .unwrap();
     }
 
     /// Feeds a packet from the peer, with a correct ICRC.
@@ -158,7 +198,10 @@ impl H {
         let mut out = Vec::new();
         while let Some(t) = self.dev.poll_transmit(self.now, &mut self.buf) {
             let bytes = self.buf[..t.len].to_vec();
-            assert!(self.path.tx_icrc(t.len).verify(&bytes), "our ICRC must verify");
+            assert!(
+                self.path.tx_icrc(t.len).verify(&bytes),
+                "our ICRC must verify"
+            );
             out.push(Owned { bytes });
         }
         out
@@ -188,10 +231,12 @@ impl H {
 }
 
 fn ops_psns(v: &[Owned]) -> Vec<(Opcode, u32)> {
-    v.iter().map(|o| {
-        let r = o.repr();
-        (r.bth.opcode, r.bth.psn.value())
-    }).collect()
+    v.iter()
+        .map(|o| {
+            let r = o.repr();
+            (r.bth.opcode, r.bth.psn.value())
+        })
+        .collect()
 }
 
 fn statuses(v: &[Completion]) -> Vec<(u64, WcStatus)> {
@@ -222,7 +267,11 @@ fn send_is_acked_and_completes_once() {
 #[test]
 fn segmentation_pad_reth_and_imm_placement() {
     let mut h = H::new(Opts::default());
-    h.post(1, WrOp::WriteWithImm(h.remote(4096), 0xdead_beef), h.sge(0, 3 * MTU + 5));
+    h.post(
+        1,
+        WrOp::WriteWithImm(h.remote(4096), 0xdead_beef),
+        h.sge(0, 3 * MTU + 5),
+    );
     let s = h.sent();
     assert_eq!(
         ops_psns(&s),
@@ -240,13 +289,19 @@ fn segmentation_pad_reth_and_imm_placement() {
     let last = s[3].repr();
     assert_eq!(last.immdt.unwrap().0, 0xdead_beef);
     assert_eq!((last.payload.len(), last.bth.pad_count), (5, 3));
-    assert_eq!(s.iter().map(|o| o.repr().bth.ack_req).collect::<Vec<_>>(), [false, false, false, true]);
+    assert_eq!(
+        s.iter().map(|o| o.repr().bth.ack_req).collect::<Vec<_>>(),
+        [false, false, false, true]
+    );
     // A zero-length SEND is one SEND_ONLY without payload.
     h.post(2, WrOp::Send, SgList::new());
     assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_SEND_ONLY, 104)]);
     // One coalesced ACK completes both.
     h.feed(ack(104, Syndrome::ACK_UNLIMITED));
-    assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(
+        statuses(&h.completions(h.scq)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
 }
 
 #[test]
@@ -254,7 +309,13 @@ fn read_reserves_one_psn_per_response_packet() {
     let mut h = H::new(Opts::default());
     h.post(1, WrOp::Read(h.remote(0)), h.sge(8192, 600));
     h.post(2, WrOp::Send, h.sge(0, 1));
-    assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_RDMA_READ_REQUEST, 100), (Opcode::RC_SEND_ONLY, 103)]);
+    assert_eq!(
+        ops_psns(&h.sent()),
+        [
+            (Opcode::RC_RDMA_READ_REQUEST, 100),
+            (Opcode::RC_SEND_ONLY, 103)
+        ]
+    );
 }
 
 #[test]
@@ -264,8 +325,14 @@ fn rnr_retry_then_success() {
     assert_eq!(h.sent().len(), 1);
     h.at_us(1);
     h.feed(ack(100, Syndrome::rnr_nak(4))); // 40 µs
-    assert!(h.sent().is_empty(), "nothing is sent while the RNR timer runs");
-    assert_eq!(h.dev.poll_timeout(), Some(Instant::from_micros(1).add_nanos(rnr_timer_ns(4))));
+    assert!(
+        h.sent().is_empty(),
+        "nothing is sent while the RNR timer runs"
+    );
+    assert_eq!(
+        h.dev.poll_timeout(),
+        Some(Instant::from_micros(1).add_nanos(rnr_timer_ns(4)))
+    );
     h.at_us(40);
     assert!(h.sent().is_empty());
     h.at_us(41);
@@ -278,7 +345,10 @@ fn rnr_retry_then_success() {
 
 #[test]
 fn rnr_retry_exhaustion() {
-    let mut h = H::new(Opts { rnr_retry: 2, ..Opts::default() });
+    let mut h = H::new(Opts {
+        rnr_retry: 2,
+        ..Opts::default()
+    });
     h.post(1, WrOp::Send, h.sge(0, 10));
     h.post(2, WrOp::Write(h.remote(0)), h.sge(0, 10));
     h.sent();
@@ -300,7 +370,10 @@ fn rnr_retry_exhaustion() {
 
 #[test]
 fn rnr_retry_7_is_infinite() {
-    let mut h = H::new(Opts { rnr_retry: 7, ..Opts::default() });
+    let mut h = H::new(Opts {
+        rnr_retry: 7,
+        ..Opts::default()
+    });
     h.post(1, WrOp::Send, h.sge(0, 10));
     h.sent();
     for i in 0..20 {
@@ -321,12 +394,18 @@ fn psn_sequence_error_goes_back_n() {
     h.feed(ack(101, Syndrome::nak(NakCode::PsnSequenceError)));
     // PSN 100 is implicitly acknowledged; 101 and 102 go again.
     assert_eq!(statuses(&h.completions(h.scq)), [(0, WcStatus::Success)]);
-    assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_SEND_ONLY, 101), (Opcode::RC_SEND_ONLY, 102)]);
+    assert_eq!(
+        ops_psns(&h.sent()),
+        [(Opcode::RC_SEND_ONLY, 101), (Opcode::RC_SEND_ONLY, 102)]
+    );
     // A second NAK for the same PSN while that retry is under way does not restart it.
     h.feed(ack(101, Syndrome::nak(NakCode::PsnSequenceError)));
     assert!(h.sent().is_empty());
     h.feed(ack(102, Syndrome::ACK_UNLIMITED));
-    assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(
+        statuses(&h.completions(h.scq)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
     assert_eq!(h.stats().naks_received.seq_err, 2);
 }
 
@@ -338,18 +417,34 @@ fn partial_retry_resumes_mid_message() {
     h.feed(ack(102, Syndrome::nak(NakCode::PsnSequenceError)));
     assert!(h.completions(h.scq).is_empty());
     let s = h.sent();
-    assert_eq!(ops_psns(&s), [(Opcode::RC_RDMA_WRITE_MIDDLE, 102), (Opcode::RC_RDMA_WRITE_LAST, 103)]);
+    assert_eq!(
+        ops_psns(&s),
+        [
+            (Opcode::RC_RDMA_WRITE_MIDDLE, 102),
+            (Opcode::RC_RDMA_WRITE_LAST, 103)
+        ]
+    );
     assert!(s[0].repr().reth.is_none());
-    assert_eq!(s[0].repr().payload, &h.dev.mr(h.mr).unwrap().as_slice()[512..768]);
+    assert_eq!(
+        s[0].repr().payload,
+        &h.dev.mr(h.mr).unwrap().as_slice()[512..768]
+    );
     h.feed(ack(103, Syndrome::ACK_UNLIMITED));
     assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::Success)]);
 }
 
 fn read_resp(op: Opcode, psn: u32, payload: &[u8]) -> PacketRepr<'_> {
     PacketRepr {
-        bth: BthRepr { opcode: op, psn: Psn::new(psn), pad_count: PacketRepr::pad_for(payload.len()), ..BTH },
-        aeth: (op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)
-            .then_some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: Msn(1) }),
+        bth: BthRepr {
+            opcode: op,
+            psn: Psn::new(psn),
+            pad_count: PacketRepr::pad_for(payload.len()),
+            ..BTH
+        },
+        aeth: (op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE).then_some(AethRepr {
+            syndrome: Syndrome::ACK_UNLIMITED,
+            msn: Msn(1),
+        }),
         payload,
         ..PacketRepr::default()
     }
@@ -362,76 +457,164 @@ fn read_with_partly_lost_responses_resumes_from_bytes_received() {
     assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_RDMA_READ_REQUEST, 100)]);
     let data: Vec<u8> = (0..4 * MTU - 3).map(|i| (i % 13) as u8).collect();
     let m = MTU as usize;
-    h.feed(read_resp(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 100, &data[..m]));
+    h.feed(read_resp(
+        Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+        100,
+        &data[..m],
+    ));
     // PSN 101 is lost; 102 reveals it (implied NAK): a new READ for the rest.
-    h.feed(read_resp(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 102, &data[2 * m..3 * m]));
+    h.feed(read_resp(
+        Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        102,
+        &data[2 * m..3 * m],
+    ));
     let s = h.sent();
     assert_eq!(ops_psns(&s), [(Opcode::RC_RDMA_READ_REQUEST, 101)]);
     let reth = s[0].repr().reth.unwrap();
-    assert_eq!((reth.va, reth.dma_len), (h.remote(1000).va + u64::from(MTU), 3 * MTU - 3));
+    assert_eq!(
+        (reth.va, reth.dma_len),
+        (h.remote(1000).va + u64::from(MTU), 3 * MTU - 3)
+    );
     assert_eq!(h.stats().implied_naks, 1);
     // The rest of the old stream is ignored as stale/beyond; the replay completes it.
-    h.feed(read_resp(Opcode::RC_RDMA_READ_RESPONSE_LAST, 103, &data[3 * m..]));
+    h.feed(read_resp(
+        Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        103,
+        &data[3 * m..],
+    ));
     assert!(h.sent().is_empty(), "one retry sequence at a time");
-    h.feed(read_resp(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 101, &data[m..2 * m]));
-    h.feed(read_resp(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 102, &data[2 * m..3 * m]));
-    h.feed(read_resp(Opcode::RC_RDMA_READ_RESPONSE_LAST, 103, &data[3 * m..]));
+    h.feed(read_resp(
+        Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        101,
+        &data[m..2 * m],
+    ));
+    h.feed(read_resp(
+        Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        102,
+        &data[2 * m..3 * m],
+    ));
+    h.feed(read_resp(
+        Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        103,
+        &data[3 * m..],
+    ));
     let c = h.completions(h.scq);
     assert_eq!(statuses(&c), [(1, WcStatus::Success)]);
     assert_eq!(c[0].byte_len, 4 * MTU - 3);
-    assert_eq!(&h.dev.mr(h.mr).unwrap().as_slice()[8192..8192 + data.len()], &data[..]);
+    assert_eq!(
+        &h.dev.mr(h.mr).unwrap().as_slice()[8192..8192 + data.len()],
+        &data[..]
+    );
 }
 
 #[test]
 fn lost_atomic_ack_is_an_implied_nak() {
     let mut h = H::new(Opts::default());
-    h.post(1, WrOp::FetchAdd { remote: h.remote(0), add: 1 }, h.sge(64, 8));
+    h.post(
+        1,
+        WrOp::FetchAdd {
+            remote: h.remote(0),
+            add: 1,
+        },
+        h.sge(64, 8),
+    );
     h.post(2, WrOp::Send, h.sge(0, 4));
     assert_eq!(h.sent().len(), 2);
     h.feed(ack(101, Syndrome::ACK_UNLIMITED));
     assert_eq!(h.stats().implied_naks, 1);
-    assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_FETCH_ADD, 100), (Opcode::RC_SEND_ONLY, 101)]);
+    assert_eq!(
+        ops_psns(&h.sent()),
+        [(Opcode::RC_FETCH_ADD, 100), (Opcode::RC_SEND_ONLY, 101)]
+    );
     h.feed(PacketRepr {
-        bth: BthRepr { opcode: Opcode::RC_ATOMIC_ACKNOWLEDGE, psn: Psn::new(100), ..BTH },
-        aeth: Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: Msn(1) }),
+        bth: BthRepr {
+            opcode: Opcode::RC_ATOMIC_ACKNOWLEDGE,
+            psn: Psn::new(100),
+            ..BTH
+        },
+        aeth: Some(AethRepr {
+            syndrome: Syndrome::ACK_UNLIMITED,
+            msn: Msn(1),
+        }),
         atomic_ack_eth: Some(AtomicAckEthRepr { orig_data: 0x1122 }),
         ..PacketRepr::default()
     });
     h.feed(ack(101, Syndrome::ACK_UNLIMITED));
-    assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::Success), (2, WcStatus::Success)]);
-    assert_eq!(&h.dev.mr(h.mr).unwrap().as_slice()[64..72], &0x1122u64.to_le_bytes());
+    assert_eq!(
+        statuses(&h.completions(h.scq)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(
+        &h.dev.mr(h.mr).unwrap().as_slice()[64..72],
+        &0x1122u64.to_le_bytes()
+    );
 }
 
 fn request(op: Opcode, psn: u32) -> PacketRepr<'static> {
-    PacketRepr { bth: BthRepr { opcode: op, psn: Psn::new(psn), ack_req: true, ..BTH }, ..PacketRepr::default() }
+    PacketRepr {
+        bth: BthRepr {
+            opcode: op,
+            psn: Psn::new(psn),
+            ack_req: true,
+            ..BTH
+        },
+        ..PacketRepr::default()
+    }
 }
 
 #[test]
 fn duplicate_atomic_is_answered_from_the_saved_result() {
     let mut h = H::new(Opts::default());
     let word = h.remote(64);
-    let before = u64::from_le_bytes(h.dev.mr(h.mr).unwrap().as_slice()[64..72].try_into().unwrap());
+    let before = u64::from_le_bytes(
+        h.dev.mr(h.mr).unwrap().as_slice()[64..72]
+            .try_into()
+            .unwrap(),
+    );
     let faa = PacketRepr {
-        atomic_eth: Some(AtomicEthRepr { va: word.va, rkey: word.rkey, swap_add: 5, compare: 0 }),
+        atomic_eth: Some(AtomicEthRepr {
+            va: word.va,
+            rkey: word.rkey,
+            swap_add: 5,
+            compare: 0,
+        }),
         ..request(Opcode::RC_FETCH_ADD, 500)
     };
     h.feed(faa);
     h.feed(faa);
     let s = h.sent();
-    assert_eq!(ops_psns(&s), [(Opcode::RC_ATOMIC_ACKNOWLEDGE, 500), (Opcode::RC_ATOMIC_ACKNOWLEDGE, 500)]);
+    assert_eq!(
+        ops_psns(&s),
+        [
+            (Opcode::RC_ATOMIC_ACKNOWLEDGE, 500),
+            (Opcode::RC_ATOMIC_ACKNOWLEDGE, 500)
+        ]
+    );
     for o in &s {
         assert_eq!(o.repr().atomic_ack_eth.unwrap().orig_data, before);
     }
-    let after = u64::from_le_bytes(h.dev.mr(h.mr).unwrap().as_slice()[64..72].try_into().unwrap());
+    let after = u64::from_le_bytes(
+        h.dev.mr(h.mr).unwrap().as_slice()[64..72]
+            .try_into()
+            .unwrap(),
+    );
     assert_eq!(after, before.wrapping_add(5), "executed once");
     assert_eq!(h.stats().duplicate_requests, 1);
     // Misaligned atomic: NAK invalid request.
     h.feed(PacketRepr {
-        atomic_eth: Some(AtomicEthRepr { va: word.va + 4, rkey: word.rkey, swap_add: 5, compare: 0 }),
+        atomic_eth: Some(AtomicEthRepr {
+            va: word.va + 4,
+            rkey: word.rkey,
+            swap_add: 5,
+            compare: 0,
+        }),
         ..request(Opcode::RC_FETCH_ADD, 501)
     });
     let s = h.sent();
-    assert_eq!(s[0].repr().aeth.unwrap().syndrome, Syndrome::nak(NakCode::InvalidRequest));
+    assert_eq!(
+        s[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::InvalidRequest)
+    );
     assert_eq!(h.state(), QpState::Err);
 }
 
@@ -439,18 +622,34 @@ fn duplicate_atomic_is_answered_from_the_saved_result() {
 fn duplicate_send_is_reacked_without_touching_the_receive_queue() {
     let mut h = H::new(Opts::default());
     let sgl = h.sge(1024, 64);
-    h.dev.post_recv(h.qpn, RecvRequest { wr_id: 7, sgl }).unwrap();
-    h.dev.post_recv(h.qpn, RecvRequest { wr_id: 8, sgl }).unwrap();
-    let p = PacketRepr { payload: b"abcd", ..request(Opcode::RC_SEND_ONLY, 500) };
+    h.dev
+        .post_recv(h.qpn, RecvRequest { wr_id: 7, sgl })
+        .unwrap();
+    h.dev
+        .post_recv(h.qpn, RecvRequest { wr_id: 8, sgl })
+        .unwrap();
+    let p = PacketRepr {
+        payload: b"abcd",
+        ..request(Opcode::RC_SEND_ONLY, 500)
+    };
     h.feed(p);
-    h.feed(PacketRepr { bth: BthRepr { ack_req: false, ..p.bth }, ..p });
+    h.feed(PacketRepr {
+        bth: BthRepr {
+            ack_req: false,
+            ..p.bth
+        },
+        ..p
+    });
     let s = h.sent();
     // The ACK for 500 and the duplicate's re-ACK (PSN = ePSN - 1) coalesce into one.
     assert_eq!(ops_psns(&s), [(Opcode::RC_ACKNOWLEDGE, 500)]);
     assert_eq!(s[0].repr().aeth.unwrap().msn, Msn(1));
     let c = h.completions(h.rcq);
     assert_eq!(c.len(), 1);
-    assert_eq!((c[0].wr_id, c[0].byte_len, c[0].opcode), (7, 4, WcOpcode::Recv));
+    assert_eq!(
+        (c[0].wr_id, c[0].byte_len, c[0].opcode),
+        (7, 4, WcOpcode::Recv)
+    );
     assert_eq!(h.dev.qp(h.qpn).unwrap().recv_queue_len(), 1);
     assert_eq!(&h.dev.mr(h.mr).unwrap().as_slice()[1024..1028], b"abcd");
 }
@@ -460,7 +659,11 @@ fn out_of_sequence_gets_one_nak_per_gap() {
     let mut h = H::new(Opts::default());
     let w = h.remote(0);
     let wr = |psn| PacketRepr {
-        reth: Some(RethRepr { va: w.va, rkey: w.rkey, dma_len: 4 }),
+        reth: Some(RethRepr {
+            va: w.va,
+            rkey: w.rkey,
+            dma_len: 4,
+        }),
         payload: b"wxyz",
         ..request(Opcode::RC_RDMA_WRITE_ONLY, psn)
     };
@@ -468,7 +671,10 @@ fn out_of_sequence_gets_one_nak_per_gap() {
     h.feed(wr(503));
     let s = h.sent();
     assert_eq!(ops_psns(&s), [(Opcode::RC_ACKNOWLEDGE, 500)]);
-    assert_eq!(s[0].repr().aeth.unwrap().syndrome, Syndrome::nak(NakCode::PsnSequenceError));
+    assert_eq!(
+        s[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::PsnSequenceError)
+    );
     h.feed(wr(504));
     assert!(h.sent().is_empty());
     assert_eq!(h.stats().drops.out_of_sequence, 2);
@@ -479,22 +685,43 @@ fn out_of_sequence_gets_one_nak_per_gap() {
     h.feed(wr(503));
     let s = h.sent();
     assert_eq!(ops_psns(&s), [(Opcode::RC_ACKNOWLEDGE, 502)]);
-    assert_eq!(s[0].repr().aeth.unwrap().syndrome, Syndrome::nak(NakCode::PsnSequenceError));
+    assert_eq!(
+        s[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::PsnSequenceError)
+    );
     assert_eq!(h.stats().naks_sent.seq_err, 2);
 }
 
 #[test]
 fn responder_rnr_nak_when_no_receive_is_posted() {
     let mut h = H::new(Opts::default());
-    let p = PacketRepr { payload: b"hi", bth: BthRepr { pad_count: 2, ..request(Opcode::RC_SEND_ONLY, 500).bth }, ..request(Opcode::RC_SEND_ONLY, 500) };
+    let p = PacketRepr {
+        payload: b"hi",
+        bth: BthRepr {
+            pad_count: 2,
+            ..request(Opcode::RC_SEND_ONLY, 500).bth
+        },
+        ..request(Opcode::RC_SEND_ONLY, 500)
+    };
     h.feed(p);
     let s = h.sent();
     assert_eq!(s[0].repr().aeth.unwrap().syndrome, Syndrome::rnr_nak(1));
     assert_eq!(s[0].repr().bth.psn, Psn::new(500));
     assert_eq!(h.state(), QpState::Rts, "RNR changes no state");
-    h.dev.post_recv(h.qpn, RecvRequest { wr_id: 1, sgl: h.sge(0, 8) }).unwrap();
+    h.dev
+        .post_recv(
+            h.qpn,
+            RecvRequest {
+                wr_id: 1,
+                sgl: h.sge(0, 8),
+            },
+        )
+        .unwrap();
     h.feed(p);
-    assert_eq!(h.sent()[0].repr().aeth.unwrap().syndrome, Syndrome::ACK_UNLIMITED);
+    assert_eq!(
+        h.sent()[0].repr().aeth.unwrap().syndrome,
+        Syndrome::ACK_UNLIMITED
+    );
     assert_eq!(h.completions(h.rcq)[0].byte_len, 2);
 }
 
@@ -502,38 +729,72 @@ fn responder_rnr_nak_when_no_receive_is_posted() {
 fn rkey_violation_naks_remote_access_errors_the_qp_and_flushes() {
     // Responder side.
     let mut h = H::new(Opts::default());
-    h.dev.post_recv(h.qpn, RecvRequest { wr_id: 9, sgl: h.sge(0, 8) }).unwrap();
+    h.dev
+        .post_recv(
+            h.qpn,
+            RecvRequest {
+                wr_id: 9,
+                sgl: h.sge(0, 8),
+            },
+        )
+        .unwrap();
     let w = h.remote(0);
     h.feed(PacketRepr {
-        reth: Some(RethRepr { va: w.va, rkey: RKey(w.rkey.0 ^ 0x100), dma_len: 4 }),
+        reth: Some(RethRepr {
+            va: w.va,
+            rkey: RKey(w.rkey.0 ^ 0x100),
+            dma_len: 4,
+        }),
         payload: b"evil",
         ..request(Opcode::RC_RDMA_WRITE_ONLY, 500)
     });
     let s = h.sent();
     assert_eq!(ops_psns(&s), [(Opcode::RC_ACKNOWLEDGE, 500)]);
-    assert_eq!(s[0].repr().aeth.unwrap().syndrome, Syndrome::nak(NakCode::RemoteAccessError));
+    assert_eq!(
+        s[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::RemoteAccessError)
+    );
     assert_eq!(h.state(), QpState::Err);
     assert_eq!(statuses(&h.completions(h.rcq)), [(9, WcStatus::WrFlushErr)]);
     assert_ne!(&h.dev.mr(h.mr).unwrap().as_slice()[..4], b"evil");
     // Out of bounds with the right key is the same error.
     let mut h = H::new(Opts::default());
     h.feed(PacketRepr {
-        reth: Some(RethRepr { va: w.va + (1 << 16) - 2, rkey: w.rkey, dma_len: 4 }),
+        reth: Some(RethRepr {
+            va: w.va + (1 << 16) - 2,
+            rkey: w.rkey,
+            dma_len: 4,
+        }),
         payload: b"evil",
         ..request(Opcode::RC_RDMA_WRITE_ONLY, 500)
     });
-    assert_eq!(h.sent()[0].repr().aeth.unwrap().syndrome, Syndrome::nak(NakCode::RemoteAccessError));
+    assert_eq!(
+        h.sent()[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::RemoteAccessError)
+    );
     // Requester side: the NAK fails the WR, the QP goes to ERR and the rest is flushed.
     let mut h = H::new(Opts::default());
     h.post(1, WrOp::Send, h.sge(0, 4));
     h.post(2, WrOp::Write(h.remote(0)), h.sge(0, 4));
     h.post(3, WrOp::Send, h.sge(0, 4));
-    h.dev.post_recv(h.qpn, RecvRequest { wr_id: 4, sgl: h.sge(0, 8) }).unwrap();
+    h.dev
+        .post_recv(
+            h.qpn,
+            RecvRequest {
+                wr_id: 4,
+                sgl: h.sge(0, 8),
+            },
+        )
+        .unwrap();
     h.sent();
     h.feed(ack(101, Syndrome::nak(NakCode::RemoteAccessError)));
     assert_eq!(
         statuses(&h.completions(h.scq)),
-        [(1, WcStatus::Success), (2, WcStatus::RemAccessErr), (3, WcStatus::WrFlushErr)]
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::RemAccessErr),
+            (3, WcStatus::WrFlushErr)
+        ]
     );
     assert_eq!(statuses(&h.completions(h.rcq)), [(4, WcStatus::WrFlushErr)]);
     assert_eq!(h.state(), QpState::Err);
@@ -558,7 +819,11 @@ fn ghost_ack_for_a_psn_never_sent_is_dropped() {
 
 #[test]
 fn retry_exhaustion_when_the_peer_disappears() {
-    let mut h = H::new(Opts { timeout: 8, retry_cnt: 3, ..Opts::default() }); // 1.05 ms
+    let mut h = H::new(Opts {
+        timeout: 8,
+        retry_cnt: 3,
+        ..Opts::default()
+    }); // 1.05 ms
     h.post(1, WrOp::Write(h.remote(0)), h.sge(0, 2 * MTU));
     h.post(2, WrOp::Send, h.sge(0, 4));
     assert_eq!(h.sent().len(), 3);
@@ -573,18 +838,32 @@ fn retry_exhaustion_when_the_peer_disappears() {
         assert!(h.sent().is_empty(), "early timer calls are harmless");
         h.now = Instant(now);
         h.dev.handle_timeout(h.now);
-        assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_RDMA_WRITE_FIRST, 100), (Opcode::RC_RDMA_WRITE_LAST, 101), (Opcode::RC_SEND_ONLY, 102)]);
+        assert_eq!(
+            ops_psns(&h.sent()),
+            [
+                (Opcode::RC_RDMA_WRITE_FIRST, 100),
+                (Opcode::RC_RDMA_WRITE_LAST, 101),
+                (Opcode::RC_SEND_ONLY, 102)
+            ]
+        );
     }
     h.now = h.dev.poll_timeout().unwrap();
     h.dev.handle_timeout(h.now);
-    assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]);
+    assert_eq!(
+        statuses(&h.completions(h.scq)),
+        [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
     let st = h.stats();
     assert_eq!((st.timeouts, st.retransmitted_packets), (4, 9));
 }
 
 #[test]
 fn psn_wraps_at_2_pow_24() {
-    let mut h = H::new(Opts { sq_psn: 0xff_fffe, rq_psn: 0xff_ffff, ..Opts::default() });
+    let mut h = H::new(Opts {
+        sq_psn: 0xff_fffe,
+        rq_psn: 0xff_ffff,
+        ..Opts::default()
+    });
     h.post(1, WrOp::Write(h.remote(0)), h.sge(0, 4 * MTU));
     assert_eq!(
         ops_psns(&h.sent()),
@@ -596,22 +875,38 @@ fn psn_wraps_at_2_pow_24() {
         ]
     );
     h.feed(ack(0, Syndrome::nak(NakCode::PsnSequenceError)));
-    assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_RDMA_WRITE_MIDDLE, 0), (Opcode::RC_RDMA_WRITE_LAST, 1)]);
+    assert_eq!(
+        ops_psns(&h.sent()),
+        [
+            (Opcode::RC_RDMA_WRITE_MIDDLE, 0),
+            (Opcode::RC_RDMA_WRITE_LAST, 1)
+        ]
+    );
     h.feed(ack(1, Syndrome::ACK_UNLIMITED));
     assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::Success)]);
     assert_eq!(h.dev.qp(h.qpn).unwrap().next_send_psn(), Psn::new(2));
     // Responder across the wrap: 0xffffff then 0.
     let w = h.remote(0);
     h.feed(PacketRepr {
-        reth: Some(RethRepr { va: w.va, rkey: w.rkey, dma_len: 2 * MTU }),
+        reth: Some(RethRepr {
+            va: w.va,
+            rkey: w.rkey,
+            dma_len: 2 * MTU,
+        }),
         payload: &[1; MTU as usize],
         ..request(Opcode::RC_RDMA_WRITE_FIRST, 0xff_ffff)
     });
-    h.feed(PacketRepr { payload: &[2; MTU as usize], ..request(Opcode::RC_RDMA_WRITE_LAST, 0) });
+    h.feed(PacketRepr {
+        payload: &[2; MTU as usize],
+        ..request(Opcode::RC_RDMA_WRITE_LAST, 0)
+    });
     assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_ACKNOWLEDGE, 0)]);
     assert_eq!(h.dev.qp(h.qpn).unwrap().expected_psn(), Psn::new(1));
     // A packet from before the wrap is a duplicate, not new.
-    h.feed(PacketRepr { payload: &[2; MTU as usize], ..request(Opcode::RC_RDMA_WRITE_LAST, 0xff_fff0) });
+    h.feed(PacketRepr {
+        payload: &[2; MTU as usize],
+        ..request(Opcode::RC_RDMA_WRITE_LAST, 0xff_fff0)
+    });
     assert_eq!(h.stats().duplicate_requests, 1);
 }
 
@@ -652,12 +947,28 @@ fn modify_rules_and_posting_states() {
     );
     assert_eq!(
         dev.modify_qp(q, &QpAttr::to(QpState::Rtr)),
-        Err(ModifyError::IllegalTransition { from: QpState::Reset, to: QpState::Rtr })
+        Err(ModifyError::IllegalTransition {
+            from: QpState::Reset,
+            to: QpState::Rtr
+        })
     );
-    assert_eq!(dev.modify_qp(q, &QpAttr::to(QpState::Init)), Err(ModifyError::MissingAttribute("access_flags")));
-    dev.modify_qp(q, &QpAttr { access_flags: Some(Access::NONE), ..QpAttr::to(QpState::Init) }).unwrap();
+    assert_eq!(
+        dev.modify_qp(q, &QpAttr::to(QpState::Init)),
+        Err(ModifyError::MissingAttribute("access_flags"))
+    );
+    dev.modify_qp(
+        q,
+        &QpAttr {
+            access_flags: Some(Access::NONE),
+            ..QpAttr::to(QpState::Init)
+        },
+    )
+    .unwrap();
     dev.post_recv(q, RecvRequest { wr_id: 1, sgl }).unwrap();
-    assert_eq!(dev.post_send(q, WorkRequest::new(1, WrOp::Send, sgl)), Err(PostError::WrongState(QpState::Init)));
+    assert_eq!(
+        dev.post_send(q, WorkRequest::new(1, WrOp::Send, sgl)),
+        Err(PostError::WrongState(QpState::Init))
+    );
     let rtr = QpAttr {
         path_mtu: Some(1000),
         dest_qpn: Some(Qpn(5)),
@@ -667,21 +978,50 @@ fn modify_rules_and_posting_states() {
         path: Some(PathConfig::default()),
         ..QpAttr::to(QpState::Rtr)
     };
-    assert_eq!(dev.modify_qp(q, &rtr), Err(ModifyError::InvalidValue("path_mtu")));
+    assert_eq!(
+        dev.modify_qp(q, &rtr),
+        Err(ModifyError::InvalidValue("path_mtu"))
+    );
     assert_eq!(dev.qp(q).unwrap().state(), QpState::Init, "nothing changed");
-    dev.modify_qp(q, &QpAttr { path_mtu: Some(4096), ..rtr }).unwrap();
-    assert_eq!(dev.modify_qp(q, &QpAttr::to(QpState::Rts)), Err(ModifyError::MissingAttribute("sq_psn")));
+    dev.modify_qp(
+        q,
+        &QpAttr {
+            path_mtu: Some(4096),
+            ..rtr
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        dev.modify_qp(q, &QpAttr::to(QpState::Rts)),
+        Err(ModifyError::MissingAttribute("sq_psn"))
+    );
     // A receive buffer without LOCAL_WRITE, an unknown key: refused.
     let ro = dev.reg_mr(pd, 64, Access::REMOTE_READ);
     let bad = SgList::one(dev.mr(ro).unwrap().sge(0, 8));
-    assert_eq!(dev.post_recv(q, RecvRequest { wr_id: 2, sgl: bad }), Err(PostError::InvalidSge));
+    assert_eq!(
+        dev.post_recv(q, RecvRequest { wr_id: 2, sgl: bad }),
+        Err(PostError::InvalidSge)
+    );
     let oob = SgList::one(dev.mr(mr).unwrap().sge(60, 8));
-    assert_eq!(dev.post_recv(q, RecvRequest { wr_id: 2, sgl: oob }), Err(PostError::InvalidSge));
+    assert_eq!(
+        dev.post_recv(q, RecvRequest { wr_id: 2, sgl: oob }),
+        Err(PostError::InvalidSge)
+    );
     // Any state -> ERR flushes the receive queue; ERR -> RESET -> INIT works again.
     dev.modify_qp(q, &QpAttr::to(QpState::Err)).unwrap();
-    assert_eq!(dev.poll_cq(cq).map(|c| (c.wr_id, c.status)), Some((1, WcStatus::WrFlushErr)));
+    assert_eq!(
+        dev.poll_cq(cq).map(|c| (c.wr_id, c.status)),
+        Some((1, WcStatus::WrFlushErr))
+    );
     dev.modify_qp(q, &QpAttr::to(QpState::Reset)).unwrap();
-    dev.modify_qp(q, &QpAttr { access_flags: Some(Access::NONE), ..QpAttr::to(QpState::Init) }).unwrap();
+    dev.modify_qp(
+        q,
+        &QpAttr {
+            access_flags: Some(Access::NONE),
+            ..QpAttr::to(QpState::Init)
+        },
+    )
+    .unwrap();
 }
 
 #[test]
@@ -702,8 +1042,19 @@ fn sqd_finishes_started_messages_only() {
 #[test]
 fn ce_mark_sends_a_rate_limited_cnp() {
     let mut h = H::new(Opts::default());
-    h.dev.post_recv(h.qpn, RecvRequest { wr_id: 1, sgl: h.sge(0, 8) }).unwrap();
-    let mut p = PacketRepr { payload: b"abcd", ..request(Opcode::RC_SEND_ONLY, 500) };
+    h.dev
+        .post_recv(
+            h.qpn,
+            RecvRequest {
+                wr_id: 1,
+                sgl: h.sge(0, 8),
+            },
+        )
+        .unwrap();
+    let mut p = PacketRepr {
+        payload: b"abcd",
+        ..request(Opcode::RC_SEND_ONLY, 500)
+    };
     p.bth.dest_qp = h.qpn;
     let mut buf = vec![0u8; p.buffer_len()];
     p.emit(&mut buf).unwrap();
@@ -711,7 +1062,10 @@ fn ce_mark_sends_a_rate_limited_cnp() {
     h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
     h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
     let s = h.sent();
-    assert_eq!(ops_psns(&s), [(Opcode::CNP, 0), (Opcode::RC_ACKNOWLEDGE, 500)]);
+    assert_eq!(
+        ops_psns(&s),
+        [(Opcode::CNP, 0), (Opcode::RC_ACKNOWLEDGE, 500)]
+    );
     let cnp = s[0].repr();
     assert!(cnp.bth.becn);
     assert_eq!((cnp.bth.dest_qp, cnp.payload), (PEER, &[0u8; 16][..]));
