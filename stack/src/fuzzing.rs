@@ -125,6 +125,11 @@ fn side(qpn_base: u32) -> Side {
 
 /// Drives a connected QP pair from `data`; panics only when an invariant breaks.
 pub fn qp_pair(data: &[u8]) {
+    run(data);
+}
+
+/// What one run did: (steps, datagrams sent, completions).
+fn run(data: &[u8]) -> (u64, u64, u64) {
     let mut inp = Input { data };
     let mtu = 256 << (inp.byte() % 5);
     let mut sides = [side(0x11), side(0x200)];
@@ -381,6 +386,9 @@ pub fn qp_pair(data: &[u8]) {
         }
         check(&mut sides);
     }
+    let sent = sides.iter().map(|s| s.dev.stats().tx_packets).sum();
+    let done = sides.iter().map(|s| s.completed.len() as u64).sum();
+    (steps, sent, done)
 }
 
 fn check(sides: &mut [Side; 2]) {
@@ -416,7 +424,19 @@ mod tests {
     #[test]
     fn qp_pair_survives_random_inputs() {
         let mut x = 0x1234_5678_9abc_def0u64;
-        let n = if cfg!(debug_assertions) { 300 } else { 3000 };
+        // FUZZ_ITERS / FUZZ_SEED run a longer campaign by hand.
+        let default = if cfg!(debug_assertions) { 1500 } else { 20_000 };
+        let n: u64 = std::env::var("FUZZ_ITERS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default);
+        if let Some(seed) = std::env::var("FUZZ_SEED")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            x ^= seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        }
+        let mut total = (0u64, 0u64, 0u64);
         for i in 0..n {
             let len = 64 + (i * 37) % 2000;
             let data: Vec<u8> = (0..len)
@@ -427,8 +447,16 @@ mod tests {
                     (x >> 24) as u8
                 })
                 .collect();
-            super::qp_pair(&data);
+            let (s, p, c) = super::run(&data);
+            total.0 += s;
+            total.1 += p;
+            total.2 += c;
         }
+        eprintln!("fuzz body: {total:?} (steps, datagrams, completions)");
+        assert!(
+            total.1 > 10 * n && total.2 > n,
+            "the inputs must reach the transport"
+        );
         super::qp_pair(&[]);
         super::qp_pair(&[0xff; 300]);
     }
