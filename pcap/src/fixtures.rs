@@ -494,6 +494,35 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         ),
     ));
 
+    // ERF (link type 197) Ethernet records, one with an extension header, and an HDLC record.
+    let erf = |ty: u8, ext: bool, frame: &[u8]| {
+        let mut v = 0x6553_f100_0000_0000u64.to_le_bytes().to_vec();
+        let ty = if ext { ty | 0x80 } else { ty };
+        let rlen = 16 + if ext { 8 } else { 0 } + 2 + frame.len();
+        v.extend([ty, 0x04]);
+        v.extend((rlen as u16).to_be_bytes());
+        v.extend([0, 0]);
+        v.extend((frame.len() as u16).to_be_bytes());
+        if ext {
+            v.extend([0x01, 0, 0, 0, 0, 0, 0, 0x2a]);
+        }
+        v.extend([0, 0]);
+        v.extend(frame);
+        v
+    };
+    out.push((
+        "erf.pcap",
+        pcap(
+            link::ERF,
+            false,
+            &[
+                erf(link::ERF_TYPE_ETH, false, &eth4),
+                erf(link::ERF_TYPE_ETH, true, &eth_ack),
+                erf(1, false, &eth4),
+            ],
+        ),
+    ));
+
     // pcapng: two interfaces (Ethernet, µs; raw IP, ns), EPBs on both, and an SPB.
     let mut ng = PcapNg::new();
     ng.idb(1, 0, None);

@@ -317,6 +317,7 @@ fn every_link_type() {
         ("ipv4.pcap", 2, 0),
         ("ipv6raw.pcap", 1, 0),
         ("loopback.pcap", 3, 1),
+        ("erf.pcap", 2, 1),
     ] {
         let (objs, o) = json(name);
         assert!(o.error.is_none(), "{name}");

@@ -1,6 +1,7 @@
-//! `roce decode --json` against tshark's `infiniband` dissector, field by field, for every RoCE
-//! frame of every shared capture. tshark's payload heuristics are disabled, as
-//! ../shared/docs/oracles.md prescribes.
+//! `roce decode --json` against tshark's `infiniband` dissector, field by field (BTH, every
+//! extended header, ICRC bytes, addresses, ports, ECN), for every RoCE frame of every shared
+//! capture and of the well-formed generated fixtures. tshark's payload heuristics are
+//! disabled, as ../shared/docs/oracles.md prescribes.
 //!
 //! When tshark is missing the test prints why and passes, except under CI (`CI=true`), where it
 //! fails: CI installs tshark, so a missing one is a broken CI.
@@ -20,12 +21,39 @@
 //!    reserved bytes; we read only its first occurrence, which is the BTH byte 4 (FECN/BECN)
 //!    for RoCEv2 and RoCE v1. For native-IB frames the LRH's and GRH's bytes come first, so
 //!    FECN/BECN are compared only for RoCEv2/v1 frames.
+//! 4. **RD opcodes (0x40-0x5f)**, only in the generated fixtures: tshark 4.0 reads the RDETH
+//!    and DETH 8 bytes after where IBTA Vol 1 §9.2 puts them (right after the BTH, RDETH
+//!    first): its "E2E Context" is our DETH source QP and its Q_Key is payload. RD was never
+//!    implemented in hardware; we compare the BTH only.
+//! 5. **XRC opcodes (0xa0-0xbf)**: tshark 4.0 does not know the XRCETH and shows no extended
+//!    header or ICRC; BTH only.
+//! 6. **RC FLUSH (0x1c) and RC ATOMIC WRITE (0x1d)**, added in IBTA 1.5: unknown to tshark 4.0;
+//!    BTH only.
+//! 7. **Undefined opcodes** (0x18, 0xc0 in the fixtures): tshark shows no ICRC; BTH only.
 mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+
+/// The well-formed generated fixtures (tshark is no oracle for cut or malformed packets).
+const FIXTURES: &[&str] = &[
+    "opcodes.pcap",
+    "ipv6.pcap",
+    "vlan.pcap",
+    "sll.pcap",
+    "sll2.pcap",
+    "raw.pcap",
+    "ipv4.pcap",
+    "ipv6raw.pcap",
+    "loopback.pcap",
+    "erf.pcap",
+    "two_interfaces.pcapng",
+    "nanosecond.pcap",
+    "big_endian.pcap",
+    "mixed.pcap",
+];
 
 const HEURISTICS: &[&str] = &[
     "rpcrdma_infiniband",
@@ -149,11 +177,31 @@ fn as_u64(v: &Value) -> u64 {
     }
 }
 
+/// Opcodes whose extended headers and ICRC tshark 4.0 does not show (or shows at the wrong
+/// place); for these only the BTH is compared.
+fn tshark_limitation(opcode: u64) -> Option<&'static str> {
+    match opcode {
+        // Disagreement 4.
+        0x40..=0x5f => Some("RD: tshark reads the RDETH and DETH 8 bytes too late"),
+        // Disagreement 5.
+        0xa0..=0xbf => Some("XRC: tshark 4.0 has no XRCETH"),
+        // Disagreement 6.
+        0x1c | 0x1d => Some("RC FLUSH / ATOMIC WRITE (IBTA 1.5) are unknown to tshark 4.0"),
+        // Disagreement 7 (0x81 is disagreement 1, handled on its own).
+        0x81 => None,
+        op if roce_proto::Opcode(op as u8).operation_name().is_none() => {
+            Some("undefined opcode: tshark shows no ICRC")
+        }
+        _ => None,
+    }
+}
+
 #[derive(Default)]
 struct Tally {
     frames: usize,
     fields: usize,
     cnp_icrc_skipped: usize,
+    bth_only: usize,
 }
 
 fn compare_file(path: &Path, tally: &mut Tally) -> Vec<String> {
@@ -260,6 +308,11 @@ fn compare_file(path: &Path, tally: &mut Tally) -> Vec<String> {
         );
         check("bth.ack_req", g("ack_req"), "infiniband.bth.a", 0, false);
         check("bth.psn", g("psn"), "infiniband.bth.psn", 0, false);
+        if let Some(_why) = tshark_limitation(opcode) {
+            // Disagreements 4-7: tshark shows no (or misplaced) extended headers and no ICRC.
+            tally.bth_only += 1;
+            continue;
+        }
         let sub = |h: &str, k: &str| o.get(h).map(|x| as_u64(&x[k]));
         let atomic = o.get("atomic_eth").is_some();
         if atomic {
@@ -386,8 +439,9 @@ fn decode_json_agrees_with_tshark_on_every_roce_frame() {
         errs.extend(compare_file(&path, &mut tally));
     }
     println!(
-        "compared {} frames, {} fields; CNP ICRCs not compared (disagreement 1): {}",
-        tally.frames, tally.fields, tally.cnp_icrc_skipped
+        "compared {} frames, {} fields; CNP ICRCs not compared (disagreement 1): {}; BTH only \
+         (disagreements 4-7): {}",
+        tally.frames, tally.fields, tally.cnp_icrc_skipped, tally.bth_only
     );
     assert!(
         errs.is_empty(),
@@ -396,4 +450,33 @@ fn decode_json_agrees_with_tshark_on_every_roce_frame() {
         errs.join("\n")
     );
     assert!(tally.frames > 1500, "{}", tally.frames);
+}
+
+#[test]
+fn fixtures_agree_with_tshark() {
+    if !tshark_available() {
+        assert!(
+            std::env::var("CI").map(|v| v != "true").unwrap_or(true),
+            "tshark is missing under CI=true: .ci/run must install it"
+        );
+        println!("SKIPPED: tshark is not installed; not under CI");
+        return;
+    }
+    let mut tally = Tally::default();
+    let mut errs = Vec::new();
+    for name in FIXTURES {
+        errs.extend(compare_file(&data_dir().join(name), &mut tally));
+    }
+    println!(
+        "compared {} fixture frames, {} fields; CNP ICRCs not compared: {}; BTH only \
+         (disagreements 4-7): {}",
+        tally.frames, tally.fields, tally.cnp_icrc_skipped, tally.bth_only
+    );
+    assert!(tally.frames >= 100, "{}", tally.frames);
+    assert!(
+        errs.is_empty(),
+        "{} disagreements:\n{}",
+        errs.len(),
+        errs.join("\n")
+    );
 }
