@@ -261,9 +261,8 @@ impl<R: Read> CaptureReader<R> {
         Ok(())
     }
 
-    fn step(&mut self) -> Step {
+    fn step(&self) -> Step {
         let avail = &self.buf[self.start..self.end];
-        let base = avail.as_ptr() as usize - self.buf.as_ptr() as usize;
         let range_of = |d: &[u8]| {
             let s = d.as_ptr() as usize - self.buf.as_ptr() as usize;
             s..s + d.len()
@@ -301,10 +300,7 @@ impl<R: Read> CaptureReader<R> {
                             orig_len: b.origlen,
                         }
                     }
-                    Err(nom::Err::Incomplete(n)) => {
-                        let _ = base;
-                        Step::Incomplete(avail.len() + needed(n))
-                    }
+                    Err(nom::Err::Incomplete(n)) => Step::Incomplete(avail.len() + needed(n)),
                     Err(_) => Step::Error("record header"),
                 }
             }
@@ -398,7 +394,11 @@ impl<R: Read> CaptureReader<R> {
                             _ => Step::Skip(consumed),
                         }
                     }
-                    Err(nom::Err::Incomplete(n)) => Step::Incomplete(avail.len() + needed(n)),
+                    // The whole block is in the buffer (checked above): wanting more means a
+                    // length inside it points past its end.
+                    Err(nom::Err::Incomplete(_)) => {
+                        Step::Error("pcapng block (a length field points past the block)")
+                    }
                     Err(_) => Step::Error("pcapng block"),
                 }
             }

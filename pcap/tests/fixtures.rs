@@ -680,3 +680,19 @@ fn mutated_captures_never_panic() {
     }
     assert!(decoded > 1000, "{decoded}");
 }
+
+#[test]
+fn pcapng_packet_longer_than_its_block_is_malformed_not_truncated() {
+    let mut ng = fixture("two_interfaces.pcapng");
+    // The first EPB follows the SHB (28 bytes) and two IDBs (20 and 32 bytes); its captured
+    // length sits 20 bytes into the block.
+    let epb = 28 + 20 + 32;
+    assert_eq!(&ng[epb..epb + 4], &6u32.to_le_bytes());
+    ng[epb + 20..epb + 24].copy_from_slice(&5000u32.to_le_bytes());
+    let (_, o) = decode_bytes(&ng, "bad.pcapng", Options::default());
+    let msg = o.error.unwrap().to_string();
+    assert_eq!(
+        msg,
+        format!("bad.pcapng: malformed pcapng block (a length field points past the block) at byte {epb}")
+    );
+}
