@@ -110,6 +110,7 @@ fn decode(a: DecodeArgs) -> anyhow::Result<ExitCode> {
                 interface: iface.clone(),
                 duration: a.duration.map(std::time::Duration::from_secs_f64),
                 write: a.write.clone(),
+                stop: Some(live::interrupt_flag().map_err(anyhow::Error::msg)?),
             };
             live::capture(&live_opts, opts, &mut out)
         }

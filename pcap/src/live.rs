@@ -7,10 +7,12 @@ use crate::link;
 use crate::reader::{Record, Timestamp};
 use crate::writer::PcapWriter;
 use std::io::{BufWriter, ErrorKind, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where and how long to capture.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct LiveOptions {
     /// Interface name (`lo`, `eth0`, …).
     pub interface: String,
@@ -18,6 +20,23 @@ pub struct LiveOptions {
     pub duration: Option<Duration>,
     /// Save every frame seen to this pcap file.
     pub write: Option<String>,
+    /// Stop (normally: flush, summarise, exit 0) once this becomes `true`; see
+    /// [`interrupt_flag`].
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// A flag that Ctrl-C (SIGINT) sets, so a live capture ends cleanly: the `--write` file is
+/// flushed and the closing summary printed. The handler is installed once per process.
+pub fn interrupt_flag() -> Result<Arc<AtomicBool>, String> {
+    static FLAG: OnceLock<Result<Arc<AtomicBool>, String>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&flag);
+        ctrlc::set_handler(move || f.store(true, Ordering::Relaxed))
+            .map(|()| flag)
+            .map_err(|e| format!("installing the Ctrl-C handler: {e}"))
+    })
+    .clone()
 }
 
 fn now() -> Timestamp {
@@ -30,8 +49,8 @@ fn now() -> Timestamp {
     }
 }
 
-/// Opens the interface, then decodes frames into `out` until `--count` packets were printed or
-/// the duration is over.
+/// Opens the interface, then decodes frames into `out` until `--count` packets were printed,
+/// the duration is over, or the stop flag is set.
 pub fn capture<W: Write>(lo: &LiveOptions, opts: Options, out: &mut W) -> Outcome {
     let mut dec = Decoder::new(opts);
     let error = run(lo, &mut dec, out).err();
@@ -83,7 +102,8 @@ fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result<(),
     };
     let start = Instant::now();
     let result = loop {
-        if dec.done() || lo.duration.is_some_and(|d| start.elapsed() >= d) {
+        let stopped = lo.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+        if stopped || dec.done() || lo.duration.is_some_and(|d| start.elapsed() >= d) {
             break Ok(());
         }
         match rx.next() {

@@ -40,6 +40,7 @@ fn live_capture_on_loopback_sees_every_packet_with_a_valid_icrc() {
         interface: "lo".into(),
         duration: Some(Duration::from_secs(5)),
         write: Some(saved.to_str().unwrap().into()),
+        stop: None,
     };
     let opts = Options {
         format: OutputFormat::Json,
@@ -103,6 +104,7 @@ fn missing_interface_is_a_clear_error() {
         interface: "no-such-if0".into(),
         duration: Some(Duration::from_millis(100)),
         write: None,
+        stop: None,
     };
     let o = live::capture(&lo, Options::default(), &mut Vec::new());
     assert_eq!(
@@ -110,4 +112,29 @@ fn missing_interface_is_a_clear_error() {
         "no network interface named \"no-such-if0\""
     );
     assert_eq!(o.exit_code(false), 1);
+}
+
+#[test]
+fn the_stop_flag_ends_a_capture_cleanly() {
+    if !live::is_root() {
+        println!(
+            "SKIPPED: live capture needs root or CAP_NET_RAW; this test is not running as root"
+        );
+        return;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lo = LiveOptions {
+        interface: "lo".into(),
+        duration: Some(Duration::from_secs(20)),
+        write: None,
+        stop: Some(stop.clone()),
+    };
+    let t = std::time::Instant::now();
+    let capture =
+        std::thread::spawn(move || live::capture(&lo, Options::default(), &mut Vec::new()));
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let o = capture.join().unwrap();
+    assert!(o.error.is_none(), "{:?}", o.error);
+    assert!(t.elapsed() < Duration::from_secs(5), "stopped promptly");
 }
