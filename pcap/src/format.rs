@@ -888,3 +888,60 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
     out.push(b'\n');
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(f: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut v = b"x".to_vec();
+        f(&mut v);
+        String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn decimal_writer_matches_std_formatting() {
+        let mut x = 1u64;
+        let mut cases = vec![0, 9, 10, 99, 100, 101, 999, 1000, u64::MAX, u64::MAX - 1];
+        for _ in 0..200 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            cases.push(x >> (x % 64));
+        }
+        for v in cases {
+            assert_eq!(s(|o| dec(o, v)), format!("x{v}"));
+            assert_eq!(s(|o| dec_pad(o, v, 6, b' ')), format!("x{v:>6}"));
+            assert_eq!(s(|o| dec_pad(o, v, 9, b'0')), format!("x{v:09}"));
+        }
+    }
+
+    #[test]
+    fn ipv4_writer_matches_std_formatting() {
+        for o in [
+            [0, 0, 0, 0],
+            [255, 255, 255, 255],
+            [10, 1, 16, 61],
+            [192, 168, 100, 9],
+        ] {
+            let a = std::net::Ipv4Addr::from(o);
+            assert_eq!(s(|v| ipv4(v, o)), format!("x{a}"));
+        }
+    }
+
+    #[test]
+    fn time_writer() {
+        let t = Timestamp {
+            secs: 12,
+            nanos: 3_004_005,
+        };
+        assert_eq!(s(|o| time(o, t, 6)), "x12.003004");
+        assert_eq!(s(|o| time(o, t, 9)), "x12.003004005");
+        assert_eq!(s(|o| hex(o, 0xab, 6)), "x0x0000ab");
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(s(|o| escape(o, b"a\"b\\c\n")), "xa\\\"b\\\\c\\u000a");
+    }
+}
