@@ -491,7 +491,12 @@ fn string_with(o: &mut Obj<'_>, k: &str, f: impl FnOnce(&mut Vec<u8>)) {
     out.push(b'"');
 }
 
-/// One JSON object (and a newline) with exactly the keys of the `--json` contract.
+/// One JSON object (and a newline) with exactly the keys of the `--json` contract (issue 3):
+/// `frame`, `ts`, `src`, `dst`, `ecn`, `version`, `bth{..}`, the extended headers present,
+/// `payload_len`, `icrc` (wire order hex), `icrc_ok`, or `error` when the packet could not be
+/// fully decoded. Integers are numbers, BTH flags booleans. Beyond RoCEv2: `version` is
+/// `rocev1` (GRH) or `ib` (native InfiniBand, from ERF captures), and `src`/`dst` are then the
+/// GRH GIDs, or `lid:N` when there is no GRH.
 pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
     let mut o = Obj::open(out);
     o.num("frame", d.frame_no);
