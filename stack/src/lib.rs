@@ -27,12 +27,16 @@ pub mod cc;
 pub mod cnp;
 pub mod dcqcn;
 mod device;
+#[cfg(feature = "driver")]
+pub mod driver;
 pub mod memory;
 pub mod pacing;
 pub mod path;
 pub mod qp;
+pub mod rng;
 pub mod stats;
 pub mod time;
+pub mod workload;
 pub mod wr;
 
 #[cfg(feature = "sim")]

@@ -21,6 +21,11 @@ pub struct PathConfig {
     pub src_port: u16,
     /// The peer's UDP source port (needed to check the ICRC of what it sends).
     pub remote_src_port: u16,
+    /// Our UDP port, where the peer sends (4791; another only when two endpoints share an
+    /// address, as IPv6 loopback runs on `::1` do).
+    pub local_port: u16,
+    /// The peer's UDP port, where we send (4791, as above).
+    pub remote_port: u16,
     /// ECN codepoint for every datagram we send (ECT(0) for a congestion-controlled flow).
     pub ecn: Ecn,
     /// Check the ICRC of received packets (drop and count on mismatch).
@@ -34,6 +39,8 @@ impl Default for PathConfig {
             remote: IpAddr::V4(Ipv4Addr::LOCALHOST),
             src_port: 0xc000,
             remote_src_port: 0xc000,
+            local_port: ROCEV2_UDP_PORT,
+            remote_port: ROCEV2_UDP_PORT,
             ecn: Ecn::Ect0,
             verify_icrc: true,
         }
@@ -58,19 +65,31 @@ impl PathConfig {
 
     /// ICRC seed for a datagram we send whose UDP payload is `transport_len` bytes.
     pub fn tx_icrc(&self, transport_len: usize) -> Icrc {
-        seed(self.local, self.remote, self.src_port, transport_len)
+        seed(
+            self.local,
+            self.remote,
+            self.src_port,
+            self.remote_port,
+            transport_len,
+        )
     }
 
     /// ICRC seed for a datagram the peer sends us with `transport_len` bytes.
     pub fn rx_icrc(&self, transport_len: usize) -> Icrc {
-        seed(self.remote, self.local, self.remote_src_port, transport_len)
+        seed(
+            self.remote,
+            self.local,
+            self.remote_src_port,
+            self.local_port,
+            transport_len,
+        )
     }
 }
 
-fn seed(src: IpAddr, dst: IpAddr, sport: u16, len: usize) -> Icrc {
+fn seed(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize) -> Icrc {
     let udp = UdpFields {
         src_port: sport,
-        dst_port: ROCEV2_UDP_PORT,
+        dst_port: dport,
     };
     match (src, dst) {
         (IpAddr::V6(s), IpAddr::V6(d)) => {

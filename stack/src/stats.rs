@@ -29,6 +29,7 @@ pub enum DropReason {
 
 /// Drop counters, one per [`DropReason`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "driver", derive(serde::Serialize, serde::Deserialize))]
 pub struct Drops {
     /// [`DropReason::Malformed`].
     pub malformed: u64,
@@ -105,6 +106,7 @@ impl Drops {
 
 /// NAK counters by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "driver", derive(serde::Serialize, serde::Deserialize))]
 pub struct Naks {
     /// PSN sequence error.
     pub seq_err: u64,
@@ -130,6 +132,7 @@ impl Naks {
 
 /// Per-QP (or, summed, per-device) counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "driver", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpStats {
     /// Datagrams sent.
     pub tx_packets: u64,

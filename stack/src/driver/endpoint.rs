@@ -1,0 +1,268 @@
+//! One endpoint's event loop: moves datagrams between a [`RoceSocket`] and a [`Device`] and
+//! time from the system clock, and lets an [`Application`] post work and consume completions.
+//! PSN, ACK and retransmission decisions all belong to the device; this only moves bytes and
+//! time (STYLE.md §5).
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use roce_proto::{Ecn, ROCEV2_UDP_PORT};
+
+use crate::device::Device;
+use crate::driver::impair::{ImpairStage, Impairment};
+use crate::driver::socket::RoceSocket;
+use crate::time::Instant;
+pub use crate::workload::Application;
+
+/// Whether a datagram was sent or received, for a capture tap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Sent by this endpoint.
+    Sent,
+    /// Received by this endpoint (before the impairment stage: what the wire carried).
+    Received,
+}
+
+/// One datagram as a capture tap sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct TapRecord<'a> {
+    /// Wall-clock time.
+    pub time: SystemTime,
+    /// Sent or received.
+    pub direction: Direction,
+    /// Source address and UDP port.
+    pub src: SocketAddr,
+    /// Destination address and UDP port.
+    pub dst: SocketAddr,
+    /// ECN codepoint of the IP header.
+    pub ecn: Ecn,
+    /// The UDP payload (BTH through ICRC).
+    pub data: &'a [u8],
+}
+
+/// A capture tap: called for every datagram sent and received.
+pub type Tap = Box<dyn FnMut(&TapRecord<'_>) + Send>;
+
+/// Why a run stopped without finishing.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A socket call failed.
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// The application gave up (a post failed, a verification failed hard).
+    #[error("{0}")]
+    App(String),
+    /// Nothing arrived from the peer for too long while work was pending.
+    #[error("no packet from the peer for {0:?}: it is unreachable or stopped")]
+    PeerSilent(Duration),
+    /// The stop signal said so.
+    #[error("{0}")]
+    Stopped(String),
+}
+
+/// Counters of the loop itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoopStats {
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Datagrams received from the socket.
+    pub received: u64,
+    /// Wake-ups.
+    pub wakeups: u64,
+}
+
+/// An endpoint: socket, device, clock, impairment stage, tap.
+pub struct Endpoint {
+    /// The sans-IO device (QPs, memory, CQs).
+    pub dev: Device,
+    sock: RoceSocket,
+    epoch: std::time::Instant,
+    impair: ImpairStage,
+    tap: Option<Tap>,
+    txbuf: Vec<u8>,
+    /// Loop counters.
+    pub stats: LoopStats,
+    /// UDP destination port of the peer.
+    peer_port: u16,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local", &self.sock.local_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sends buffered transmissions in bursts of at most this many before reading again.
+const TX_BURST: usize = 64;
+
+impl Endpoint {
+    /// Binds the RoCE socket at `bind` (use port 4791) around `dev`. Inside a tokio runtime.
+    pub fn bind(dev: Device, bind: SocketAddr, impairment: Impairment) -> std::io::Result<Self> {
+        let sock = RoceSocket::bind(bind)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot bind UDP {bind}: {e}")))?;
+        Ok(Self {
+            dev,
+            sock,
+            epoch: std::time::Instant::now(),
+            impair: ImpairStage::new(impairment),
+            tap: None,
+            txbuf: Vec::with_capacity(9000),
+            stats: LoopStats::default(),
+            peer_port: ROCEV2_UDP_PORT,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.sock.local_addr()
+    }
+
+    /// Sends to this UDP port instead of 4791 (two endpoints sharing one address).
+    pub fn set_peer_port(&mut self, port: u16) {
+        self.peer_port = port;
+    }
+
+    /// Installs a capture tap.
+    pub fn set_tap(&mut self, tap: Tap) {
+        self.tap = Some(tap);
+    }
+
+    /// What the impairment stage did.
+    pub fn impair_stats(&self) -> crate::driver::impair::ImpairStats {
+        self.impair.stats
+    }
+
+    /// Now, on this endpoint's clock.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn to_tokio(&self, t: Instant) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.epoch + Duration::from_nanos(t.as_nanos()))
+    }
+
+    /// Runs until `app` is done (when `until_done`), `stop` resolves, or an error. `silence`
+    /// bounds how long the loop waits with work pending and nothing received.
+    pub async fn run<A: Application, S: std::future::Future<Output = Result<(), String>>>(
+        &mut self,
+        app: &mut A,
+        until_done: bool,
+        stop: S,
+        silence: Duration,
+    ) -> Result<(), RunError> {
+        tokio::pin!(stop);
+        let mut last_rx = self.now();
+        loop {
+            let now = self.now();
+            self.receive(now)?;
+            {
+                let Self { impair, dev, .. } = self;
+                impair.release(now, |ecn, d| dev.handle_datagram(now, ecn, d));
+            }
+            if self.dev.poll_timeout().is_some_and(|t| t <= now) {
+                self.dev.handle_timeout(now);
+            }
+            app.poll(&mut self.dev, now).map_err(RunError::App)?;
+            if until_done && app.done() {
+                // Flush what the last completions caused (ACKs), then stop.
+                self.transmit(now, usize::MAX).await?;
+                return Ok(());
+            }
+            let sent = self.transmit(now, TX_BURST).await?;
+            let received = self.receive(self.now())?;
+            if received > 0 {
+                last_rx = self.now();
+            }
+            if sent > 0 || received > 0 {
+                continue;
+            }
+            // Nothing to do right now: wait for a datagram, a deadline or the stop signal.
+            let pending = !app.done();
+            if pending && self.now().saturating_duration_since(last_rx) > silence {
+                return Err(RunError::PeerSilent(silence));
+            }
+            let deadline =
+                crate::time::min_opt(self.dev.poll_timeout(), self.impair.next_release());
+            let wake = deadline.map_or_else(
+                || tokio::time::Instant::now() + Duration::from_millis(50),
+                |t| {
+                    self.to_tokio(t)
+                        .min(tokio::time::Instant::now() + Duration::from_millis(50))
+                },
+            );
+            self.stats.wakeups += 1;
+            tokio::select! {
+                r = self.sock.readable() => { r?; last_rx = self.now(); }
+                _ = tokio::time::sleep_until(wake) => {}
+                r = &mut stop => {
+                    return match r {
+                        Ok(()) => Ok(()),
+                        Err(why) => Err(RunError::Stopped(why)),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Sends up to `max` datagrams the device has ready. Returns how many.
+    async fn transmit(&mut self, now: Instant, max: usize) -> Result<usize, RunError> {
+        let mut n = 0;
+        while n < max {
+            let Some(t) = self.dev.poll_transmit(now, &mut self.txbuf) else {
+                break;
+            };
+            let dst = SocketAddr::new(t.path.remote, self.peer_port);
+            let data = &self.txbuf[..t.len];
+            if let Some(tap) = &mut self.tap {
+                let src = SocketAddr::new(t.path.local, t.path.src_port);
+                tap(&TapRecord {
+                    time: SystemTime::now(),
+                    direction: Direction::Sent,
+                    src,
+                    dst,
+                    ecn: t.ecn,
+                    data,
+                });
+            }
+            self.sock.send(dst, t.ecn, data).await?;
+            self.stats.sent += 1;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Reads and processes what the socket holds (a few batches). Returns how many datagrams.
+    fn receive(&mut self, now: Instant) -> Result<usize, RunError> {
+        let mut total = 0;
+        let local = self.sock.local_addr();
+        for _ in 0..4 {
+            let Self {
+                sock,
+                impair,
+                dev,
+                tap,
+                ..
+            } = self;
+            let n = sock.try_recv(|src, ecn, data| {
+                if let Some(tap) = tap {
+                    tap(&TapRecord {
+                        time: SystemTime::now(),
+                        direction: Direction::Received,
+                        src,
+                        dst: local,
+                        ecn,
+                        data,
+                    });
+                }
+                impair.process(now, ecn, data, |ecn, d| dev.handle_datagram(now, ecn, d));
+            })?;
+            total += n;
+            if n == 0 {
+                break;
+            }
+        }
+        self.stats.received += total as u64;
+        Ok(total)
+    }
+}

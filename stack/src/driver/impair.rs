@@ -1,0 +1,266 @@
+//! The impairment stage between a socket and the device: seeded loss, reordering, duplication,
+//! bit corruption and CE marking of received datagrams, so that real-socket runs can be
+//! stressed the way the simulator is. It sits on the receive side of each endpoint, so a
+//! two-endpoint run impairs both directions.
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use roce_proto::Ecn;
+
+use crate::rng::Rng;
+use crate::time::Instant;
+
+/// Probabilities (0..1) of each impairment per received datagram.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Impairment {
+    /// Drop the datagram.
+    pub loss: f64,
+    /// Hold the datagram back for `reorder_delay` so later ones overtake it.
+    pub reorder: f64,
+    /// How long a reordered datagram is held.
+    pub reorder_delay: Duration,
+    /// Deliver the datagram twice.
+    pub duplicate: f64,
+    /// Flip one random bit (the ICRC then fails and the QP drops it).
+    pub corrupt: f64,
+    /// Set the ECN codepoint to CE (congestion experienced).
+    pub ce: f64,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+impl Default for Impairment {
+    fn default() -> Self {
+        Self {
+            loss: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(200),
+            duplicate: 0.0,
+            corrupt: 0.0,
+            ce: 0.0,
+            seed: 1,
+        }
+    }
+}
+
+impl Impairment {
+    /// `true` when nothing is impaired (the stage is then a pass-through).
+    pub fn is_none(&self) -> bool {
+        self.loss <= 0.0
+            && self.reorder <= 0.0
+            && self.duplicate <= 0.0
+            && self.corrupt <= 0.0
+            && self.ce <= 0.0
+    }
+
+    /// Checks that every probability is in [0, 1].
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, p) in [
+            ("--loss", self.loss),
+            ("--reorder", self.reorder),
+            ("--dup", self.duplicate),
+            ("--corrupt", self.corrupt),
+            ("--ce", self.ce),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!(
+                    "{name} must be a probability between 0 and 1, not {p}"
+                ));
+            }
+        }
+        if self.loss >= 1.0 {
+            return Err("--loss 1 would drop everything".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the stage did, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ImpairStats {
+    /// Datagrams dropped.
+    pub lost: u64,
+    /// Datagrams held back.
+    pub reordered: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
+    /// Datagrams with a flipped bit.
+    pub corrupted: u64,
+    /// Datagrams marked CE.
+    pub ce_marked: u64,
+}
+
+impl ImpairStats {
+    /// Adds another endpoint's counts.
+    pub fn add(&mut self, o: &Self) {
+        self.lost += o.lost;
+        self.reordered += o.reordered;
+        self.duplicated += o.duplicated;
+        self.corrupted += o.corrupted;
+        self.ce_marked += o.ce_marked;
+    }
+}
+
+/// The stage: decides the fate of each datagram and holds reordered ones.
+#[derive(Debug)]
+pub struct ImpairStage {
+    cfg: Impairment,
+    rng: Rng,
+    held: VecDeque<(Instant, Ecn, Vec<u8>)>,
+    /// Spare buffers for held datagrams (no allocation once warmed up).
+    spare: Vec<Vec<u8>>,
+    /// What was done.
+    pub stats: ImpairStats,
+}
+
+impl ImpairStage {
+    /// A stage for `cfg`.
+    pub fn new(cfg: Impairment) -> Self {
+        Self {
+            rng: Rng::new(cfg.seed),
+            cfg,
+            held: VecDeque::new(),
+            spare: Vec::new(),
+            stats: ImpairStats::default(),
+        }
+    }
+
+    /// Passes one received datagram through the stage; `deliver` gets what survives now.
+    pub fn process(
+        &mut self,
+        now: Instant,
+        ecn: Ecn,
+        data: &[u8],
+        mut deliver: impl FnMut(Ecn, &[u8]),
+    ) {
+        if self.cfg.is_none() {
+            deliver(ecn, data);
+            return;
+        }
+        if self.rng.chance(self.cfg.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let mut ecn = ecn;
+        if self.rng.chance(self.cfg.ce) {
+            ecn = Ecn::Ce;
+            self.stats.ce_marked += 1;
+        }
+        let copies = if self.rng.chance(self.cfg.duplicate) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        let corrupt_bit = if self.rng.chance(self.cfg.corrupt) && !data.is_empty() {
+            self.stats.corrupted += 1;
+            Some(self.rng.below(data.len() as u64 * 8) as usize)
+        } else {
+            None
+        };
+        for _ in 0..copies {
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(data);
+            if let Some(bit) = corrupt_bit {
+                buf[bit / 8] ^= 1 << (bit % 8);
+            }
+            if self.rng.chance(self.cfg.reorder) {
+                self.stats.reordered += 1;
+                let at = now + self.cfg.reorder_delay;
+                self.held.push_back((at, ecn, buf));
+            } else {
+                deliver(ecn, &buf);
+                self.spare.push(buf);
+            }
+        }
+    }
+
+    /// Delivers the held datagrams whose time has come.
+    pub fn release(&mut self, now: Instant, mut deliver: impl FnMut(Ecn, &[u8])) {
+        while self.held.front().is_some_and(|h| h.0 <= now) {
+            if let Some((_, ecn, buf)) = self.held.pop_front() {
+                deliver(ecn, &buf);
+                self.spare.push(buf);
+            }
+        }
+    }
+
+    /// When the next held datagram is due.
+    pub fn next_release(&self) -> Option<Instant> {
+        self.held.front().map(|h| h.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_through_when_unimpaired() {
+        let mut s = ImpairStage::new(Impairment::default());
+        let mut got = Vec::new();
+        s.process(Instant::ZERO, Ecn::Ect0, b"abc", |e, d| {
+            got.push((e, d.to_vec()))
+        });
+        assert_eq!(got, vec![(Ecn::Ect0, b"abc".to_vec())]);
+    }
+
+    #[test]
+    fn rates_are_roughly_the_probabilities() {
+        let cfg = Impairment {
+            loss: 0.1,
+            duplicate: 0.1,
+            ce: 0.2,
+            corrupt: 0.05,
+            reorder: 0.1,
+            seed: 9,
+            ..Impairment::default()
+        };
+        let mut s = ImpairStage::new(cfg);
+        let (mut delivered, mut ce) = (0u64, 0u64);
+        let data = [0u8; 64];
+        let n = 20_000u64;
+        for i in 0..n {
+            let now = Instant::from_nanos(i * 1000);
+            s.process(now, Ecn::Ect0, &data, |e, _| {
+                delivered += 1;
+                ce += u64::from(e == Ecn::Ce);
+            });
+            s.release(now, |e, _| {
+                delivered += 1;
+                ce += u64::from(e == Ecn::Ce);
+            });
+        }
+        s.release(Instant::from_nanos(u64::MAX / 2), |_, _| delivered += 1);
+        let st = s.stats;
+        let near = |x: u64, p: f64| (x as f64 - p * n as f64).abs() < 0.2 * p * n as f64;
+        assert!(near(st.lost, 0.1), "{st:?}");
+        assert!(near(st.ce_marked, 0.2 * 0.9), "{st:?}");
+        assert_eq!(delivered, n - st.lost + st.duplicated);
+        assert!(ce >= st.ce_marked);
+        assert!(st.corrupted > 0 && st.reordered > 0);
+    }
+
+    #[test]
+    fn bad_probabilities_are_refused() {
+        assert!(Impairment {
+            loss: 1.5,
+            ..Impairment::default()
+        }
+        .validate()
+        .is_err());
+        assert!(Impairment {
+            ce: -0.1,
+            ..Impairment::default()
+        }
+        .validate()
+        .is_err());
+        assert!(Impairment {
+            loss: 0.05,
+            ..Impairment::default()
+        }
+        .validate()
+        .is_ok());
+    }
+}

@@ -1,0 +1,81 @@
+//! The UDP driver over real loopback sockets: a server thread and a client in one process
+//! run the verified workload, clean and impaired, over IPv4 and IPv6.
+#![cfg(feature = "driver")]
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use roce_stack::driver::{loopback_between, DriverError, Report, RunConfig};
+use roce_stack::workload::WorkloadSpec;
+
+/// Tests run in parallel: each takes its own pair of loopback addresses (127.0.<n>.1 and
+/// 127.0.<n>.2), or its own ports on ::1.
+fn run(n: u8, cfg: &RunConfig) -> Result<Report, DriverError> {
+    let (c, s) = (
+        IpAddr::V4(Ipv4Addr::new(127, 0, n, 1)),
+        IpAddr::V4(Ipv4Addr::new(127, 0, n, 2)),
+    );
+    loopback_between(cfg, (c, 4791), (s, 4791), None)
+}
+
+fn small(seed: u64) -> RunConfig {
+    RunConfig {
+        spec: WorkloadSpec {
+            count: 40,
+            max_size: 100_000,
+            qps: 2,
+            seed,
+            ..WorkloadSpec::default()
+        },
+        ..RunConfig::default()
+    }
+}
+
+#[test]
+fn loopback_ipv4_verifies() {
+    let r = run(1, &small(1)).unwrap();
+    assert!(r.ok, "{r}");
+    assert_eq!(r.ops.values().sum::<u64>(), 80);
+    assert!(r.verified_bytes > 0);
+}
+
+#[test]
+fn loopback_ipv4_impaired_verifies() {
+    let mut cfg = small(2);
+    cfg.impairment.loss = 0.05;
+    cfg.impairment.reorder = 0.05;
+    cfg.impairment.duplicate = 0.02;
+    cfg.impairment.corrupt = 0.01;
+    cfg.timeout = 12; // 16.8 ms: tail losses recover quickly, a debug build never times out spuriously
+    let r = run(2, &cfg).unwrap();
+    assert!(r.ok, "{r}");
+    assert!(r.impairment.lost > 0 && r.retransmitted_packets > 0, "{r}");
+    assert!(
+        r.drops.bad_icrc > 0,
+        "corrupted datagrams must fail their ICRC: {r}"
+    );
+}
+
+#[test]
+fn loopback_ipv6_verifies() {
+    let l = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    let r = loopback_between(&small(3), (l, 14792), (l, 14791), None).unwrap();
+    assert!(r.ok, "{r}");
+}
+
+#[test]
+fn ce_marks_turn_into_cnps() {
+    let mut cfg = small(4);
+    cfg.impairment.ce = 0.05;
+    cfg.cc = "dcqcn".parse().unwrap();
+    cfg.line_rate_bps = 10_000_000_000;
+    let r = run(4, &cfg).unwrap();
+    assert!(r.ok, "{r}");
+    assert!(r.cnps_sent > 0 && r.cnps_received > 0, "{r}");
+}
+
+#[test]
+fn bad_config_is_refused_before_any_socket() {
+    let mut cfg = small(5);
+    cfg.mtu = 1000;
+    let e = run(5, &cfg).unwrap_err();
+    assert!(e.to_string().contains("--mtu"), "{e}");
+}
