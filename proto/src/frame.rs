@@ -577,14 +577,46 @@ impl FrameBuilder {
 
     /// Length of the whole frame for `packet`.
     pub fn frame_len(&self, packet: &PacketRepr<'_>) -> usize {
-        self.link_len() + self.ip_len() + 8 + packet.buffer_len()
+        self.frame_len_for(packet.buffer_len())
     }
 
     /// Writes the frame into `buf` and returns its length.
     pub fn build(&self, packet: &PacketRepr<'_>, buf: &mut [u8]) -> Result<usize> {
         packet.check()?;
-        let transport_len = packet.buffer_len();
-        let total = self.frame_len(packet);
+        let (ip_at, udp_at, at, total) = self.write_headers(packet.buffer_len(), buf)?;
+        // Transport packet and ICRC (over the exact headers just written).
+        let (head, transport) = buf[..total].split_at_mut(at);
+        let seed = match self.ip {
+            IpParams::V4 { .. } => Icrc::rocev2_ipv4(&head[ip_at..udp_at], &head[udp_at..]),
+            IpParams::V6 { .. } => Icrc::rocev2_ipv6(&head[ip_at..udp_at], &head[udp_at..]),
+        }?;
+        packet.emit_with_icrc(transport, &seed)?;
+        self.fill_udp_checksum(&mut buf[..total], udp_at, at)?;
+        Ok(total)
+    }
+
+    /// Writes Ethernet/IP/UDP headers around `transport` bytes that already hold their ICRC
+    /// (a datagram a socket sent or received), for a capture. Returns the frame length.
+    pub fn wrap(&self, transport: &[u8], buf: &mut [u8]) -> Result<usize> {
+        let (_, udp_at, at, total) = self.write_headers(transport.len(), buf)?;
+        buf[at..total].copy_from_slice(transport);
+        self.fill_udp_checksum(&mut buf[..total], udp_at, at)?;
+        Ok(total)
+    }
+
+    /// Length of a frame around `transport_len` transport bytes.
+    pub fn frame_len_for(&self, transport_len: usize) -> usize {
+        self.link_len() + self.ip_len() + 8 + transport_len
+    }
+
+    /// Ethernet, VLAN, IP and UDP headers (UDP checksum 0) for a transport packet of
+    /// `transport_len` bytes. Returns (IP offset, UDP offset, transport offset, frame length).
+    fn write_headers(
+        &self,
+        transport_len: usize,
+        buf: &mut [u8],
+    ) -> Result<(usize, usize, usize, usize)> {
+        let total = self.frame_len_for(transport_len);
         if buf.len() < total {
             return Err(Error::Truncated {
                 layer: Layer::Buffer,
@@ -670,31 +702,30 @@ impl FrameBuilder {
         buf[at + 4..at + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         buf[at + 6..at + 8].fill(0);
         at += 8;
-        // Transport packet and ICRC (over the exact headers just written).
-        let (head, transport) = buf.split_at_mut(at);
-        let seed = match self.ip {
-            IpParams::V4 { .. } => Icrc::rocev2_ipv4(&head[ip_at..udp_at], &head[udp_at..]),
-            IpParams::V6 { .. } => Icrc::rocev2_ipv6(&head[ip_at..udp_at], &head[udp_at..]),
-        }?;
-        packet.emit_with_icrc(transport, &seed)?;
-        if self.udp_checksum {
-            let udp = etherparse::UdpHeader {
-                source_port: self.src_port,
-                destination_port: self.dst_port,
-                length: udp_len as u16,
-                checksum: 0,
-            };
-            let sum = match self.ip {
-                IpParams::V4 { src, dst, .. } => udp.calc_checksum_ipv4_raw(src, dst, transport),
-                IpParams::V6 { src, dst, .. } => udp.calc_checksum_ipv6_raw(src, dst, transport),
-            }
-            .map_err(|_| Error::Malformed {
-                layer: Layer::Udp,
-                reason: "datagram too long for a checksum",
-            })?;
-            head[udp_at + 6..udp_at + 8].copy_from_slice(&sum.to_be_bytes());
+        Ok((ip_at, udp_at, at, total))
+    }
+
+    fn fill_udp_checksum(&self, buf: &mut [u8], udp_at: usize, at: usize) -> Result<()> {
+        if !self.udp_checksum {
+            return Ok(());
         }
-        Ok(total)
+        let (head, transport) = buf.split_at_mut(at);
+        let udp = etherparse::UdpHeader {
+            source_port: self.src_port,
+            destination_port: self.dst_port,
+            length: (8 + transport.len()) as u16,
+            checksum: 0,
+        };
+        let sum = match self.ip {
+            IpParams::V4 { src, dst, .. } => udp.calc_checksum_ipv4_raw(src, dst, transport),
+            IpParams::V6 { src, dst, .. } => udp.calc_checksum_ipv6_raw(src, dst, transport),
+        }
+        .map_err(|_| Error::Malformed {
+            layer: Layer::Udp,
+            reason: "datagram too long for a checksum",
+        })?;
+        head[udp_at + 6..udp_at + 8].copy_from_slice(&sum.to_be_bytes());
+        Ok(())
     }
 
     /// The ICRC seed a socket sender would use for this builder's addresses and ports
