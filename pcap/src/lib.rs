@@ -28,6 +28,7 @@ pub mod link;
 pub mod live;
 pub mod parallel;
 pub mod reader;
+pub mod tap;
 pub mod writer;
 
 pub use decode::{

@@ -38,7 +38,7 @@ fn live_capture_on_loopback_sees_every_packet_with_a_valid_icrc() {
     let saved = dir.join("lo.pcap");
     let lo = LiveOptions {
         interface: "lo".into(),
-        duration: Some(Duration::from_secs(5)),
+        duration: Some(Duration::from_secs(10)),
         write: Some(saved.to_str().unwrap().into()),
         stop: None,
     };
@@ -54,19 +54,25 @@ fn live_capture_on_loopback_sees_every_packet_with_a_valid_icrc() {
         let outcome = live::capture(&lo, opts, &mut out);
         (out, outcome)
     });
-    std::thread::sleep(Duration::from_millis(500));
-
+    // The capture opens its socket asynchronously: send the whole set in rounds until it has
+    // seen enough (each round starts again at PSN 0, so a late start still sees every PSN).
     let builder = FrameBuilder::ipv4([127, 0, 0, 1], [127, 0, 0, 1], src_port);
     let payload = [0x5a_u8; 40];
     let mut buf = [0u8; 256];
-    for i in 0..N {
-        let mut p = roce_pcap::fixtures::packet_for(Opcode::RC_SEND_ONLY, i, &payload);
-        p.bth.dest_qp = Qpn(QP);
-        p.bth.psn = Psn::new(i);
-        let len = p.buffer_len();
-        let seed = builder.icrc_seed(len);
-        p.emit_with_icrc(&mut buf[..len], &seed).unwrap();
-        sock.send_to(&buf[..len], "127.0.0.1:4791").unwrap();
+    for _round in 0..40 {
+        std::thread::sleep(Duration::from_millis(100));
+        if capture.is_finished() {
+            break;
+        }
+        for i in 0..N {
+            let mut p = roce_pcap::fixtures::packet_for(Opcode::RC_SEND_ONLY, i, &payload);
+            p.bth.dest_qp = Qpn(QP);
+            p.bth.psn = Psn::new(i);
+            let len = p.buffer_len();
+            let seed = builder.icrc_seed(len);
+            p.emit_with_icrc(&mut buf[..len], &seed).unwrap();
+            sock.send_to(&buf[..len], "127.0.0.1:4791").unwrap();
+        }
     }
 
     let (out, outcome) = capture.join().unwrap();
