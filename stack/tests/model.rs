@@ -164,6 +164,15 @@ fn run_seed(seed: u64) {
     let pds: Vec<_> = sides.iter().map(|s| s.0).collect();
     let srcs: Vec<Vec<u8>> = sides.iter().map(|s| s.1.clone()).collect();
     let mut sides: Vec<Side> = sides.into_iter().map(|s| s.2).collect();
+    // Window and ACK-request spacing vary too (a separate stream keeps workloads comparable).
+    let mut crng = Rng::new(seed ^ 0xcaca);
+    let caps = QpCaps {
+        // Up to 20% loss would exhaust an IBA retry count of 7 now and then; use rxe's reading.
+        infinite_retry_at_7: true,
+        max_unacked_psns: [1, 4, 16, 128, 1024][crng.below(5) as usize],
+        ack_req_every: [1, 8, 64][crng.below(3) as usize],
+        ..QpCaps::default()
+    };
     let mut pairs = Vec::new();
     for _ in 0..nqps {
         let mut qpn = [Qpn(0); 2];
@@ -173,17 +182,7 @@ fn run_seed(seed: u64) {
             let dev = sim.device(hosts[s]);
             scq[s] = dev.create_cq();
             rcq[s] = dev.create_cq();
-            qpn[s] = dev
-                .create_qp(
-                    pds[s],
-                    scq[s],
-                    rcq[s],
-                    QpCaps {
-                        infinite_retry_at_7: true,
-                        ..QpCaps::default()
-                    },
-                )
-                .unwrap();
+            qpn[s] = dev.create_qp(pds[s], scq[s], rcq[s], caps).unwrap();
         }
         sim.connect(hosts[0], qpn[0], hosts[1], qpn[1], &opts)
             .unwrap();
