@@ -1072,3 +1072,168 @@ fn ce_mark_sends_a_rate_limited_cnp() {
     let st = h.stats();
     assert_eq!((st.ce_received, st.cnps_sent), (2, 1));
 }
+
+#[test]
+fn opcode_sequence_error_naks_invalid_request() {
+    let mut h = H::new(Opts::default());
+    h.dev
+        .post_recv(
+            h.qpn,
+            RecvRequest {
+                wr_id: 1,
+                sgl: h.sge(0, 1024),
+            },
+        )
+        .unwrap();
+    // A SEND_MIDDLE with no SEND_FIRST before it.
+    h.feed(PacketRepr {
+        payload: &[0; MTU as usize],
+        ..request(Opcode::RC_SEND_MIDDLE, 500)
+    });
+    let s = h.sent();
+    assert_eq!(
+        s[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::InvalidRequest)
+    );
+    assert_eq!(h.state(), QpState::Err);
+    assert_eq!(statuses(&h.completions(h.rcq)), [(1, WcStatus::WrFlushErr)]);
+    assert_eq!(h.stats().naks_sent.invalid_request, 1);
+}
+
+#[test]
+fn send_longer_than_the_receive_buffer_is_a_length_error() {
+    let mut h = H::new(Opts::default());
+    h.dev
+        .post_recv(
+            h.qpn,
+            RecvRequest {
+                wr_id: 1,
+                sgl: h.sge(0, 3),
+            },
+        )
+        .unwrap();
+    h.feed(PacketRepr {
+        payload: b"four",
+        ..request(Opcode::RC_SEND_ONLY, 500)
+    });
+    assert_eq!(
+        h.sent()[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::InvalidRequest)
+    );
+    assert_eq!(statuses(&h.completions(h.rcq)), [(1, WcStatus::LocLenErr)]);
+}
+
+#[test]
+fn receive_buffer_gone_is_a_remote_operational_error() {
+    let mut h = H::new(Opts::default());
+    let buf = h.dev.reg_mr(first_pd(&h), 64, Access::LOCAL_WRITE);
+    let sgl = SgList::one(h.dev.mr(buf).unwrap().sge(0, 64));
+    h.dev
+        .post_recv(h.qpn, RecvRequest { wr_id: 1, sgl })
+        .unwrap();
+    assert!(h.dev.dereg_mr(buf));
+    h.feed(PacketRepr {
+        payload: b"four",
+        ..request(Opcode::RC_SEND_ONLY, 500)
+    });
+    assert_eq!(
+        h.sent()[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::RemoteOperationalError)
+    );
+    assert_eq!(statuses(&h.completions(h.rcq)), [(1, WcStatus::LocProtErr)]);
+    assert_eq!(h.state(), QpState::Err);
+}
+
+fn first_pd(h: &H) -> roce_stack::PdHandle {
+    h.dev.mr(h.mr).unwrap().pd()
+}
+
+#[test]
+fn duplicate_read_is_re_executed_from_current_memory() {
+    let mut h = H::new(Opts::default());
+    let src = h.remote(2048);
+    let read = PacketRepr {
+        reth: Some(RethRepr {
+            va: src.va,
+            rkey: src.rkey,
+            dma_len: 2 * MTU,
+        }),
+        ..request(Opcode::RC_RDMA_READ_REQUEST, 500)
+    };
+    h.feed(read);
+    let s = h.sent();
+    assert_eq!(
+        ops_psns(&s),
+        [
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 500),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, 501)
+        ]
+    );
+    assert_eq!(h.dev.qp(h.qpn).unwrap().expected_psn(), Psn::new(502));
+    // Memory changes; the duplicate (for the second half only) reads it again.
+    h.dev.mr_mut(h.mr).unwrap().as_mut_slice()[2048..2048 + 2 * MTU as usize].fill(0xee);
+    h.feed(PacketRepr {
+        reth: Some(RethRepr {
+            va: src.va + u64::from(MTU),
+            rkey: src.rkey,
+            dma_len: MTU,
+        }),
+        ..request(Opcode::RC_RDMA_READ_REQUEST, 501)
+    });
+    let s = h.sent();
+    assert_eq!(ops_psns(&s), [(Opcode::RC_RDMA_READ_RESPONSE_LAST, 501)]);
+    assert!(s[0].repr().payload.iter().all(|&b| b == 0xee));
+    // A duplicate outside the original range, or with another rkey, finds no resource.
+    h.feed(PacketRepr {
+        reth: Some(RethRepr {
+            va: src.va + u64::from(MTU),
+            rkey: src.rkey,
+            dma_len: 2 * MTU,
+        }),
+        ..request(Opcode::RC_RDMA_READ_REQUEST, 501)
+    });
+    assert!(h.sent().is_empty());
+    assert_eq!(h.stats().drops.no_resource, 1);
+}
+
+#[test]
+fn read_access_is_checked_against_region_rights() {
+    let mut h = H::new(Opts::default());
+    let pd = first_pd(&h);
+    let wo = h.dev.reg_mr(pd, 64, Access::REMOTE_WRITE);
+    let m = h.dev.mr(wo).unwrap();
+    h.feed(PacketRepr {
+        reth: Some(RethRepr {
+            va: m.va(),
+            rkey: m.rkey(),
+            dma_len: 8,
+        }),
+        ..request(Opcode::RC_RDMA_READ_REQUEST, 500)
+    });
+    assert_eq!(
+        h.sent()[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::RemoteAccessError)
+    );
+}
+
+#[test]
+fn qp_without_remote_write_rights_naks_invalid_request() {
+    let mut h = H::new(Opts {
+        access: Access::REMOTE_READ,
+        ..Opts::default()
+    });
+    let w = h.remote(0);
+    h.feed(PacketRepr {
+        reth: Some(RethRepr {
+            va: w.va,
+            rkey: w.rkey,
+            dma_len: 4,
+        }),
+        payload: b"nope",
+        ..request(Opcode::RC_RDMA_WRITE_ONLY, 500)
+    });
+    assert_eq!(
+        h.sent()[0].repr().aeth.unwrap().syndrome,
+        Syndrome::nak(NakCode::InvalidRequest)
+    );
+}
