@@ -1,5 +1,5 @@
 //! The `roce` command line: argument parsing and dispatch only. Every behaviour lives in the
-//! library crates (`roce-pcap` for `decode`).
+//! library crates (`roce-pcap` for `decode`, `roce-stack` for `loopback`, `server`, `client`).
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use roce_pcap::{decode::OutputFormat, live, Options};
@@ -16,6 +16,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run two RC endpoints over loopback UDP sockets and verify every byte and completion.
+    Loopback(LoopbackArgs),
+    /// Serve one client's workload as the responder (the remote end of `roce client`).
+    Server(ServerArgs),
+    /// Run the workload against `roce server` as the requester and report.
+    Client(ClientArgs),
     /// Decode RoCE packets from a capture file, stdin (`-`) or a live interface.
     Decode(DecodeArgs),
     /// Write a synthetic capture of N RoCE packets (for benchmarks).
@@ -27,6 +33,105 @@ enum Command {
         /// Output pcap file.
         file: String,
     },
+}
+
+/// The workload and the transport settings, shared by loopback and client.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Operations to mix: send, send_imm, write, write_imm, read, cas, faa, atomic, all.
+    #[arg(long, default_value = "all")]
+    ops: String,
+    /// Message size: N, or MIN-MAX for a log-uniform mix (K/M suffixes).
+    #[arg(long, default_value = "0-1M")]
+    size: String,
+    /// Operations per QP.
+    #[arg(long, default_value_t = 250)]
+    count: u32,
+    /// Queue pairs.
+    #[arg(long, default_value_t = 4)]
+    qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 1024)]
+    mtu: u32,
+    /// Work requests outstanding per QP.
+    #[arg(long, default_value_t = 16)]
+    depth: u32,
+    /// Seed of the workload, the data and the impairments.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    impair: ImpairArgs,
+    /// Congestion control: none, dcqcn (= paper), nvidia, fixed:rate=10Gbps, with
+    /// `:key=value,...` overrides.
+    #[arg(long, default_value = "none")]
+    cc: String,
+    /// Local ACK timeout code: 4.096 us x 2^N (14 = 67 ms).
+    #[arg(long, default_value_t = 14)]
+    timeout: u8,
+    /// Write every datagram sent and received to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<std::path::PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Impairments applied to received datagrams at each end (probabilities 0..1).
+#[derive(Debug, Args)]
+struct ImpairArgs {
+    /// Drop probability.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Reordering probability (a datagram is held back 200 us).
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+    /// Duplication probability.
+    #[arg(long, default_value_t = 0.0)]
+    dup: f64,
+    /// Probability of one flipped bit (caught by the ICRC).
+    #[arg(long, default_value_t = 0.0)]
+    corrupt: f64,
+    /// Probability of an ECN CE mark.
+    #[arg(long, default_value_t = 0.0)]
+    ce: f64,
+}
+
+#[derive(Debug, Args)]
+struct LoopbackArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Use IPv6 (both ends on ::1; the client's RoCE port is 4792).
+    #[arg(long)]
+    ipv6: bool,
+}
+
+#[derive(Debug, Args)]
+struct ServerArgs {
+    /// Address of the control listener; the RoCE socket binds the address clients reach.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: std::net::IpAddr,
+    /// TCP port of the out-of-band connection set-up.
+    #[arg(long, default_value_t = roce_stack::driver::DEFAULT_CONTROL_PORT)]
+    port: u16,
+    #[command(flatten)]
+    impair: ImpairArgs,
+    /// Seed of the impairments.
+    #[arg(long, default_value_t = 2)]
+    seed: u64,
+    /// Write every datagram sent and received to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ClientArgs {
+    /// The server: HOST or HOST:PORT (port of the control connection, default 18515).
+    server: String,
+    /// Local address to use.
+    #[arg(long)]
+    bind: Option<std::net::IpAddr>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -133,9 +238,112 @@ fn decode(a: DecodeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(outcome.exit_code(a.check) as u8))
 }
 
-fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+fn impairment(a: &ImpairArgs, seed: u64) -> roce_stack::driver::impair::Impairment {
+    roce_stack::driver::impair::Impairment {
+        loss: a.loss,
+        reorder: a.reorder,
+        duplicate: a.dup,
+        corrupt: a.corrupt,
+        ce: a.ce,
+        seed,
+        ..Default::default()
+    }
+}
+
+fn run_config(a: &RunArgs) -> anyhow::Result<roce_stack::driver::RunConfig> {
+    use roce_stack::workload::{parse_size_range, OpKind, WorkloadSpec};
+    let (min_size, max_size) = parse_size_range(&a.size).map_err(anyhow::Error::msg)?;
+    let cfg = roce_stack::driver::RunConfig {
+        spec: WorkloadSpec {
+            ops: OpKind::parse_list(&a.ops).map_err(anyhow::Error::msg)?,
+            min_size,
+            max_size,
+            count: a.count,
+            qps: a.qps,
+            depth: a.depth,
+            seed: a.seed,
+        },
+        mtu: a.mtu,
+        impairment: impairment(&a.impair, a.seed),
+        cc: a.cc.parse().map_err(|e| anyhow::anyhow!("--cc: {e}"))?,
+        timeout: a.timeout,
+        ..Default::default()
+    };
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    Ok(cfg)
+}
+
+/// A tap writing every datagram into `path` (pcap, Ethernet frames as on the wire).
+fn pcap_tap(
+    path: &Option<std::path::PathBuf>,
+) -> anyhow::Result<Option<roce_stack::driver::endpoint::Tap>> {
+    let Some(path) = path else { return Ok(None) };
+    let mut cap = roce_pcap::tap::DatagramCapture::create(path)?;
+    Ok(Some(Box::new(
+        move |r: &roce_stack::driver::endpoint::TapRecord<'_>| {
+            let _ = cap.record(r.time, r.src, r.dst, r.ecn, r.data);
+        },
+    )))
+}
+
+fn report(r: &roce_stack::driver::Report, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+    } else {
+        print!("{r}");
+    }
+    Ok(if r.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Loopback(a) => {
+            let cfg = run_config(&a.run)?;
+            let r = roce_stack::driver::loopback(&cfg, a.ipv6, pcap_tap(&a.run.pcap)?)?;
+            report(&r, a.run.json)
+        }
+        Command::Server(a) => {
+            let cfg = roce_stack::driver::ServerConfig {
+                listen: std::net::SocketAddr::new(a.bind, a.port),
+                roce_port: roce_proto::ROCEV2_UDP_PORT,
+                accept_timeout: None,
+            };
+            let imp = impairment(&a.impair, a.seed);
+            imp.validate().map_err(anyhow::Error::msg)?;
+            let listener = roce_stack::driver::Listener::bind(cfg)?;
+            eprintln!(
+                "roce server: waiting for a client on {}",
+                listener.local_addr()
+            );
+            let o = listener.serve(imp, pcap_tap(&a.pcap)?)?;
+            for m in &o.mismatches {
+                eprintln!("roce server: {m}");
+            }
+            eprintln!(
+                "roce server: client finished, {} bytes verified here",
+                o.verified_bytes
+            );
+            Ok(if o.mismatches.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Client(a) => {
+            let cfg = run_config(&a.run)?;
+            let server = resolve(&a.server)?;
+            let client = roce_stack::driver::ClientConfig {
+                server,
+                bind: a.bind,
+                roce_port: roce_proto::ROCEV2_UDP_PORT,
+            };
+            let r = roce_stack::driver::run_client(client, &cfg, pcap_tap(&a.run.pcap)?)?;
+            report(&r, a.run.json)
+        }
         Command::Decode(a) => decode(a),
         Command::GenCapture { packets, file } => {
             let f = std::fs::File::create(&file).with_context(|| format!("creating {file}"))?;
@@ -144,6 +352,43 @@ fn main() -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("writing {file}"))?;
             w.flush()?;
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `HOST`, `HOST:PORT`, `IP` or `[IPv6]:PORT` to a socket address (default port 18515).
+fn resolve(s: &str) -> anyhow::Result<std::net::SocketAddr> {
+    use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+    let port = roce_stack::driver::DEFAULT_CONTROL_PORT;
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(ip) = s.trim_matches(['[', ']']).parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let found = match s.rsplit_once(':') {
+        Some((_, p)) if p.parse::<u16>().is_ok() => s.to_socket_addrs().map(|mut i| i.next()),
+        _ => (s, port).to_socket_addrs().map(|mut i| i.next()),
+    };
+    found
+        .map_err(|e| anyhow::anyhow!("cannot resolve {s}: {e}"))?
+        .ok_or_else(|| anyhow::anyhow!("cannot resolve {s}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let name = match &cli.command {
+        Command::Loopback(_) => "loopback",
+        Command::Server(_) => "server",
+        Command::Client(_) => "client",
+        Command::Decode(_) => "decode",
+        Command::GenCapture { .. } => "gen-capture",
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("roce {name}: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

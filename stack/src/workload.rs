@@ -220,6 +220,38 @@ impl WorkloadSpec {
     }
 }
 
+/// Parses a byte count with an optional K/M/G (binary) suffix: `4096`, `64K`, `1M`.
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1u64 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1u64 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 1M)"))?;
+    u32::try_from(n * mul).map_err(|_| format!("{s:?} is too large"))
+}
+
+/// Parses `N` (every message N bytes) or `MIN-MAX` / `MIN..MAX` (log-uniform between).
+pub fn parse_size_range(s: &str) -> Result<(u32, u32), String> {
+    let split = s.split_once("..").or_else(|| s.split_once('-'));
+    let (lo, hi) = match split {
+        Some((a, b)) => (parse_size(a)?, parse_size(b)?),
+        None => {
+            let n = parse_size(s)?;
+            (n, n)
+        }
+    };
+    if lo > hi {
+        return Err(format!("size range {s:?} runs backwards"));
+    }
+    Ok((lo, hi))
+}
+
 /// Number of 8-byte words in each QP's atomic area.
 pub const ATOMIC_WORDS: usize = 64;
 
@@ -414,14 +446,19 @@ impl Plan {
         words
     }
 
-    /// The responder block of QP `q` as it must be at start (read area and atomic words set).
+    /// The read area of QP `q`: what every READ of that QP must return.
+    pub fn read_area(&self, q: u32) -> Vec<u8> {
+        let mut area = vec![0u8; self.layout.read_area as usize];
+        fill_pattern(self.spec.seed ^ 0x4ead_0000 ^ u64::from(q), &mut area);
+        area
+    }
+
+    /// The responder block of QP `q` as it must be at start (read area and atomic words set;
+    /// zeros elsewhere). `block` may stop at the receive slots ([`Layout::recv_off`]).
     pub fn initial_responder_block(&self, q: u32, block: &mut [u8]) {
         let l = &self.layout;
         block.fill(0);
-        fill_pattern(
-            self.spec.seed ^ 0x4ead_0000 ^ u64::from(q),
-            &mut block[l.read_off() as usize..l.atomic_off() as usize],
-        );
+        block[l.read_off() as usize..l.atomic_off() as usize].copy_from_slice(&self.read_area(q));
         let words = Self::initial_atomics(&self.spec, q);
         for (i, w) in words.iter().enumerate() {
             let at = l.atomic_off() as usize + 8 * i;
@@ -433,9 +470,7 @@ impl Plan {
     pub fn final_responder_block(&self, q: u32) -> Vec<u8> {
         let l = &self.layout;
         let mut block = vec![0u8; l.recv_off() as usize];
-        let mut full = vec![0u8; l.responder_len() as usize];
-        self.initial_responder_block(q, &mut full);
-        block.copy_from_slice(&full[..l.recv_off() as usize]);
+        self.initial_responder_block(q, &mut block);
         let mut data = Vec::new();
         for op in &self.ops[q as usize] {
             match op.kind {
@@ -552,6 +587,8 @@ struct ReqQp {
 /// The requester side: posts the plan on each QP and checks every completion.
 pub struct Requester {
     plan: Plan,
+    /// Each QP's read area, as every READ must return it.
+    read_areas: Vec<Vec<u8>>,
     mr: MrHandle,
     qps: Vec<ReqQp>,
     tally: Tally,
@@ -596,8 +633,10 @@ impl Requester {
                 psns: VecDeque::new(),
             })
             .collect();
+        let read_areas = (0..plan.spec.qps).map(|q| plan.read_area(q)).collect();
         Self {
             plan,
+            read_areas,
             mr,
             qps,
             tally: Tally::default(),
@@ -782,9 +821,8 @@ impl Requester {
         };
         match op.kind {
             OpKind::Read => {
-                let mut block = vec![0u8; self.plan.layout.responder_len() as usize];
-                self.plan.initial_responder_block(q as u32, &mut block);
-                let want = &block[op.remote_off as usize..op.remote_off as usize + op.len as usize];
+                let at = (op.remote_off - self.plan.layout.read_off()) as usize;
+                let want = &self.read_areas[q][at..at + op.len as usize];
                 let got = &mem[off..off + op.len as usize];
                 if let Some(d) = first_difference(want, got) {
                     let m = bad(

@@ -214,3 +214,14 @@ fn impaired_link_with_slow_reordering() {
         check(&req, &resp, &spec);
     }
 }
+
+#[test]
+fn size_ranges_parse() {
+    use roce_stack::workload::parse_size_range;
+    assert_eq!(parse_size_range("4096"), Ok((4096, 4096)));
+    assert_eq!(parse_size_range("0-1M"), Ok((0, 1 << 20)));
+    assert_eq!(parse_size_range("64..64k"), Ok((64, 65536)));
+    assert!(parse_size_range("1M-2").is_err());
+    assert!(parse_size_range("lots").is_err());
+    assert!(parse_size_range("8G").is_err());
+}

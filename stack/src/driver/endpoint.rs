@@ -225,7 +225,7 @@ impl Endpoint {
                     data,
                 });
             }
-            self.sock.send(dst, t.ecn, data).await?;
+            self.sock.send(t.path.src_port, dst, t.ecn, data).await?;
             self.stats.sent += 1;
             n += 1;
         }
