@@ -50,7 +50,7 @@ pub struct QpCaps {
     pub max_recv_wr: u32,
     /// Largest message in bytes (at most 2^30, so a message always fits half the PSN space).
     pub max_msg_size: u32,
-    /// Bound on PSNs sent and not yet acknowledged (rxe: 128).
+    /// Bound on PSNs sent and not yet acknowledged (rxe: 128; clamped to 1..=2^20).
     pub max_unacked_psns: u32,
     /// Request an ACK at least every this many packets (rxe: 64) besides each message end.
     pub ack_req_every: u32,
@@ -418,6 +418,12 @@ impl Qp {
     }
     pub(crate) fn recv_cq(&self) -> CqHandle {
         self.recv_cq
+    }
+
+    /// The outstanding-PSN bound, clamped so that a window plus the largest READ stays well
+    /// inside half the PSN space (2^20 + 2^22 < 2^23).
+    fn window(&self) -> u32 {
+        self.caps.max_unacked_psns.clamp(1, 1 << 20)
     }
 
     fn timeout_ns(&self) -> Option<u64> {
@@ -847,7 +853,7 @@ impl Qp {
             return None;
         }
         let w = *self.sq.get(self.send_idx)?;
-        if self.req_psn.distance_from(self.una) >= self.caps.max_unacked_psns.max(1) {
+        if self.req_psn.distance_from(self.una) >= self.window() {
             return None;
         }
         let starting = self.send_idx >= self.started;
@@ -969,7 +975,7 @@ impl Qp {
                 }
                 bth.ack_req = last
                     || self.since_ack_req + 1 >= self.caps.ack_req_every.max(1)
-                    || outstanding + 1 >= self.caps.max_unacked_psns;
+                    || outstanding + 1 >= self.window();
                 bth.pad_count = PacketRepr::pad_for(plen as usize);
                 match ctx.mrs.gather(
                     self.pd,
