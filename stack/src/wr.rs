@@ -122,10 +122,14 @@ pub enum WcStatus {
     LocLenErr = 1,
     /// Local QP operation error.
     LocQpOpErr = 2,
+    /// Local EE context operation error (RD only).
+    LocEecOpErr = 3,
     /// Local protection error (bad lkey / bounds / rights in a local list).
     LocProtErr = 4,
     /// Flushed: the QP is in the error state.
     WrFlushErr = 5,
+    /// Memory window bind error.
+    MwBindErr = 6,
     /// Bad response (unexpected opcode or length).
     BadRespErr = 7,
     /// Local access error.
@@ -140,8 +144,20 @@ pub enum WcStatus {
     RetryExcErr = 12,
     /// RNR retry counter exhausted.
     RnrRetryExcErr = 13,
+    /// Local RDD violation (RD only).
+    LocRddViolErr = 14,
+    /// Remote invalid RD request (RD only).
+    RemInvRdReqErr = 15,
+    /// The responder aborted the message.
+    RemAbortErr = 16,
+    /// Invalid EE context number (RD only).
+    InvEecnErr = 17,
+    /// Invalid EE context state (RD only).
+    InvEecStateErr = 18,
     /// Fatal error.
     FatalErr = 19,
+    /// Response timeout (RD only).
+    RespTimeoutErr = 20,
     /// General error.
     GeneralErr = 21,
 }
