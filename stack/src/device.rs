@@ -74,7 +74,9 @@ pub struct Device {
     mrs: MrTable,
     cqs: Vec<VecDeque<Completion>>,
     qps: Vec<Qp>,
-    cursor: usize,
+    /// QPs that may have something to send, in round-robin order (each at most once).
+    active: VecDeque<usize>,
+    in_active: Vec<bool>,
     drops: QpStats,
 }
 
@@ -93,7 +95,8 @@ impl Device {
             mrs: MrTable::default(),
             cqs: Vec::new(),
             qps: Vec::new(),
-            cursor: 0,
+            active: VecDeque::new(),
+            in_active: Vec::new(),
             drops: QpStats::default(),
         }
     }
@@ -156,6 +159,7 @@ impl Device {
         }
         let qpn = Qpn(self.config.qpn_base + self.qps.len() as u32);
         self.qps.push(Qp::new(qpn, pd, send_cq, recv_cq, caps));
+        self.in_active.push(false);
         Ok(qpn)
     }
 
@@ -174,8 +178,17 @@ impl Device {
         self.qps.iter()
     }
 
+    fn mark(&mut self, i: usize) {
+        if !self.in_active[i] {
+            self.in_active[i] = true;
+            self.active.push_back(i);
+        }
+    }
+
+    /// The QP and what it may touch; the QP is marked as possibly having output.
     fn split(&mut self, qpn: Qpn) -> Option<(&mut Qp, Ctx<'_>)> {
         let i = self.idx(qpn)?;
+        self.mark(i);
         Some((
             &mut self.qps[i],
             Ctx {
@@ -190,6 +203,7 @@ impl Device {
         match self.idx(qpn) {
             Some(i) => {
                 self.qps[i].set_congestion_control(cc);
+                self.mark(i);
                 true
             }
             None => false,
@@ -250,30 +264,34 @@ impl Device {
                     cqs: &mut self.cqs,
                 };
                 self.qps[i].handle_timeout(now, &mut ctx);
+                self.mark(i);
             }
         }
     }
 
     /// The next datagram to send, written into `buf` (resized to its length). Call after any
-    /// `handle_*`/`post_*` until `None`.
+    /// `handle_*`/`post_*` until `None`. QPs with output are served round robin, one datagram
+    /// each in turn; idle QPs cost nothing.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let n = self.qps.len();
-        for step in 0..n {
-            let i = (self.cursor + step) % n;
+        for _ in 0..self.active.len() {
+            let i = self.active.pop_front()?;
             let mut ctx = Ctx {
                 mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
             };
             let qp = &mut self.qps[i];
-            if let Some(len) = qp.poll_transmit(now, &mut ctx, buf) {
-                self.cursor = (i + 1) % n;
-                return Some(Transmit {
-                    qpn: qp.qpn(),
-                    len,
-                    ecn: qp.path().ecn,
-                    path: *qp.path(),
-                });
+            match qp.poll_transmit(now, &mut ctx, buf) {
+                Some(len) => {
+                    self.active.push_back(i);
+                    return Some(Transmit {
+                        qpn: qp.qpn(),
+                        len,
+                        ecn: qp.path().ecn,
+                        path: *qp.path(),
+                    });
+                }
+                None => self.in_active[i] = false,
             }
         }
         None
