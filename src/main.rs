@@ -101,8 +101,14 @@ struct LoopbackArgs {
     #[command(flatten)]
     run: RunArgs,
     /// Use IPv6 (both ends on ::1; the client's RoCE port is 4792).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["client_ip", "server_ip"])]
     ipv6: bool,
+    /// Address of the client (requester) end.
+    #[arg(long, default_value = "127.0.0.1", requires = "server_ip")]
+    client_ip: Option<std::net::IpAddr>,
+    /// Address of the server (responder) end.
+    #[arg(long, default_value = "127.0.0.2")]
+    server_ip: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -303,7 +309,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Loopback(a) => {
             let cfg = run_config(&a.run)?;
-            let r = roce_stack::driver::loopback(&cfg, a.ipv6, pcap_tap(&a.run.pcap)?)?;
+            let tap = pcap_tap(&a.run.pcap)?;
+            let r = match (a.ipv6, a.client_ip, a.server_ip) {
+                (false, Some(c), Some(s)) => roce_stack::driver::loopback_between(
+                    &cfg,
+                    (c, roce_proto::ROCEV2_UDP_PORT),
+                    (s, roce_proto::ROCEV2_UDP_PORT),
+                    tap,
+                )?,
+                _ => roce_stack::driver::loopback(&cfg, a.ipv6, tap)?,
+            };
             report(&r, a.run.json)
         }
         Command::Server(a) => {

@@ -47,7 +47,7 @@ pub type Tap = Box<dyn FnMut(&TapRecord<'_>) + Send>;
 pub enum RunError {
     /// A socket call failed.
     #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The application gave up (a post failed, a verification failed hard).
     #[error("{0}")]
     App(String),
@@ -57,6 +57,12 @@ pub enum RunError {
     /// The stop signal said so.
     #[error("{0}")]
     Stopped(String),
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// Counters of the loop itself.

@@ -119,7 +119,7 @@ pub enum DriverError {
     #[error("peer: {0}")]
     Peer(String),
     /// The run itself failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Run(#[from] RunError),
 }
 
@@ -516,7 +516,8 @@ async fn serve_client(
         match ctl.recv().await {
             Ok(Msg::Done { .. }) => Ok(()),
             Ok(_) => Err("unexpected control message".to_string()),
-            Err(e) => Err(format!("client {e} before finishing")),
+            Err(DriverError::Peer(m)) => Err(format!("the client {m} before finishing")),
+            Err(e) => Err(e.to_string()),
         }
     };
     let silence = cfg.silence.max(Duration::from_secs(30));
@@ -649,7 +650,8 @@ async fn client_async(
     let started = std::time::Instant::now();
     let stop = async {
         match ctl.recv().await {
-            Err(e) => Err(format!("server {e}")),
+            Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
+            Err(e) => Err(e.to_string()),
             Ok(_) => Err("unexpected control message".to_string()),
         }
     };

@@ -1,0 +1,348 @@
+//! `roce loopback`, `roce server` and `roce client` as a user runs them: real processes, real
+//! UDP sockets on loopback. Each test uses its own loopback addresses (127.0.<n>.1 / .2) so the
+//! tests can run in parallel.
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_roce");
+
+/// The live-capture test holds this exclusively: a capture socket that falls behind the
+/// traffic of the other tests drops packets, which would hide the ones it looks for.
+static TRAFFIC: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn roce(args: &[&str]) -> (i32, String, String) {
+    let _shared = TRAFFIC.read().unwrap_or_else(|e| e.into_inner());
+    roce_unlocked(args)
+}
+
+fn roce_unlocked(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().expect("run roce");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ips(n: u8) -> (String, String) {
+    (format!("127.0.{n}.1"), format!("127.0.{n}.2"))
+}
+
+fn loopback(n: u8, extra: &[&str]) -> (i32, String, String) {
+    let (c, s) = ips(n);
+    let mut args = vec!["loopback", "--client-ip", &c, "--server-ip", &s];
+    args.extend_from_slice(extra);
+    roce(&args)
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+#[test]
+fn default_mix_verifies_and_reports_json() {
+    let (code, out, err) = loopback(20, &["--count", "60", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let r = json(&out);
+    assert_eq!(r["ok"], true);
+    for key in [
+        "ops",
+        "bytes",
+        "seconds",
+        "gbps",
+        "msgs_per_sec",
+        "retransmitted_packets",
+        "naks",
+        "rnr_naks",
+        "cnps_sent",
+        "cnps_received",
+        "drops",
+        "verified_bytes",
+    ] {
+        assert!(r.get(key).is_some(), "missing {key} in {out}");
+    }
+    let ops: u64 = r["ops"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(ops, 4 * 60);
+    for kind in [
+        "send",
+        "send_imm",
+        "write",
+        "write_imm",
+        "read",
+        "cas",
+        "faa",
+    ] {
+        assert!(r["ops"][kind].as_u64().unwrap() > 0, "no {kind}: {out}");
+    }
+    assert!(r["verified_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn impaired_run_still_verifies() {
+    let (code, out, err) = loopback(
+        21,
+        &[
+            "--count",
+            "40",
+            "--size",
+            "0-200K",
+            "--loss",
+            "0.05",
+            "--reorder",
+            "0.05",
+            "--dup",
+            "0.02",
+            "--corrupt",
+            "0.01",
+            "--timeout",
+            "12",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let r = json(&out);
+    assert_eq!(r["ok"], true);
+    assert!(r["retransmitted_packets"].as_u64().unwrap() > 0, "{out}");
+    assert!(r["drops"]["bad_icrc"].as_u64().unwrap() > 0, "{out}");
+    assert!(r["impairment"]["lost"].as_u64().unwrap() > 0, "{out}");
+}
+
+#[test]
+fn ce_marks_make_cnps_and_cut_the_rate() {
+    let (code, out, err) = loopback(
+        22,
+        &["--count", "40", "--ce", "0.05", "--cc", "dcqcn", "--json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let r = json(&out);
+    assert!(
+        r["cnps_sent"].as_u64().unwrap() > 0 && r["cnps_received"].as_u64().unwrap() > 0,
+        "{out}"
+    );
+}
+
+#[test]
+fn ipv6_loopback_verifies() {
+    // ::1 is shared by every IPv6 test; only this one uses it.
+    let (code, out, err) = roce(&["loopback", "--ipv6", "--count", "30"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("OK"), "{out}");
+}
+
+#[test]
+fn server_and_client_as_two_processes() {
+    let _shared = TRAFFIC.read().unwrap_or_else(|e| e.into_inner());
+    let (c, s) = ips(23);
+    let mut server = Command::new(BIN)
+        .args(["server", "--bind", &s, "--port", "21023"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, out, err) = roce_unlocked(&[
+        "client",
+        &format!("{s}:21023"),
+        "--bind",
+        &c,
+        "--count",
+        "40",
+        "--json",
+    ]);
+    let status = server.wait().unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(status.success(), "server failed");
+    assert_eq!(json(&out)["ok"], true);
+}
+
+#[test]
+fn killing_the_server_fails_the_client_quickly() {
+    let _shared = TRAFFIC.read().unwrap_or_else(|e| e.into_inner());
+    let (c, s) = ips(24);
+    let mut server = Command::new(BIN)
+        .args(["server", "--bind", &s, "--port", "21024"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Command::new(BIN)
+        .args([
+            "client",
+            &format!("{s}:21024"),
+            "--bind",
+            &c,
+            "--count",
+            "100000",
+            "--size",
+            "64K-1M",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    server.kill().unwrap();
+    let _ = server.wait();
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(st) = client.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "client still running 10 s after the server died"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    client
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success());
+    assert_eq!(err.lines().count(), 1, "one error line: {err}");
+    assert!(err.contains("server"), "{err}");
+}
+
+#[test]
+fn unreachable_server_is_one_line_and_nonzero() {
+    let started = Instant::now();
+    let (code, out, err) = roce(&["client", "127.0.25.2:1", "--bind", "127.0.25.1"]);
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach server"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn port_in_use_is_one_line_and_nonzero() {
+    let (_, s) = ips(26);
+    let _hold = std::net::UdpSocket::bind(format!("{s}:4791")).unwrap();
+    let (code, out, err) = loopback(26, &["--count", "3"]);
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("4791") && err.contains("in use"), "{err}");
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    for args in [
+        vec!["--mtu", "1000"],
+        vec!["--ops", "teleport"],
+        vec!["--size", "2M-1M"],
+        vec!["--loss", "1.5"],
+        vec!["--cc", "bbr"],
+    ] {
+        let (code, out, err) = loopback(27, &args);
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn pcap_tap_decodes_with_valid_icrcs() {
+    let dir = std::env::temp_dir().join(format!("roce-tap-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("run.pcap");
+    let (code, out, err) = loopback(
+        28,
+        &[
+            "--count",
+            "30",
+            "--ce",
+            "0.05",
+            "--cc",
+            "dcqcn",
+            "--pcap",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = roce(&["decode", "--check", "--json", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(json).collect();
+    assert!(lines.len() > 100, "{err}");
+    assert!(lines.iter().all(|l| l["icrc_ok"] == true));
+    assert!(
+        lines.iter().any(|l| l["bth"]["opcode_name"] == "CNP"),
+        "the CNPs are in the capture"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A live capture on `lo` during a run (as root, which CI is): every RoCE packet of the run
+/// decodes with a valid ICRC, i.e. the ICRC covers the IPv4 header Linux really wrote.
+#[test]
+fn live_capture_of_a_run_verifies() {
+    if !is_root() {
+        eprintln!("skipped: live capture needs root (CI runs as root)");
+        return;
+    }
+    let _alone = TRAFFIC.write().unwrap_or_else(|e| e.into_inner());
+    let (c, s) = ips(29);
+    let mut cap = Command::new(BIN)
+        .args(["decode", "--interface", "lo", "--duration", "4", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let (code, out, err) = roce_unlocked(&[
+        "loopback",
+        "--client-ip",
+        &c,
+        "--server-ip",
+        &s,
+        "--count",
+        "30",
+        "--size",
+        "0-64K",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let output = cap.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let ours: Vec<serde_json::Value> = text
+        .lines()
+        .map(json)
+        .filter(|l| {
+            let (src, dst) = (
+                l["src"].as_str().unwrap_or(""),
+                l["dst"].as_str().unwrap_or(""),
+            );
+            (src.starts_with(&format!("{c}:")) && dst.starts_with(&format!("{s}:")))
+                || (src.starts_with(&format!("{s}:")) && dst.starts_with(&format!("{c}:")))
+        })
+        .collect();
+    assert!(
+        ours.len() > 100,
+        "saw {} packets of the run: {}",
+        ours.len(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let bad: Vec<_> = ours.iter().filter(|l| l["icrc_ok"] != true).collect();
+    assert!(
+        bad.is_empty(),
+        "{} of {} packets with a bad ICRC, e.g. {}",
+        bad.len(),
+        ours.len(),
+        bad[0]
+    );
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
