@@ -289,7 +289,7 @@ fn live_capture_of_a_run_verifies() {
     }
     let _alone = TRAFFIC.write().unwrap_or_else(|e| e.into_inner());
     let (c, s) = ips(29);
-    let mut cap = Command::new(BIN)
+    let cap = Command::new(BIN)
         .args(["decode", "--interface", "lo", "--duration", "4", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
