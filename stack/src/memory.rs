@@ -377,8 +377,14 @@ impl MrTable {
             }
             let want = len - scratch.len();
             let take = (slen - skip).min(want as u64) as usize;
-            let (idx, off) =
-                self.check(s.lkey, false, pd, Access::NONE, s.addr + skip, take as u64)?;
+            let (idx, off) = self.check(
+                s.lkey,
+                false,
+                pd,
+                Access::NONE,
+                s.addr.wrapping_add(skip),
+                take as u64,
+            )?;
             let src = self.bytes(idx, off, take);
             if first && take == len {
                 return Ok(src);
@@ -417,7 +423,7 @@ impl MrTable {
                 false,
                 pd,
                 Access::LOCAL_WRITE,
-                s.addr + skip,
+                s.addr.wrapping_add(skip),
                 take as u64,
             )?;
             self.bytes_mut(idx, off, take)
