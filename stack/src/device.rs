@@ -234,6 +234,13 @@ impl Device {
         self.cqs.get_mut(cq.0 as usize)?.pop_front()
     }
 
+    /// Takes the oldest completion of the first non-empty CQ (for callers that use one CQ or
+    /// do not care which; [`Completion::qp_num`] tells the QP).
+    #[must_use]
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.cqs.iter_mut().find_map(VecDeque::pop_front)
+    }
+
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqHandle) -> usize {
         self.cqs.get(cq.0 as usize).map_or(0, VecDeque::len)
