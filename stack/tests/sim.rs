@@ -227,7 +227,10 @@ fn many_qps_are_demultiplexed_by_qpn() {
         recvs += 1;
     }
     assert_eq!(recvs, 64);
-    assert_eq!(std::iter::from_fn(|| sim.device(a).poll_cq(ca)).count(), 64);
+    assert_eq!(
+        std::iter::from_fn(|| sim.device(a).poll_completion()).count(),
+        64
+    );
 }
 
 #[test]
