@@ -24,6 +24,9 @@ enum Command {
     Client(ClientArgs),
     /// Decode RoCE packets from a capture file, stdin (`-`) or a live interface.
     Decode(DecodeArgs),
+    /// perftest-style bandwidth, message rate and latency (write, read, send, atomic), and the
+    /// plain-UDP baseline (udp) of the same wire size through the same sockets.
+    Perf(PerfArgs),
     /// Write a synthetic capture of N RoCE packets (for benchmarks).
     #[command(hide = true)]
     GenCapture {
@@ -138,6 +141,60 @@ struct ClientArgs {
     bind: Option<std::net::IpAddr>,
     #[command(flatten)]
     run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct PerfArgs {
+    /// write, read, send, atomic, or udp (the baseline).
+    test: String,
+    /// Latency (ping-pong) instead of bandwidth.
+    #[arg(long)]
+    lat: bool,
+    /// Message size (K/M suffixes); udp: datagram size. Default 65536 (bw), 8 (lat).
+    #[arg(short = 's', long, conflicts_with = "all")]
+    size: Option<String>,
+    /// Sweep sizes 2 B .. 8 MiB in powers of two.
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Messages (default 5000 bw, 1000 lat; -a caps each size at 256 MiB of traffic).
+    #[arg(short = 'n', long, conflicts_with = "duration")]
+    iters: Option<u64>,
+    /// Run each size for this many seconds instead.
+    #[arg(short = 'D', long)]
+    duration: Option<f64>,
+    /// Queue pairs (bandwidth).
+    #[arg(short = 'q', long, default_value_t = 1)]
+    qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 4096)]
+    mtu: u32,
+    /// Work requests outstanding per QP (bandwidth).
+    #[arg(short = 't', long, default_value_t = 128)]
+    tx_depth: u32,
+    /// Also run the plain-UDP baseline of the same wire size and print the ratios.
+    #[arg(long)]
+    baseline: bool,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
+    /// Serve one client (`roce perf TEST --client HOST`) and exit.
+    #[arg(long, conflicts_with = "client")]
+    server: bool,
+    /// Run against `roce perf TEST --server` on HOST (HOST or HOST:PORT).
+    #[arg(long, value_name = "HOST")]
+    client: Option<String>,
+    /// TCP port of the control connection (server mode).
+    #[arg(long, default_value_t = roce_stack::driver::DEFAULT_CONTROL_PORT)]
+    port: u16,
+    /// Local address: server mode listens here; client mode binds it.
+    #[arg(long)]
+    bind: Option<std::net::IpAddr>,
+    /// One process: address of the client end.
+    #[arg(long, default_value = "127.0.0.1")]
+    client_ip: std::net::IpAddr,
+    /// One process: address of the server end.
+    #[arg(long, default_value = "127.0.0.2")]
+    server_ip: std::net::IpAddr,
 }
 
 #[derive(Debug, Args)]
@@ -360,6 +417,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             report(&r, a.run.json)
         }
         Command::Decode(a) => decode(a),
+        Command::Perf(a) => perf(a),
         Command::GenCapture { packets, file } => {
             let f = std::fs::File::create(&file).with_context(|| format!("creating {file}"))?;
             let mut w = BufWriter::new(f);
@@ -369,6 +427,72 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
+    use roce_stack::driver::perf;
+    let test = perf::PerfTest::parse(&a.test).map_err(anyhow::Error::msg)?;
+    let specs = perf::specs(&perf::PerfOptions {
+        test,
+        lat: a.lat,
+        size: match &a.size {
+            Some(s) => Some(u64::from(
+                roce_stack::workload::parse_size(s).map_err(|e| anyhow::anyhow!("-s: {e}"))?,
+            )),
+            None => None,
+        },
+        sweep: a.all,
+        iters: a.iters,
+        duration: a.duration,
+        qps: a.qps,
+        mtu: a.mtu,
+        tx_depth: a.tx_depth,
+    })
+    .map_err(anyhow::Error::msg)?;
+    if a.server {
+        let listener = roce_stack::driver::Listener::bind(roce_stack::driver::ServerConfig {
+            listen: std::net::SocketAddr::new(
+                a.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                a.port,
+            ),
+            roce_port: roce_proto::ROCEV2_UDP_PORT,
+            accept_timeout: None,
+        })?;
+        eprintln!(
+            "roce perf: waiting for a client on {}",
+            listener.local_addr()
+        );
+        let runs = listener.serve_perf()?;
+        eprintln!("roce perf: client finished after {runs} runs");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let json = a.json;
+    let mut first = true;
+    let out = |r: &perf::PerfResult| {
+        if json {
+            println!("{}", serde_json::to_string(r).unwrap_or_default());
+        } else {
+            if first {
+                println!("{}", perf::PerfResult::header(a.lat));
+                first = false;
+            }
+            println!("{r}");
+        }
+    };
+    match &a.client {
+        Some(host) => perf::run_perf_client(
+            perf::PerfClient {
+                server: resolve(host)?,
+                bind: a.bind,
+                roce_port: roce_proto::ROCEV2_UDP_PORT,
+            },
+            &specs,
+            a.baseline,
+            out,
+        )?,
+        None => perf::run_perf_loopback(a.client_ip, a.server_ip, &specs, a.baseline, out)?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `HOST`, `HOST:PORT`, `IP` or `[IPv6]:PORT` to a socket address (default port 18515).
@@ -397,6 +521,7 @@ fn main() -> ExitCode {
         Command::Server(_) => "server",
         Command::Client(_) => "client",
         Command::Decode(_) => "decode",
+        Command::Perf(_) => "perf",
         Command::GenCapture { .. } => "gen-capture",
     };
     match run(cli) {

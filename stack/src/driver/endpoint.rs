@@ -9,7 +9,7 @@ use roce_proto::{Ecn, ROCEV2_UDP_PORT};
 
 use crate::device::Device;
 use crate::driver::impair::{ImpairStage, Impairment};
-use crate::driver::socket::RoceSocket;
+use crate::driver::socket::{RoceSocket, SEND_BATCH};
 use crate::time::Instant;
 pub use crate::workload::Application;
 
@@ -84,7 +84,12 @@ pub struct Endpoint {
     epoch: std::time::Instant,
     impair: ImpairStage,
     tap: Option<Tap>,
-    txbuf: Vec<u8>,
+    /// One buffer per datagram of a send batch: the device writes each packet straight into
+    /// its slot, and `sendmmsg` reads it from there (the only copy on the way out).
+    slots: Vec<Vec<u8>>,
+    /// Source port, destination and ECN codepoint of each filled slot.
+    slot_meta: Vec<(u16, SocketAddr, Ecn)>,
+    busy_poll: bool,
     /// Loop counters.
     pub stats: LoopStats,
     /// UDP destination port of the peer.
@@ -113,7 +118,9 @@ impl Endpoint {
             epoch: std::time::Instant::now(),
             impair: ImpairStage::new(impairment),
             tap: None,
-            txbuf: Vec::with_capacity(9000),
+            slots: (0..SEND_BATCH).map(|_| Vec::with_capacity(9216)).collect(),
+            slot_meta: Vec::with_capacity(SEND_BATCH),
+            busy_poll: false,
             stats: LoopStats::default(),
             peer_port: ROCEV2_UDP_PORT,
         })
@@ -127,6 +134,12 @@ impl Endpoint {
     /// Sends to this UDP port instead of 4791 (two endpoints sharing one address).
     pub fn set_peer_port(&mut self, port: u16) {
         self.peer_port = port;
+    }
+
+    /// Spins instead of sleeping when idle (as perftest polls its CQ): lowest latency, at the
+    /// price of a busy core. The stop signal is still polled on every idle turn.
+    pub fn set_busy_poll(&mut self, on: bool) {
+        self.busy_poll = on;
     }
 
     /// Installs a capture tap.
@@ -198,6 +211,19 @@ impl Endpoint {
                 },
             );
             self.stats.wakeups += 1;
+            if self.busy_poll {
+                tokio::select! {
+                    biased;
+                    r = &mut stop => {
+                        return match r {
+                            Ok(()) => Ok(()),
+                            Err(why) => Err(RunError::Stopped(why)),
+                        };
+                    }
+                    _ = tokio::task::yield_now() => {}
+                }
+                continue;
+            }
             tokio::select! {
                 r = self.sock.readable() => { r?; last_rx = self.now(); }
                 _ = tokio::time::sleep_until(wake) => {}
@@ -211,29 +237,60 @@ impl Endpoint {
         }
     }
 
-    /// Sends up to `max` datagrams the device has ready. Returns how many.
+    /// Sends up to `max` datagrams the device has ready, in batches of up to [`SEND_BATCH`]
+    /// (one `sendmmsg` per source port in a batch). Returns how many.
     async fn transmit(&mut self, now: Instant, max: usize) -> Result<usize, RunError> {
         let mut n = 0;
         while n < max {
-            let Some(t) = self.dev.poll_transmit(now, &mut self.txbuf) else {
-                break;
-            };
-            let dst = SocketAddr::new(t.path.remote, self.peer_port);
-            let data = &self.txbuf[..t.len];
-            if let Some(tap) = &mut self.tap {
-                let src = SocketAddr::new(t.path.local, t.path.src_port);
-                tap(&TapRecord {
-                    time: SystemTime::now(),
-                    direction: Direction::Sent,
-                    src,
-                    dst,
-                    ecn: t.ecn,
-                    data,
-                });
+            // Fill the slots.
+            self.slot_meta.clear();
+            while self.slot_meta.len() < SEND_BATCH.min(max - n) {
+                let k = self.slot_meta.len();
+                let Some(t) = self.dev.poll_transmit(now, &mut self.slots[k]) else {
+                    break;
+                };
+                let dst = SocketAddr::new(t.path.remote, self.peer_port);
+                if let Some(tap) = &mut self.tap {
+                    let src = SocketAddr::new(t.path.local, t.path.src_port);
+                    tap(&TapRecord {
+                        time: SystemTime::now(),
+                        direction: Direction::Sent,
+                        src,
+                        dst,
+                        ecn: t.ecn,
+                        data: &self.slots[k][..t.len],
+                    });
+                }
+                self.slots[k].truncate(t.len);
+                self.slot_meta.push((t.path.src_port, dst, t.ecn));
             }
-            self.sock.send(t.path.src_port, dst, t.ecn, data).await?;
-            self.stats.sent += 1;
-            n += 1;
+            let filled = self.slot_meta.len();
+            if filled == 0 {
+                break;
+            }
+            // Send them, grouped by (source port, destination, ECN); order within a group (and
+            // so within a QP) is kept.
+            let mut sent = [false; SEND_BATCH];
+            for i in 0..filled {
+                if sent[i] {
+                    continue;
+                }
+                let key = self.slot_meta[i];
+                let mut group: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
+                let mut g = 0;
+                for j in i..filled {
+                    if !sent[j] && self.slot_meta[j] == key {
+                        sent[j] = true;
+                        group[g] = &self.slots[j];
+                        g += 1;
+                    }
+                }
+                self.sock
+                    .send_batch(key.0, key.1, key.2, &group[..g])
+                    .await?;
+            }
+            self.stats.sent += filled as u64;
+            n += filled;
         }
         Ok(n)
     }

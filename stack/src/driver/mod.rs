@@ -8,11 +8,13 @@
 //!   RESET→INIT→RTR→RTS on both sides), and the three runs built on it: [`serve`],
 //!   [`run_client`] and [`loopback`] (a server thread and a client in one process, each on its
 //!   own thread and runtime so the two endpoints do not share a core).
+//! * [`perf`]: `roce perf`, perftest-style bandwidth and latency and the plain-UDP baseline.
 //!
 //! Control messages are JSON lines. The client is the requester and sends the
 //! [`WorkloadSpec`]; both ends derive the same plan from it and verify independently.
 pub mod endpoint;
 pub mod impair;
+pub mod perf;
 pub mod socket;
 
 use std::collections::BTreeMap;
@@ -150,6 +152,19 @@ struct Side {
     loops: LoopStats,
 }
 
+impl Side {
+    /// What an end reports after its run.
+    fn of(mismatches: &[crate::workload::Mismatch], tally: &Tally, ep: &Endpoint) -> Self {
+        Self {
+            mismatches: mismatches.iter().map(ToString::to_string).collect(),
+            verified_bytes: tally.verified_bytes,
+            stats: ep.dev.stats(),
+            impairment: ep.impair_stats(),
+            loops: ep.stats,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Msg {
@@ -177,6 +192,23 @@ enum Msg {
     },
     Summary(Box<Side>),
     Error(String),
+    /// `roce perf`: one run (RDMA or the UDP baseline); the server answers `Welcome`.
+    PerfHello {
+        protocol: u32,
+        spec: perf::PerfSpec,
+        roce_port: u16,
+        qps: Vec<QpInfo>,
+        blocks: Vec<Block>,
+    },
+    /// `roce perf`: what the server counted (UDP baseline: datagrams received, the time from
+    /// the first to the last, the best rate over 1 ms windows).
+    PerfSummary {
+        received: u64,
+        seconds: f64,
+        peak_per_s: f64,
+    },
+    /// `roce perf`: no more runs.
+    Bye,
 }
 
 struct Control {
@@ -522,17 +554,7 @@ async fn serve_client(
     };
     let silence = cfg.silence.max(Duration::from_secs(30));
     let result = ep.run(&mut responder, false, stop, silence).await;
-    let side = Side {
-        mismatches: responder
-            .mismatches()
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        verified_bytes: responder.tally().verified_bytes,
-        stats: ep.dev.stats(),
-        impairment: ep.impair_stats(),
-        loops: ep.stats,
-    };
+    let side = Side::of(responder.mismatches(), responder.tally(), &ep);
     result?;
     ctl.send(&Msg::Summary(Box::new(side.clone()))).await?;
     Ok(ServerOutcome {
@@ -657,17 +679,7 @@ async fn client_async(
     };
     let result = ep.run(&mut requester, true, stop, cfg.silence).await;
     let seconds = started.elapsed().as_secs_f64();
-    let mine_side = Side {
-        mismatches: requester
-            .mismatches()
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        verified_bytes: requester.tally().verified_bytes,
-        stats: ep.dev.stats(),
-        impairment: ep.impair_stats(),
-        loops: ep.stats,
-    };
+    let mine_side = Side::of(requester.mismatches(), requester.tally(), &ep);
     result?;
     let ok = mine_side.mismatches.is_empty();
     ctl.send(&Msg::Done { ok }).await?;

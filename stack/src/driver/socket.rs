@@ -5,6 +5,13 @@
 //! unconnected socket: exactly the header the ICRC is computed over (../shared/docs/protocol.md
 //! §3.3).
 //!
+//! Sending is batched with `sendmmsg` (rustix): up to [`SEND_BATCH`] datagrams from one source
+//! port per system call, each still its own datagram with its own IPv4 header (DF, ID 0), so
+//! every packet on the wire, and in a capture on `lo`, carries a valid ICRC. (UDP GSO would
+//! batch harder, but a capture on `lo` then sees one coalesced super-datagram, and a NIC that
+//! segments it numbers the IPv4 IDs 0, 1, 2…, which the ICRC covers.) The ECN codepoint is the
+//! sending socket's IP_TOS / IPV6_TCLASS, changed only when a datagram needs another one.
+//!
 //! One socket bound to port 4791 receives. Datagrams leave from one socket per UDP source port,
 //! bound to that port, because RoCEv2 uses the source port as per-QP flow entropy (the port
 //! the ICRC covers must be the port on the wire). Those sockets are created on first use with
@@ -13,12 +20,19 @@
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 
+use std::io::IoSlice;
+
 use quinn_udp::{EcnCodepoint, RecvMeta, Transmit, UdpSocketState, BATCH_SIZE};
 use roce_proto::Ecn;
+use rustix::net::addr::SocketAddrArg;
+use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 use tokio::io::Interest;
 
 /// Largest datagram accepted (a GRO-coalesced buffer can hold several).
 const RECV_BUF: usize = 64 * 1024;
+
+/// Most datagrams handed to one `sendmmsg` call.
+pub const SEND_BATCH: usize = 32;
 
 /// A socket that only sends, from one UDP source port.
 #[derive(Debug)]
@@ -26,6 +40,28 @@ struct SendSocket {
     port: u16,
     io: tokio::net::UdpSocket,
     state: UdpSocketState,
+    /// The ECN codepoint its IP_TOS / IPV6_TCLASS is set to (`None`: never set).
+    tos: Option<Ecn>,
+}
+
+/// One `sendmmsg` of up to [`SEND_BATCH`] datagrams to `addr`; returns how many were sent.
+/// The message headers live on the stack.
+fn sendmmsg(
+    io: &tokio::net::UdpSocket,
+    addr: &SocketAddrAny,
+    dgrams: &[&[u8]],
+) -> io::Result<usize> {
+    let n = dgrams.len().min(SEND_BATCH);
+    let iovs: [[IoSlice<'_>; 1]; SEND_BATCH] =
+        std::array::from_fn(|k| [IoSlice::new(dgrams.get(k).copied().unwrap_or(&[]))]);
+    let mut ctrl: [SendAncillaryBuffer<'_, '_, '_>; SEND_BATCH] = Default::default();
+    let mut k = 0;
+    let mut out: [MMsgHdr<'_>; SEND_BATCH] = ctrl.each_mut().map(|c| {
+        let h = MMsgHdr::new_with_addr(addr, &iovs[k], c);
+        k += 1;
+        h
+    });
+    rustix::net::sendmmsg(io, &mut out[..n], SendFlags::empty()).map_err(io::Error::from)
 }
 
 /// The receiving socket (port 4791) and the per-source-port sending sockets.
@@ -93,7 +129,12 @@ impl RoceSocket {
         let _ = state.set_send_buffer_size((&std_sock).into(), 8 << 20);
         std_sock.set_nonblocking(true)?;
         let io = tokio::net::UdpSocket::from_std(std_sock)?;
-        self.senders.push(SendSocket { port, io, state });
+        self.senders.push(SendSocket {
+            port,
+            io,
+            state,
+            tos: None,
+        });
         Ok(self.senders.len() - 1)
     }
 
@@ -128,6 +169,51 @@ impl RoceSocket {
         }
     }
 
+    /// Sends `datagrams` (at most [`SEND_BATCH`]) from UDP source port `src_port` to `dst`,
+    /// each as its own datagram, in as few `sendmmsg` calls as the kernel allows; waits while
+    /// the socket buffer is full. Allocates nothing once the source port's socket exists.
+    pub async fn send_batch(
+        &mut self,
+        src_port: u16,
+        dst: SocketAddr,
+        ecn: Ecn,
+        datagrams: &[&[u8]],
+    ) -> io::Result<()> {
+        let datagrams = &datagrams[..datagrams.len().min(SEND_BATCH)];
+        let i = self.sender(src_port)?;
+        let s = &mut self.senders[i];
+        if s.tos != Some(ecn) {
+            if dst.is_ipv4() {
+                rustix::net::sockopt::set_ip_tos(&s.io, ecn.bits())?;
+            } else {
+                rustix::net::sockopt::set_ipv6_tclass(&s.io, u32::from(ecn.bits()))?;
+            }
+            s.tos = Some(ecn);
+        }
+        let addr: SocketAddrAny = dst.as_any();
+        let mut done = 0;
+        while done < datagrams.len() {
+            let rest = &datagrams[done..];
+            // Directly, not through tokio's readiness (see `try_recv`); wait only when full.
+            let mut r = sendmmsg(&s.io, &addr, rest);
+            while matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                s.io.writable().await?;
+                // Through tokio now, so that a full buffer clears its readiness.
+                r =
+                    s.io.try_io(Interest::WRITABLE, || sendmmsg(&s.io, &addr, rest));
+            }
+            match r {
+                Ok(k) => done += k.max(1),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The peer's port is closed (ICMP unreachable reported on a later send):
+                // the transport's retransmission handles it, as a NIC would. Skip one.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => done += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Waits until a datagram can be read.
     pub async fn readable(&self) -> io::Result<()> {
         self.io.readable().await
@@ -143,7 +229,10 @@ impl RoceSocket {
             meta,
             ..
         } = self;
-        let mut iovs: Vec<IoSliceMut<'_>> = bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        // On the stack: no allocation per batch.
+        let mut it = bufs.iter_mut();
+        let mut iovs: [IoSliceMut<'_>; BATCH_SIZE] =
+            std::array::from_fn(|_| IoSliceMut::new(it.next().map_or(&mut [][..], |b| &mut b[..])));
         // Through tokio first, so that an empty socket clears tokio's readiness; then
         // directly, because a loop that never awaits (busy sending) never lets tokio learn
         // that the socket became readable.
