@@ -29,6 +29,7 @@ pub mod dcqcn;
 mod device;
 #[cfg(feature = "driver")]
 pub mod driver;
+pub mod kv;
 pub mod memory;
 pub mod pacing;
 pub mod path;
