@@ -89,7 +89,7 @@ pub struct Endpoint {
     slots: Vec<Vec<u8>>,
     /// Source port, destination and ECN codepoint of each filled slot.
     slot_meta: Vec<(u16, SocketAddr, Ecn)>,
-    busy_poll: bool,
+    busy_poll: Duration,
     /// Loop counters.
     pub stats: LoopStats,
     /// UDP destination port of the peer.
@@ -102,6 +102,11 @@ impl std::fmt::Debug for Endpoint {
             .field("local", &self.sock.local_addr())
             .finish_non_exhaustive()
     }
+}
+
+/// An RC ACKNOWLEDGE (no payload for the application; may go after data of the same batch).
+fn is_ack(d: &[u8]) -> bool {
+    d.first() == Some(&0x11)
 }
 
 /// Sends buffered transmissions in bursts of at most this many before reading again.
@@ -120,7 +125,7 @@ impl Endpoint {
             tap: None,
             slots: (0..SEND_BATCH).map(|_| Vec::with_capacity(9216)).collect(),
             slot_meta: Vec::with_capacity(SEND_BATCH),
-            busy_poll: false,
+            busy_poll: Duration::ZERO,
             stats: LoopStats::default(),
             peer_port: ROCEV2_UDP_PORT,
         })
@@ -136,10 +141,12 @@ impl Endpoint {
         self.peer_port = port;
     }
 
-    /// Spins instead of sleeping when idle (as perftest polls its CQ): lowest latency, at the
-    /// price of a busy core. The stop signal is still polled on every idle turn.
-    pub fn set_busy_poll(&mut self, on: bool) {
-        self.busy_poll = on;
+    /// When idle, spins (as perftest polls its CQ) for up to `spin` after the last datagram
+    /// sent or received before sleeping in epoll: the lowest latency without holding a core
+    /// that another thread needs for long. The stop signal is polled on every idle turn.
+    /// `Duration::ZERO` (the default) never spins.
+    pub fn set_busy_poll(&mut self, spin: Duration) {
+        self.busy_poll = spin;
     }
 
     /// Installs a capture tap.
@@ -172,6 +179,7 @@ impl Endpoint {
     ) -> Result<(), RunError> {
         tokio::pin!(stop);
         let mut last_rx = self.now();
+        let mut last_io = last_rx;
         loop {
             let now = self.now();
             self.receive(now)?;
@@ -194,6 +202,7 @@ impl Endpoint {
                 last_rx = self.now();
             }
             if sent > 0 || received > 0 {
+                last_io = self.now();
                 continue;
             }
             // Nothing to do right now: wait for a datagram, a deadline or the stop signal.
@@ -211,17 +220,10 @@ impl Endpoint {
                 },
             );
             self.stats.wakeups += 1;
-            if self.busy_poll {
-                tokio::select! {
-                    biased;
-                    r = &mut stop => {
-                        return match r {
-                            Ok(()) => Ok(()),
-                            Err(why) => Err(RunError::Stopped(why)),
-                        };
-                    }
-                    _ = tokio::task::yield_now() => {}
-                }
+            if self.now().saturating_duration_since(last_io) < self.busy_poll {
+                // Spin without yielding to the runtime (whose every turn is an epoll_wait):
+                // the stop signal waits for the sleep below, at most `busy_poll` away.
+                std::hint::spin_loop();
                 continue;
             }
             tokio::select! {
@@ -278,11 +280,15 @@ impl Endpoint {
                 let key = self.slot_meta[i];
                 let mut group: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
                 let mut g = 0;
-                for j in i..filled {
-                    if !sent[j] && self.slot_meta[j] == key {
-                        sent[j] = true;
-                        group[g] = &self.slots[j];
-                        g += 1;
+                // Requests and data first, bare ACKs last: a ping-pong's answer should not
+                // wait behind the acknowledgement of the ping.
+                for acks in [false, true] {
+                    for j in i..filled {
+                        if !sent[j] && self.slot_meta[j] == key && is_ack(&self.slots[j]) == acks {
+                            sent[j] = true;
+                            group[g] = &self.slots[j];
+                            g += 1;
+                        }
                     }
                 }
                 self.sock
@@ -321,7 +327,9 @@ impl Endpoint {
                 impair.process(now, ecn, data, |ecn, d| dev.handle_datagram(now, ecn, d));
             })?;
             total += n;
-            if n == 0 {
+            // A partial batch drained the queue: another recvmmsg now would find nothing and
+            // cost a system call on the latency path.
+            if n == 0 || !sock.last_batch_full() {
                 break;
             }
         }

@@ -9,11 +9,13 @@
 //!   [`run_client`] and [`loopback`] (a server thread and a client in one process, each on its
 //!   own thread and runtime so the two endpoints do not share a core).
 //! * [`perf`]: `roce perf`, perftest-style bandwidth and latency and the plain-UDP baseline.
+//! * [`kv`]: `roce kv`, the KV-cache push of prefill/decode disaggregation, plan by plan.
 //!
 //! Control messages are JSON lines. The client is the requester and sends the
 //! [`WorkloadSpec`]; both ends derive the same plan from it and verify independently.
 pub mod endpoint;
 pub mod impair;
+pub mod kv;
 pub mod perf;
 pub mod socket;
 
@@ -201,7 +203,7 @@ enum Msg {
         blocks: Vec<Block>,
     },
     /// `roce perf`: what the server counted (UDP baseline: datagrams received, the time from
-    /// the first to the last, the best rate over 1 ms windows).
+    /// the first to the last, the best rate over 10 ms windows).
     PerfSummary {
         received: u64,
         seconds: f64,
@@ -209,6 +211,8 @@ enum Msg {
     },
     /// `roce perf`: no more runs.
     Bye,
+    /// `roce kv`: the KV-push exchange.
+    Kv(kv::KvMsg),
 }
 
 struct Control {

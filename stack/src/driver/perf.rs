@@ -4,7 +4,7 @@
 //!
 //! * Bandwidth (`bw`): the client keeps `tx_depth` work requests outstanding on every QP and
 //!   counts completions; the average is bytes of completed messages over the time from the
-//!   first post to the last completion, the peak the best rate over windows of at least 1 ms.
+//!   first post to the last completion, the peak the best rate over windows of at least 10 ms.
 //! * Latency (`lat`): one message in flight. WRITE and SEND are a ping-pong, as perftest's
 //!   `ib_write_lat`/`ib_send_lat` (the server answers each message; a WRITE is seen by polling
 //!   the last byte of the target buffer, a SEND by its receive completion) and report half the
@@ -35,6 +35,9 @@ use crate::path::PathConfig;
 use crate::qp::{QpAttr, QpCaps, QpState};
 use crate::time::Instant;
 use crate::wr::{RecvRequest, RemoteAddr, WcStatus, WorkRequest, WrOp};
+
+/// Peak bandwidth is the best rate over windows at least this long.
+const PEAK_WINDOW: Duration = Duration::from_millis(10);
 
 /// Largest message size (`-a` sweeps up to it).
 pub const MAX_PERF_SIZE: u64 = 8 << 20;
@@ -321,7 +324,7 @@ pub struct PerfResult {
     pub size: u64,
     /// Messages measured (UDP bandwidth: datagrams received).
     pub iterations: u64,
-    /// Peak bandwidth, Gb/s (best window of at least 1 ms).
+    /// Peak bandwidth, Gb/s (best window of at least 10 ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bw_peak_gbps: Option<f64>,
     /// Average bandwidth (goodput), Gb/s.
@@ -524,7 +527,7 @@ pub struct PerfApp {
     start: Option<StdInstant>,
     last: Option<StdInstant>,
     deadline: Option<StdInstant>,
-    // Peak: the best rate over windows of at least 1 ms.
+    // Peak: the best rate over windows of at least 10 ms.
     win_start: Option<StdInstant>,
     win_msgs: u64,
     peak: f64,
@@ -652,7 +655,7 @@ impl PerfApp {
         self.win_msgs += 1;
         let ws = *self.win_start.get_or_insert(now);
         let dt = now.duration_since(ws);
-        if dt >= Duration::from_millis(1) {
+        if dt >= PEAK_WINDOW {
             self.peak = self.peak.max(self.win_msgs as f64 / dt.as_secs_f64());
             self.win_start = Some(now);
             self.win_msgs = 0;
@@ -827,6 +830,15 @@ impl Application for PerfApp {
             && !self.waiting
             && self.completed == self.posted
             && self.start.is_some_and(|_| !self.more(StdInstant::now()))
+    }
+}
+
+/// How long an idle endpoint spins before sleeping: a ping-pong's wait, a bandwidth run's gaps.
+fn spin(spec: &PerfSpec) -> Duration {
+    if spec.lat {
+        Duration::from_millis(2)
+    } else {
+        Duration::from_micros(200)
     }
 }
 
@@ -1034,7 +1046,7 @@ async fn run_one(
         PerfApp::new(&mut dev, *spec, true, &qps, mrs, remote).map_err(DriverError::Setup)?;
     let mut ep = Endpoint::bind(dev, local, Impairment::default()).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(roce_port);
-    ep.set_busy_poll(true);
+    ep.set_busy_poll(spin(spec));
     ctl.send(&Msg::Ready).await?;
     let stop = async {
         match ctl.recv().await {
@@ -1052,11 +1064,19 @@ async fn run_one(
     }
     let mut r = app.result();
     r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
+    if std::env::var_os("ROCE_PERF_DEBUG").is_some() {
+        eprintln!("client {:?} loop {:?}", ep.dev.stats(), ep.stats);
+    }
     Ok(r)
 }
 
-/// Busy-polls `sock` until one datagram arrives; returns its length.
-async fn recv_one(sock: &mut RoceSocket, silence: Duration) -> Result<usize, DriverError> {
+/// Waits for one datagram (spinning for up to `spin`, then sleeping in epoll, as an
+/// [`Endpoint`] does); returns its length.
+async fn recv_one(
+    sock: &mut RoceSocket,
+    spin: Duration,
+    silence: Duration,
+) -> Result<usize, DriverError> {
     let t0 = StdInstant::now();
     loop {
         let mut len = 0;
@@ -1066,10 +1086,15 @@ async fn recv_one(sock: &mut RoceSocket, silence: Duration) -> Result<usize, Dri
         if n > 0 {
             return Ok(len);
         }
-        if t0.elapsed() > silence {
+        let idle = t0.elapsed();
+        if idle > silence {
             return Err(DriverError::Run(RunError::PeerSilent(silence)));
         }
-        tokio::task::yield_now().await;
+        if idle < spin {
+            std::hint::spin_loop();
+        } else {
+            let _ = tokio::time::timeout(Duration::from_millis(50), sock.readable()).await;
+        }
     }
 }
 
@@ -1112,7 +1137,7 @@ async fn udp_client(
             sock.send_batch(sport, dst, Ecn::Ect0, &[&dgram])
                 .await
                 .map_err(io)?;
-            recv_one(&mut sock, silence).await?;
+            recv_one(&mut sock, spin(spec), silence).await?;
             samples.push(t0.elapsed().as_nanos() as u64 / 2);
         }
         ctl.send(&Msg::Done { ok: true }).await?;
@@ -1237,7 +1262,7 @@ async fn serve_one(
         .map_err(DriverError::Setup)?;
     let mut ep = Endpoint::bind(dev, local, Impairment::default()).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(remote.port());
-    ep.set_busy_poll(true);
+    ep.set_busy_poll(spin(spec));
     let dst_block = block_of(&ep.dev, mrs.1);
     ctl.send(&Msg::Welcome {
         qps: qp_infos(&qps, &psns),
@@ -1301,6 +1326,7 @@ async fn udp_server(
         };
         tokio::pin!(stop);
         let mut stopping = false;
+        let mut last_io = StdInstant::now();
         loop {
             let mut got = 0usize;
             let n = sock
@@ -1314,6 +1340,7 @@ async fn udp_server(
                 .map_err(io)?;
             if n > 0 {
                 let now = StdInstant::now();
+                last_io = now;
                 first.get_or_insert(now);
                 last = now;
                 received += n as u64;
@@ -1325,7 +1352,7 @@ async fn udp_server(
                     win_n += n as u64;
                     let ws = *win_start.get_or_insert(now);
                     let dt = now.duration_since(ws);
-                    if dt >= Duration::from_millis(1) {
+                    if dt >= PEAK_WINDOW {
                         peak = peak.max(win_n as f64 / dt.as_secs_f64());
                         win_start = Some(now);
                         win_n = 0;
@@ -1343,7 +1370,8 @@ async fn udp_server(
                     // Drain what is still queued, then report.
                     stopping = true;
                 }
-                _ = tokio::task::yield_now() => {}
+                _ = tokio::task::yield_now(), if last_io.elapsed() < spin(spec) => {}
+                r = sock.readable(), if last_io.elapsed() >= spin(spec) => { r.map_err(io)?; }
             }
         }
     }

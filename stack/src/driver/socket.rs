@@ -73,6 +73,8 @@ pub struct RoceSocket {
     senders: Vec<SendSocket>,
     bufs: Vec<Vec<u8>>,
     meta: Vec<RecvMeta>,
+    /// The last `try_recv` filled every buffer (more may be queued).
+    last_full: bool,
 }
 
 fn ecn_out(e: Ecn) -> Option<EcnCodepoint> {
@@ -97,6 +99,7 @@ impl RoceSocket {
             senders: Vec::new(),
             bufs: (0..BATCH_SIZE).map(|_| vec![0u8; RECV_BUF]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
+            last_full: false,
         })
     }
 
@@ -214,6 +217,12 @@ impl RoceSocket {
         Ok(())
     }
 
+    /// Whether the last [`RoceSocket::try_recv`] filled every buffer: only then can another
+    /// call right away find more (a partial batch drained the queue).
+    pub fn last_batch_full(&self) -> bool {
+        self.last_full
+    }
+
     /// Waits until a datagram can be read.
     pub async fn readable(&self) -> io::Result<()> {
         self.io.readable().await
@@ -227,6 +236,7 @@ impl RoceSocket {
             state,
             bufs,
             meta,
+            last_full,
             ..
         } = self;
         // On the stack: no allocation per batch.
@@ -244,12 +254,14 @@ impl RoceSocket {
             }
             r => r,
         };
+        *last_full = false;
         let n = match r {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(0),
             Err(e) => return Err(e),
         };
+        *last_full = n == BATCH_SIZE;
         let mut count = 0;
         for (m, buf) in meta.iter().zip(iovs.iter()).take(n) {
             let ecn = m.ecn.map_or(Ecn::NotEct, |e| Ecn::from_bits(e as u8));
