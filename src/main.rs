@@ -27,6 +27,13 @@ enum Command {
     /// perftest-style bandwidth, message rate and latency (write, read, send, atomic), and the
     /// plain-UDP baseline (udp) of the same wire size through the same sockets.
     Perf(PerfArgs),
+    /// KV-cache push of prefill/decode disaggregation: the decode side registers a pool once
+    /// and allocates blocks, the prefill side WRITEs the KV layer by layer (the last WRITE per QP
+    /// with an immediate); plan by plan, with the model max(bytes/bandwidth, WRs x per-WR cost).
+    Kv(KvArgs),
+    /// Simulated experiments (virtual time, deterministic by seed).
+    #[command(subcommand)]
+    Sim(SimCommand),
     /// Write a synthetic capture of N RoCE packets (for benchmarks).
     #[command(hide = true)]
     GenCapture {
@@ -36,6 +43,34 @@ enum Command {
         /// Output pcap file.
         file: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum SimCommand {
+    /// N long WRITE flows through one switch bottleneck (RED ECN marking, tail drop): 2 and 8
+    /// flows with DCQCN and without congestion control, and a flow joining late. Prints a
+    /// table (or JSON) and can plot per-flow rates and the queue depth.
+    Congestion(CongestionArgs),
+}
+
+#[derive(Debug, Args)]
+struct CongestionArgs {
+    /// Print one JSON object (`runs`: name, cc, flows, fairness, utilization, tail_drops,
+    /// retransmitted_packets, max_queue_bytes, mean_queue_bytes, cnps, ...).
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot of per-flow rate and queue depth over time.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
+    /// Seed of the runs (RED marking, start jitter).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Virtual duration of each run, ms.
+    #[arg(long, default_value_t = 100)]
+    duration: u64,
+    /// The congestion control of the DCQCN runs (e.g. `paper`, `nvidia:b=0`).
+    #[arg(long, default_value = "dcqcn")]
+    cc: String,
 }
 
 /// The workload and the transport settings, shared by loopback and client.
@@ -141,6 +176,69 @@ struct ClientArgs {
     bind: Option<std::net::IpAddr>,
     #[command(flatten)]
     run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct KvArgs {
+    /// Transformer layers.
+    #[arg(long, default_value_t = 8)]
+    layers: u32,
+    /// Prompt tokens.
+    #[arg(long, default_value_t = 4096)]
+    tokens: u32,
+    /// Bytes of K per token per layer (V is the same).
+    #[arg(long, default_value_t = 256)]
+    kv_bytes: u32,
+    /// Tokens per block (one plan instead of the five default plans).
+    #[arg(long)]
+    page: Option<u32>,
+    /// K and V of a page: separate or adjacent (one plan).
+    #[arg(long)]
+    layout: Option<String>,
+    /// Merge runs contiguous at both ends into one WRITE (one plan).
+    #[arg(long)]
+    merge: bool,
+    /// Block allocation at the decode side: contiguous or scattered (a busy pool).
+    #[arg(long, default_value = "scattered")]
+    alloc: String,
+    /// Size of the decode side's pool (K/M/G suffixes; default 3x the request's KV).
+    #[arg(long)]
+    pool: Option<String>,
+    /// Queue pairs the WRITEs are spread over.
+    #[arg(long, default_value_t = 1)]
+    qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 4096)]
+    mtu: u32,
+    /// Seed of the allocation, the data and the impairments.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    impair: ImpairArgs,
+    /// Local ACK timeout code: 4.096 us x 2^N (14 = 67 ms).
+    #[arg(long, default_value_t = 14)]
+    timeout: u8,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Serve one prefill client as the decode side (`roce kv --client HOST`) and exit.
+    #[arg(long, conflicts_with = "client")]
+    server: bool,
+    /// Run the prefill side against `roce kv --server` on HOST (HOST or HOST:PORT).
+    #[arg(long, value_name = "HOST")]
+    client: Option<String>,
+    /// TCP port of the control connection (server mode).
+    #[arg(long, default_value_t = roce_stack::driver::DEFAULT_CONTROL_PORT)]
+    port: u16,
+    /// Local address: server mode listens here; client mode binds it.
+    #[arg(long)]
+    bind: Option<std::net::IpAddr>,
+    /// One process: address of the prefill (client) end.
+    #[arg(long, default_value = "127.0.0.1")]
+    client_ip: std::net::IpAddr,
+    /// One process: address of the decode (server) end.
+    #[arg(long, default_value = "127.0.0.2")]
+    server_ip: std::net::IpAddr,
 }
 
 #[derive(Debug, Args)]
@@ -418,6 +516,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Decode(a) => decode(a),
         Command::Perf(a) => perf(a),
+        Command::Kv(a) => kv(a),
+        Command::Sim(SimCommand::Congestion(a)) => sim_congestion(&a),
         Command::GenCapture { packets, file } => {
             let f = std::fs::File::create(&file).with_context(|| format!("creating {file}"))?;
             let mut w = BufWriter::new(f);
@@ -427,6 +527,94 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn kv(a: KvArgs) -> anyhow::Result<ExitCode> {
+    use roce_stack::driver::kv;
+    use roce_stack::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
+    let imp = impairment(&a.impair, a.seed);
+    if a.server {
+        imp.validate().map_err(anyhow::Error::msg)?;
+        let listener = roce_stack::driver::Listener::bind(roce_stack::driver::ServerConfig {
+            listen: std::net::SocketAddr::new(
+                a.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                a.port,
+            ),
+            roce_port: roce_proto::ROCEV2_UDP_PORT,
+            accept_timeout: None,
+        })?;
+        eprintln!(
+            "roce kv: decode side waiting for a prefill client on {}",
+            listener.local_addr()
+        );
+        let o = listener.serve_kv(imp)?;
+        for m in &o.mismatches {
+            eprintln!("roce kv: {m}");
+        }
+        eprintln!("roce kv: {} of {} plans verified here", o.verified, o.plans);
+        return Ok(if o.verified == o.plans {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let shape = ModelShape {
+        layers: a.layers,
+        tokens: a.tokens,
+        kv_bytes: a.kv_bytes,
+    };
+    shape.validate()?;
+    let alloc = AllocKind::parse(&a.alloc).map_err(|e| anyhow::anyhow!("--alloc: {e}"))?;
+    let plans = if a.page.is_some() || a.layout.is_some() || a.merge {
+        let layout = match &a.layout {
+            Some(l) => KvLayout::parse(l).map_err(|e| anyhow::anyhow!("--layout: {e}"))?,
+            None => KvLayout::Separate,
+        };
+        vec![PlanSpec::kv(a.page.unwrap_or(16), layout, a.merge, alloc)]
+    } else {
+        PlanSpec::defaults(alloc)
+    };
+    let pool_bytes = match &a.pool {
+        Some(p) => u64::from(
+            roce_stack::workload::parse_size(p).map_err(|e| anyhow::anyhow!("--pool: {e}"))?,
+        ),
+        None => 3 * shape.total_bytes(),
+    };
+    let cfg = kv::KvConfig {
+        spec: KvSpec {
+            shape,
+            pool_bytes,
+            qps: a.qps,
+            seed: a.seed,
+        },
+        plans,
+        mtu: a.mtu,
+        impairment: imp,
+        timeout: a.timeout,
+        ..Default::default()
+    };
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let r = match &a.client {
+        Some(host) => kv::run_kv_client(
+            kv::KvClient {
+                server: resolve(host)?,
+                bind: a.bind,
+                roce_port: roce_proto::ROCEV2_UDP_PORT,
+            },
+            &cfg,
+        )?,
+        None => kv::run_kv_loopback(a.client_ip, a.server_ip, &cfg)?,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{r}");
+    }
+    Ok(if r.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
@@ -514,6 +702,27 @@ fn resolve(s: &str) -> anyhow::Result<std::net::SocketAddr> {
         .ok_or_else(|| anyhow::anyhow!("cannot resolve {s}"))
 }
 
+fn sim_congestion(a: &CongestionArgs) -> anyhow::Result<ExitCode> {
+    use roce_stack::sim::experiments;
+    let cc: roce_stack::CcConfig = a.cc.parse().context("--cc")?;
+    if a.duration == 0 {
+        bail!("--duration must be at least 1 ms");
+    }
+    let scenarios =
+        experiments::suite(cc, std::time::Duration::from_millis(a.duration), a.seed);
+    let runs = experiments::run_all(&scenarios);
+    if a.json {
+        println!("{}", experiments::to_json(&runs));
+    } else {
+        print!("{}", experiments::table(&runs));
+    }
+    if let Some(path) = &a.plot {
+        std::fs::write(path, experiments::to_svg(&runs))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = match &cli.command {
@@ -522,6 +731,8 @@ fn main() -> ExitCode {
         Command::Client(_) => "client",
         Command::Decode(_) => "decode",
         Command::Perf(_) => "perf",
+        Command::Kv(_) => "kv",
+        Command::Sim(_) => "sim",
         Command::GenCapture { .. } => "gen-capture",
     };
     match run(cli) {

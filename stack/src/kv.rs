@@ -858,8 +858,9 @@ struct RecvQp {
 const MAX_MISMATCHES: usize = 16;
 
 /// The decode side: one receive per QP; when a QP's immediate arrives, checks every byte that
-/// QP wrote; when every QP's immediate has arrived (counted: there is no order across QPs),
-/// checks every byte of the request and that the rest of the pool is still zero.
+/// QP wrote; the request is complete when every QP's immediate has arrived (counted: there is
+/// no order across QPs). [`KvReceiver::finish`] then checks every byte of the request again
+/// and that the rest of the pool is still zero.
 pub struct KvReceiver {
     transfer: Transfer,
     source: Vec<u8>,
@@ -936,7 +937,7 @@ impl KvReceiver {
         self.complete && self.mismatches.is_empty()
     }
 
-    /// Bytes compared (each QP's at its immediate, then all of them again at the end).
+    /// Bytes compared (each QP's at its immediate, then all of them again in `finish`).
     pub fn verified_bytes(&self) -> u64 {
         self.verified_bytes
     }
@@ -964,7 +965,8 @@ impl KvReceiver {
             let (s, d, l) = (c.src as usize, c.dst as usize, c.len as usize);
             let got = &mem[d..d + l];
             let want = &self.source[s..s + l];
-            if let Some(p) = got.iter().zip(want).position(|(a, b)| a != b) {
+            if got != want {
+                let p = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
                 self.fail(KvMismatch {
                     qp: q,
                     offset: Some((d + p) as u64),
@@ -980,6 +982,8 @@ impl KvReceiver {
         n
     }
 
+    /// QP `q`'s immediate arrived: every byte it wrote must be in place now. Once every QP
+    /// has reported, the request is complete.
     fn on_imm(&mut self, dev: &Device, q: usize) {
         let Some(mem) = dev.mr(self.pool).map(|m| m.as_slice()) else {
             return;
@@ -988,32 +992,42 @@ impl KvReceiver {
         let n = self.check(mem, Some(q), &copies);
         self.transfer.per_qp[q] = copies;
         self.verified_bytes += n;
-        if self.arrived < self.qps.len() {
-            return;
+        self.complete = self.arrived == self.qps.len();
+    }
+
+    /// After the transfer (outside the timed part): checks every byte of the request again
+    /// and that no byte of the pool outside the request's blocks changed. Returns
+    /// [`KvReceiver::complete`] afterwards.
+    pub fn finish(&mut self, dev: &Device) -> bool {
+        let Some(mem) = dev.mr(self.pool).map(|m| m.as_slice()) else {
+            return false;
+        };
+        if !self.complete {
+            return false;
         }
-        // Every QP reported: the whole request must be in place, and nothing else touched.
         let mut all: Vec<BlockCopy> = self.transfer.per_qp.iter().flatten().copied().collect();
         let n = self.check(mem, None, &all);
         self.verified_bytes += n;
         all.sort_unstable_by_key(|c| c.dst);
         let mut at = 0usize;
         let len = (self.transfer.pool_len as usize).min(mem.len());
-        for c in all
+        let ends = all
             .iter()
             .map(|c| (c.dst as usize, (c.dst + c.len) as usize))
-            .chain([(len, len)])
-        {
-            if let Some(p) = mem[at.min(c.0)..c.0].iter().position(|&b| b != 0) {
+            .chain([(len, len)]);
+        for (start, end) in ends {
+            let gap = &mem[at.min(start)..start];
+            if let Some(p) = gap.iter().position(|&b| b != 0) {
                 self.fail(KvMismatch {
                     qp: None,
-                    offset: Some((at + p) as u64),
+                    offset: Some((at.min(start) + p) as u64),
                     detail: "a byte outside the request's blocks changed".into(),
                 });
                 break;
             }
-            at = at.max(c.1);
+            at = at.max(end);
         }
-        self.complete = true;
+        self.complete()
     }
 }
 

@@ -1,0 +1,810 @@
+//! `roce kv`: the KV-cache push of prefill/decode disaggregation ([`crate::kv`],
+//! `../shared/docs/kv-push.md`) over real UDP sockets, plan by plan, with the model that
+//! explains the times.
+//!
+//! The server is the decode instance: it registers one pool once, and for each plan allocates
+//! the request's blocks, zeroes the pool, posts one receive per QP and sends the block numbers
+//! (the prefill side knows the pool geometry from the shape; the address and rkey came in the
+//! welcome). The client is the prefill instance: it writes the KV layer by layer with one-sided
+//! WRITEs, the last one per QP with an immediate and signaled, and reports the time from the
+//! first post to the last completion. The decode side learns completion only from the
+//! immediates (one per QP, counted), verifies every byte, and answers with its verdict.
+//!
+//! Before the plans, two calibration streams run over the same QPs and sockets: large WRITEs
+//! (1 MiB, as many bytes as the request) give the bandwidth, tiny WRITEs (64 B) the cost of one
+//! work request. Each plan's model time is `max(bytes / bandwidth, WRs x per-WR cost)`.
+//!
+//! Control messages ride in [`Msg::Kv`] over the TCP connection of [`super`].
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_proto::{Psn, Qpn, RKey, ROCEV2_UDP_PORT};
+use serde::{Deserialize, Serialize};
+
+use super::endpoint::Endpoint;
+use super::impair::Impairment;
+use super::{
+    connect_qp, runtime, setup, start_psns, Control, DriverError, Listener, Msg, QpInfo, RunConfig,
+};
+use crate::device::{CqHandle, Device};
+use crate::kv::{
+    AllocKind, KvLayout, KvReceiver, KvSender, KvSpec, ModelShape, PlanKind, PlanSpec,
+};
+use crate::memory::{Access, PdHandle};
+use crate::qp::{QpAttr, QpCaps, QpState};
+use crate::workload::Application;
+
+/// Version of the kv control protocol.
+const KV_PROTOCOL: u32 = 1;
+
+/// Bytes per WRITE of the bandwidth calibration stream.
+const CALIB_LARGE: u32 = 1 << 20;
+/// Bytes per WRITE of the per-WR calibration stream.
+const CALIB_TINY: u32 = 64;
+/// WRITEs of the per-WR calibration stream.
+const CALIB_TINY_WRS: u32 = 32_768;
+
+/// A plan as it travels.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct WirePlan {
+    name: String,
+    /// `kv` or `stream`.
+    kind: String,
+    page: u32,
+    layout: String,
+    merge: bool,
+    alloc: String,
+    wr_len: u32,
+    wrs: u32,
+}
+
+impl From<&PlanSpec> for WirePlan {
+    fn from(p: &PlanSpec) -> Self {
+        match p.kind {
+            PlanKind::Kv {
+                page,
+                layout,
+                merge,
+                alloc,
+            } => Self {
+                name: p.name.clone(),
+                kind: "kv".into(),
+                page,
+                layout: layout.name().into(),
+                merge,
+                alloc: alloc.name().into(),
+                wr_len: 0,
+                wrs: 0,
+            },
+            PlanKind::Stream { wr_len, wrs } => Self {
+                name: p.name.clone(),
+                kind: "stream".into(),
+                page: 0,
+                layout: String::new(),
+                merge: false,
+                alloc: String::new(),
+                wr_len,
+                wrs,
+            },
+        }
+    }
+}
+
+impl WirePlan {
+    fn spec(&self) -> Result<PlanSpec, String> {
+        let kind = match self.kind.as_str() {
+            "kv" => PlanKind::Kv {
+                page: self.page,
+                layout: KvLayout::parse(&self.layout)?,
+                merge: self.merge,
+                alloc: AllocKind::parse(&self.alloc)?,
+            },
+            "stream" => PlanKind::Stream {
+                wr_len: self.wr_len,
+                wrs: self.wrs,
+            },
+            k => return Err(format!("unknown plan kind {k:?}")),
+        };
+        Ok(PlanSpec {
+            name: self.name.clone(),
+            kind,
+        })
+    }
+}
+
+/// The kv exchange (inside [`Msg::Kv`]).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum KvMsg {
+    /// Prefill → decode: the shape, the plans, the QPs.
+    Hello {
+        protocol: u32,
+        layers: u32,
+        tokens: u32,
+        kv_bytes: u32,
+        pool_bytes: u64,
+        seed: u64,
+        mtu: u32,
+        timeout: u8,
+        roce_port: u16,
+        qps: Vec<QpInfo>,
+        plans: Vec<WirePlan>,
+    },
+    /// Decode → prefill: its QPs and the pool (registered once).
+    Welcome {
+        qps: Vec<QpInfo>,
+        roce_port: u16,
+        va: u64,
+        rkey: u32,
+        len: u64,
+    },
+    /// Decode → prefill: the blocks of plan `plan` (receives posted, pool zeroed).
+    Blocks { plan: u32, blocks: Vec<u32> },
+    /// Prefill → decode: every QP's last WRITE of plan `plan` completed.
+    Sent { plan: u32 },
+    /// Decode → prefill: what the decode side saw.
+    Verified {
+        plan: u32,
+        complete: bool,
+        arrived: u32,
+        verified_bytes: u64,
+        mismatches: Vec<String>,
+    },
+}
+
+/// A `roce kv` run: the shape, the plans, the transport settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvConfig {
+    /// Shape, pool, QPs, seed.
+    pub spec: KvSpec,
+    /// The plans compared (the calibration streams are added in front).
+    pub plans: Vec<PlanSpec>,
+    /// Path MTU.
+    pub mtu: u32,
+    /// Impairments of what the prefill side receives (the decode side uses `seed + 1`).
+    pub impairment: Impairment,
+    /// Local ACK timeout code.
+    pub timeout: u8,
+    /// How long an end waits with work pending and nothing received.
+    pub silence: Duration,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        let shape = ModelShape::default();
+        Self {
+            spec: KvSpec {
+                shape,
+                pool_bytes: 3 * shape.total_bytes(),
+                qps: 1,
+                seed: 1,
+            },
+            plans: PlanSpec::defaults(AllocKind::Scattered),
+            mtu: 4096,
+            impairment: Impairment::default(),
+            timeout: 14,
+            silence: Duration::from_secs(5),
+        }
+    }
+}
+
+impl KvConfig {
+    /// Checks what a user can get wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
+            return Err(format!(
+                "--mtu must be 256, 512, 1024, 2048 or 4096, not {}",
+                self.mtu
+            ));
+        }
+        if self.timeout == 0 || self.timeout > 31 {
+            return Err("--timeout must be 1..=31".into());
+        }
+        if self.plans.is_empty() {
+            return Err("no plans".into());
+        }
+        self.spec
+            .validate(&self.all_plans())
+            .map_err(|e| e.to_string())?;
+        self.impairment.validate()
+    }
+
+    /// The calibration streams, then the plans.
+    pub fn all_plans(&self) -> Vec<PlanSpec> {
+        let total = self.spec.shape.total_bytes();
+        let large = (CALIB_LARGE as u64).min(total) as u32;
+        let tiny_wrs = CALIB_TINY_WRS.min((self.spec.pool_bytes / u64::from(CALIB_TINY)) as u32);
+        let mut v = vec![
+            PlanSpec {
+                name: "calibrate-bandwidth".into(),
+                kind: PlanKind::Stream {
+                    wr_len: large,
+                    wrs: total.div_ceil(u64::from(large)).max(1) as u32,
+                },
+            },
+            PlanSpec {
+                name: "calibrate-per-wr".into(),
+                kind: PlanKind::Stream {
+                    wr_len: CALIB_TINY,
+                    wrs: tiny_wrs.max(1),
+                },
+            },
+        ];
+        v.extend(self.plans.iter().cloned());
+        v
+    }
+
+    fn run_config(&self) -> RunConfig {
+        RunConfig {
+            mtu: self.mtu,
+            timeout: self.timeout,
+            ..RunConfig::default()
+        }
+    }
+}
+
+/// One plan's row of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanRow {
+    /// Plan name.
+    pub name: String,
+    /// Work requests (WRITEs) posted.
+    pub wrs: u64,
+    /// Block copies before merging.
+    pub copies: u64,
+    /// Request packets sent (retransmissions included).
+    pub packets: u64,
+    /// Request packets sent again.
+    pub retransmitted: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Bytes per work request.
+    pub bytes_per_wr: f64,
+    /// Time from the first post to the last completion at the prefill side.
+    pub seconds: f64,
+    /// Payload rate.
+    pub gbps: f64,
+    /// `max(bytes / bandwidth, WRs x per-WR cost)` with this run's calibration.
+    pub model_seconds: f64,
+    /// The decode side saw every QP's immediate and every byte in place (and nothing else
+    /// changed).
+    pub verified: bool,
+}
+
+/// The report of a `roce kv` run (text via `Display`, JSON via `serde_json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct KvReport {
+    /// Every plan verified.
+    pub ok: bool,
+    /// One row per plan.
+    pub plans: Vec<PlanRow>,
+    /// Bandwidth of the large-WRITE calibration stream, Gb/s.
+    pub bandwidth_gbps: f64,
+    /// Cost of one work request from the tiny-WRITE calibration stream, seconds.
+    pub per_wr_seconds: f64,
+    /// The calibration streams' own rows.
+    pub calibration: Vec<PlanRow>,
+    /// Layers.
+    pub layers: u32,
+    /// Tokens.
+    pub tokens: u32,
+    /// Bytes of K per token per layer.
+    pub kv_bytes: u32,
+    /// QPs.
+    pub qps: u32,
+    /// Path MTU.
+    pub mtu: u32,
+    /// What went wrong, per plan.
+    pub errors: Vec<String>,
+}
+
+impl fmt::Display for KvReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "KV push: {} layers x {} tokens x {} B (K and V: {:.1} MiB), {} QP(s), MTU {}",
+            self.layers,
+            self.tokens,
+            self.kv_bytes,
+            2.0 * f64::from(self.layers) * f64::from(self.tokens) * f64::from(self.kv_bytes)
+                / f64::from(1u32 << 20),
+            self.qps,
+            self.mtu
+        )?;
+        writeln!(
+            f,
+            "calibration: {:.2} Gb/s with 1 MiB WRITEs, {:.2} us per WRITE of 64 B (same QPs, same run)",
+            self.bandwidth_gbps,
+            self.per_wr_seconds * 1e6
+        )?;
+        writeln!(
+            f,
+            "{:<24} {:>8} {:>8} {:>11} {:>10} {:>8} {:>11}  verified",
+            "plan", "WRs", "packets", "bytes/WR", "time ms", "Gb/s", "model ms"
+        )?;
+        for r in &self.plans {
+            writeln!(
+                f,
+                "{:<24} {:>8} {:>8} {:>11.0} {:>10.2} {:>8.2} {:>11.2}  {}",
+                r.name,
+                r.wrs,
+                r.packets,
+                r.bytes_per_wr,
+                r.seconds * 1e3,
+                r.gbps,
+                r.model_seconds * 1e3,
+                if r.verified { "yes" } else { "NO" }
+            )?;
+        }
+        for e in &self.errors {
+            writeln!(f, "error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `n` QPs (each with its own send and receive CQ) in INIT, with the window `roce perf` uses
+/// (1024 unacknowledged PSNs: a NIC's window, not rxe's 128).
+fn create_qps(
+    dev: &mut Device,
+    pd: PdHandle,
+    n: u32,
+) -> Result<Vec<(Qpn, CqHandle, CqHandle)>, DriverError> {
+    let caps = QpCaps {
+        max_unacked_psns: 1024,
+        ..QpCaps::default()
+    };
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let (scq, rcq) = (dev.create_cq(), dev.create_cq());
+        let qpn = dev
+            .create_qp(pd, scq, rcq, caps)
+            .map_err(|e| DriverError::Setup(e.to_string()))?;
+        dev.modify_qp(
+            qpn,
+            &QpAttr {
+                access_flags: Some(Access::REMOTE_WRITE),
+                ..QpAttr::to(QpState::Init)
+            },
+        )
+        .map_err(|e| DriverError::Setup(e.to_string()))?;
+        out.push((qpn, scq, rcq));
+    }
+    Ok(out)
+}
+
+fn kv_msg(m: Msg) -> Result<KvMsg, DriverError> {
+    match m {
+        Msg::Kv(k) => Ok(k),
+        _ => Err(DriverError::Peer("expected a kv control message".into())),
+    }
+}
+
+fn qp_infos(mine: &[(Qpn, CqHandle, CqHandle)], psns: &[Psn]) -> Vec<QpInfo> {
+    mine.iter()
+        .zip(psns)
+        .map(|(&(q, _, _), p)| QpInfo {
+            qpn: q.0,
+            psn: p.value(),
+        })
+        .collect()
+}
+
+/// What the decode side saw, once its client finished.
+#[derive(Debug, Clone, Default)]
+pub struct KvServerOutcome {
+    /// Plans served.
+    pub plans: u32,
+    /// Plans whose every byte verified.
+    pub verified: u32,
+    /// Mismatches, per plan.
+    pub mismatches: Vec<String>,
+}
+
+impl Listener {
+    /// Accepts one prefill client and serves its plans as the decode side. Blocking.
+    pub fn serve_kv(self, impairment: Impairment) -> Result<KvServerOutcome, DriverError> {
+        let rt = runtime()?;
+        rt.block_on(async move {
+            let listener =
+                tokio::net::TcpListener::from_std(self.listener).map_err(setup("listener"))?;
+            let accept = listener.accept();
+            let (stream, peer) = match self.cfg.accept_timeout {
+                Some(d) => tokio::time::timeout(d, accept)
+                    .await
+                    .map_err(|_| DriverError::Setup(format!("no client connected within {d:?}")))?,
+                None => accept.await,
+            }
+            .map_err(setup("accept"))?;
+            let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+            let mut ctl = Control::new(stream);
+            let r = serve_kv_client(
+                &mut ctl,
+                SocketAddr::new(local_ip, self.cfg.roce_port),
+                peer.ip(),
+                impairment,
+            )
+            .await;
+            if let Err(e) = &r {
+                let _ = ctl.send(&Msg::Error(e.to_string())).await;
+            }
+            r
+        })
+    }
+}
+
+async fn serve_kv_client(
+    ctl: &mut Control,
+    local: SocketAddr,
+    peer_ip: IpAddr,
+    impairment: Impairment,
+) -> Result<KvServerOutcome, DriverError> {
+    let KvMsg::Hello {
+        protocol,
+        layers,
+        tokens,
+        kv_bytes,
+        pool_bytes,
+        seed,
+        mtu,
+        timeout,
+        roce_port: client_port,
+        qps,
+        plans,
+    } = kv_msg(ctl.recv_timeout(Duration::from_secs(10)).await?)?
+    else {
+        return Err(DriverError::Peer("expected a kv hello".into()));
+    };
+    if protocol != KV_PROTOCOL {
+        return Err(DriverError::Peer(format!(
+            "kv protocol {protocol}, this server speaks {KV_PROTOCOL}"
+        )));
+    }
+    let plans = plans
+        .iter()
+        .map(WirePlan::spec)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(DriverError::Peer)?;
+    let spec = KvSpec {
+        shape: ModelShape {
+            layers,
+            tokens,
+            kv_bytes,
+        },
+        pool_bytes,
+        qps: qps.len() as u32,
+        seed,
+    };
+    spec.validate(&plans)
+        .map_err(|e| DriverError::Peer(e.to_string()))?;
+    let cfg = KvConfig {
+        spec,
+        plans: plans.clone(),
+        mtu,
+        impairment,
+        timeout,
+        ..KvConfig::default()
+    };
+    cfg.run_config().validate().map_err(DriverError::Peer)?;
+    let mut dev = Device::default();
+    let pd = dev.alloc_pd();
+    let mine = create_qps(&mut dev, pd, spec.qps)?;
+    let psns = start_psns(seed, spec.qps, 0xdec0);
+    // The pool: registered once, for every plan.
+    let pool = dev.reg_mr(
+        pd,
+        pool_bytes as usize,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
+    let (va, rkey) = dev
+        .mr(pool)
+        .map(|m| (m.va(), m.rkey()))
+        .ok_or_else(|| DriverError::Setup("pool region vanished".into()))?;
+    let remote = SocketAddr::new(peer_ip, client_port);
+    for (i, &(qpn, _, _)) in mine.iter().enumerate() {
+        connect_qp(
+            &mut dev,
+            qpn,
+            qps[i],
+            psns[i],
+            local,
+            remote,
+            &cfg.run_config(),
+        )?;
+    }
+    let mut ep = Endpoint::bind(dev, local, impairment).map_err(setup("RoCE socket"))?;
+    ep.set_peer_port(client_port);
+    ep.set_busy_poll(Duration::from_micros(200));
+    ctl.send(&Msg::Kv(KvMsg::Welcome {
+        qps: qp_infos(&mine, &psns),
+        roce_port: local.port(),
+        va,
+        rkey: rkey.0,
+        len: pool_bytes,
+    }))
+    .await?;
+    let recv: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, _, r)| (q, r)).collect();
+    let mut out = KvServerOutcome::default();
+    for (i, plan) in plans.iter().enumerate() {
+        let i = i as u32;
+        let bad = |e: crate::kv::KvError| DriverError::Setup(format!("plan {}: {e}", plan.name));
+        let blocks = spec.allocate(plan, i).map_err(bad)?;
+        let transfer = spec.transfer(plan, i, &blocks).map_err(bad)?;
+        let mut app =
+            KvReceiver::new(&mut ep.dev, transfer, pool, &recv).map_err(DriverError::Setup)?;
+        ctl.send(&Msg::Kv(KvMsg::Blocks { plan: i, blocks }))
+            .await?;
+        let stop = async {
+            match ctl.recv().await {
+                Ok(Msg::Kv(KvMsg::Sent { plan })) if plan == i => Ok(()),
+                Ok(_) => Err("unexpected control message".to_string()),
+                Err(DriverError::Peer(m)) => Err(format!("the client {m} before finishing")),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        ep.run(&mut app, false, stop, Duration::from_secs(30))
+            .await?;
+        // Completions that came with the last datagrams.
+        let now = ep.now();
+        app.poll(&mut ep.dev, now).map_err(DriverError::Setup)?;
+        app.finish(&ep.dev);
+        let mismatches: Vec<String> = app
+            .mismatches()
+            .iter()
+            .map(|m| format!("{}: {m}", plan.name))
+            .collect();
+        if !app.complete() && mismatches.is_empty() {
+            out.mismatches.push(format!(
+                "{}: only {} of {} immediates arrived",
+                plan.name,
+                app.arrived(),
+                spec.qps
+            ));
+        }
+        out.plans += 1;
+        if app.complete() {
+            out.verified += 1;
+        }
+        out.mismatches.extend(mismatches.iter().cloned());
+        ctl.send(&Msg::Kv(KvMsg::Verified {
+            plan: i,
+            complete: app.complete(),
+            arrived: app.arrived() as u32,
+            verified_bytes: app.verified_bytes(),
+            mismatches,
+        }))
+        .await?;
+    }
+    Ok(out)
+}
+
+/// Where the prefill client runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvClient {
+    /// The decode server's control address.
+    pub server: SocketAddr,
+    /// Local IP to use (default: what the route picks).
+    pub bind: Option<IpAddr>,
+    /// UDP port of this end's RoCE socket.
+    pub roce_port: u16,
+}
+
+/// Connects to a decode server, pushes every plan as the prefill side, and reports.
+pub fn run_kv_client(client: KvClient, cfg: &KvConfig) -> Result<KvReport, DriverError> {
+    cfg.validate().map_err(DriverError::Config)?;
+    runtime()?.block_on(kv_client_async(client, cfg))
+}
+
+async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, DriverError> {
+    let sock = match client.server {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(setup("control socket"))?;
+    if let Some(ip) = client.bind {
+        sock.bind(SocketAddr::new(ip, 0))
+            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
+    }
+    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(client.server))
+        .await
+        .map_err(|_| {
+            DriverError::Setup(format!("cannot reach server {}: timed out", client.server))
+        })?
+        .map_err(|e| DriverError::Setup(format!("cannot reach server {}: {e}", client.server)))?;
+    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+    let mut ctl = Control::new(stream);
+    let spec = cfg.spec;
+    let plans = cfg.all_plans();
+
+    let mut dev = Device::default();
+    let pd = dev.alloc_pd();
+    let mine = create_qps(&mut dev, pd, spec.qps)?;
+    let psns = start_psns(spec.seed, spec.qps, 0x9ef1);
+    let src_len = plans.iter().map(|p| spec.source_len(p)).max().unwrap_or(0);
+    let src = dev.reg_mr(pd, src_len as usize, Access::LOCAL_WRITE);
+    ctl.send(&Msg::Kv(KvMsg::Hello {
+        protocol: KV_PROTOCOL,
+        layers: spec.shape.layers,
+        tokens: spec.shape.tokens,
+        kv_bytes: spec.shape.kv_bytes,
+        pool_bytes: spec.pool_bytes,
+        seed: spec.seed,
+        mtu: cfg.mtu,
+        timeout: cfg.timeout,
+        roce_port: client.roce_port,
+        qps: qp_infos(&mine, &psns),
+        plans: plans.iter().map(WirePlan::from).collect(),
+    }))
+    .await?;
+    let KvMsg::Welcome {
+        qps,
+        roce_port,
+        va,
+        rkey,
+        len,
+    } = kv_msg(ctl.recv_timeout(Duration::from_secs(10)).await?)?
+    else {
+        return Err(DriverError::Peer("expected a kv welcome".into()));
+    };
+    if qps.len() != mine.len() || len < spec.pool_bytes {
+        return Err(DriverError::Peer(
+            "welcome lists the wrong number of QPs or a short pool".into(),
+        ));
+    }
+    let local = SocketAddr::new(local_ip, client.roce_port);
+    let remote = SocketAddr::new(client.server.ip(), roce_port);
+    for (i, &(qpn, _, _)) in mine.iter().enumerate() {
+        connect_qp(
+            &mut dev,
+            qpn,
+            qps[i],
+            psns[i],
+            local,
+            remote,
+            &cfg.run_config(),
+        )?;
+    }
+    let mut ep = Endpoint::bind(dev, local, cfg.impairment).map_err(setup("RoCE socket"))?;
+    ep.set_peer_port(roce_port);
+    ep.set_busy_poll(Duration::from_micros(200));
+    let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, s, _)| (q, s)).collect();
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        let i = i as u32;
+        let (blocks, got) = match kv_msg(ctl.recv_timeout(Duration::from_secs(30)).await?)? {
+            KvMsg::Blocks { plan, blocks } => (blocks, plan),
+            _ => return Err(DriverError::Peer("expected the blocks of a plan".into())),
+        };
+        if got != i {
+            return Err(DriverError::Peer(format!(
+                "blocks of plan {got}, expected {i}"
+            )));
+        }
+        let transfer = spec
+            .transfer(plan, i, &blocks)
+            .map_err(|e| DriverError::Peer(format!("plan {}: {e}", plan.name)))?;
+        let data = transfer.source();
+        if let Some(m) = ep.dev.mr_mut(src) {
+            m.as_mut_slice()[..data.len()].copy_from_slice(&data);
+        }
+        let (wrs, copies, bytes) = (transfer.wrs(), transfer.copies, transfer.bytes);
+        let mut app = KvSender::new(&ep.dev, transfer, src, &send, va, RKey(rkey))
+            .map_err(DriverError::Setup)?;
+        let before = ep.dev.stats();
+        let started = std::time::Instant::now();
+        let stop = async {
+            match ctl.recv().await {
+                Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
+                Err(e) => Err(e.to_string()),
+                Ok(_) => Err("unexpected control message".to_string()),
+            }
+        };
+        ep.run(&mut app, true, stop, cfg.silence).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let after = ep.dev.stats();
+        ctl.send(&Msg::Kv(KvMsg::Sent { plan: i })).await?;
+        let (complete, arrived, mismatches) =
+            match kv_msg(ctl.recv_timeout(Duration::from_secs(30)).await?)? {
+                KvMsg::Verified {
+                    plan,
+                    complete,
+                    arrived,
+                    mismatches,
+                    ..
+                } if plan == i => (complete, arrived, mismatches),
+                _ => return Err(DriverError::Peer("expected the verdict of a plan".into())),
+            };
+        if !complete && mismatches.is_empty() {
+            errors.push(format!(
+                "{}: {arrived} of {} immediates arrived",
+                plan.name, spec.qps
+            ));
+        }
+        errors.extend(mismatches);
+        rows.push(PlanRow {
+            name: plan.name.clone(),
+            wrs,
+            copies,
+            packets: after.tx_packets - before.tx_packets,
+            retransmitted: after.retransmitted_packets - before.retransmitted_packets,
+            bytes,
+            bytes_per_wr: bytes as f64 / wrs.max(1) as f64,
+            seconds,
+            gbps: bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
+            model_seconds: 0.0,
+            verified: complete,
+        });
+    }
+    let plans_rows = rows.split_off(2);
+    let calibration = rows;
+    let bandwidth_bps = calibration[0].gbps * 1e9;
+    let per_wr = calibration[1].seconds / calibration[1].wrs.max(1) as f64;
+    let plans_rows: Vec<PlanRow> = plans_rows
+        .into_iter()
+        .map(|mut r| {
+            r.model_seconds =
+                (r.bytes as f64 * 8.0 / bandwidth_bps.max(1.0)).max(r.wrs as f64 * per_wr);
+            r
+        })
+        .collect();
+    Ok(KvReport {
+        ok: errors.is_empty() && plans_rows.iter().chain(&calibration).all(|r| r.verified),
+        plans: plans_rows,
+        bandwidth_gbps: calibration[0].gbps,
+        per_wr_seconds: per_wr,
+        calibration,
+        layers: spec.shape.layers,
+        tokens: spec.shape.tokens,
+        kv_bytes: spec.shape.kv_bytes,
+        qps: spec.qps,
+        mtu: cfg.mtu,
+        errors,
+    })
+}
+
+/// Both ends in one process over loopback: the decode server on its own thread and runtime,
+/// the prefill client on the calling thread, at `client_ip`/`server_ip` with UDP port 4791
+/// each (4792 for the client when both share an address).
+pub fn run_kv_loopback(
+    client_ip: IpAddr,
+    server_ip: IpAddr,
+    cfg: &KvConfig,
+) -> Result<KvReport, DriverError> {
+    cfg.validate().map_err(DriverError::Config)?;
+    let listener = Listener::bind(super::ServerConfig {
+        listen: SocketAddr::new(server_ip, 0),
+        roce_port: ROCEV2_UDP_PORT,
+        accept_timeout: Some(Duration::from_secs(10)),
+    })?;
+    let control = listener.local_addr();
+    let server_impairment = Impairment {
+        seed: cfg.impairment.seed.wrapping_add(1),
+        ..cfg.impairment
+    };
+    let server = std::thread::Builder::new()
+        .name("roce-kv-decode".into())
+        .spawn(move || listener.serve_kv(server_impairment))
+        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
+    let client_port = if client_ip == server_ip {
+        ROCEV2_UDP_PORT + 1
+    } else {
+        ROCEV2_UDP_PORT
+    };
+    let r = run_kv_client(
+        KvClient {
+            server: control,
+            bind: Some(client_ip),
+            roce_port: client_port,
+        },
+        cfg,
+    );
+    let served = server
+        .join()
+        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
+    match (r, served) {
+        (Ok(r), Ok(_)) => Ok(r),
+        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
+}
