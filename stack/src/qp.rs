@@ -13,6 +13,7 @@ use roce_proto::{
 };
 
 use crate::cc::{CongestionControl, NoCc};
+use crate::cnp::{cnp_repr, CnpPacer};
 use crate::device::{CqHandle, Ctx};
 use crate::memory::{Access, MemError, PdHandle};
 use crate::path::PathConfig;
@@ -55,6 +56,8 @@ pub struct QpCaps {
     /// Request an ACK at least every this many packets (rxe: 64) besides each message end.
     pub ack_req_every: u32,
     /// Minimum interval between CNPs this QP sends on CE marks (`None`: never send CNPs).
+    /// The first mark is answered at once; marks inside the interval after a CNP earn one
+    /// deferred CNP at its end ([`CnpPacer`], the DCQCN paper's rule). Default 50 µs.
     pub cnp_interval: Option<Duration>,
     /// Treat `retry_cnt = 7` as infinite, as Linux rxe does (protocol.md §5.2). Off by
     /// default: the IBA reads 7 as a plain count.
@@ -69,7 +72,7 @@ impl Default for QpCaps {
             max_msg_size: 1 << 30,
             max_unacked_psns: 128,
             ack_req_every: 64,
-            cnp_interval: Some(Duration::from_micros(50)),
+            cnp_interval: Some(crate::cnp::DEFAULT_CNP_INTERVAL),
             infinite_retry_at_7: false,
         }
     }
@@ -301,7 +304,7 @@ pub struct Qp {
     resp_out: VecDeque<RespItem>,
     fatal_nak: Option<(Psn, Syndrome)>,
     cnp_pending: bool,
-    last_cnp: Option<Instant>,
+    cnp_pacer: Option<CnpPacer>,
     // misc
     stats: QpStats,
     cc: Box<dyn CongestionControl>,
@@ -358,7 +361,7 @@ impl Qp {
             resp_out: VecDeque::with_capacity(64),
             fatal_nak: None,
             cnp_pending: false,
-            last_cnp: None,
+            cnp_pacer: caps.cnp_interval.map(CnpPacer::new),
             stats: QpStats::default(),
             cc: Box::new(NoCc),
             scratch: Vec::new(),
@@ -409,6 +412,14 @@ impl Qp {
     /// The congestion controller.
     pub fn congestion_control(&self) -> &dyn CongestionControl {
         &*self.cc
+    }
+    /// The rate the congestion controller currently paces to, bits/s (`None`: unlimited).
+    pub fn rate_bps(&self) -> Option<u64> {
+        self.cc.rate_bps()
+    }
+    /// The notification point's CNP pacer (`None` if [`QpCaps::cnp_interval`] is `None`).
+    pub fn cnp_pacer(&self) -> Option<&CnpPacer> {
+        self.cnp_pacer.as_ref()
     }
     pub(crate) fn set_congestion_control(&mut self, cc: Box<dyn CongestionControl>) {
         self.cc = cc;
@@ -719,7 +730,10 @@ impl Qp {
         }
         min_opt(
             min_opt(self.retx_at, self.rnr_until),
-            min_opt(self.paced_until, self.cc.poll_timeout()),
+            min_opt(
+                min_opt(self.paced_until, self.cc.poll_timeout()),
+                self.cnp_pacer.as_ref().and_then(CnpPacer::poll_timeout),
+            ),
         )
     }
 
@@ -734,7 +748,14 @@ impl Qp {
             self.paced_until = None;
         }
         if self.cc.poll_timeout().is_some_and(|t| t <= now) {
+            let before = self.cc.rate_bps();
             self.cc.handle_timeout(now);
+            self.note_rate(before);
+        }
+        if let Some(p) = self.cnp_pacer.as_mut() {
+            if p.handle_timeout(now) {
+                self.cnp_pending = true;
+            }
         }
         if self.rnr_until.is_some_and(|t| t <= now) {
             self.rnr_until = None;
@@ -793,20 +814,10 @@ impl Qp {
             return None;
         }
         if self.cnp_pending {
+            // CNPs go first and are not paced (protocol.md §8.1).
             self.cnp_pending = false;
             self.stats.cnps_sent += 1;
-            let repr = PacketRepr {
-                bth: BthRepr {
-                    opcode: Opcode::CNP,
-                    pkey: PKey::DEFAULT,
-                    becn: true,
-                    dest_qp: self.dest_qpn,
-                    ..BthRepr::default()
-                },
-                payload: &[0; 16],
-                ..PacketRepr::default()
-            };
-            let n = emit(&repr, &self.path, buf);
+            let n = emit(&cnp_repr(self.dest_qpn), &self.path, buf);
             self.count_tx(n);
             return Some(n);
         }
@@ -826,6 +837,18 @@ impl Qp {
             self.count_tx(n);
         }
         n
+    }
+
+    /// Counts a rate cut if the controller's rate fell below `before` (`None` = unlimited).
+    fn note_rate(&mut self, before: Option<u64>) {
+        if let Some(after) = self.cc.rate_bps() {
+            if after < before.unwrap_or(u64::MAX) {
+                self.stats.rate_cuts += 1;
+                if self.stats.min_rate_bps == 0 || after < self.stats.min_rate_bps {
+                    self.stats.min_rate_bps = after;
+                }
+            }
+        }
     }
 
     fn count_tx(&mut self, n: usize) {
@@ -1192,22 +1215,21 @@ impl Qp {
         }
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += bytes.len() as u64;
+        let op = pkt.bth.opcode;
         if ecn == Ecn::Ce {
             self.stats.ce_received += 1;
-            if let Some(iv) = self.caps.cnp_interval {
-                if self
-                    .last_cnp
-                    .map_or(true, |t| now.saturating_duration_since(t) >= iv)
-                {
-                    self.last_cnp = Some(now);
-                    self.cnp_pending = true;
-                }
+            // Notification point: a marked packet of this flow earns the sender a CNP (a
+            // marked CNP does not, so two NPs cannot feed each other).
+            if op != Opcode::CNP && self.cnp_pacer.as_mut().is_some_and(|p| p.on_ce_mark(now)) {
+                self.cnp_pending = true;
             }
         }
-        let op = pkt.bth.opcode;
         if op == Opcode::CNP {
+            // Reaction point.
             self.stats.cnps_received += 1;
+            let before = self.cc.rate_bps();
             self.cc.on_cnp(now);
+            self.note_rate(before);
             return;
         }
         if op.0 >= 0x20 || !op.is_defined() {

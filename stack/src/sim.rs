@@ -7,6 +7,10 @@
 //! ([`seed_from_env`]); wrap a test body in a [`SeedGuard`] so a failure prints the seed.
 //! A [`Tap`] sees every datagram as it is sent, delivered or lost (with addresses and ports),
 //! which is what a pcap writer needs; this crate does not depend on the pcap crate.
+//!
+//! [`Sim::set_switch`] puts a [`Switch`] in front of one endpoint: a shared egress queue with a
+//! bottleneck bandwidth, a buffer limit and RED ECN marking, for congestion experiments
+//! ([`experiments`]).
 use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
@@ -22,6 +26,10 @@ use crate::time::Instant;
 use crate::wr::ModifyError;
 
 pub use crate::rng::Rng;
+
+pub mod experiments;
+mod switch;
+pub use switch::{FlowKey, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD};
 
 /// The seed in `SIM_SEED` (decimal or 0x-hex), else `default`.
 pub fn seed_from_env(default: u64) -> u64 {
@@ -183,6 +191,8 @@ struct Arrival {
     src_port: u16,
     ecn: Ecn,
     data: Vec<u8>,
+    /// Arrives at the switch (not yet at `to`).
+    to_switch: bool,
 }
 
 impl PartialEq for Arrival {
@@ -259,6 +269,7 @@ pub struct Sim {
     tap: Option<Box<dyn Tap>>,
     buf: Vec<u8>,
     stats: SimStats,
+    switch: Option<Switch>,
     /// `run_until_idle` gives up past this virtual time (returns `false`).
     pub time_limit: Instant,
 }
@@ -289,6 +300,7 @@ impl Sim {
             tap: None,
             buf: Vec::with_capacity(8192),
             stats: SimStats::default(),
+            switch: None,
             time_limit: Instant::from_nanos(3_600 * 1_000_000_000),
         }
     }
@@ -346,6 +358,22 @@ impl Sim {
     pub fn link(&mut self, from: usize, to: usize) -> &mut LinkConfig {
         let d = self.default_link;
         &mut self.links.entry((from, to)).or_insert((d, Instant::ZERO)).0
+    }
+
+    /// Puts a switch in front of endpoint `cfg.port`: from now on every datagram addressed to
+    /// it crosses the switch's queue (see [`Switch`]). Replaces any previous switch.
+    pub fn set_switch(&mut self, cfg: SwitchConfig) {
+        self.switch = Some(Switch::new(cfg, self.now));
+    }
+
+    /// The switch, if any.
+    pub fn switch(&self) -> Option<&Switch> {
+        self.switch.as_ref()
+    }
+
+    /// The switch, if any (to take interval maxima).
+    pub fn switch_mut(&mut self) -> Option<&mut Switch> {
+        self.switch.as_mut()
     }
 
     /// Installs a tap.
@@ -476,6 +504,7 @@ impl Sim {
                     src_port: t.path.src_port,
                     ecn: t.ecn,
                     data: self.buf[..t.len].to_vec(),
+                    to_switch: false,
                 };
                 self.tap(TapKind::Sent, &arrival, now);
                 self.transmit(arrival);
@@ -525,6 +554,7 @@ impl Sim {
                 at = at.add_nanos(extra);
             }
             self.seq += 1;
+            let to_switch = self.switch.as_ref().is_some_and(|s| s.config().port == a.to);
             let copy = Arrival {
                 at,
                 seq: self.seq,
@@ -539,6 +569,7 @@ impl Sim {
                 } else {
                     a.data.clone()
                 },
+                to_switch,
             };
             self.queue.push(copy);
         }
@@ -546,7 +577,10 @@ impl Sim {
 
     /// The next event time: an arrival or a device deadline.
     pub fn next_event(&self) -> Option<Instant> {
-        let arrival = self.queue.peek().map(|a| a.at);
+        let arrival = crate::time::min_opt(
+            self.queue.peek().map(|a| a.at),
+            self.switch.as_ref().and_then(Switch::next_departure),
+        );
         let timer = self
             .endpoints
             .iter()
@@ -567,8 +601,38 @@ impl Sim {
         };
         self.now = self.now.max(t);
         let now = self.now;
-        while self.queue.peek().is_some_and(|a| a.at <= now) {
+        loop {
+            // The switch's departures and the arrivals, in time order.
+            let dep = self
+                .switch
+                .as_ref()
+                .and_then(Switch::next_departure)
+                .filter(|&d| d <= now);
+            let arr = self.queue.peek().map(|a| a.at).filter(|&a| a <= now);
+            if let Some(d) = dep.filter(|&d| arr.map_or(true, |a| d <= a)) {
+                if let Some(mut a) = self.switch.as_mut().and_then(|s| s.depart(d)) {
+                    a.to_switch = false;
+                    self.seq += 1;
+                    a.seq = self.seq;
+                    self.queue.push(a);
+                }
+                continue;
+            }
+            if arr.is_none() {
+                break;
+            }
             let Some(a) = self.queue.pop() else { break };
+            if a.to_switch {
+                let coin = self.rng.unit();
+                if let Some(sw) = self.switch.as_mut() {
+                    if let Err(a) = sw.enqueue(a.at, a, coin) {
+                        self.stats.lost += 1;
+                        let at = a.at;
+                        self.tap(TapKind::Lost, &a, at);
+                    }
+                }
+                continue;
+            }
             self.stats.delivered += 1;
             self.tap(TapKind::Delivered, &a, now);
             self.endpoints[a.to]

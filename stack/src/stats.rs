@@ -166,6 +166,12 @@ pub struct QpStats {
     pub cnps_sent: u64,
     /// CNPs received.
     pub cnps_received: u64,
+    /// Times the congestion controller lowered the sending rate (on a CNP or a deferred cut).
+    #[cfg_attr(feature = "driver", serde(default))]
+    pub rate_cuts: u64,
+    /// Lowest rate a cut set, bits/s (0: never cut). Summed stats keep the lowest.
+    #[cfg_attr(feature = "driver", serde(default))]
+    pub min_rate_bps: u64,
     /// Received datagrams dropped, by reason.
     pub drops: Drops,
 }
@@ -189,6 +195,10 @@ impl QpStats {
         self.ce_received += o.ce_received;
         self.cnps_sent += o.cnps_sent;
         self.cnps_received += o.cnps_received;
+        self.rate_cuts += o.rate_cuts;
+        if o.min_rate_bps != 0 && (self.min_rate_bps == 0 || o.min_rate_bps < self.min_rate_bps) {
+            self.min_rate_bps = o.min_rate_bps;
+        }
         self.drops.add(&o.drops);
     }
 }

@@ -678,8 +678,8 @@ fn dcqcn_paces_to_current_rate() {
 
 // ---------------------------------------------------------------------------------------
 // Property: rates stay in [R_min, line], R_C ≤ R_T, α in [0, 1], timers never in the past,
-// under any sequence of events. Hand-rolled generator (SplitMix64); the seed of a failing
-// case is printed, and `CC_SEED=0x…` replays just that case.
+// under any sequence of events. proptest generates a seed; a SplitMix64 stream derived from
+// it picks the parameters and the events, so a failing seed replays the whole case.
 
 struct Rng(u64);
 
@@ -791,28 +791,14 @@ fn check_case(seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn prop_rates_and_alpha_stay_in_range() {
-    let seeds: Vec<u64> = match std::env::var("CC_SEED") {
-        Ok(s) => {
-            let s = s.trim();
-            let v = match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16),
-                None => s.parse(),
-            };
-            vec![v.expect("CC_SEED must be a number")]
-        }
-        Err(_) => (0..500u64)
-            .map(|i| i.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0xdc9c)
-            .collect(),
-    };
-    for seed in seeds {
-        let res = std::panic::catch_unwind(|| check_case(seed));
-        match res {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => panic!("seed {seed:#x} (replay: CC_SEED={seed:#x}): {e}"),
-            Err(_) => panic!("seed {seed:#x} (replay: CC_SEED={seed:#x}) panicked"),
-        }
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+    /// Random parameters and event sequences, derived from one generated seed (a failure
+    /// prints it; `check_case(seed)` replays the case).
+    #[test]
+    fn prop_rates_and_alpha_stay_in_range(seed in proptest::prelude::any::<u64>()) {
+        let res = check_case(seed);
+        proptest::prop_assert!(res.is_ok(), "seed {:#x}: {}", seed, res.err().unwrap_or_default());
     }
 }
 
@@ -1024,28 +1010,5 @@ fn closed_loop_paper_preset_is_fair_and_fills_the_link() {
             r.fairness >= 0.95 && r.utilization >= 0.9 && r.cnps > 0,
             "seed {seed:#x} (replay: CC_SEED={seed:#x}): {line}"
         );
-    }
-}
-
-/// Runs the closed loop for the configurations in `CC_CFGS` (`;`-separated `CcConfig`
-/// strings, default `paper`) with the NP interval `CC_NP` µs (default 50).
-#[test]
-#[ignore]
-fn explore() {
-    let seed = seed_from_env(0x5eed);
-    let cfgs = std::env::var("CC_CFGS").unwrap_or("paper".into());
-    let np: u64 = std::env::var("CC_NP")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50);
-    for c in cfgs.split(';') {
-        let cfg: CcConfig = c.parse().unwrap();
-        for flows in [2, 8] {
-            let r = closed_loop_np(cfg, flows, 60_000_000, seed, Duration::from_micros(np));
-            println!(
-                "{c} np={np}us {flows} flows: fairness {:.3} util {:.3} maxq {} B, {} CNPs",
-                r.fairness, r.utilization, r.max_queue, r.cnps
-            );
-        }
     }
 }

@@ -1073,6 +1073,89 @@ fn ce_mark_sends_a_rate_limited_cnp() {
     assert_eq!((st.ce_received, st.cnps_sent), (2, 1));
 }
 
+/// Notification point, DCQCN paper rule with the default 50 µs interval: CE marks at 0, 10 and
+/// 60 µs give a CNP at once (0), one at the end of the first window (50 µs, for the 10 µs
+/// mark) and one at the end of the next (100 µs, for the 60 µs mark); each CNP is a valid
+/// packet (ICRC, BECN, DestQP = the peer) and the deadline shows in `poll_timeout`.
+#[test]
+fn cnp_interval_first_mark_at_once_then_window_end() {
+    let mut h = H::new(Opts::default());
+    for i in 0..3 {
+        h.dev
+            .post_recv(
+                h.qpn,
+                RecvRequest {
+                    wr_id: i,
+                    sgl: h.sge(0, 8),
+                },
+            )
+            .unwrap();
+    }
+    let mark = |h: &mut H, us: u64, psn: u32| -> Vec<(Opcode, u32, u64)> {
+        h.now = Instant::from_micros(us);
+        let mut p = PacketRepr {
+            payload: b"abcd",
+            ..request(Opcode::RC_SEND_ONLY, psn)
+        };
+        p.bth.dest_qp = h.qpn;
+        let mut buf = vec![0u8; p.buffer_len()];
+        p.emit(&mut buf).unwrap();
+        h.path.rx_icrc(buf.len()).fill(&mut buf);
+        h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
+        let t = h.now.as_nanos() / 1000;
+        h.sent()
+            .iter()
+            .map(|o| (o.repr().bth.opcode, o.repr().bth.psn.value(), t))
+            .collect()
+    };
+    let cnps = |v: &[(Opcode, u32, u64)]| v.iter().filter(|x| x.0 == Opcode::CNP).count();
+    let out = mark(&mut h, 0, 500);
+    assert_eq!(cnps(&out), 1, "first mark answered at once: {out:?}");
+    assert_eq!(h.dev.poll_timeout(), None, "no deferred CNP owed yet");
+    let out = mark(&mut h, 10, 501);
+    assert_eq!(cnps(&out), 0, "inside the window: deferred");
+    assert_eq!(h.dev.poll_timeout(), Some(Instant::from_micros(50)));
+    // Nothing before the window ends.
+    h.now = Instant::from_micros(49);
+    h.dev.handle_timeout(h.now);
+    assert!(h.sent().is_empty());
+    h.now = Instant::from_micros(50);
+    h.dev.handle_timeout(h.now);
+    let s = h.sent();
+    assert_eq!(ops_psns(&s), [(Opcode::CNP, 0)], "the owed CNP at 50 us");
+    let cnp = s[0].repr();
+    assert!(cnp.bth.becn && !cnp.bth.fecn);
+    assert_eq!((cnp.bth.dest_qp, cnp.payload), (PEER, &[0u8; 16][..]));
+    assert_eq!(s[0].bytes.len(), roce_stack::cnp::CNP_TRANSPORT_LEN);
+    // The peer verifies the ICRC with its receive seed = our transmit seed.
+    assert!(h.path.tx_icrc(s[0].bytes.len()).verify(&s[0].bytes));
+    let out = mark(&mut h, 60, 502);
+    assert_eq!(cnps(&out), 0, "inside the second window [50, 100) us");
+    assert_eq!(h.dev.poll_timeout(), Some(Instant::from_micros(100)));
+    h.now = Instant::from_micros(100);
+    h.dev.handle_timeout(h.now);
+    assert_eq!(ops_psns(&h.sent()), [(Opcode::CNP, 0)]);
+    // No mark in [100, 150): nothing owed.
+    assert_eq!(h.dev.poll_timeout(), None);
+    let st = h.stats();
+    assert_eq!((st.ce_received, st.cnps_sent), (3, 3));
+}
+
+/// A CE-marked CNP is counted as a CE mark and a CNP received, but is not answered by a CNP.
+#[test]
+fn marked_cnp_is_not_answered() {
+    let mut h = H::new(Opts::default());
+    let mut p = roce_stack::cnp::cnp_repr(h.qpn);
+    p.bth.dest_qp = h.qpn;
+    let mut buf = vec![0u8; p.buffer_len()];
+    p.emit(&mut buf).unwrap();
+    h.path.rx_icrc(buf.len()).fill(&mut buf);
+    h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
+    assert!(h.sent().is_empty());
+    let st = h.stats();
+    assert_eq!((st.ce_received, st.cnps_received, st.cnps_sent), (1, 1, 0));
+}
+
 #[test]
 fn opcode_sequence_error_naks_invalid_request() {
     let mut h = H::new(Opts::default());
