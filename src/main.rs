@@ -218,6 +218,9 @@ struct KvArgs {
     /// Local ACK timeout code: 4.096 us x 2^N (14 = 67 ms).
     #[arg(long, default_value_t = 14)]
     timeout: u8,
+    /// Run every plan N times and report the fastest run of each.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -591,6 +594,7 @@ fn kv(a: KvArgs) -> anyhow::Result<ExitCode> {
         mtu: a.mtu,
         impairment: imp,
         timeout: a.timeout,
+        repeat: a.repeat,
         ..Default::default()
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
@@ -708,8 +712,7 @@ fn sim_congestion(a: &CongestionArgs) -> anyhow::Result<ExitCode> {
     if a.duration == 0 {
         bail!("--duration must be at least 1 ms");
     }
-    let scenarios =
-        experiments::suite(cc, std::time::Duration::from_millis(a.duration), a.seed);
+    let scenarios = experiments::suite(cc, std::time::Duration::from_millis(a.duration), a.seed);
     let runs = experiments::run_all(&scenarios);
     if a.json {
         println!("{}", experiments::to_json(&runs));

@@ -168,6 +168,8 @@ pub struct KvConfig {
     pub timeout: u8,
     /// How long an end waits with work pending and nothing received.
     pub silence: Duration,
+    /// Runs of every plan (and calibration stream); the report keeps the fastest of each.
+    pub repeat: u32,
 }
 
 impl Default for KvConfig {
@@ -185,6 +187,7 @@ impl Default for KvConfig {
             impairment: Impairment::default(),
             timeout: 14,
             silence: Duration::from_secs(5),
+            repeat: 1,
         }
     }
 }
@@ -204,14 +207,26 @@ impl KvConfig {
         if self.plans.is_empty() {
             return Err("no plans".into());
         }
+        if self.repeat == 0 || self.repeat > 100 {
+            return Err("--repeat must be between 1 and 100".into());
+        }
         self.spec
             .validate(&self.all_plans())
             .map_err(|e| e.to_string())?;
         self.impairment.validate()
     }
 
-    /// The calibration streams, then the plans.
+    /// The calibration streams, then the plans, `repeat` times over.
     pub fn all_plans(&self) -> Vec<PlanSpec> {
+        let once = self.plans_once();
+        let mut v = Vec::with_capacity(once.len() * self.repeat as usize);
+        for _ in 0..self.repeat {
+            v.extend(once.iter().cloned());
+        }
+        v
+    }
+
+    fn plans_once(&self) -> Vec<PlanSpec> {
         let total = self.spec.shape.total_bytes();
         let large = (CALIB_LARGE as u64).min(total) as u32;
         let tiny_wrs = CALIB_TINY_WRS.min((self.spec.pool_bytes / u64::from(CALIB_TINY)) as u32);
@@ -295,6 +310,8 @@ pub struct KvReport {
     pub qps: u32,
     /// Path MTU.
     pub mtu: u32,
+    /// Runs of each plan (the fastest is reported).
+    pub repeat: u32,
     /// What went wrong, per plan.
     pub errors: Vec<String>,
 }
@@ -314,22 +331,26 @@ impl fmt::Display for KvReport {
         )?;
         writeln!(
             f,
-            "calibration: {:.2} Gb/s with 1 MiB WRITEs, {:.2} us per WRITE of 64 B (same QPs, same run)",
+            "calibration (same QPs and sockets, this run): {:.2} Gb/s with 1 MiB WRITEs, {:.2} us per WRITE of 64 B",
             self.bandwidth_gbps,
             self.per_wr_seconds * 1e6
         )?;
+        if self.repeat > 1 {
+            writeln!(f, "fastest of {} runs of each plan", self.repeat)?;
+        }
         writeln!(
             f,
-            "{:<24} {:>8} {:>8} {:>11} {:>10} {:>8} {:>11}  verified",
-            "plan", "WRs", "packets", "bytes/WR", "time ms", "Gb/s", "model ms"
+            "{:<24} {:>8} {:>8} {:>6} {:>11} {:>10} {:>8} {:>11}  verified",
+            "plan", "WRs", "packets", "retx", "bytes/WR", "time ms", "Gb/s", "model ms"
         )?;
         for r in &self.plans {
             writeln!(
                 f,
-                "{:<24} {:>8} {:>8} {:>11.0} {:>10.2} {:>8.2} {:>11.2}  {}",
+                "{:<24} {:>8} {:>8} {:>6} {:>11.0} {:>10.2} {:>8.2} {:>11.2}  {}",
                 r.name,
                 r.wrs,
                 r.packets,
+                r.retransmitted,
                 r.bytes_per_wr,
                 r.seconds * 1e3,
                 r.gbps,
@@ -344,15 +365,16 @@ impl fmt::Display for KvReport {
     }
 }
 
-/// `n` QPs (each with its own send and receive CQ) in INIT, with the window `roce perf` uses
-/// (1024 unacknowledged PSNs: a NIC's window, not rxe's 128).
+/// `n` QPs (each with its own send and receive CQ) in INIT, with a window of 256
+/// unacknowledged PSNs: 1 MiB in flight at MTU 4096, wider than rxe's 128 (which caps loopback
+/// near 2 Gb/s) and narrow enough that a few QPs do not overrun a 4 MiB socket buffer.
 fn create_qps(
     dev: &mut Device,
     pd: PdHandle,
     n: u32,
 ) -> Result<Vec<(Qpn, CqHandle, CqHandle)>, DriverError> {
     let caps = QpCaps {
-        max_unacked_psns: 1024,
+        max_unacked_psns: 256,
         ..QpCaps::default()
     };
     let mut out = Vec::new();
@@ -737,8 +759,22 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
             verified: complete,
         });
     }
-    let plans_rows = rows.split_off(2);
-    let calibration = rows;
+    // The fastest run of each plan; verified only if every run verified.
+    let mut best: Vec<PlanRow> = Vec::new();
+    for r in rows {
+        match best.iter_mut().find(|b| b.name == r.name) {
+            Some(b) => {
+                let verified = b.verified && r.verified;
+                if r.seconds < b.seconds {
+                    *b = r;
+                }
+                b.verified = verified;
+            }
+            None => best.push(r),
+        }
+    }
+    let plans_rows = best.split_off(2);
+    let calibration = best;
     let bandwidth_bps = calibration[0].gbps * 1e9;
     let per_wr = calibration[1].seconds / calibration[1].wrs.max(1) as f64;
     let plans_rows: Vec<PlanRow> = plans_rows
@@ -760,6 +796,7 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
         kv_bytes: spec.shape.kv_bytes,
         qps: spec.qps,
         mtu: cfg.mtu,
+        repeat: cfg.repeat,
         errors,
     })
 }
