@@ -83,7 +83,17 @@ fn write_bw_json_has_the_perftest_keys() {
 fn baseline_adds_the_udp_figures_and_the_ratios() {
     let (code, out, err) = perf(
         71,
-        &["write", "-s", "8192", "-n", "200", "--mtu", "4096", "--baseline", "--json"],
+        &[
+            "write",
+            "-s",
+            "8192",
+            "-n",
+            "200",
+            "--mtu",
+            "4096",
+            "--baseline",
+            "--json",
+        ],
     );
     assert_eq!(code, 0, "{out}{err}");
     let l = &json_lines(&out)[0];
@@ -94,14 +104,25 @@ fn baseline_adds_the_udp_figures_and_the_ratios() {
     // The baseline's datagram is the WRITE's data datagram: BTH + payload (one MTU) + ICRC.
     assert_eq!(b["size"], 12 + 4096 + 4);
     for k in ["bw_avg_gbps", "msg_rate_mpps"] {
-        let r = l["ratio"][k].as_f64().unwrap_or_else(|| panic!("ratio.{k}: {l}"));
+        let r = l["ratio"][k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("ratio.{k}: {l}"));
         let want = l[k].as_f64().unwrap() / b[k].as_f64().unwrap();
         assert!((r - want).abs() <= 1e-9 * want.abs().max(1.0), "{l}");
     }
 
     let (code, out, err) = perf(
         71,
-        &["write", "--lat", "-s", "8", "-n", "200", "--baseline", "--json"],
+        &[
+            "write",
+            "--lat",
+            "-s",
+            "8",
+            "-n",
+            "200",
+            "--baseline",
+            "--json",
+        ],
     );
     assert_eq!(code, 0, "{out}{err}");
     let l = &json_lines(&out)[0];
@@ -110,7 +131,11 @@ fn baseline_adds_the_udp_figures_and_the_ratios() {
     assert_eq!(l["iterations"], 200);
     has_keys(&l["baseline"], &LAT_KEYS);
     assert_eq!(l["baseline"]["test"], "udp");
-    assert_eq!(l["baseline"]["size"], 12 + 16 + 8 + 4, "BTH + RETH + 8 B + ICRC");
+    assert_eq!(
+        l["baseline"]["size"],
+        12 + 16 + 8 + 4,
+        "BTH + RETH + 8 B + ICRC"
+    );
     assert!(l["ratio"]["t_typical_us"].as_f64().is_some(), "{l}");
     eprintln!("{out}");
 }
@@ -118,20 +143,57 @@ fn baseline_adds_the_udp_figures_and_the_ratios() {
 #[test]
 fn read_send_and_atomic_in_both_modes() {
     for (args, test, mode, size) in [
-        (vec!["read", "-s", "20000", "-n", "100"], "read", "bw", 20000),
+        (
+            vec!["read", "-s", "20000", "-n", "100"],
+            "read",
+            "bw",
+            20000,
+        ),
         (vec!["send", "-s", "5000", "-n", "300"], "send", "bw", 5000),
         (vec!["atomic", "-n", "300"], "atomic", "bw", 8),
-        (vec!["read", "--lat", "-s", "64", "-n", "100"], "read", "lat", 64),
-        (vec!["send", "--lat", "-s", "3000", "-n", "100"], "send", "lat", 3000),
+        (
+            vec!["read", "--lat", "-s", "64", "-n", "100"],
+            "read",
+            "lat",
+            64,
+        ),
+        (
+            vec!["send", "--lat", "-s", "3000", "-n", "100"],
+            "send",
+            "lat",
+            3000,
+        ),
         (vec!["atomic", "--lat", "-n", "100"], "atomic", "lat", 8),
-        (vec!["write", "-s", "1000", "-n", "400", "--qps", "4", "--tx-depth", "8"], "write", "bw", 1000),
+        (
+            vec![
+                "write",
+                "-s",
+                "1000",
+                "-n",
+                "400",
+                "--qps",
+                "4",
+                "--tx-depth",
+                "8",
+            ],
+            "write",
+            "bw",
+            1000,
+        ),
     ] {
         let mut a = args.clone();
         a.push("--json");
         let (code, out, err) = perf(73, &a);
         assert_eq!(code, 0, "{args:?}: {out}{err}");
         let l = &json_lines(&out)[0];
-        has_keys(l, if mode == "bw" { &BW_KEYS[..] } else { &LAT_KEYS[..] });
+        has_keys(
+            l,
+            if mode == "bw" {
+                &BW_KEYS[..]
+            } else {
+                &LAT_KEYS[..]
+            },
+        );
         assert_eq!(l["test"], test, "{l}");
         assert_eq!(l["mode"], mode, "{l}");
         assert_eq!(l["size"], size, "{l}");
@@ -191,7 +253,10 @@ fn text_output_has_perftest_columns() {
         assert!(lines[0].contains(col), "{out}");
     }
     assert_eq!(lines[1].split_whitespace().count(), 9, "{out}");
-    assert!(lines[2].contains("udp baseline") && lines[2].contains("ratio"), "{out}");
+    assert!(
+        lines[2].contains("udp baseline") && lines[2].contains("ratio"),
+        "{out}"
+    );
 }
 
 #[test]

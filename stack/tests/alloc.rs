@@ -160,10 +160,10 @@ fn no_allocation_per_packet_in_steady_state() {
 /// loop allocates is per run (set-up), none of it per packet or per message.
 #[test]
 fn driver_data_path_allocates_nothing_per_packet() {
+    use roce_proto::Qpn;
     use roce_stack::driver::endpoint::{Application, Endpoint};
     use roce_stack::driver::impair::Impairment;
     use roce_stack::{CqHandle, MrHandle};
-    use roce_proto::Qpn;
     use std::cell::Cell;
     use std::net::{Ipv4Addr, SocketAddr};
     use std::rc::Rc;

@@ -283,10 +283,14 @@ impl Endpoint {
                 // Requests and data first, bare ACKs last: a ping-pong's answer should not
                 // wait behind the acknowledgement of the ping.
                 for acks in [false, true] {
-                    for j in i..filled {
-                        if !sent[j] && self.slot_meta[j] == key && is_ack(&self.slots[j]) == acks {
-                            sent[j] = true;
-                            group[g] = &self.slots[j];
+                    let candidates = sent[i..filled]
+                        .iter_mut()
+                        .zip(&self.slot_meta[i..filled])
+                        .zip(&self.slots[i..filled]);
+                    for ((done, meta), slot) in candidates {
+                        if !*done && *meta == key && is_ack(slot) == acks {
+                            *done = true;
+                            group[g] = slot;
                             g += 1;
                         }
                     }

@@ -358,7 +358,7 @@ pub struct PerfResult {
     pub retransmitted_packets: u64,
     /// The UDP baseline of the same wire size (with `--baseline`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<Box<PerfResult>>,
+    pub baseline: Option<Box<Self>>,
     /// This result over the baseline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<PerfRatio>,
