@@ -1204,7 +1204,7 @@ mod tests {
                 tokens: 4096,
                 kv_bytes: 256,
             },
-            pool_bytes: 3 * 160 << 20,
+            pool_bytes: (3 * 160) << 20,
             qps: 1,
             seed: 1,
         };

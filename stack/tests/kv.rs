@@ -29,7 +29,8 @@ fn setup(spec: &KvSpec, plan: &PlanSpec, link: LinkConfig, seed: u64) -> Run {
     let b = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
     assert_eq!((a, b), (A, B));
     let (pa, pb) = (sim.device(a).alloc_pd(), sim.device(b).alloc_pd());
-    let (mut send, mut recv): (Vec<(Qpn, CqHandle)>, Vec<(Qpn, CqHandle)>) = (vec![], vec![]);
+    let mut send: Vec<(Qpn, CqHandle)> = Vec::new();
+    let mut recv: Vec<(Qpn, CqHandle)> = Vec::new();
     for q in 0..spec.qps {
         let (sa, ra) = (sim.device(a).create_cq(), sim.device(a).create_cq());
         let (sb, rb) = (sim.device(b).create_cq(), sim.device(b).create_cq());
