@@ -483,6 +483,9 @@ impl KvSpec {
         if self.pool_bytes > 16 << 30 {
             return Err(KvError::Invalid("the pool is limited to 16 GiB".into()));
         }
+        if plans.len() > 4096 {
+            return Err(KvError::Invalid("more than 4096 plans".into()));
+        }
         for p in plans {
             match p.kind {
                 PlanKind::Kv { page, .. } => {
