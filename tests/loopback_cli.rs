@@ -125,6 +125,21 @@ fn ce_marks_make_cnps_and_cut_the_rate() {
         r["cnps_sent"].as_u64().unwrap() > 0 && r["cnps_received"].as_u64().unwrap() > 0,
         "{out}"
     );
+    // The server's notification point answers the marked requests, the client's DCQCN
+    // reaction point cuts its rate below the 100 Gb/s line rate.
+    let (client, server) = (&r["client"], &r["server"]);
+    assert!(server["ce_received"].as_u64().unwrap() > 0, "{out}");
+    assert!(server["cnps_sent"].as_u64().unwrap() > 0, "{out}");
+    assert!(client["cnps_received"].as_u64().unwrap() > 0, "{out}");
+    assert!(client["rate_cuts"].as_u64().unwrap() > 0, "{out}");
+    assert!(r["rate_cuts"].as_u64().unwrap() > 0, "{out}");
+    let min = r["min_rate_bps"].as_u64().unwrap();
+    assert!(min > 0 && min < 100_000_000_000, "{out}");
+    // The text report says so too.
+    let (code, out, err) = loopback(22, &["--count", "40", "--ce", "0.05", "--cc", "dcqcn"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("CNPs            sent "), "{out}");
+    assert!(out.contains("rate cut        "), "{out}");
 }
 
 #[test]
@@ -264,18 +279,29 @@ fn pcap_tap_decodes_with_valid_icrcs() {
             "dcqcn",
             "--pcap",
             file.to_str().unwrap(),
+            "--json",
         ],
     );
     assert_eq!(code, 0, "{out}{err}");
+    let report = json(&out);
     let (code, out, err) = roce(&["decode", "--check", "--json", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<serde_json::Value> = out.lines().map(json).collect();
     assert!(lines.len() > 100, "{err}");
     assert!(lines.iter().all(|l| l["icrc_ok"] == true));
-    assert!(
-        lines.iter().any(|l| l["bth"]["opcode_name"] == "CNP"),
-        "the CNPs are in the capture"
-    );
+    // The capture is the client's: every CNP it received (and sent) is in it, each with
+    // BECN set and a valid ICRC.
+    let cnps: Vec<_> = lines
+        .iter()
+        .filter(|l| l["bth"]["opcode_name"] == "CNP")
+        .collect();
+    let c = &report["client"];
+    let want = c["cnps_received"].as_u64().unwrap() + c["cnps_sent"].as_u64().unwrap();
+    assert!(want > 0, "{report}");
+    assert_eq!(cnps.len() as u64, want, "the CNPs are in the capture");
+    assert!(cnps
+        .iter()
+        .all(|l| l["bth"]["becn"] == true && l["icrc_ok"] == true));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -21,8 +21,9 @@ fn show(r: &Run) -> String {
 }
 
 /// Two, then eight, long DCQCN flows: Jain's fairness ≥ 0.95 and utilisation ≥ 90 % over the
-/// second half, the queue mostly (≥ 50 % of the time) between Kmin and Kmax with its mean
-/// inside, no tail drop, no retransmission.
+/// second half; the queue mostly between Kmin and Kmax (its mean inside, above Kmax less than
+/// 10 % of the time, in the band at least 40 % of it: the rest it spends draining below Kmin
+/// after cuts, 44-73 % in band over seeds 1-12); no tail drop, no retransmission.
 #[test]
 fn dcqcn_flows_share_the_bottleneck_fairly_without_drops() {
     let seed = seed_from_env(1);
@@ -36,7 +37,12 @@ fn dcqcn_flows_share_the_bottleneck_fairly_without_drops() {
         assert!(r.utilization >= 0.90, "utilisation\n{t}");
         assert_eq!(r.tail_drops, 0, "tail drops\n{t}");
         assert_eq!(r.retransmitted_packets, 0, "retransmissions\n{t}");
-        assert!(r.queue_in_band >= 0.5, "queue in band\n{t}");
+        assert!(r.queue_in_band >= 0.4, "queue in band\n{t}");
+        assert!(
+            r.queue_above_kmax <= 0.1,
+            "queue above Kmax {:.3}\n{t}",
+            r.queue_above_kmax
+        );
         assert!(
             (kmin as f64..=kmax as f64).contains(&r.mean_queue_bytes),
             "mean queue\n{t}"
@@ -73,13 +79,14 @@ fn without_cc_the_buffer_overflows_and_goodput_falls() {
     }
 }
 
-/// A third flow joining at a quarter of a 100 ms run comes within ±10 % of its fair share
-/// (1 ms average) and gets 80-125 % of it over the second half; fairness stays ≥ 0.95.
+/// A third flow joining at a quarter of a 150 ms run comes within ±10 % of its fair share
+/// (1 ms average) and gets 85-118 % of it over the second half (0.94-1.07 over seeds 1-12);
+/// fairness stays ≥ 0.95.
 #[test]
 fn late_flow_converges_to_its_fair_share() {
     let seed = seed_from_env(1);
     let _g = SeedGuard(seed);
-    let sc = suite(CcConfig::PAPER, Duration::from_millis(100), seed)
+    let sc = suite(CcConfig::PAPER, Duration::from_millis(150), seed)
         .into_iter()
         .find(|s| s.name.starts_with("late"))
         .expect("late-join scenario");
@@ -88,7 +95,7 @@ fn late_flow_converges_to_its_fair_share() {
     let j = r.late_join.expect("the last flow joins late");
     assert!(j.convergence_ms.is_some(), "never converged\n{t}");
     assert!(
-        (0.8..=1.25).contains(&j.share_second_half),
+        (0.85..=1.18).contains(&j.share_second_half),
         "share {:.3}\n{t}",
         j.share_second_half
     );

@@ -719,6 +719,10 @@ pub struct Report {
     pub cnps_sent: u64,
     /// CNPs received (both ends).
     pub cnps_received: u64,
+    /// Rate cuts the congestion controllers made (both ends).
+    pub rate_cuts: u64,
+    /// Lowest rate a cut set, bits/s (0: no cut).
+    pub min_rate_bps: u64,
     /// Received datagrams dropped by the transport, by reason (both ends).
     pub drops: crate::stats::Drops,
     /// Bytes compared against the model (both ends).
@@ -762,6 +766,8 @@ impl Report {
             rnr_naks: all.naks_sent.rnr,
             cnps_sent: all.cnps_sent,
             cnps_received: all.cnps_received,
+            rate_cuts: all.rate_cuts,
+            min_rate_bps: all.min_rate_bps,
             drops: all.drops,
             verified_bytes: client.verified_bytes + server.verified_bytes,
             impairment,
@@ -815,6 +821,14 @@ impl fmt::Display for Report {
             "CNPs            sent {}, received {}",
             self.cnps_sent, self.cnps_received
         )?;
+        if self.rate_cuts > 0 {
+            writeln!(
+                f,
+                "rate cut        {} times, lowest {:.3} Gb/s",
+                self.rate_cuts,
+                self.min_rate_bps as f64 / 1e9
+            )?;
+        }
         let d = self.drops;
         writeln!(
             f,

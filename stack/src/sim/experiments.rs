@@ -140,6 +140,8 @@ pub struct Run {
     pub mean_queue_bytes: f64,
     /// Fraction of the second half with Kmin ≤ queue ≤ Kmax.
     pub queue_in_band: f64,
+    /// Fraction of the second half with the queue above Kmax.
+    pub queue_above_kmax: f64,
     /// Packets the switch marked CE.
     pub ce_marked: u64,
     /// CNPs the receiver sent.
@@ -410,6 +412,7 @@ pub fn run(sc: &Scenario) -> Run {
         max_queue_bytes_second_half: max_q_second_half,
         mean_queue_bytes: (sw_end.queue_byte_ns - sw_half.queue_byte_ns) as f64 / second_ns,
         queue_in_band: band[1] as f64 / band_total,
+        queue_above_kmax: band[2] as f64 / band_total,
         ce_marked: sw_end.marked,
         cnps: rx_stats.cnps_sent,
         cnps_received: stats.cnps_received,
@@ -626,6 +629,7 @@ pub fn to_json(runs: &[Run]) -> String {
              \"fairness\":{},\"utilization\":{},\"goodput_gbps\":{},\"flow_goodput_gbps\":[{}],\
              \"tail_drops\":{},\"retransmitted_packets\":{},\"max_queue_bytes\":{},\
              \"max_queue_bytes_second_half\":{},\"mean_queue_bytes\":{},\"queue_in_band\":{},\
+             \"queue_above_kmax\":{},\
              \"kmin_bytes\":{},\"kmax_bytes\":{},\"ce_marked\":{},\"cnps\":{},\
              \"cnps_received\":{},\"rate_cuts\":{},\"late_join\":{}}}",
             json_str(&r.name),
@@ -643,6 +647,7 @@ pub fn to_json(runs: &[Run]) -> String {
             r.max_queue_bytes_second_half,
             json_f64(r.mean_queue_bytes),
             json_f64(r.queue_in_band),
+            json_f64(r.queue_above_kmax),
             r.kmin_kmax.0,
             r.kmin_kmax.1,
             r.ce_marked,
@@ -697,10 +702,12 @@ pub fn to_svg(runs: &[Run]) -> String {
         let _ = writeln!(
             s,
             "<text x=\"{ML}\" y=\"{:.1}\" font-size=\"13\" font-weight=\"bold\">{} \
-             (cc {}, fairness {:.3}, utilisation {:.1}%, drops {})</text>",
+             (cc {}, fairness {:.3}, utilisation {:.1}%, drops {}; solid: rate at the \
+             bottleneck, dotted: the sender's congestion-control rate, red dashed: Kmin, \
+             Kmax)</text>",
             top + 12.0,
             xml(&r.name),
-            xml(&r.cc_config),
+            xml(&r.cc),
             r.fairness,
             r.utilization * 100.0,
             r.tail_drops

@@ -181,6 +181,10 @@ impl Switch {
             return;
         }
         s.queue_byte_ns += u128::from(q) * u128::from(dt);
+        // Work-conserving: the port sends whenever something is queued.
+        if q > 0 {
+            s.busy_ns += dt;
+        }
         let band = match cfg.red {
             Some(r) if q < r.kmin_bytes => 0,
             Some(r) if q > r.kmax_bytes => 2,
@@ -241,7 +245,6 @@ impl Switch {
         self.queue_bytes -= len;
         self.stats.departed += 1;
         self.stats.departed_bytes += len;
-        self.stats.busy_ns += self.tx_ns(len);
         let key = FlowKey {
             from: a.from,
             src_port: a.src_port,
