@@ -554,7 +554,10 @@ impl Sim {
                 at = at.add_nanos(extra);
             }
             self.seq += 1;
-            let to_switch = self.switch.as_ref().is_some_and(|s| s.config().port == a.to);
+            let to_switch = self
+                .switch
+                .as_ref()
+                .is_some_and(|s| s.config().port == a.to);
             let copy = Arrival {
                 at,
                 seq: self.seq,
