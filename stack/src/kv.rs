@@ -32,6 +32,9 @@ use crate::wr::{PostError, RecvRequest, RemoteAddr, WcOpcode, WcStatus, WorkRequ
 /// Longest WRITE a merged run may become (the stack's largest message, 1 GiB).
 pub const MAX_WRITE: u64 = 1 << 30;
 
+/// Most block copies (so WRITEs) one plan may have: 2^24, 25 times kv-push.md's page-1 example.
+pub const MAX_COPIES: u64 = 1 << 24;
+
 /// Why a shape, plan or copy list is unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -489,10 +492,9 @@ impl KvSpec {
         for p in plans {
             match p.kind {
                 PlanKind::Kv { page, .. } => {
-                    if page == 0 || page > self.shape.tokens {
+                    if page == 0 || page > 1 << 20 {
                         return Err(KvError::Invalid(format!(
-                            "--page must be between 1 and --tokens ({}), not {page}",
-                            self.shape.tokens
+                            "--page must be between 1 and 1048576 tokens, not {page}"
                         )));
                     }
                     if 2 * u64::from(page) * u64::from(self.shape.kv_bytes) > MAX_WRITE {
@@ -501,6 +503,11 @@ impl KvSpec {
                     let g =
                         PoolGeometry::carve(&self.shape, page, KvLayout::Separate, self.pool_bytes);
                     let need = self.shape.blocks(page);
+                    if u64::from(self.shape.layers) * need * 2 > MAX_COPIES {
+                        return Err(KvError::Invalid(format!(
+                            "more than {MAX_COPIES} block copies: use larger pages"
+                        )));
+                    }
                     if g.blocks < need {
                         return Err(KvError::PoolTooSmall {
                             need,
@@ -509,7 +516,11 @@ impl KvSpec {
                     }
                 }
                 PlanKind::Stream { wr_len, wrs } => {
-                    if wr_len == 0 || wrs == 0 || u64::from(wr_len) > MAX_WRITE {
+                    if wr_len == 0
+                        || wrs == 0
+                        || u64::from(wr_len) > MAX_WRITE
+                        || u64::from(wrs) > MAX_COPIES
+                    {
                         return Err(KvError::Invalid(
                             "a stream needs WRITEs of 1 B to 1 GiB".into(),
                         ));
