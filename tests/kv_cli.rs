@@ -79,6 +79,9 @@ fn default_plans_verify_and_report_json() {
         let b = plan["bytes_per_wr"].as_f64().unwrap() * plan["wrs"].as_f64().unwrap();
         assert_eq!(b.round() as u64, 4 * 512 * 2 * 128, "{plan}");
     }
+    // 256 B WRITEs are bound by the work-request rate, 2 MiB ones by bandwidth.
+    assert_eq!(p[0]["bound"], "wr", "{out}");
+    assert_eq!(p[4]["bound"], "bandwidth", "{out}");
     assert!(r["bandwidth_gbps"].as_f64().unwrap() > 0.0);
     assert!(r["per_wr_seconds"].as_f64().unwrap() > 0.0);
 }

@@ -14,7 +14,7 @@
 //! (1 MiB, as many bytes as the request) give the bandwidth, tiny WRITEs (64 B) the cost of one
 //! work request. Each plan's model time is `max(bytes / bandwidth, WRs x per-WR cost)`.
 //!
-//! Control messages ride in [`Msg::Kv`] over the TCP connection of [`super`].
+//! Control messages ride in the `kv` variant of the JSON-line control messages of [`super`].
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -113,7 +113,7 @@ impl WirePlan {
     }
 }
 
-/// The kv exchange (inside [`Msg::Kv`]).
+/// The kv exchange (inside `Msg::Kv`).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum KvMsg {
@@ -282,6 +282,8 @@ pub struct PlanRow {
     pub gbps: f64,
     /// `max(bytes / bandwidth, WRs x per-WR cost)` with this run's calibration.
     pub model_seconds: f64,
+    /// Which term of the model is larger: `wr` (work-request rate) or `bandwidth`.
+    pub bound: String,
     /// The decode side saw every QP's immediate and every byte in place (and nothing else
     /// changed).
     pub verified: bool,
@@ -340,13 +342,13 @@ impl fmt::Display for KvReport {
         }
         writeln!(
             f,
-            "{:<24} {:>8} {:>8} {:>6} {:>11} {:>10} {:>8} {:>11}  verified",
-            "plan", "WRs", "packets", "retx", "bytes/WR", "time ms", "Gb/s", "model ms"
+            "{:<24} {:>8} {:>8} {:>6} {:>11} {:>10} {:>8} {:>11} {:>9}  verified",
+            "plan", "WRs", "packets", "retx", "bytes/WR", "time ms", "Gb/s", "model ms", "bound"
         )?;
         for r in &self.plans {
             writeln!(
                 f,
-                "{:<24} {:>8} {:>8} {:>6} {:>11.0} {:>10.2} {:>8.2} {:>11.2}  {}",
+                "{:<24} {:>8} {:>8} {:>6} {:>11.0} {:>10.2} {:>8.2} {:>11.2} {:>9}  {}",
                 r.name,
                 r.wrs,
                 r.packets,
@@ -355,6 +357,7 @@ impl fmt::Display for KvReport {
                 r.seconds * 1e3,
                 r.gbps,
                 r.model_seconds * 1e3,
+                r.bound,
                 if r.verified { "yes" } else { "NO" }
             )?;
         }
@@ -756,6 +759,7 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
             seconds,
             gbps: bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
             model_seconds: 0.0,
+            bound: String::new(),
             verified: complete,
         });
     }
@@ -780,8 +784,15 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
     let plans_rows: Vec<PlanRow> = plans_rows
         .into_iter()
         .map(|mut r| {
-            r.model_seconds =
-                (r.bytes as f64 * 8.0 / bandwidth_bps.max(1.0)).max(r.wrs as f64 * per_wr);
+            let bytes_time = r.bytes as f64 * 8.0 / bandwidth_bps.max(1.0);
+            let wr_time = r.wrs as f64 * per_wr;
+            r.model_seconds = bytes_time.max(wr_time);
+            r.bound = if wr_time > bytes_time {
+                "wr"
+            } else {
+                "bandwidth"
+            }
+            .into();
             r
         })
         .collect();
