@@ -357,3 +357,50 @@ fn uncongested_dcqcn_qp_runs_at_line_rate() {
     assert_eq!((st.rate_cuts, st.cnps_received), (0, 0));
     assert_eq!(t.sim.device(0).qp(t.qa).unwrap().rate_bps(), Some(line));
 }
+
+/// READ responses are paced too: the responder's fixed-rate controller holds the responses
+/// to a stream of 64 KiB READs within 2 % of its rate over 50 ms.
+#[test]
+fn read_responses_are_paced_to_the_set_rate() {
+    let seed = seed_from_env(5);
+    let _g = SeedGuard(seed);
+    let rate = 5_000_000_000u64;
+    let mut t = two(seed, LinkConfig::default(), ConnectOptions::default());
+    t.sim
+        .device(1)
+        .set_congestion_control(t.qb, Box::new(roce_stack::FixedRate::new(rate)));
+    let dur = core::time::Duration::from_millis(50);
+    let end = roce_stack::Instant::ZERO + dur;
+    let m = t.sim.device(1).mr(t.mb).unwrap();
+    let remote = RemoteAddr {
+        va: m.va(),
+        rkey: m.rkey(),
+    };
+    let (mut posted, mut id, mut now) = (0u32, 0u64, roce_stack::Instant::ZERO);
+    while now < end {
+        while posted < 8 {
+            let sgl = SgList::one(t.sim.device(0).mr(t.ma).unwrap().sge(0, 64 * 1024));
+            t.sim
+                .device(0)
+                .post_send(t.qa, WorkRequest::new(id, WrOp::Read(remote), sgl))
+                .unwrap();
+            id += 1;
+            posted += 1;
+        }
+        now = (now + core::time::Duration::from_micros(20)).min(end);
+        t.sim.run_until(now);
+        while let Some(c) = t.sim.device(0).poll_cq(t.cqa) {
+            assert_eq!(c.status, WcStatus::Success);
+            posted -= 1;
+        }
+    }
+    let st = *t.sim.device(1).qp(t.qb).unwrap().stats();
+    let got = st.tx_bytes as f64 * 8.0 / dur.as_secs_f64();
+    let err = got / rate as f64 - 1.0;
+    assert!(
+        err.abs() < 0.02,
+        "READ responses at {got:.0} bit/s ({:+.2} %)",
+        err * 100.0
+    );
+    assert!(id > 400, "the READs kept the responder busy: {id}");
+}
