@@ -224,7 +224,8 @@ struct KvArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
-    /// Serve one prefill client as the decode side (`roce kv --client HOST`) and exit.
+    /// Serve one prefill client as the decode side (`roce kv --client HOST`) and exit; the
+    /// client sends the shape and the plans, so only the impairment flags apply here.
     #[arg(long, conflicts_with = "client")]
     server: bool,
     /// Run the prefill side against `roce kv --server` on HOST (HOST or HOST:PORT).
