@@ -540,7 +540,8 @@ async fn serve_kv_client(
     }
     let mut ep = Endpoint::bind(dev, local, impairment).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(client_port);
-    ep.set_busy_poll(Duration::from_micros(200));
+    // Sleep when idle: on a shared 2-core machine a spinning end holds the core its peer needs.
+    ep.set_busy_poll(Duration::ZERO);
     ctl.send(&Msg::Kv(KvMsg::Welcome {
         qps: qp_infos(&mine, &psns),
         roce_port: local.port(),
@@ -692,7 +693,8 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
     }
     let mut ep = Endpoint::bind(dev, local, cfg.impairment).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(roce_port);
-    ep.set_busy_poll(Duration::from_micros(200));
+    // Sleep when idle: on a shared 2-core machine a spinning end holds the core its peer needs.
+    ep.set_busy_poll(Duration::ZERO);
     let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, s, _)| (q, s)).collect();
     let mut rows = Vec::new();
     let mut errors = Vec::new();
