@@ -1070,9 +1070,6 @@ async fn run_one(
     }
     let mut r = app.result();
     r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
-    if std::env::var_os("ROCE_PERF_DEBUG").is_some() {
-        eprintln!("client {:?} loop {:?}", ep.dev.stats(), ep.stats);
-    }
     Ok(r)
 }
 
