@@ -64,8 +64,9 @@ pub struct Scenario {
 
 impl Scenario {
     /// `flows` flows with `cc` through a 40 Gb/s bottleneck: RED 5 KB / 200 KB / 1 % (the
-    /// DCQCN paper's), a 2 MB buffer, 1 µs hops, MTU 1024, 64 KiB WRITEs, a 2048-PSN window,
-    /// every flow starting within the first 10 µs.
+    /// DCQCN paper's), a 2 MB buffer, 1 µs hops, MTU 1024, 64 KiB WRITEs (16 posted per
+    /// QP), a 2048-PSN window, an ACK timeout of 16.8 ms, samples every 50 µs, every flow
+    /// starting at 0 (set [`Scenario::starts`] to stagger them).
     pub fn new(name: &str, cc: CcConfig, flows: usize, duration: Duration, seed: u64) -> Self {
         Self {
             name: name.to_string(),
@@ -150,7 +151,7 @@ pub struct Run {
     pub cnps_received: u64,
     /// Rate cuts the senders' controllers made.
     pub rate_cuts: u64,
-    /// The last-starting flow, if it started after the others.
+    /// The last-starting flow, if it started at least 1 ms after every other flow.
     pub late_join: Option<LateJoin>,
     /// The switch's Kmin and Kmax, bytes.
     pub kmin_kmax: (u64, u64),
