@@ -368,16 +368,22 @@ impl fmt::Display for KvReport {
     }
 }
 
-/// `n` QPs (each with its own send and receive CQ) in INIT, with a window of 256
-/// unacknowledged PSNs: 1 MiB in flight at MTU 4096, wider than rxe's 128 (which caps loopback
-/// near 2 Gb/s) and narrow enough that a few QPs do not overrun a 4 MiB socket buffer.
+/// Bytes all QPs together may have in flight: below the 4 MiB loopback socket buffer, which a
+/// wider window overruns (drops, then go-back-N).
+const IN_FLIGHT: u64 = 3 << 20;
+
+/// `n` QPs (each with its own send and receive CQ) in INIT. The window is 256 unacknowledged
+/// PSNs (1 MiB at MTU 4096: wider than rxe's 128, which caps loopback near 2 Gb/s), less when
+/// `n` QPs of that window would exceed [`IN_FLIGHT`].
 fn create_qps(
     dev: &mut Device,
     pd: PdHandle,
     n: u32,
+    mtu: u32,
 ) -> Result<Vec<(Qpn, CqHandle, CqHandle)>, DriverError> {
+    let window = IN_FLIGHT / (u64::from(n.max(1)) * u64::from(mtu.max(256)));
     let caps = QpCaps {
-        max_unacked_psns: 256,
+        max_unacked_psns: window.clamp(32, 256) as u32,
         ..QpCaps::default()
     };
     let mut out = Vec::new();
@@ -514,7 +520,7 @@ async fn serve_kv_client(
     cfg.run_config().validate().map_err(DriverError::Peer)?;
     let mut dev = Device::default();
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, spec.qps)?;
+    let mine = create_qps(&mut dev, pd, spec.qps, mtu)?;
     let psns = start_psns(seed, spec.qps, 0xdec0);
     // The pool: registered once, for every plan.
     let pool = dev.reg_mr(
@@ -645,7 +651,7 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
 
     let mut dev = Device::default();
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, spec.qps)?;
+    let mine = create_qps(&mut dev, pd, spec.qps, cfg.mtu)?;
     let psns = start_psns(spec.seed, spec.qps, 0x9ef1);
     let src_len = plans.iter().map(|p| spec.source_len(p)).max().unwrap_or(0);
     let src = dev.reg_mr(pd, src_len as usize, Access::LOCAL_WRITE);
