@@ -279,7 +279,8 @@ struct PerfArgs {
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
-    /// Serve one client (`roce perf TEST --client HOST`) and exit.
+    /// Serve one client (`roce perf TEST --client HOST`) and exit; the client's options decide
+    /// every run.
     #[arg(long, conflicts_with = "client")]
     server: bool,
     /// Run against `roce perf TEST --server` on HOST (HOST or HOST:PORT).
