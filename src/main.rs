@@ -273,6 +273,9 @@ struct PerfArgs {
     /// Work requests outstanding per QP (bandwidth).
     #[arg(short = 't', long, default_value_t = 128)]
     tx_depth: u32,
+    /// READs/atomics outstanding per QP (default 64).
+    #[arg(short = 'o', long)]
+    outs: Option<u8>,
     /// Also run the plain-UDP baseline of the same wire size and print the ratios.
     #[arg(long)]
     baseline: bool,
@@ -641,6 +644,7 @@ fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
         qps: a.qps,
         mtu: a.mtu,
         tx_depth: a.tx_depth,
+        outs: a.outs,
     })
     .map_err(anyhow::Error::msg)?;
     if a.server {

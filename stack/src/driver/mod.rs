@@ -69,6 +69,9 @@ pub struct RunConfig {
     pub min_rnr_timer: u8,
     /// How long an end waits with work pending and nothing received before giving up.
     pub silence: Duration,
+    /// READs and atomics outstanding per QP (`max_rd_atomic`), and the responder resources for
+    /// them (`max_dest_rd_atomic`), 1..=128.
+    pub max_rd_atomic: u8,
 }
 
 impl Default for RunConfig {
@@ -84,6 +87,7 @@ impl Default for RunConfig {
             rnr_retry: 7,
             min_rnr_timer: 1,
             silence: Duration::from_secs(5),
+            max_rd_atomic: 16,
         }
     }
 }
@@ -102,8 +106,13 @@ impl RunConfig {
             || self.retry_cnt > 7
             || self.rnr_retry > 7
             || self.min_rnr_timer > 31
+            || !(1..=128).contains(&self.max_rd_atomic)
         {
-            return Err("timeout must be 1..=31, retry counts 0..=7, min_rnr_timer 0..=31".into());
+            return Err(
+                "timeout must be 1..=31, retry counts 0..=7, min_rnr_timer 0..=31, \
+                 max_rd_atomic 1..=128"
+                    .into(),
+            );
         }
         self.spec.validate()?;
         self.impairment.validate()
@@ -333,7 +342,7 @@ fn connect_qp(
             path_mtu: Some(cfg.mtu),
             dest_qpn: Some(Qpn(peer.qpn)),
             rq_psn: Some(Psn::new(peer.psn)),
-            max_dest_rd_atomic: Some(16),
+            max_dest_rd_atomic: Some(cfg.max_rd_atomic),
             min_rnr_timer: Some(cfg.min_rnr_timer),
             path: Some(path),
             ..QpAttr::to(QpState::Rtr)
@@ -347,7 +356,7 @@ fn connect_qp(
             timeout: Some(cfg.timeout),
             retry_cnt: Some(cfg.retry_cnt),
             rnr_retry: Some(cfg.rnr_retry),
-            max_rd_atomic: Some(16),
+            max_rd_atomic: Some(cfg.max_rd_atomic),
             ..QpAttr::to(QpState::Rts)
         },
     )
