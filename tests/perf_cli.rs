@@ -334,6 +334,8 @@ fn bad_flags_are_refused() {
         vec!["write", "-n", "0"],
         vec!["write", "--duration=-1"],
         vec!["udp", "-s", "70000"],
+        vec!["read", "--outs", "0"],
+        vec!["read", "--outs", "200"],
     ] {
         let (code, out, err) = perf(78, &args);
         assert_ne!(code, 0, "{args:?}: {out}");
