@@ -666,16 +666,17 @@ fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
     }
     let json = a.json;
     let mut first = true;
+    // A reader that went away (`| head`) ends the run quietly, as with `decode`.
     let out = |r: &perf::PerfResult| {
-        if json {
-            println!("{}", serde_json::to_string(r).unwrap_or_default());
+        let mut o = std::io::stdout().lock();
+        let written = if json {
+            writeln!(o, "{}", serde_json::to_string(r).unwrap_or_default())
+        } else if std::mem::take(&mut first) {
+            writeln!(o, "{}\n{r}", perf::PerfResult::header(a.lat))
         } else {
-            if first {
-                println!("{}", perf::PerfResult::header(a.lat));
-                first = false;
-            }
-            println!("{r}");
-        }
+            writeln!(o, "{r}")
+        };
+        written.and_then(|()| o.flush()).is_ok()
     };
     match &a.client {
         Some(host) => perf::run_perf_client(

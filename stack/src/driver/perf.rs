@@ -967,12 +967,13 @@ pub struct PerfClient {
 }
 
 /// Connects to a perf server and runs every spec in turn (each followed by its UDP baseline
-/// when `baseline`), handing each result to `out` as soon as it is measured.
+/// when `baseline`), handing each result to `out` as soon as it is measured; `out` returns
+/// `false` to stop there (its reader went away).
 pub fn run_perf_client(
     client: PerfClient,
     specs: &[PerfSpec],
     baseline: bool,
-    mut out: impl FnMut(&PerfResult),
+    mut out: impl FnMut(&PerfResult) -> bool,
 ) -> Result<(), DriverError> {
     for s in specs {
         s.validate().map_err(DriverError::Config)?;
@@ -987,7 +988,9 @@ pub fn run_perf_client(
                 let b = run_one(&mut ctl, &spec.baseline(), local, peer_ip).await?;
                 r = r.with_baseline(b);
             }
-            out(&r);
+            if !out(&r) {
+                break;
+            }
         }
         ctl.send(&Msg::Bye).await
     })
@@ -1412,7 +1415,7 @@ pub fn run_perf_loopback(
     server_ip: IpAddr,
     specs: &[PerfSpec],
     baseline: bool,
-    out: impl FnMut(&PerfResult),
+    out: impl FnMut(&PerfResult) -> bool,
 ) -> Result<(), DriverError> {
     for s in specs {
         s.validate().map_err(DriverError::Config)?;
