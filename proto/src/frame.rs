@@ -450,20 +450,10 @@ impl<'a> Frame<'a> {
         }
     }
 
-    /// The ICRC computed over this frame's pseudo-header and transport packet (one shot).
+    /// The ICRC computed over this frame's pseudo-header and transport packet.
     pub fn computed_icrc(&self) -> Result<u32> {
         let p = self.packet()?;
-        let bytes = p.as_bytes();
-        match (self.version, &self.ip, &self.udp, self.grh) {
-            (RoceVersion::V2, Some(ip), Some(udp), _) if ip.is_ipv6() => {
-                Icrc::compute_rocev2_ipv6(ip.header, udp.header, bytes)
-            }
-            (RoceVersion::V2, Some(ip), Some(udp), _) => {
-                Icrc::compute_rocev2_ipv4(ip.header, udp.header, bytes)
-            }
-            (RoceVersion::V1 | RoceVersion::Ib, _, _, Some(g)) => Icrc::compute_grh(g, bytes),
-            _ => Ok(self.icrc_seed()?.compute(bytes)),
-        }
+        Ok(self.icrc_seed()?.compute(p.as_bytes()))
     }
 
     /// `Ok(true)` when the stored ICRC matches; `Err` when the packet is not whole.

@@ -25,10 +25,8 @@ use crate::{bth, Error, Layer, Result, ICRC_LEN};
 use crc32fast::Hasher;
 
 const FF8: [u8; 8] = [0xff; 8];
-/// Largest pseudo-header (8 + 60 for IPv4 with options + 8 for UDP) plus room for the first
-/// transport bytes, so that a one-shot computation hashes one buffer of at least 128 bytes
-/// (crc32fast's folding path) and then the rest of the packet in place.
-const MAX_PSEUDO: usize = 8 + 60 + 8 + 128;
+/// Largest pseudo-header: 8 + 60 (IPv4 with options) + 8 (UDP).
+const MAX_PSEUDO: usize = 8 + 60 + 8;
 
 /// CRC state after an ICRC pseudo-header, ready to take the transport bytes.
 #[derive(Clone)]
@@ -85,19 +83,6 @@ impl Pseudo {
         let mut hasher = Hasher::new();
         hasher.update(&self.buf[..self.len]);
         Icrc { hasher }
-    }
-    /// One-shot: the pseudo-header, then `covered` (BTH onwards, ICRC excluded) with BTH
-    /// byte 4 masked; copies the first transport bytes next to the pseudo-header.
-    fn finish_with(mut self, covered: &[u8]) -> u32 {
-        let take = covered.len().min(MAX_PSEUDO - self.len);
-        let at = self.push(&covered[..take]);
-        if take > bth::CN_BYTE_OFFSET {
-            self.buf[at + bth::CN_BYTE_OFFSET] = 0xff;
-        }
-        let mut hasher = Hasher::new();
-        hasher.update(&self.buf[..self.len]);
-        hasher.update(&covered[take..]);
-        hasher.finalize()
     }
     fn rocev2_ipv4(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
         need(Layer::Ipv4, ip_header, 20)?;
@@ -175,20 +160,9 @@ impl Icrc {
         Ok(Pseudo::rocev2_ipv4(ip_header, udp_header)?.finish())
     }
 
-    /// One-shot ICRC of a RoCEv2/IPv4 transport `packet` (its last four bytes, the ICRC
-    /// field, are not covered). Faster than a seed when the headers change every packet.
-    pub fn compute_rocev2_ipv4(ip_header: &[u8], udp_header: &[u8], packet: &[u8]) -> Result<u32> {
-        Ok(Pseudo::rocev2_ipv4(ip_header, udp_header)?.finish_with(covered(packet)))
-    }
-
     /// Seed for RoCEv2 over IPv6 from the exact 40-byte IPv6 header and the UDP header.
     pub fn rocev2_ipv6(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
         Ok(Pseudo::rocev2_ipv6(ip_header, udp_header)?.finish())
-    }
-
-    /// One-shot ICRC of a RoCEv2/IPv6 transport `packet` (ICRC field not covered).
-    pub fn compute_rocev2_ipv6(ip_header: &[u8], udp_header: &[u8], packet: &[u8]) -> Result<u32> {
-        Ok(Pseudo::rocev2_ipv6(ip_header, udp_header)?.finish_with(covered(packet)))
     }
 
     /// Seed for RoCEv2 over IPv4 from header fields alone, for a sender on a UDP socket that
@@ -238,11 +212,6 @@ impl Icrc {
     /// Seed for RoCE v1 (and native IB with a GRH): the 40-byte GRH.
     pub fn grh(grh: &[u8]) -> Result<Self> {
         Ok(Pseudo::grh(grh)?.finish())
-    }
-
-    /// One-shot ICRC of a RoCE v1 (or LRH+GRH) transport `packet` (ICRC field not covered).
-    pub fn compute_grh(grh: &[u8], packet: &[u8]) -> Result<u32> {
-        Ok(Pseudo::grh(grh)?.finish_with(covered(packet)))
     }
 
     /// Seed for native IB without a GRH: the 8-byte LRH with its VL nibble masked.

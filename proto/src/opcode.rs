@@ -348,6 +348,10 @@ impl Opcode {
     /// `true` when the opcode carries a payload. The CNP's 16 reserved bytes and an unknown
     /// opcode's opaque body count as payload.
     pub const fn has_payload(self) -> bool {
+        HAS_PAYLOAD[self.0 as usize]
+    }
+
+    const fn compute_has_payload(self) -> bool {
         match self.op() {
             Some(op) => op.payload,
             None => true,
@@ -428,6 +432,17 @@ const EXT_SETS: [u16; 256] = {
     let mut i = 0;
     while i < 256 {
         t[i] = Opcode(i as u8).compute_ext_headers().0;
+        i += 1;
+    }
+    t
+};
+
+/// Whether each opcode carries a payload.
+const HAS_PAYLOAD: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = Opcode(i as u8).compute_has_payload();
         i += 1;
     }
     t

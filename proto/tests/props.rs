@@ -198,13 +198,6 @@ proptest! {
         // A flip of the version or IHL bits makes the header unusable: detected too.
         if let Ok(seed) = seed {
             prop_assert!(!seed.verify(&bytes[t_at..]), "flip at {} bit {:#x} went unnoticed", at, bit);
-            // The one-shot path agrees with the seed path.
-            let one_shot = if v6 {
-                Icrc::compute_rocev2_ipv6(&bytes[ip_at..udp_at], &bytes[udp_at..t_at], &bytes[t_at..])
-            } else {
-                Icrc::compute_rocev2_ipv4(&bytes[ip_at..udp_at], &bytes[udp_at..t_at], &bytes[t_at..])
-            };
-            prop_assert_ne!(one_shot.unwrap(), roce_proto::icrc::stored(&bytes[t_at..]));
         }
     }
 
