@@ -81,6 +81,12 @@ fn default_mix_verifies_and_reports_json() {
         assert!(r["ops"][kind].as_u64().unwrap() > 0, "no {kind}: {out}");
     }
     assert!(r["verified_bytes"].as_u64().unwrap() > 0);
+    // A clean run drops nothing: in particular responses leave in PSN order, so no ACK arrives
+    // after a READ response that already acknowledged it (a stale response).
+    for (reason, n) in r["drops"].as_object().unwrap() {
+        assert_eq!(n.as_u64(), Some(0), "{reason} drops in a clean run: {out}");
+    }
+    assert_eq!(r["retransmitted_packets"].as_u64(), Some(0), "{out}");
 }
 
 #[test]

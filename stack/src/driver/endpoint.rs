@@ -104,9 +104,12 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// An RC ACKNOWLEDGE (no payload for the application; may go after data of the same batch).
-fn is_ack(d: &[u8]) -> bool {
-    d.first() == Some(&0x11)
+/// A response (ACK, READ response, atomic ACK). Requests and responses are the two
+/// independent directions of an RC connection, so a batch may send its requests before its
+/// responses; responses keep their order among themselves (their PSNs must not go backwards).
+fn is_response(d: &[u8]) -> bool {
+    d.first()
+        .is_some_and(|&op| roce_proto::Opcode(op).is_response())
 }
 
 /// Sends buffered transmissions in bursts of at most this many before reading again.
@@ -252,17 +255,6 @@ impl Endpoint {
                     break;
                 };
                 let dst = SocketAddr::new(t.path.remote, self.peer_port);
-                if let Some(tap) = &mut self.tap {
-                    let src = SocketAddr::new(t.path.local, t.path.src_port);
-                    tap(&TapRecord {
-                        time: SystemTime::now(),
-                        direction: Direction::Sent,
-                        src,
-                        dst,
-                        ecn: t.ecn,
-                        data: &self.slots[k][..t.len],
-                    });
-                }
                 self.slots[k].truncate(t.len);
                 self.slot_meta.push((t.path.src_port, dst, t.ecn));
             }
@@ -280,19 +272,33 @@ impl Endpoint {
                 let key = self.slot_meta[i];
                 let mut group: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
                 let mut g = 0;
-                // Requests and data first, bare ACKs last: a ping-pong's answer should not
-                // wait behind the acknowledgement of the ping.
-                for acks in [false, true] {
+                // Requests first, responses last: a ping-pong's answer (a request) should not
+                // wait behind the acknowledgement of the ping (a response).
+                for responses in [false, true] {
                     let candidates = sent[i..filled]
                         .iter_mut()
                         .zip(&self.slot_meta[i..filled])
                         .zip(&self.slots[i..filled]);
                     for ((done, meta), slot) in candidates {
-                        if !*done && *meta == key && is_ack(slot) == acks {
+                        if !*done && *meta == key && is_response(slot) == responses {
                             *done = true;
                             group[g] = slot;
                             g += 1;
                         }
+                    }
+                }
+                // The tap sees the datagrams in the order they go on the wire.
+                if let Some(tap) = &mut self.tap {
+                    let src = SocketAddr::new(self.sock.local_addr().ip(), key.0);
+                    for data in &group[..g] {
+                        tap(&TapRecord {
+                            time: SystemTime::now(),
+                            direction: Direction::Sent,
+                            src,
+                            dst: key.1,
+                            ecn: key.2,
+                            data,
+                        });
                     }
                 }
                 self.sock
