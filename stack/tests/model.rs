@@ -5,8 +5,11 @@
 //! Seeds: `MODEL_SEEDS` consecutive seeds starting at `SIM_SEED` (default 0); by default 1000
 //! in release builds and 120 in debug builds for the main test (0-20% loss, reordering,
 //! duplication, 0-2% corruption, rxe's infinite `retry_cnt = 7`), and 300 / 30 for the variant
-//! with IBA retry counting and a tenth of the impairments. `SIM_SEED=n MODEL_SEEDS=1` replays one.
+//! with IBA retry counting and a tenth of the impairments. `SIM_SEED=n MODEL_SEEDS=1` replays one;
+//! add `SIM_PCAP=out.pcap` to write its traffic for `roce decode` or Wireshark.
 #![allow(clippy::needless_range_loop)]
+
+mod common;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -86,6 +89,7 @@ fn run_seed(seed: u64, iba_retry: bool) {
     let _guard = SeedGuard(seed);
     let mut rng = Rng::new(seed ^ 0x5eed);
     let mut sim = Sim::new(seed);
+    common::pcap_from_env(&mut sim);
     let ips: [IpAddr; 2] = ["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()];
     let hosts = [sim.add_endpoint(ips[0]), sim.add_endpoint(ips[1])];
     let impair = rng.below(4);
