@@ -25,14 +25,15 @@ use serde::{Deserialize, Serialize};
 use super::endpoint::Endpoint;
 use super::impair::Impairment;
 use super::{
-    connect_qp, runtime, setup, start_psns, Control, DriverError, Listener, Msg, QpInfo, RunConfig,
+    accept_control, connect_control, connect_qp, runtime, setup, start_psns, Control, DriverError,
+    Listener, Msg, QpInfo, RunConfig,
 };
 use crate::device::{CqHandle, Device};
 use crate::kv::{
     AllocKind, KvLayout, KvReceiver, KvSender, KvSpec, ModelShape, PlanKind, PlanSpec,
 };
 use crate::memory::{Access, PdHandle};
-use crate::qp::{QpAttr, QpCaps, QpState};
+use crate::qp::QpCaps;
 use crate::workload::Application;
 
 /// Version of the kv control protocol.
@@ -386,23 +387,7 @@ fn create_qps(
         max_unacked_psns: window.clamp(32, 256) as u32,
         ..QpCaps::default()
     };
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let (scq, rcq) = (dev.create_cq(), dev.create_cq());
-        let qpn = dev
-            .create_qp(pd, scq, rcq, caps)
-            .map_err(|e| DriverError::Setup(e.to_string()))?;
-        dev.modify_qp(
-            qpn,
-            &QpAttr {
-                access_flags: Some(Access::REMOTE_WRITE),
-                ..QpAttr::to(QpState::Init)
-            },
-        )
-        .map_err(|e| DriverError::Setup(e.to_string()))?;
-        out.push((qpn, scq, rcq));
-    }
-    Ok(out)
+    super::create_qps(dev, pd, n, caps, Access::REMOTE_WRITE)
 }
 
 fn kv_msg(m: Msg) -> Result<KvMsg, DriverError> {
@@ -438,18 +423,8 @@ impl Listener {
     pub fn serve_kv(self, impairment: Impairment) -> Result<KvServerOutcome, DriverError> {
         let rt = runtime()?;
         rt.block_on(async move {
-            let listener =
-                tokio::net::TcpListener::from_std(self.listener).map_err(setup("listener"))?;
-            let accept = listener.accept();
-            let (stream, peer) = match self.cfg.accept_timeout {
-                Some(d) => tokio::time::timeout(d, accept)
-                    .await
-                    .map_err(|_| DriverError::Setup(format!("no client connected within {d:?}")))?,
-                None => accept.await,
-            }
-            .map_err(setup("accept"))?;
-            let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
-            let mut ctl = Control::new(stream);
+            let (mut ctl, local_ip, peer) =
+                accept_control(self.listener, self.cfg.accept_timeout).await?;
             let r = serve_kv_client(
                 &mut ctl,
                 SocketAddr::new(local_ip, self.cfg.roce_port),
@@ -629,23 +604,7 @@ pub fn run_kv_client(client: KvClient, cfg: &KvConfig) -> Result<KvReport, Drive
 }
 
 async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, DriverError> {
-    let sock = match client.server {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
-    }
-    .map_err(setup("control socket"))?;
-    if let Some(ip) = client.bind {
-        sock.bind(SocketAddr::new(ip, 0))
-            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
-    }
-    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(client.server))
-        .await
-        .map_err(|_| {
-            DriverError::Setup(format!("cannot reach server {}: timed out", client.server))
-        })?
-        .map_err(|e| DriverError::Setup(format!("cannot reach server {}: {e}", client.server)))?;
-    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
-    let mut ctl = Control::new(stream);
+    let (mut ctl, local_ip) = connect_control(client.server, client.bind).await?;
     let spec = cfg.spec;
     let plans = cfg.all_plans();
 

@@ -279,25 +279,67 @@ impl Control {
     }
 }
 
-/// Creates `n` QPs (each with its own send and receive CQ) and moves them to INIT.
+/// Opens the control connection to `server` (from `bind`, when given). Returns the control
+/// channel and the local IP the route to the server uses (the RoCE socket binds it).
+async fn connect_control(
+    server: SocketAddr,
+    bind: Option<IpAddr>,
+) -> Result<(Control, IpAddr), DriverError> {
+    let sock = match server {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(setup("control socket"))?;
+    if let Some(ip) = bind {
+        sock.bind(SocketAddr::new(ip, 0))
+            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
+    }
+    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(server))
+        .await
+        .map_err(|_| DriverError::Setup(format!("cannot reach server {server}: timed out")))?
+        .map_err(|e| DriverError::Setup(format!("cannot reach server {server}: {e}")))?;
+    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+    Ok((Control::new(stream), local_ip))
+}
+
+/// Accepts one client on `listener` (within `timeout`, when given). Returns the control
+/// channel, the local IP the client reached and the client's address.
+async fn accept_control(
+    listener: std::net::TcpListener,
+    timeout: Option<Duration>,
+) -> Result<(Control, IpAddr, SocketAddr), DriverError> {
+    let listener = TcpListener::from_std(listener).map_err(setup("listener"))?;
+    let accept = listener.accept();
+    let (stream, peer) = match timeout {
+        Some(d) => tokio::time::timeout(d, accept)
+            .await
+            .map_err(|_| DriverError::Setup(format!("no client connected within {d:?}")))?,
+        None => accept.await,
+    }
+    .map_err(setup("accept"))?;
+    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+    Ok((Control::new(stream), local_ip, peer))
+}
+
+/// Creates `n` QPs (each with its own send and receive CQ, sized by `caps`) and moves them
+/// to INIT with the remote `access` they grant.
 fn create_qps(
     dev: &mut Device,
     pd: PdHandle,
     n: u32,
+    caps: QpCaps,
+    access: Access,
 ) -> Result<Vec<(Qpn, CqHandle, CqHandle)>, DriverError> {
     let mut out = Vec::new();
     for _ in 0..n {
         let (scq, rcq) = (dev.create_cq(), dev.create_cq());
-        let caps = QpCaps::default();
         let qpn = dev
             .create_qp(pd, scq, rcq, caps)
             .map_err(|e| DriverError::Setup(e.to_string()))?;
         dev.modify_qp(
             qpn,
             &QpAttr {
-                access_flags: Some(
-                    Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-                ),
+                access_flags: Some(access),
                 ..QpAttr::to(QpState::Init)
             },
         )
@@ -306,6 +348,10 @@ fn create_qps(
     }
     Ok(out)
 }
+
+/// Remote access of the QPs of `roce loopback` and `roce perf`: everything.
+const ALL_REMOTE: Access =
+    Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
 
 /// Start PSNs from the seed (random-looking, so runs cross the 2^24 wrap now and then).
 fn start_psns(seed: u64, n: u32, salt: u64) -> Vec<Psn> {
@@ -425,17 +471,8 @@ impl Listener {
     ) -> Result<ServerOutcome, DriverError> {
         let rt = runtime()?;
         rt.block_on(async move {
-            let listener = TcpListener::from_std(self.listener).map_err(setup("listener"))?;
-            let accept = listener.accept();
-            let (stream, peer) = match self.cfg.accept_timeout {
-                Some(d) => tokio::time::timeout(d, accept)
-                    .await
-                    .map_err(|_| DriverError::Setup(format!("no client connected within {d:?}")))?,
-                None => accept.await,
-            }
-            .map_err(setup("accept"))?;
-            let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
-            let mut ctl = Control::new(stream);
+            let (mut ctl, local_ip, peer) =
+                accept_control(self.listener, self.cfg.accept_timeout).await?;
             match serve_client(
                 &mut ctl,
                 local_ip,
@@ -518,7 +555,7 @@ async fn serve_client(
     let remote = SocketAddr::new(peer_ip, client_port);
     let mut dev = Device::default();
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, cfg.spec.qps)?;
+    let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
     let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0x5e7e);
     let plan = Plan::new(&cfg.spec);
     let recv: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, _, r)| (q, r)).collect();
@@ -603,28 +640,12 @@ async fn client_async(
     cfg: &RunConfig,
     tap: Option<Tap>,
 ) -> Result<Report, DriverError> {
-    let sock = match client.server {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
-    }
-    .map_err(setup("control socket"))?;
-    if let Some(ip) = client.bind {
-        sock.bind(SocketAddr::new(ip, 0))
-            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
-    }
-    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(client.server))
-        .await
-        .map_err(|_| {
-            DriverError::Setup(format!("cannot reach server {}: timed out", client.server))
-        })?
-        .map_err(|e| DriverError::Setup(format!("cannot reach server {}: {e}", client.server)))?;
-    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+    let (mut ctl, local_ip) = connect_control(client.server, client.bind).await?;
     let peer_ip = client.server.ip();
-    let mut ctl = Control::new(stream);
 
     let mut dev = Device::default();
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, cfg.spec.qps)?;
+    let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
     let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0xc11e);
     ctl.send(&Msg::Hello {
         protocol: PROTOCOL,

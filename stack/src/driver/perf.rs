@@ -26,13 +26,13 @@ use super::endpoint::{Application, Endpoint, RunError};
 use super::impair::Impairment;
 use super::socket::{RoceSocket, SEND_BATCH};
 use super::{
-    connect_qp, runtime, setup, start_psns, Block, Control, DriverError, Listener, Msg, QpInfo,
-    RunConfig, PROTOCOL,
+    accept_control, connect_control, connect_qp, runtime, setup, start_psns, Block, Control,
+    DriverError, Listener, Msg, QpInfo, RunConfig, PROTOCOL,
 };
 use crate::device::{CqHandle, Device};
 use crate::memory::{Access, MrHandle, SgList};
 use crate::path::PathConfig;
-use crate::qp::{QpAttr, QpCaps, QpState};
+use crate::qp::QpCaps;
 use crate::time::Instant;
 use crate::wr::{RecvRequest, RemoteAddr, WcStatus, WorkRequest, WrOp};
 
@@ -894,24 +894,13 @@ fn perf_device(
         len,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     );
-    let mut qps = Vec::new();
-    for _ in 0..spec.nqps() {
-        let (scq, rcq) = (dev.create_cq(), dev.create_cq());
-        let qpn = dev
-            .create_qp(pd, scq, rcq, perf_caps(spec))
-            .map_err(|e| DriverError::Setup(e.to_string()))?;
-        dev.modify_qp(
-            qpn,
-            &QpAttr {
-                access_flags: Some(
-                    Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-                ),
-                ..QpAttr::to(QpState::Init)
-            },
-        )
-        .map_err(|e| DriverError::Setup(e.to_string()))?;
-        qps.push((qpn, scq, rcq));
-    }
+    let qps = super::create_qps(
+        &mut dev,
+        pd,
+        spec.nqps(),
+        perf_caps(spec),
+        super::ALL_REMOTE,
+    )?;
     Ok((dev, qps, (src, dst)))
 }
 
@@ -979,7 +968,7 @@ pub fn run_perf_client(
         s.validate().map_err(DriverError::Config)?;
     }
     runtime()?.block_on(async move {
-        let (mut ctl, local_ip) = connect(client.server, client.bind).await?;
+        let (mut ctl, local_ip) = connect_control(client.server, client.bind).await?;
         let local = SocketAddr::new(local_ip, client.roce_port);
         let peer_ip = client.server.ip();
         for spec in specs {
@@ -994,27 +983,6 @@ pub fn run_perf_client(
         }
         ctl.send(&Msg::Bye).await
     })
-}
-
-async fn connect(
-    server: SocketAddr,
-    bind: Option<IpAddr>,
-) -> Result<(Control, IpAddr), DriverError> {
-    let sock = match server {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
-    }
-    .map_err(setup("control socket"))?;
-    if let Some(ip) = bind {
-        sock.bind(SocketAddr::new(ip, 0))
-            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
-    }
-    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(server))
-        .await
-        .map_err(|_| DriverError::Setup(format!("cannot reach server {server}: timed out")))?
-        .map_err(|e| DriverError::Setup(format!("cannot reach server {server}: {e}")))?;
-    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
-    Ok((Control::new(stream), local_ip))
 }
 
 async fn run_one(
@@ -1200,18 +1168,8 @@ impl Listener {
     pub fn serve_perf(self) -> Result<u64, DriverError> {
         let rt = runtime()?;
         rt.block_on(async move {
-            let listener =
-                tokio::net::TcpListener::from_std(self.listener).map_err(setup("listener"))?;
-            let accept = listener.accept();
-            let (stream, peer) = match self.cfg.accept_timeout {
-                Some(d) => tokio::time::timeout(d, accept)
-                    .await
-                    .map_err(|_| DriverError::Setup(format!("no client connected within {d:?}")))?,
-                None => accept.await,
-            }
-            .map_err(setup("accept"))?;
-            let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
-            let mut ctl = Control::new(stream);
+            let (mut ctl, local_ip, peer) =
+                accept_control(self.listener, self.cfg.accept_timeout).await?;
             let local = SocketAddr::new(local_ip, self.cfg.roce_port);
             let mut runs = 0;
             loop {
