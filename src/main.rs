@@ -224,25 +224,8 @@ struct KvArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
-    /// Serve one prefill client as the decode side (`roce kv --client HOST`) and exit; the
-    /// client sends the shape and the plans, so only the impairment flags apply here.
-    #[arg(long, conflicts_with = "client")]
-    server: bool,
-    /// Run the prefill side against `roce kv --server` on HOST (HOST or HOST:PORT).
-    #[arg(long, value_name = "HOST")]
-    client: Option<String>,
-    /// TCP port of the control connection (server mode).
-    #[arg(long, default_value_t = roce_stack::driver::DEFAULT_CONTROL_PORT)]
-    port: u16,
-    /// Local address: server mode listens here; client mode binds it.
-    #[arg(long)]
-    bind: Option<std::net::IpAddr>,
-    /// One process: address of the prefill (client) end.
-    #[arg(long, default_value = "127.0.0.1")]
-    client_ip: std::net::IpAddr,
-    /// One process: address of the decode (server) end.
-    #[arg(long, default_value = "127.0.0.2")]
-    server_ip: std::net::IpAddr,
+    #[command(flatten)]
+    ends: Ends,
 }
 
 #[derive(Debug, Args)]
@@ -282,11 +265,18 @@ struct PerfArgs {
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
-    /// Serve one client (`roce perf TEST --client HOST`) and exit; the client's options decide
-    /// every run.
+    #[command(flatten)]
+    ends: Ends,
+}
+
+/// Where the two ends of `roce kv` and `roce perf` run: one process by default, or a server and
+/// a client (the client, as requester, sends every setting; the server only serves).
+#[derive(Debug, Args)]
+struct Ends {
+    /// Serve one client (`--client HOST` on the other side) and exit.
     #[arg(long, conflicts_with = "client")]
     server: bool,
-    /// Run against `roce perf TEST --server` on HOST (HOST or HOST:PORT).
+    /// Run against `--server` on HOST (HOST or HOST:PORT).
     #[arg(long, value_name = "HOST")]
     client: Option<String>,
     /// TCP port of the control connection (server mode).
@@ -295,10 +285,10 @@ struct PerfArgs {
     /// Local address: server mode listens here; client mode binds it.
     #[arg(long)]
     bind: Option<std::net::IpAddr>,
-    /// One process: address of the client end.
+    /// One process: address of the client (requester) end.
     #[arg(long, default_value = "127.0.0.1")]
     client_ip: std::net::IpAddr,
-    /// One process: address of the server end.
+    /// One process: address of the server (responder) end.
     #[arg(long, default_value = "127.0.0.2")]
     server_ip: std::net::IpAddr,
 }
@@ -541,12 +531,14 @@ fn kv(a: KvArgs) -> anyhow::Result<ExitCode> {
     use roce_stack::driver::kv;
     use roce_stack::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
     let imp = impairment(&a.impair, a.seed);
-    if a.server {
+    if a.ends.server {
         imp.validate().map_err(anyhow::Error::msg)?;
         let listener = roce_stack::driver::Listener::bind(roce_stack::driver::ServerConfig {
             listen: std::net::SocketAddr::new(
-                a.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-                a.port,
+                a.ends
+                    .bind
+                    .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                a.ends.port,
             ),
             roce_port: roce_proto::ROCEV2_UDP_PORT,
             accept_timeout: None,
@@ -603,16 +595,16 @@ fn kv(a: KvArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
-    let r = match &a.client {
+    let r = match &a.ends.client {
         Some(host) => kv::run_kv_client(
             kv::KvClient {
                 server: resolve(host)?,
-                bind: a.bind,
+                bind: a.ends.bind,
                 roce_port: roce_proto::ROCEV2_UDP_PORT,
             },
             &cfg,
         )?,
-        None => kv::run_kv_loopback(a.client_ip, a.server_ip, &cfg)?,
+        None => kv::run_kv_loopback(a.ends.client_ip, a.ends.server_ip, &cfg)?,
     };
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
@@ -647,11 +639,13 @@ fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
         outs: a.outs,
     })
     .map_err(anyhow::Error::msg)?;
-    if a.server {
+    if a.ends.server {
         let listener = roce_stack::driver::Listener::bind(roce_stack::driver::ServerConfig {
             listen: std::net::SocketAddr::new(
-                a.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-                a.port,
+                a.ends
+                    .bind
+                    .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                a.ends.port,
             ),
             roce_port: roce_proto::ROCEV2_UDP_PORT,
             accept_timeout: None,
@@ -678,18 +672,20 @@ fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
         };
         written.and_then(|()| o.flush()).is_ok()
     };
-    match &a.client {
+    match &a.ends.client {
         Some(host) => perf::run_perf_client(
             perf::PerfClient {
                 server: resolve(host)?,
-                bind: a.bind,
+                bind: a.ends.bind,
                 roce_port: roce_proto::ROCEV2_UDP_PORT,
             },
             &specs,
             a.baseline,
             out,
         )?,
-        None => perf::run_perf_loopback(a.client_ip, a.server_ip, &specs, a.baseline, out)?,
+        None => {
+            perf::run_perf_loopback(a.ends.client_ip, a.ends.server_ip, &specs, a.baseline, out)?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
