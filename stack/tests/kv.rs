@@ -2,15 +2,14 @@
 //! only once every byte its QP wrote is in place (checked at that moment), on clean and impaired
 //! links; scattered blocks with merging land every byte; the receiver counts one immediate per
 //! QP and waits for all of them. Seeds print on failure (replay with `SIM_SEED`).
-use std::net::{IpAddr, Ipv4Addr};
+mod common;
 
-use roce_proto::Qpn;
 use roce_stack::kv::{
     AllocKind, KvLayout, KvReceiver, KvSender, KvSpec, ModelShape, PlanSpec, Transfer,
 };
 use roce_stack::sim::{seed_from_env, ConnectOptions, LinkConfig, SeedGuard, Sim};
 use roce_stack::workload::Application;
-use roce_stack::{Access, CqHandle, MrHandle, QpCaps};
+use roce_stack::{Access, MrHandle};
 
 struct Run {
     sim: Sim,
@@ -25,32 +24,13 @@ const B: usize = 1;
 fn setup(spec: &KvSpec, plan: &PlanSpec, link: LinkConfig, seed: u64) -> Run {
     let mut sim = Sim::new(seed);
     sim.set_default_link(link);
-    let a = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-    let b = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+    let p = common::connect_pairs(&mut sim, spec.qps, |q| ConnectOptions {
+        mtu: 1024,
+        psn_a: (seed as u32).wrapping_mul(7919).wrapping_add(q) & 0xff_ffff,
+        ..ConnectOptions::default()
+    });
+    let (a, b, (pa, pb), send, recv) = (p.a, p.b, p.pd, p.send, p.recv);
     assert_eq!((a, b), (A, B));
-    let (pa, pb) = (sim.device(a).alloc_pd(), sim.device(b).alloc_pd());
-    let mut send: Vec<(Qpn, CqHandle)> = Vec::new();
-    let mut recv: Vec<(Qpn, CqHandle)> = Vec::new();
-    for q in 0..spec.qps {
-        let (sa, ra) = (sim.device(a).create_cq(), sim.device(a).create_cq());
-        let (sb, rb) = (sim.device(b).create_cq(), sim.device(b).create_cq());
-        let x = sim
-            .device(a)
-            .create_qp(pa, sa, ra, QpCaps::default())
-            .unwrap();
-        let y = sim
-            .device(b)
-            .create_qp(pb, sb, rb, QpCaps::default())
-            .unwrap();
-        let opts = ConnectOptions {
-            mtu: 1024,
-            psn_a: (seed as u32).wrapping_mul(7919).wrapping_add(q) & 0xff_ffff,
-            ..ConnectOptions::default()
-        };
-        sim.connect(a, x, b, y, &opts).unwrap();
-        send.push((x, sa));
-        recv.push((y, rb));
-    }
     // Decode: the pool, registered once; blocks for the request.
     let pool = sim.device(b).reg_mr(
         pb,

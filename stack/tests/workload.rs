@@ -2,46 +2,19 @@
 //! and every completion, on clean and on impaired links. Seeds print on failure.
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr};
-
 use roce_stack::sim::{seed_from_env, ConnectOptions, LinkConfig, SeedGuard, Sim};
 use roce_stack::workload::{Application, OpKind, Plan, Requester, Responder, WorkloadSpec};
-use roce_stack::QpCaps;
 
 fn run(spec: &WorkloadSpec, link: LinkConfig, seed: u64) -> (Requester, Responder) {
     let mut sim = Sim::new(seed);
     common::pcap_from_env(&mut sim);
     sim.set_default_link(link);
-    let a = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-    let b = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
     let plan = Plan::new(spec);
-    let (mut qa, mut qb) = (Vec::new(), Vec::new());
-    let (pa, pb) = (sim.device(a).alloc_pd(), sim.device(b).alloc_pd());
-    for _ in 0..spec.qps {
-        let (sa, ra) = (sim.device(a).create_cq(), sim.device(a).create_cq());
-        let (sb, rb) = (sim.device(b).create_cq(), sim.device(b).create_cq());
-        let x = sim
-            .device(a)
-            .create_qp(pa, sa, ra, QpCaps::default())
-            .unwrap();
-        let y = sim
-            .device(b)
-            .create_qp(pb, sb, rb, QpCaps::default())
-            .unwrap();
-        sim.connect(
-            a,
-            x,
-            b,
-            y,
-            &ConnectOptions {
-                mtu: 1024,
-                ..ConnectOptions::default()
-            },
-        )
-        .unwrap();
-        qa.push((x, sa));
-        qb.push((y, rb));
-    }
+    let p = common::connect_pairs(&mut sim, spec.qps, |_| ConnectOptions {
+        mtu: 1024,
+        ..ConnectOptions::default()
+    });
+    let (a, b, (pa, pb), qa, qb) = (p.a, p.b, p.pd, p.send, p.recv);
     let (mut resp, remotes) = Responder::new(sim.device(b), pb, plan.clone(), &qb).unwrap();
     let mut req = Requester::new(sim.device(a), pa, plan, &qa, &remotes);
     for _ in 0..50_000_000u64 {
@@ -137,23 +110,11 @@ fn a_corrupted_responder_region_is_reported() {
     let mut other = spec.clone();
     other.seed ^= 1;
     let mut sim = Sim::new(seed);
-    let a = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-    let b = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
-    let (pa, pb) = (sim.device(a).alloc_pd(), sim.device(b).alloc_pd());
-    let (sa, ra) = (sim.device(a).create_cq(), sim.device(a).create_cq());
-    let (sb, rb) = (sim.device(b).create_cq(), sim.device(b).create_cq());
-    let x = sim
-        .device(a)
-        .create_qp(pa, sa, ra, QpCaps::default())
-        .unwrap();
-    let y = sim
-        .device(b)
-        .create_qp(pb, sb, rb, QpCaps::default())
-        .unwrap();
-    sim.connect(a, x, b, y, &ConnectOptions::default()).unwrap();
+    let p = common::connect_pairs(&mut sim, 1, |_| ConnectOptions::default());
+    let (a, b, (pa, pb)) = (p.a, p.b, p.pd);
     let (mut resp, remotes) =
-        Responder::new(sim.device(b), pb, Plan::new(&other), &[(y, rb)]).unwrap();
-    let mut req = Requester::new(sim.device(a), pa, Plan::new(&spec), &[(x, sa)], &remotes);
+        Responder::new(sim.device(b), pb, Plan::new(&other), &p.recv).unwrap();
+    let mut req = Requester::new(sim.device(a), pa, Plan::new(&spec), &p.send, &remotes);
     for _ in 0..1_000_000 {
         let now = sim.now();
         req.poll(sim.device(a), now).unwrap();
@@ -247,25 +208,8 @@ fn simulated_traffic_as_pcap_decodes_with_valid_icrcs() {
     };
     let mut sim = Sim::new(seed);
     assert!(common::write_pcap(&mut sim, &path));
-    let a = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-    let b = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
-    let (pa, pb) = (sim.device(a).alloc_pd(), sim.device(b).alloc_pd());
-    let (mut qa, mut qb) = (Vec::new(), Vec::new());
-    for _ in 0..spec.qps {
-        let (sa, ra) = (sim.device(a).create_cq(), sim.device(a).create_cq());
-        let (sb, rb) = (sim.device(b).create_cq(), sim.device(b).create_cq());
-        let x = sim
-            .device(a)
-            .create_qp(pa, sa, ra, QpCaps::default())
-            .unwrap();
-        let y = sim
-            .device(b)
-            .create_qp(pb, sb, rb, QpCaps::default())
-            .unwrap();
-        sim.connect(a, x, b, y, &ConnectOptions::default()).unwrap();
-        qa.push((x, sa));
-        qb.push((y, rb));
-    }
+    let p = common::connect_pairs(&mut sim, spec.qps, |_| ConnectOptions::default());
+    let (a, b, (pa, pb), qa, qb) = (p.a, p.b, p.pd, p.send, p.recv);
     let (mut resp, remotes) = Responder::new(sim.device(b), pb, Plan::new(&spec), &qb).unwrap();
     let mut req = Requester::new(sim.device(a), pa, Plan::new(&spec), &qa, &remotes);
     for _ in 0..10_000_000u64 {
