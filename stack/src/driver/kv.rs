@@ -196,12 +196,7 @@ impl Default for KvConfig {
 impl KvConfig {
     /// Checks what a user can get wrong.
     pub fn validate(&self) -> Result<(), String> {
-        if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
-            return Err(format!(
-                "--mtu must be 256, 512, 1024, 2048 or 4096, not {}",
-                self.mtu
-            ));
-        }
+        super::check_mtu(self.mtu)?;
         if self.timeout == 0 || self.timeout > 31 {
             return Err("--timeout must be 1..=31".into());
         }

@@ -92,15 +92,21 @@ impl Default for RunConfig {
     }
 }
 
+/// `Err` unless `mtu` is one of the IB path MTUs.
+fn check_mtu(mtu: u32) -> Result<(), String> {
+    if [256, 512, 1024, 2048, 4096].contains(&mtu) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--mtu must be 256, 512, 1024, 2048 or 4096, not {mtu}"
+        ))
+    }
+}
+
 impl RunConfig {
     /// Checks what a user can get wrong.
     pub fn validate(&self) -> Result<(), String> {
-        if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
-            return Err(format!(
-                "--mtu must be 256, 512, 1024, 2048 or 4096, not {}",
-                self.mtu
-            ));
-        }
+        check_mtu(self.mtu)?;
         if self.timeout == 0
             || self.timeout > 31
             || self.retry_cnt > 7

@@ -211,12 +211,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, String> {
 impl PerfSpec {
     /// Checks what a user can get wrong (one line each).
     pub fn validate(&self) -> Result<(), String> {
-        if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
-            return Err(format!(
-                "--mtu must be 256, 512, 1024, 2048 or 4096, not {}",
-                self.mtu
-            ));
-        }
+        super::check_mtu(self.mtu)?;
         let max = if self.test == PerfTest::Udp {
             65507
         } else {
