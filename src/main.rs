@@ -445,13 +445,18 @@ fn pcap_tap(
     )))
 }
 
-fn report(r: &roce_stack::driver::Report, json: bool) -> anyhow::Result<ExitCode> {
+/// Prints a run's report (text or one JSON object); exit status 0 only when it verified.
+fn report<R: serde::Serialize + std::fmt::Display>(
+    r: &R,
+    ok: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     if json {
         println!("{}", serde_json::to_string(r)?);
     } else {
         print!("{r}");
     }
-    Ok(if r.ok {
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -472,7 +477,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 )?,
                 _ => roce_stack::driver::loopback(&cfg, a.ipv6, tap)?,
             };
-            report(&r, a.run.json)
+            report(&r, r.ok, a.run.json)
         }
         Command::Server(a) => {
             let cfg = roce_stack::driver::ServerConfig {
@@ -510,7 +515,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 roce_port: roce_proto::ROCEV2_UDP_PORT,
             };
             let r = roce_stack::driver::run_client(client, &cfg, pcap_tap(&a.run.pcap)?)?;
-            report(&r, a.run.json)
+            report(&r, r.ok, a.run.json)
         }
         Command::Decode(a) => decode(a),
         Command::Perf(a) => perf(a),
@@ -606,16 +611,7 @@ fn kv(a: KvArgs) -> anyhow::Result<ExitCode> {
         )?,
         None => kv::run_kv_loopback(a.ends.client_ip, a.ends.server_ip, &cfg)?,
     };
-    if a.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
-        print!("{r}");
-    }
-    Ok(if r.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    report(&r, r.ok, a.json)
 }
 
 fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
