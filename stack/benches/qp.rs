@@ -8,9 +8,9 @@ use std::hint::black_box;
 use std::net::IpAddr;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use roce_proto::{Ecn, Psn, Qpn};
+use roce_proto::{Ecn, Qpn};
 use roce_stack::{
-    Access, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpAttr, QpCaps, QpState,
+    Access, Connection, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpCaps,
     RecvRequest, RemoteAddr, SgList, WorkRequest, WrOp,
 };
 
@@ -55,43 +55,17 @@ fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
         let qa = a.create_qp(pa, ca, ca, caps).unwrap();
         let qb = b.create_qp(pb, cb, cb, caps).unwrap();
         for (dev, q, peer, l, r) in [(&mut a, qa, qb, ia, ib), (&mut b, qb, qa, ib, ia)] {
-            dev.modify_qp(
-                q,
-                &QpAttr {
-                    access_flags: Some(Access::REMOTE_WRITE | Access::REMOTE_READ),
-                    ..QpAttr::to(QpState::Init)
-                },
-            )
-            .unwrap();
-            dev.modify_qp(
-                q,
-                &QpAttr {
-                    path_mtu: Some(mtu),
-                    dest_qpn: Some(peer),
-                    rq_psn: Some(Psn::new(0)),
-                    max_dest_rd_atomic: Some(16),
-                    min_rnr_timer: Some(1),
-                    path: Some(PathConfig {
-                        local: l,
-                        remote: r,
-                        ..PathConfig::default()
-                    }),
-                    ..QpAttr::to(QpState::Rtr)
-                },
-            )
-            .unwrap();
-            dev.modify_qp(
-                q,
-                &QpAttr {
-                    sq_psn: Some(Psn::new(0)),
-                    timeout: Some(14),
-                    retry_cnt: Some(7),
-                    rnr_retry: Some(7),
-                    max_rd_atomic: Some(16),
-                    ..QpAttr::to(QpState::Rts)
-                },
-            )
-            .unwrap();
+            let path = PathConfig {
+                local: l,
+                remote: r,
+                ..PathConfig::default()
+            };
+            let c = Connection {
+                mtu,
+                access: Access::REMOTE_WRITE | Access::REMOTE_READ,
+                ..Connection::new(peer, path)
+            };
+            dev.connect_qp(q, &c).unwrap();
         }
         let sgl = SgList::one(a.mr(src).unwrap().sge(0, msg));
         let m = b.mr(dst).unwrap();

@@ -6,14 +6,66 @@
 //! robin.
 use std::collections::VecDeque;
 
-use roce_proto::{Ecn, Qpn, RocePacket};
+use roce_proto::{Ecn, Psn, Qpn, RocePacket};
 
 use crate::cc::CongestionControl;
 use crate::memory::{Access, MemoryRegion, MrHandle, MrTable, PdHandle};
-use crate::qp::{Qp, QpAttr, QpCaps, Transmit};
+use crate::path::PathConfig;
+use crate::qp::{Qp, QpAttr, QpCaps, QpState, Transmit};
 use crate::stats::{DropReason, QpStats};
 use crate::time::{min_opt, Instant};
 use crate::wr::{Completion, ModifyError, PostError, RecvRequest, WorkRequest};
+
+/// What RESET→INIT→RTR→RTS needs for one RC QP: what the two ends exchange out of band
+/// (peer QPN, start PSNs, path) and the local choices (`ibv_modify_qp` three times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connection {
+    /// The peer's QPN.
+    pub dest_qpn: Qpn,
+    /// First PSN expected from the peer (its `sq_psn`).
+    pub rq_psn: Psn,
+    /// First PSN this QP sends (the peer's `rq_psn`).
+    pub sq_psn: Psn,
+    /// Addresses, UDP ports and ECN of the datagrams.
+    pub path: PathConfig,
+    /// Path MTU in bytes (256..=4096).
+    pub mtu: u32,
+    /// Remote access the QP grants.
+    pub access: Access,
+    /// Local ACK timeout code.
+    pub timeout: u8,
+    /// Retries after timeouts and sequence NAKs.
+    pub retry_cnt: u8,
+    /// Retries after RNR NAKs (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code this QP's RNR NAKs carry.
+    pub min_rnr_timer: u8,
+    /// READ/atomic requests outstanding as requester.
+    pub max_rd_atomic: u8,
+    /// READ/atomic requests kept as responder.
+    pub max_dest_rd_atomic: u8,
+}
+
+impl Connection {
+    /// A connection to `dest_qpn` over `path`, PSNs 0, MTU 1024, every remote access, timeout
+    /// 14 (67 ms), 7 retries, infinite RNR retries, RNR timer 1, 16 READ/atomic each way.
+    pub fn new(dest_qpn: Qpn, path: PathConfig) -> Self {
+        Self {
+            dest_qpn,
+            rq_psn: Psn::new(0),
+            sq_psn: Psn::new(0),
+            path,
+            mtu: 1024,
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+        }
+    }
+}
 
 /// A completion queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -214,6 +266,43 @@ impl Device {
     pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr) -> Result<(), ModifyError> {
         let (qp, mut ctx) = self.split(qpn).ok_or(ModifyError::NoSuchQp)?;
         qp.modify(attr, &mut ctx)
+    }
+
+    /// Brings a QP to RTS connected as `c` says: RESET→INIT (when still in RESET), INIT→RTR,
+    /// RTR→RTS. Stops at the first refused transition.
+    pub fn connect_qp(&mut self, qpn: Qpn, c: &Connection) -> Result<(), ModifyError> {
+        if self.qp(qpn).ok_or(ModifyError::NoSuchQp)?.state() == QpState::Reset {
+            self.modify_qp(
+                qpn,
+                &QpAttr {
+                    access_flags: Some(c.access),
+                    ..QpAttr::to(QpState::Init)
+                },
+            )?;
+        }
+        self.modify_qp(
+            qpn,
+            &QpAttr {
+                path_mtu: Some(c.mtu),
+                dest_qpn: Some(c.dest_qpn),
+                rq_psn: Some(c.rq_psn),
+                max_dest_rd_atomic: Some(c.max_dest_rd_atomic),
+                min_rnr_timer: Some(c.min_rnr_timer),
+                path: Some(c.path),
+                ..QpAttr::to(QpState::Rtr)
+            },
+        )?;
+        self.modify_qp(
+            qpn,
+            &QpAttr {
+                sq_psn: Some(c.sq_psn),
+                timeout: Some(c.timeout),
+                retry_cnt: Some(c.retry_cnt),
+                rnr_retry: Some(c.rnr_retry),
+                max_rd_atomic: Some(c.max_rd_atomic),
+                ..QpAttr::to(QpState::Rts)
+            },
+        )
     }
 
     /// Posts a send-queue work request (RTS, SQD; in ERR it completes at once as flushed).

@@ -61,33 +61,19 @@ fn connect(s: &mut Side, peer: Qpn, local: &str, remote: &str, mtu: u32) {
         remote: remote.parse().unwrap_or(PathConfig::default().remote),
         ..PathConfig::default()
     };
-    let steps = [
-        QpAttr {
-            access_flags: Some(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
-            ..QpAttr::to(QpState::Init)
-        },
-        QpAttr {
-            path_mtu: Some(mtu),
-            dest_qpn: Some(peer),
-            rq_psn: Some(Psn::new(0xff_fff0)),
-            max_dest_rd_atomic: Some(2),
-            min_rnr_timer: Some(1),
-            path: Some(path),
-            ..QpAttr::to(QpState::Rtr)
-        },
-        QpAttr {
-            sq_psn: Some(Psn::new(0xff_fff0)),
-            timeout: Some(4),
-            retry_cnt: Some(3),
-            rnr_retry: Some(3),
-            max_rd_atomic: Some(2),
-            ..QpAttr::to(QpState::Rts)
-        },
-    ];
-    for a in &steps {
-        let r = s.dev.modify_qp(s.qpn, a);
-        assert!(r.is_ok(), "connecting a fresh QP must work: {r:?}");
-    }
+    let c = crate::Connection {
+        rq_psn: Psn::new(0xff_fff0),
+        sq_psn: Psn::new(0xff_fff0),
+        mtu,
+        timeout: 4,
+        retry_cnt: 3,
+        rnr_retry: 3,
+        max_rd_atomic: 2,
+        max_dest_rd_atomic: 2,
+        ..crate::Connection::new(peer, path)
+    };
+    let r = s.dev.connect_qp(s.qpn, &c);
+    assert!(r.is_ok(), "connecting a fresh QP must work: {r:?}");
 }
 
 fn side(qpn_base: u32) -> Side {

@@ -50,7 +50,7 @@ pub mod fuzzing;
 pub use cc::{CongestionControl, NoCc};
 pub use cnp::CnpPacer;
 pub use dcqcn::{CcConfig, Dcqcn, DcqcnParams};
-pub use device::{CqHandle, CreateError, Device, DeviceConfig};
+pub use device::{Connection, CqHandle, CreateError, Device, DeviceConfig};
 pub use memory::{Access, MemoryRegion, MrHandle, PdHandle, SgList, Sge, MAX_SGE};
 pub use pacing::FixedRate;
 pub use path::PathConfig;

@@ -18,10 +18,10 @@ use std::net::IpAddr;
 
 use roce_proto::{Ecn, Qpn, ROCEV2_UDP_PORT};
 
+use crate::device::Connection;
 use crate::device::{Device, DeviceConfig};
 use crate::memory::Access;
 use crate::path::PathConfig;
-use crate::qp::{QpAttr, QpState};
 use crate::time::Instant;
 use crate::wr::ModifyError;
 
@@ -412,45 +412,29 @@ impl Sim {
             ),
         ];
         for (host, q, dest, local, remote, rq_psn, sq_psn) in ends {
-            let dev = &mut self.endpoints[host].device;
-            dev.modify_qp(
-                q,
-                &QpAttr {
-                    access_flags: Some(o.access),
-                    ..QpAttr::to(QpState::Init)
-                },
-            )?;
-            dev.modify_qp(
-                q,
-                &QpAttr {
-                    path_mtu: Some(o.mtu),
-                    dest_qpn: Some(dest),
-                    rq_psn: Some(roce_proto::Psn::new(rq_psn)),
-                    max_dest_rd_atomic: Some(o.max_rd_atomic),
-                    min_rnr_timer: Some(o.min_rnr_timer),
-                    path: Some(PathConfig {
-                        local,
-                        remote,
-                        src_port: sport,
-                        remote_src_port: sport,
-                        ecn: o.ecn,
-                        verify_icrc: true,
-                        ..PathConfig::default()
-                    }),
-                    ..QpAttr::to(QpState::Rtr)
-                },
-            )?;
-            dev.modify_qp(
-                q,
-                &QpAttr {
-                    sq_psn: Some(roce_proto::Psn::new(sq_psn)),
-                    timeout: Some(o.timeout),
-                    retry_cnt: Some(o.retry_cnt),
-                    rnr_retry: Some(o.rnr_retry),
-                    max_rd_atomic: Some(o.max_rd_atomic),
-                    ..QpAttr::to(QpState::Rts)
-                },
-            )?;
+            let path = PathConfig {
+                local,
+                remote,
+                src_port: sport,
+                remote_src_port: sport,
+                ecn: o.ecn,
+                verify_icrc: true,
+                ..PathConfig::default()
+            };
+            let c = Connection {
+                rq_psn: roce_proto::Psn::new(rq_psn),
+                sq_psn: roce_proto::Psn::new(sq_psn),
+                mtu: o.mtu,
+                access: o.access,
+                timeout: o.timeout,
+                retry_cnt: o.retry_cnt,
+                rnr_retry: o.rnr_retry,
+                min_rnr_timer: o.min_rnr_timer,
+                max_rd_atomic: o.max_rd_atomic,
+                max_dest_rd_atomic: o.max_rd_atomic,
+                ..Connection::new(dest, path)
+            };
+            self.endpoints[host].device.connect_qp(q, &c)?;
         }
         Ok(())
     }

@@ -4,8 +4,8 @@ use std::net::IpAddr;
 
 use roce_proto::{Ecn, Psn};
 use roce_stack::{
-    Access, Device, DeviceConfig, Instant, PathConfig, QpAttr, QpCaps, QpState, RecvRequest,
-    RemoteAddr, SgList, WcStatus, WorkRequest, WrOp,
+    Access, Connection, Device, DeviceConfig, Instant, PathConfig, QpCaps, RecvRequest, RemoteAddr,
+    SgList, WcStatus, WorkRequest, WrOp,
 };
 
 #[test]
@@ -27,43 +27,18 @@ fn no_allocation_per_packet_in_steady_state() {
     let ia: IpAddr = "10.0.0.1".parse().unwrap();
     let ib: IpAddr = "10.0.0.2".parse().unwrap();
     for (dev, q, peer, l, r) in [(&mut a, qa, qb, ia, ib), (&mut b, qb, qa, ib, ia)] {
-        dev.modify_qp(
-            q,
-            &QpAttr {
-                access_flags: Some(Access::ALL),
-                ..QpAttr::to(QpState::Init)
-            },
-        )
-        .unwrap();
-        dev.modify_qp(
-            q,
-            &QpAttr {
-                path_mtu: Some(1024),
-                dest_qpn: Some(peer),
-                rq_psn: Some(Psn::new(0xff_ff00)),
-                max_dest_rd_atomic: Some(16),
-                min_rnr_timer: Some(1),
-                path: Some(PathConfig {
-                    local: l,
-                    remote: r,
-                    ..PathConfig::default()
-                }),
-                ..QpAttr::to(QpState::Rtr)
-            },
-        )
-        .unwrap();
-        dev.modify_qp(
-            q,
-            &QpAttr {
-                sq_psn: Some(Psn::new(0xff_ff00)),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(16),
-                ..QpAttr::to(QpState::Rts)
-            },
-        )
-        .unwrap();
+        let path = PathConfig {
+            local: l,
+            remote: r,
+            ..PathConfig::default()
+        };
+        let c = Connection {
+            rq_psn: Psn::new(0xff_ff00),
+            sq_psn: Psn::new(0xff_ff00),
+            access: Access::ALL,
+            ..Connection::new(peer, path)
+        };
+        dev.connect_qp(q, &c).unwrap();
     }
     let rb = {
         let m = b.mr(lb).unwrap();
@@ -234,48 +209,23 @@ fn driver_data_path_allocates_nothing_per_packet() {
     let qb = b.create_qp(pb, cb, cb, QpCaps::default()).unwrap();
     let sport = PathConfig::udp_sport(qa.0, qb.0);
     for (dev, q, peer, l, r) in [(&mut a, qa, qb, ia, ib), (&mut b, qb, qa, ib, ia)] {
-        dev.modify_qp(
-            q,
-            &QpAttr {
-                access_flags: Some(Access::ALL),
-                ..QpAttr::to(QpState::Init)
-            },
-        )
-        .unwrap();
-        dev.modify_qp(
-            q,
-            &QpAttr {
-                path_mtu: Some(1024),
-                dest_qpn: Some(peer),
-                rq_psn: Some(Psn::new(0xff_f000)),
-                max_dest_rd_atomic: Some(16),
-                min_rnr_timer: Some(1),
-                path: Some(PathConfig {
-                    local: l,
-                    remote: r,
-                    src_port: sport,
-                    remote_src_port: sport,
-                    local_port: 4791,
-                    remote_port: 4791,
-                    ecn: Ecn::Ect0,
-                    verify_icrc: true,
-                }),
-                ..QpAttr::to(QpState::Rtr)
-            },
-        )
-        .unwrap();
-        dev.modify_qp(
-            q,
-            &QpAttr {
-                sq_psn: Some(Psn::new(0xff_f000)),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(16),
-                ..QpAttr::to(QpState::Rts)
-            },
-        )
-        .unwrap();
+        let path = PathConfig {
+            local: l,
+            remote: r,
+            src_port: sport,
+            remote_src_port: sport,
+            local_port: 4791,
+            remote_port: 4791,
+            ecn: Ecn::Ect0,
+            verify_icrc: true,
+        };
+        let c = Connection {
+            rq_psn: Psn::new(0xff_f000),
+            sq_psn: Psn::new(0xff_f000),
+            access: Access::ALL,
+            ..Connection::new(peer, path)
+        };
+        dev.connect_qp(q, &c).unwrap();
     }
     let remote = {
         let m = b.mr(lb).unwrap();

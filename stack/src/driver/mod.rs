@@ -31,7 +31,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::dcqcn::CcConfig;
-use crate::device::{CqHandle, Device};
+use crate::device::{Connection, CqHandle, Device};
 use crate::memory::{Access, PdHandle};
 use crate::path::PathConfig;
 use crate::qp::{QpAttr, QpCaps, QpState};
@@ -275,6 +275,25 @@ impl Control {
         }
     }
 
+    /// Server side: waits (10 s at most) for the client's `Ready`.
+    async fn expect_ready(&mut self) -> Result<(), DriverError> {
+        match self.recv_timeout(Duration::from_secs(10)).await? {
+            Msg::Ready => Ok(()),
+            _ => Err(DriverError::Peer("expected ready".into())),
+        }
+    }
+
+    /// Server side: resolves when the client says it is done (`Ok`) or vanishes (`Err`, one
+    /// line); the stop signal of a serving endpoint.
+    async fn client_done(&mut self) -> Result<(), String> {
+        match self.recv().await {
+            Ok(Msg::Done { .. }) => Ok(()),
+            Ok(_) => Err("unexpected control message".to_string()),
+            Err(DriverError::Peer(m)) => Err(format!("the client {m} before finishing")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     async fn recv_timeout(&mut self, d: Duration) -> Result<Msg, DriverError> {
         match tokio::time::timeout(d, self.recv()).await {
             Ok(r) => r,
@@ -387,32 +406,20 @@ fn connect_qp(
         ecn: Ecn::Ect0,
         verify_icrc: true,
     };
-    let err = |e: crate::wr::ModifyError| DriverError::Setup(format!("modify QP {qpn}: {e}"));
-    dev.modify_qp(
-        qpn,
-        &QpAttr {
-            path_mtu: Some(cfg.mtu),
-            dest_qpn: Some(Qpn(peer.qpn)),
-            rq_psn: Some(Psn::new(peer.psn)),
-            max_dest_rd_atomic: Some(cfg.max_rd_atomic),
-            min_rnr_timer: Some(cfg.min_rnr_timer),
-            path: Some(path),
-            ..QpAttr::to(QpState::Rtr)
-        },
-    )
-    .map_err(err)?;
-    dev.modify_qp(
-        qpn,
-        &QpAttr {
-            sq_psn: Some(sq_psn),
-            timeout: Some(cfg.timeout),
-            retry_cnt: Some(cfg.retry_cnt),
-            rnr_retry: Some(cfg.rnr_retry),
-            max_rd_atomic: Some(cfg.max_rd_atomic),
-            ..QpAttr::to(QpState::Rts)
-        },
-    )
-    .map_err(err)?;
+    let c = Connection {
+        rq_psn: Psn::new(peer.psn),
+        sq_psn,
+        mtu: cfg.mtu,
+        timeout: cfg.timeout,
+        retry_cnt: cfg.retry_cnt,
+        rnr_retry: cfg.rnr_retry,
+        min_rnr_timer: cfg.min_rnr_timer,
+        max_rd_atomic: cfg.max_rd_atomic,
+        max_dest_rd_atomic: cfg.max_rd_atomic,
+        ..Connection::new(Qpn(peer.qpn), path)
+    };
+    dev.connect_qp(qpn, &c)
+        .map_err(|e| DriverError::Setup(format!("modify QP {qpn}: {e}")))?;
     if !matches!(cfg.cc, CcConfig::None) {
         dev.set_congestion_control(qpn, cfg.cc.build(cfg.line_rate_bps));
     }
@@ -595,19 +602,9 @@ async fn serve_client(
         roce_port,
     })
     .await?;
-    match ctl.recv_timeout(Duration::from_secs(10)).await? {
-        Msg::Ready => {}
-        _ => return Err(DriverError::Peer("expected ready".into())),
-    }
+    ctl.expect_ready().await?;
     // Serve until the client says it is done (or vanishes).
-    let stop = async {
-        match ctl.recv().await {
-            Ok(Msg::Done { .. }) => Ok(()),
-            Ok(_) => Err("unexpected control message".to_string()),
-            Err(DriverError::Peer(m)) => Err(format!("the client {m} before finishing")),
-            Err(e) => Err(e.to_string()),
-        }
-    };
+    let stop = ctl.client_done();
     let silence = cfg.silence.max(Duration::from_secs(30));
     let result = ep.run(&mut responder, false, stop, silence).await;
     let side = Side::of(responder.mismatches(), responder.tally(), &ep);

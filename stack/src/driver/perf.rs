@@ -1244,18 +1244,8 @@ async fn serve_one(
         roce_port: local.port(),
     })
     .await?;
-    match ctl.recv_timeout(Duration::from_secs(10)).await? {
-        Msg::Ready => {}
-        _ => return Err(DriverError::Peer("expected ready".into())),
-    }
-    let stop = async {
-        match ctl.recv().await {
-            Ok(Msg::Done { .. }) => Ok(()),
-            Ok(_) => Err("unexpected control message".to_string()),
-            Err(DriverError::Peer(m)) => Err(format!("the client {m} before finishing")),
-            Err(e) => Err(e.to_string()),
-        }
-    };
+    ctl.expect_ready().await?;
+    let stop = ctl.client_done();
     ep.run(&mut app, false, stop, Duration::from_secs(30))
         .await?;
     ctl.send(&Msg::PerfSummary {
@@ -1279,10 +1269,7 @@ async fn udp_server(
         roce_port: local.port(),
     })
     .await?;
-    match ctl.recv_timeout(Duration::from_secs(10)).await? {
-        Msg::Ready => {}
-        _ => return Err(DriverError::Peer("expected ready".into())),
-    }
+    ctl.expect_ready().await?;
     let io = |e: std::io::Error| DriverError::Run(RunError::Io(e));
     let sport = udp_sport();
     let mut received = 0u64;
