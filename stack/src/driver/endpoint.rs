@@ -72,7 +72,7 @@ pub struct LoopStats {
     pub sent: u64,
     /// Datagrams received from the socket.
     pub received: u64,
-    /// Wake-ups.
+    /// Times the loop went to sleep (in epoll) with nothing to do.
     pub wakeups: u64,
 }
 
@@ -184,8 +184,12 @@ impl Endpoint {
         let mut last_rx = self.now();
         let mut last_io = last_rx;
         loop {
+            // One clock read per turn: the device's timers run in microseconds, a turn takes
+            // a few.
             let now = self.now();
-            self.receive(now)?;
+            // One receive per turn (more only while batches come back full): a second one
+            // right after sending mostly found the socket empty, a system call for nothing.
+            let received = self.receive(now)?;
             {
                 let Self { impair, dev, .. } = self;
                 impair.release(now, |ecn, d| dev.handle_datagram(now, ecn, d));
@@ -200,35 +204,28 @@ impl Endpoint {
                 return Ok(());
             }
             let sent = self.transmit(now, TX_BURST).await?;
-            let received = self.receive(self.now())?;
             if received > 0 {
-                last_rx = self.now();
+                last_rx = now;
             }
             if sent > 0 || received > 0 {
-                last_io = self.now();
+                last_io = now;
                 continue;
             }
             // Nothing to do right now: wait for a datagram, a deadline or the stop signal.
-            let pending = !app.done();
-            if pending && self.now().saturating_duration_since(last_rx) > silence {
+            if !app.done() && now.saturating_duration_since(last_rx) > silence {
                 return Err(RunError::PeerSilent(silence));
             }
-            let deadline =
-                crate::time::min_opt(self.dev.poll_timeout(), self.impair.next_release());
-            let wake = deadline.map_or_else(
-                || tokio::time::Instant::now() + Duration::from_millis(50),
-                |t| {
-                    self.to_tokio(t)
-                        .min(tokio::time::Instant::now() + Duration::from_millis(50))
-                },
-            );
-            self.stats.wakeups += 1;
-            if self.now().saturating_duration_since(last_io) < self.busy_poll {
+            if now.saturating_duration_since(last_io) < self.busy_poll {
                 // Spin without yielding to the runtime (whose every turn is an epoll_wait):
                 // the stop signal waits for the sleep below, at most `busy_poll` away.
                 std::hint::spin_loop();
                 continue;
             }
+            let deadline =
+                crate::time::min_opt(self.dev.poll_timeout(), self.impair.next_release());
+            let cap = tokio::time::Instant::now() + Duration::from_millis(50);
+            let wake = deadline.map_or(cap, |t| self.to_tokio(t).min(cap));
+            self.stats.wakeups += 1;
             tokio::select! {
                 r = self.sock.readable() => { r?; last_rx = self.now(); }
                 _ = tokio::time::sleep_until(wake) => {}
