@@ -86,6 +86,41 @@ impl PathConfig {
     }
 }
 
+/// The last ICRC seed of each direction of one QP, with the datagram length it is for: the
+/// pseudo-header depends only on the path and the length, and a flow mostly repeats one length
+/// (a READ request, a full-MTU middle packet), so most packets skip building and hashing it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SeedCache {
+    tx: Option<(usize, Icrc)>,
+    rx: Option<(usize, Icrc)>,
+}
+
+impl SeedCache {
+    /// [`PathConfig::tx_icrc`], remembered.
+    pub(crate) fn tx(&mut self, path: &PathConfig, transport_len: usize) -> Icrc {
+        match &self.tx {
+            Some((len, seed)) if *len == transport_len => seed.clone(),
+            _ => {
+                let seed = path.tx_icrc(transport_len);
+                self.tx = Some((transport_len, seed.clone()));
+                seed
+            }
+        }
+    }
+
+    /// [`PathConfig::rx_icrc`], remembered.
+    pub(crate) fn rx(&mut self, path: &PathConfig, transport_len: usize) -> Icrc {
+        match &self.rx {
+            Some((len, seed)) if *len == transport_len => seed.clone(),
+            _ => {
+                let seed = path.rx_icrc(transport_len);
+                self.rx = Some((transport_len, seed.clone()));
+                seed
+            }
+        }
+    }
+}
+
 fn seed(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize) -> Icrc {
     let udp = UdpFields {
         src_port: sport,

@@ -16,7 +16,7 @@ use crate::cc::{CongestionControl, NoCc};
 use crate::cnp::{cnp_repr, CnpPacer};
 use crate::device::{CqHandle, Ctx};
 use crate::memory::{Access, MemError, PdHandle};
-use crate::path::PathConfig;
+use crate::path::{PathConfig, SeedCache};
 use crate::stats::{DropReason, QpStats};
 use crate::time::{min_opt, Instant};
 use crate::wr::{
@@ -231,14 +231,19 @@ fn nak_status(code: NakCode) -> WcStatus {
 }
 
 /// Writes `repr` and its ICRC into `buf` (resized to the packet length); returns the length.
-fn emit(repr: &PacketRepr<'_>, path: &PathConfig, buf: &mut Vec<u8>) -> usize {
+fn emit(
+    repr: &PacketRepr<'_>,
+    path: &PathConfig,
+    seeds: &mut SeedCache,
+    buf: &mut Vec<u8>,
+) -> usize {
     let len = repr.buffer_len();
     buf.clear();
     buf.resize(len, 0);
     // The reprs built here always match their opcodes and fit the buffer.
     match repr.emit(buf) {
         Ok(n) => {
-            path.tx_icrc(n).fill(&mut buf[..n]);
+            seeds.tx(path, n).fill(&mut buf[..n]);
             n
         }
         Err(_) => {
@@ -278,6 +283,7 @@ pub struct Qp {
     max_rd_atomic: u8,
     max_dest_rd_atomic: u8,
     path: PathConfig,
+    seeds: SeedCache,
     // requester
     sq: VecDeque<SendWqe>,
     psn_alloc: Psn,
@@ -337,6 +343,7 @@ impl Qp {
             max_rd_atomic: 16,
             max_dest_rd_atomic: 16,
             path: PathConfig::default(),
+            seeds: SeedCache::default(),
             sq: VecDeque::with_capacity(caps.max_send_wr.min(64) as usize),
             psn_alloc: Psn::new(0),
             send_idx: 0,
@@ -540,6 +547,7 @@ impl Qp {
         }
         if let Some(v) = a.path {
             self.path = v;
+            self.seeds = SeedCache::default();
         }
         if let Some(v) = a.min_rnr_timer {
             self.min_rnr_timer = v;
@@ -817,7 +825,7 @@ impl Qp {
             // CNPs go first and are not paced (protocol.md §8.1).
             self.cnp_pending = false;
             self.stats.cnps_sent += 1;
-            let n = emit(&cnp_repr(self.dest_qpn), &self.path, buf);
+            let n = emit(&cnp_repr(self.dest_qpn), &self.path, &mut self.seeds, buf);
             self.count_tx(n);
             return Some(n);
         }
@@ -1018,7 +1026,7 @@ impl Qp {
         }
         repr.bth = bth;
         repr.payload = payload;
-        let n = emit(&repr, &self.path, buf);
+        let n = emit(&repr, &self.path, &mut self.seeds, buf);
         if bth.ack_req {
             self.since_ack_req = 0;
         } else {
@@ -1079,7 +1087,7 @@ impl Qp {
             atomic_ack_eth: atomic.map(|orig_data| AtomicAckEthRepr { orig_data }),
             ..PacketRepr::default()
         };
-        emit(&repr, &self.path, buf)
+        emit(&repr, &self.path, &mut self.seeds, buf)
     }
 
     fn poll_response(
@@ -1166,7 +1174,7 @@ impl Qp {
                     payload,
                     ..PacketRepr::default()
                 };
-                let n = emit(&repr, &self.path, buf);
+                let n = emit(&repr, &self.path, &mut self.seeds, buf);
                 job.started = true;
                 job.remaining -= plen;
                 job.va = job.va.wrapping_add(u64::from(plen));
@@ -1191,7 +1199,7 @@ impl Qp {
         bytes: &[u8],
         ctx: &mut Ctx<'_>,
     ) {
-        if self.path.verify_icrc && !self.path.rx_icrc(bytes.len()).verify(bytes) {
+        if self.path.verify_icrc && !self.seeds.rx(&self.path, bytes.len()).verify(bytes) {
             self.stats.drops.count(DropReason::BadIcrc);
             return;
         }
