@@ -256,10 +256,15 @@ struct PerfArgs {
     /// Work requests outstanding per QP (bandwidth).
     #[arg(short = 't', long, default_value_t = 128)]
     tx_depth: u32,
-    /// READs/atomics outstanding per QP (default 64).
+    /// READs/atomics outstanding per QP (default 128); udp --request: requests outstanding.
     #[arg(short = 'o', long)]
     outs: Option<u8>,
-    /// Also run the plain-UDP baseline of the same wire size and print the ratios.
+    /// udp: a request/response exchange instead of a blast: requests of this size, each
+    /// answered by one datagram of -s bytes, --outs outstanding (the shape of a READ).
+    #[arg(long, value_name = "SIZE")]
+    request: Option<String>,
+    /// Also run the plain-UDP baseline of the same wire size and print the ratios (READ and
+    /// atomic bandwidth: also the UDP request/response exchange of the same shape).
     #[arg(long)]
     baseline: bool,
     /// One JSON object per size.
@@ -633,6 +638,13 @@ fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
         mtu: a.mtu,
         tx_depth: a.tx_depth,
         outs: a.outs,
+        request: match &a.request {
+            Some(s) => Some(u64::from(
+                roce_stack::workload::parse_size(s)
+                    .map_err(|e| anyhow::anyhow!("--request: {e}"))?,
+            )),
+            None => None,
+        },
     })
     .map_err(anyhow::Error::msg)?;
     if a.ends.server {

@@ -1,5 +1,5 @@
 //! `roce perf` as a user runs it: real processes, real UDP sockets on loopback. Each test uses
-//! its own loopback addresses (127.0.<n>.1 / .2, n = 70..=79) so the tests can run in parallel
+//! its own loopback addresses (127.0.<n>.1 / .2, n = 70..=80) so the tests can run in parallel
 //! with each other and with the loopback tests. Speeds are printed, never asserted.
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -275,6 +275,76 @@ fn udp_baseline_on_its_own() {
 }
 
 #[test]
+fn udp_exchange_answers_every_request() {
+    let (code, out, err) = perf(
+        80,
+        &[
+            "udp",
+            "--request",
+            "32",
+            "-s",
+            "84",
+            "-o",
+            "16",
+            "-n",
+            "3000",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let l = &json_lines(&out)[0];
+    has_keys(l, &BW_KEYS);
+    assert_eq!(l["test"], "udp");
+    assert_eq!(l["request_size"], 32, "{l}");
+    assert_eq!(l["replies"], 1, "{l}");
+    assert_eq!(l["size"], 84, "{l}");
+    // Loopback with 16 outstanding loses nothing: every request was answered.
+    assert_eq!(l["iterations"], 3000, "{l}");
+    assert_eq!(l["retransmitted_packets"], 0, "{l}");
+}
+
+#[test]
+fn read_and_atomic_baselines_include_the_exchange_of_their_shape() {
+    for (args, request, reply, replies) in [
+        // A 64 B READ: request BTH + RETH + ICRC; response BTH + AETH + 64 + ICRC.
+        (vec!["read", "-s", "64", "-n", "2000"], 32, 84, 1),
+        // A 10000 B READ at MTU 4096: three response packets, the fullest one MTU of payload.
+        (
+            vec!["read", "-s", "10000", "-n", "200", "--mtu", "4096"],
+            32,
+            12 + 4096 + 4,
+            3,
+        ),
+        // FETCH_ADD: BTH + AtomicETH + ICRC; atomic ACK: BTH + AETH + AtomicAckETH + ICRC.
+        (vec!["atomic", "-n", "2000"], 44, 28, 1),
+    ] {
+        let mut a = args.clone();
+        a.extend_from_slice(&["--baseline", "--json"]);
+        let (code, out, err) = perf(72, &a);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        let l = &json_lines(&out)[0];
+        let x = &l["exchange_baseline"];
+        has_keys(x, &BW_KEYS);
+        assert_eq!(x["test"], "udp", "{l}");
+        assert_eq!(x["request_size"], request, "{args:?}: {l}");
+        assert_eq!(x["size"], reply, "{args:?}: {l}");
+        assert_eq!(x["replies"], replies, "{args:?}: {l}");
+        assert_eq!(x["iterations"], l["iterations"], "{args:?}: {l}");
+        let r = l["exchange_ratio"]["msg_rate_mpps"].as_f64().unwrap();
+        let want = l["msg_rate_mpps"].as_f64().unwrap() / x["msg_rate_mpps"].as_f64().unwrap();
+        assert!((r - want).abs() <= 1e-9 * want.max(1.0), "{l}");
+        // The blast baseline is still there, and WRITE has no exchange.
+        has_keys(&l["baseline"], &BW_KEYS);
+    }
+    let (code, out, err) = perf(
+        72,
+        &["write", "-s", "64", "-n", "500", "--baseline", "--json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(json_lines(&out)[0]["exchange_baseline"].is_null(), "{out}");
+}
+
+#[test]
 fn server_and_client_as_two_processes() {
     let (c, s) = ("127.0.77.1", "127.0.77.2");
     let mut server = Command::new(BIN)
@@ -336,6 +406,9 @@ fn bad_flags_are_refused() {
         vec!["udp", "-s", "70000"],
         vec!["read", "--outs", "0"],
         vec!["read", "--outs", "200"],
+        vec!["udp", "--request", "8"],
+        vec!["udp", "--lat", "--request", "32"],
+        vec!["write", "--request", "32"],
     ] {
         let (code, out, err) = perf(78, &args);
         assert_ne!(code, 0, "{args:?}: {out}");

@@ -39,10 +39,11 @@ use crate::wr::{RecvRequest, RemoteAddr, WcStatus, WorkRequest, WrOp};
 /// Peak bandwidth is the best rate over windows at least this long.
 const PEAK_WINDOW: Duration = Duration::from_millis(10);
 
-/// READs/atomics outstanding per QP by default. Not perftest's 16 (a NIC's limit): over
-/// sockets a READ waits a full round trip through two event loops, and 16 in flight held 64 B
-/// READs to half of WRITE's message rate (0.21 against 0.45 M/s; 64 in flight: 0.41).
-pub const DEFAULT_OUTS: u8 = 64;
+/// READs/atomics outstanding per QP by default: as perftest, the device's limit
+/// (`max_rd_atomic`, 128 here, where a NIC has 16). Over sockets a READ waits a full round
+/// trip through two event loops: 16 in flight held 64 B READs to half of WRITE's message rate
+/// (0.21 against 0.45 M/s), 64 to 0.78 of it, 128 to 0.80.
+pub const DEFAULT_OUTS: u8 = 128;
 
 /// Largest message size (`-a` sweeps up to it).
 pub const MAX_PERF_SIZE: u64 = 8 << 20;
@@ -111,8 +112,21 @@ pub struct PerfSpec {
     pub mtu: u32,
     /// Work requests outstanding per QP (bandwidth).
     pub tx_depth: u32,
-    /// READs/atomics outstanding per QP (perftest's `-o`), 1..=128.
+    /// READs/atomics outstanding per QP (perftest's `-o`), 1..=128; for a UDP exchange,
+    /// requests outstanding.
     pub outs: u8,
+    /// UDP only: the request size of a request/response exchange (the shape of a READ or an
+    /// atomic: requests of this many bytes, each answered by `replies` datagrams of `size`
+    /// bytes, at most `outs` outstanding). 0: a blast (bandwidth) or a ping-pong (latency).
+    #[serde(default)]
+    pub request: u64,
+    /// UDP exchange: datagrams answering each request.
+    #[serde(default = "one")]
+    pub replies: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Default for PerfSpec {
@@ -127,6 +141,8 @@ impl Default for PerfSpec {
             mtu: 4096,
             tx_depth: 128,
             outs: DEFAULT_OUTS,
+            request: 0,
+            replies: 1,
         }
     }
 }
@@ -160,6 +176,8 @@ pub struct PerfOptions {
     pub tx_depth: u32,
     /// `--outs` (default [`DEFAULT_OUTS`]).
     pub outs: Option<u8>,
+    /// `--request` (udp only): run a request/response exchange with requests of this size.
+    pub request: Option<u64>,
 }
 
 /// The measurements the options ask for, one per size, validated.
@@ -202,6 +220,8 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, String> {
                 mtu: o.mtu,
                 tx_depth: o.tx_depth,
                 outs: o.outs.unwrap_or(DEFAULT_OUTS),
+                request: o.request.unwrap_or(0),
+                replies: 1,
             };
             s.validate().map(|()| s)
         })
@@ -222,6 +242,20 @@ impl PerfSpec {
         }
         if self.test == PerfTest::Udp && self.size < 16 {
             return Err("-s must be at least 16 bytes for udp".into());
+        }
+        if self.request > 0 {
+            if self.test != PerfTest::Udp || self.lat {
+                return Err("--request is for the udp bandwidth test only".into());
+            }
+            if !(16..=65507).contains(&self.request) {
+                return Err(format!(
+                    "--request must be 16..=65507 bytes, not {}",
+                    self.request
+                ));
+            }
+        }
+        if self.replies == 0 || self.replies > 4096 {
+            return Err(format!("replies must be 1..=4096, not {}", self.replies));
         }
         if self.iters == 0 && self.duration_ms.is_none() {
             return Err("-n must be at least 1".into());
@@ -265,9 +299,9 @@ impl PerfSpec {
     pub fn wire_datagram(&self) -> u64 {
         let single = self.size <= u64::from(self.mtu);
         let ext = match self.test {
-            PerfTest::Write if single => 16, // RETH
-            PerfTest::Read if single => 4,   // AETH of a READ response only
-            PerfTest::Atomic => 28,          // AtomicETH
+            PerfTest::Write if single => 16,        // RETH
+            PerfTest::Read if single => 4,          // AETH of a READ response only
+            PerfTest::Atomic => return 12 + 28 + 4, // AtomicETH, no payload
             PerfTest::Udp => return self.size,
             _ => 0,
         };
@@ -289,6 +323,35 @@ impl PerfSpec {
             qps: 1,
             ..*self
         }
+    }
+
+    /// The second baseline of a READ or atomic bandwidth test: plain UDP in the same shape, a
+    /// request (a READ request: BTH + RETH + ICRC; an atomic: BTH + AtomicETH + ICRC) answered
+    /// by as many datagrams as the responses (each of the data datagram's size; an atomic ACK:
+    /// BTH + AETH + AtomicAckETH + ICRC), with as many requests outstanding. The blast
+    /// ([`PerfSpec::baseline`]) moves each datagram one way once; this one pays for the
+    /// exchange both ways, as the RDMA operation does. `None` for other tests.
+    pub fn exchange_baseline(&self) -> Option<Self> {
+        if self.lat {
+            return None;
+        }
+        let (request, size, replies) = match self.test {
+            PerfTest::Read => (
+                12 + 16 + 4,
+                self.wire_datagram(),
+                self.packets_per_message(),
+            ),
+            PerfTest::Atomic => (12 + 28 + 4, 12 + 4 + 8 + 4, 1),
+            _ => return None,
+        };
+        Some(Self {
+            test: PerfTest::Udp,
+            size,
+            request,
+            replies: u32::try_from(replies).unwrap_or(u32::MAX).min(4096),
+            qps: 1,
+            ..*self
+        })
     }
 
     fn msg_size(&self) -> u64 {
@@ -371,6 +434,19 @@ pub struct PerfResult {
     /// This result over the baseline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<PerfRatio>,
+    /// A UDP exchange: the request size (each answered by `replies` datagrams of `size`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_size: Option<u64>,
+    /// A UDP exchange: datagrams answering each request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replies: Option<u32>,
+    /// READ and atomic bandwidth with `--baseline`: the plain-UDP request/response exchange
+    /// of the same shape ([`PerfSpec::exchange_baseline`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange_baseline: Option<Box<Self>>,
+    /// This result over the exchange baseline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange_ratio: Option<PerfRatio>,
 }
 
 impl PerfResult {
@@ -393,6 +469,10 @@ impl PerfResult {
             retransmitted_packets: 0,
             baseline: None,
             ratio: None,
+            request_size: (spec.request > 0).then_some(spec.request),
+            replies: (spec.request > 0).then_some(spec.replies),
+            exchange_baseline: None,
+            exchange_ratio: None,
         }
     }
 
@@ -436,18 +516,43 @@ impl PerfResult {
         }
     }
 
-    /// Attaches the baseline and computes the ratios.
-    pub fn with_baseline(mut self, b: Self) -> Self {
+    /// A UDP exchange: `requests` answered in `seconds`; bandwidth counts the replies.
+    fn exchange(spec: &PerfSpec, requests: u64, seconds: f64, peak_per_s: f64) -> Self {
+        let s = seconds.max(1e-9);
+        let bytes = (spec.size * u64::from(spec.replies)) as f64;
+        let avg = requests as f64 / s;
+        Self {
+            iterations: requests,
+            bw_peak_gbps: Some(peak_per_s.max(avg) * bytes * 8.0 / 1e9),
+            bw_avg_gbps: Some(avg * bytes * 8.0 / 1e9),
+            msg_rate_mpps: Some(avg / 1e6),
+            ..Self::empty(spec)
+        }
+    }
+
+    fn ratio_to(&self, b: &Self) -> PerfRatio {
         let r = |x: Option<f64>, y: Option<f64>| match (x, y) {
             (Some(x), Some(y)) if y > 0.0 => Some(x / y),
             _ => None,
         };
-        self.ratio = Some(PerfRatio {
+        PerfRatio {
             bw_avg_gbps: r(self.bw_avg_gbps, b.bw_avg_gbps),
             msg_rate_mpps: r(self.msg_rate_mpps, b.msg_rate_mpps),
             t_typical_us: r(self.t_typical_us, b.t_typical_us),
-        });
+        }
+    }
+
+    /// Attaches the baseline and computes the ratios.
+    pub fn with_baseline(mut self, b: Self) -> Self {
+        self.ratio = Some(self.ratio_to(&b));
         self.baseline = Some(Box::new(b));
+        self
+    }
+
+    /// Attaches the exchange baseline and computes the ratios.
+    pub fn with_exchange_baseline(mut self, b: Self) -> Self {
+        self.exchange_ratio = Some(self.ratio_to(&b));
+        self.exchange_baseline = Some(Box::new(b));
         self
     }
 
@@ -502,6 +607,17 @@ impl std::fmt::Display for PerfResult {
                 _ => "-".into(),
             };
             write!(f, "\n{}   <- udp baseline, ratio {ratio}", b.row())?;
+        }
+        if let (Some(b), Some(r)) = (&self.exchange_baseline, &self.exchange_ratio) {
+            write!(
+                f,
+                "\n{}   <- udp exchange ({} B requests, {} x {} B replies), ratio msg rate {:.3}",
+                b.row(),
+                b.request_size.unwrap_or(0),
+                b.replies.unwrap_or(1),
+                b.size,
+                r.msg_rate_mpps.unwrap_or(0.0)
+            )?;
         }
         Ok(())
     }
@@ -971,6 +1087,10 @@ pub fn run_perf_client(
             if baseline && spec.test != PerfTest::Udp {
                 let b = run_one(&mut ctl, &spec.baseline(), local, peer_ip).await?;
                 r = r.with_baseline(b);
+                if let Some(x) = spec.exchange_baseline() {
+                    let b = run_one(&mut ctl, &x, local, peer_ip).await?;
+                    r = r.with_exchange_baseline(b);
+                }
             }
             if !out(&r) {
                 break;
@@ -1128,6 +1248,14 @@ async fn udp_client(
         ctl.recv_timeout(Duration::from_secs(10)).await?;
         return Ok(PerfResult::lat(spec, &mut samples));
     }
+    if spec.request > 0 {
+        let (requests, seconds, peak, lost) = udp_exchange(&mut sock, spec, sport, dst).await?;
+        ctl.send(&Msg::Done { ok: true }).await?;
+        ctl.recv_timeout(Duration::from_secs(10)).await?;
+        let mut r = PerfResult::exchange(spec, requests, seconds, peak);
+        r.retransmitted_packets = lost;
+        return Ok(r);
+    }
     let refs: [&[u8]; SEND_BATCH] = [&dgram; SEND_BATCH];
     let mut sent = 0u64;
     while more(sent) {
@@ -1153,6 +1281,81 @@ async fn udp_client(
         }
         _ => Err(DriverError::Peer("expected a summary".into())),
     }
+}
+
+/// The client side of a UDP exchange: keeps up to `outs` requests outstanding and counts
+/// the replies, receiving as an [`Endpoint`] does (sleeping in epoll when there is nothing to
+/// do). A request whose replies do not all come back within 200 ms is given up (counted as
+/// lost). Returns the requests answered, the seconds from the first request to the last
+/// reply, the peak rate over 10 ms windows and the requests lost.
+async fn udp_exchange(
+    sock: &mut RoceSocket,
+    spec: &PerfSpec,
+    sport: u16,
+    dst: SocketAddr,
+) -> Result<(u64, f64, f64, u64), DriverError> {
+    let io = |e: std::io::Error| DriverError::Run(RunError::Io(e));
+    let req = vec![0xa5u8; spec.request as usize];
+    let refs: [&[u8]; SEND_BATCH] = [&req; SEND_BATCH];
+    let per = u64::from(spec.replies.max(1));
+    let outs = u64::from(spec.outs.max(1));
+    let deadline = spec
+        .duration_ms
+        .map(|ms| StdInstant::now() + Duration::from_millis(ms));
+    let (mut sent, mut replies, mut lost) = (0u64, 0u64, 0u64);
+    let t0 = StdInstant::now();
+    let (mut last, mut last_progress) = (t0, t0);
+    let (mut win_start, mut win_done, mut peak) = (t0, 0u64, 0f64);
+    loop {
+        let done = replies / per + lost;
+        let more = match deadline {
+            Some(d) => StdInstant::now() < d,
+            None => sent < spec.iters,
+        };
+        if !more && done >= sent {
+            break;
+        }
+        let inflight = sent - done;
+        let mut k = 0;
+        if more && inflight < outs {
+            k = (outs - inflight).min(SEND_BATCH as u64);
+            if deadline.is_none() {
+                k = k.min(spec.iters - sent);
+            }
+            sock.send_batch(sport, dst, Ecn::Ect0, &refs[..k as usize])
+                .await
+                .map_err(io)?;
+            sent += k;
+        }
+        let n = sock.try_recv(|_, _, _| {}).map_err(io)? as u64;
+        let now = StdInstant::now();
+        if n > 0 {
+            replies += n;
+            last = now;
+            last_progress = now;
+            let dt = now.duration_since(win_start);
+            if dt >= PEAK_WINDOW {
+                let d = replies / per + lost;
+                peak = peak.max((d - win_done) as f64 / dt.as_secs_f64());
+                win_start = now;
+                win_done = d;
+            }
+            continue;
+        }
+        if k > 0 {
+            continue;
+        }
+        if now.duration_since(last_progress) > Duration::from_millis(200) {
+            // What is still outstanding will not come back.
+            lost += sent - (replies / per + lost);
+            replies -= replies % per;
+            last_progress = now;
+            continue;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(50), sock.readable()).await;
+    }
+    let seconds = last.duration_since(t0).as_secs_f64();
+    Ok((sent - lost, seconds, peak, lost))
 }
 
 // ------------------------------------------------------------------ server
@@ -1277,6 +1480,8 @@ async fn udp_server(
     let mut last = StdInstant::now();
     let (mut win_start, mut win_n, mut peak) = (None::<StdInstant>, 0u64, 0f64);
     let mut pong = vec![0u8; spec.size as usize];
+    let reply = vec![0x5au8; spec.size as usize];
+    let replies: [&[u8]; SEND_BATCH] = [&reply; SEND_BATCH];
     {
         let stop = async {
             match ctl.recv().await {
@@ -1309,6 +1514,16 @@ async fn udp_server(
                     sock.send_batch(sport, remote, Ecn::Ect0, &[&pong])
                         .await
                         .map_err(io)?;
+                } else if spec.request > 0 {
+                    // An exchange: answer every request.
+                    let mut due = n as u64 * u64::from(spec.replies);
+                    while due > 0 {
+                        let k = due.min(SEND_BATCH as u64) as usize;
+                        sock.send_batch(sport, remote, Ecn::Ect0, &replies[..k])
+                            .await
+                            .map_err(io)?;
+                        due -= k as u64;
+                    }
                 } else {
                     win_n += n as u64;
                     let ws = *win_start.get_or_insert(now);
