@@ -182,4 +182,31 @@ mod tests {
         assert_eq!(a.tx_icrc(20).compute(&pkt), b.rx_icrc(20).compute(&pkt));
         assert_ne!(a.tx_icrc(20).compute(&pkt), a.rx_icrc(20).compute(&pkt));
     }
+
+    #[test]
+    fn seed_cache_gives_the_seed_of_the_length_asked_for() {
+        let path = PathConfig {
+            local: "10.0.0.1".parse().unwrap(),
+            remote: "10.0.0.2".parse().unwrap(),
+            src_port: 0xc001,
+            remote_src_port: 0xc002,
+            ..PathConfig::default()
+        };
+        let mut cache = SeedCache::default();
+        let pkt = [0x3cu8; 120];
+        // Repeats, changes and returns to a length, in both directions.
+        for len in [32, 32, 84, 32, 120, 120, 84] {
+            let bytes = &pkt[..len];
+            assert_eq!(
+                cache.tx(&path, len).compute(bytes),
+                path.tx_icrc(len).compute(bytes),
+                "tx, {len} B"
+            );
+            assert_eq!(
+                cache.rx(&path, len).compute(bytes),
+                path.rx_icrc(len).compute(bytes),
+                "rx, {len} B"
+            );
+        }
+    }
 }
