@@ -251,10 +251,18 @@ impl RoceSocket {
         let mut iovs: [IoSliceMut<'_>; BATCH_SIZE] =
             std::array::from_fn(|_| IoSliceMut::new(it.next().map_or(&mut [][..], |b| &mut b[..])));
         let r = match waiter {
-            // Through tokio, so that an empty socket clears the registration's readiness.
-            Some(w) => w.try_io(Interest::READABLE, || {
+            // Through tokio first, so that an empty socket clears the registration's
+            // readiness; then directly, because tokio answers from its cached readiness
+            // without calling the closure, and a loop that spins or keeps sending never
+            // lets tokio learn that the socket became readable.
+            Some(w) => match w.try_io(Interest::READABLE, || {
                 state.recv((&*io).into(), &mut iovs, meta)
-            }),
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    state.recv((&*io).into(), &mut iovs, meta)
+                }
+                r => r,
+            },
             None => state.recv((&*io).into(), &mut iovs, meta),
         };
         *last_full = false;
