@@ -23,3 +23,37 @@ for f in sorted(glob.glob(d+'/*.jsonl')):
         rr=[r[1]['ratio']['t_typical_us'] for r in rows]
         p99=[r[1]['t_p99_us'] for r in rows]
         print(f"{os.path.basename(f):40s} n={len(rows)} t_typ {med(t):.2f} us ({min(t):.2f}-{max(t):.2f}) p99 {med(p99):.1f} | udp {med(ut):.2f} us | ratio {med(rr):.2f} ({min(rr):.2f}-{max(rr):.2f}) load {min(loads)}-{max(loads)}")
+
+# The exchange baseline (READ and atomic bandwidth): plain UDP in the operation's own shape.
+for f in sorted(glob.glob(d+'/*.jsonl')):
+    rows=[]
+    for line in open(f):
+        try: rows.append(json.loads(line.partition(' ')[2]))
+        except Exception: pass
+    rows=[j for j in rows if j.get('exchange_baseline')]
+    if not rows: continue
+    x=[j['exchange_baseline']['msg_rate_mpps'] for j in rows]
+    xr=[j['exchange_ratio']['msg_rate_mpps'] for j in rows]
+    xb=[j['exchange_baseline']['msg_rate_mpps']/j['baseline']['msg_rate_mpps'] for j in rows]
+    e=rows[0]['exchange_baseline']
+    print(f"{os.path.basename(f):40s} exchange {e['request_size']}B -> {e['replies']}x{e['size']}B: {st.median(x):.3f} M req/s | roce / exchange {st.median(xr):.2f} ({min(xr):.2f}-{max(xr):.2f}) | exchange / blast {st.median(xb):.2f} ({min(xb):.2f}-{max(xb):.2f})")
+
+# READ and SEND against WRITE, paired run by run (the campaign runs them back to back).
+def load(name):
+    out=[]
+    try:
+        for line in open(os.path.join(d,name)):
+            try: out.append(json.loads(line.partition(' ')[2]))
+            except Exception: out.append(None)
+    except FileNotFoundError: pass
+    return out
+for size,key,extra in [('65536','bw_avg_gbps','_--mtu_4096_-n_10000'),('64','msg_rate_mpps','_-n_300000')]:
+    w=load(f'write_-s_{size}{extra}.jsonl')
+    for op in ['read','send']:
+        o=load(f'{op}_-s_{size}{extra}.jsonl')
+        r=[b[key]/a[key] for a,b in zip(w,o) if a and b]
+        if r: print(f"{op.upper()} / WRITE at {size} B ({key}), paired: median {st.median(r):.3f} ({min(r):.3f}-{max(r):.3f}) runs: {' '.join('%.2f'%x for x in r)}")
+for op in ['read','send']:
+    w=load('write_--lat_-s_8_-n_20000.jsonl'); o=load(f'{op}_--lat_-s_8_-n_20000.jsonl')
+    r=[b['t_typical_us']/a['t_typical_us'] for a,b in zip(w,o) if a and b]
+    if r: print(f"{op.upper()} / WRITE 8 B latency (typical), paired: median {st.median(r):.3f} ({min(r):.3f}-{max(r):.3f})")

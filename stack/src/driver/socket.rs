@@ -1,6 +1,7 @@
-//! The UDP sockets under an endpoint: `quinn-udp` for ECN in both directions (the ECN codepoint
-//! of every sent datagram as a cmsg, the received one from IP_RECVTOS / IPV6_RECVTCLASS) and
-//! for batched receive (recvmmsg, GRO). quinn-udp also sets IP_MTU_DISCOVER to
+//! The UDP sockets under an endpoint. Receiving goes through `quinn-udp` (batched recvmmsg, GRO,
+//! the ECN codepoint of every datagram from IP_RECVTOS / IPV6_RECVTCLASS); the receive
+//! timestamp and destination-address control messages it also asks for are turned off again,
+//! since nothing here uses them. Every sending socket sets IP_MTU_DISCOVER to
 //! IP_PMTUDISC_PROBE, so Linux writes DF and identification 0 on every IPv4 datagram of an
 //! unconnected socket: exactly the header the ICRC is computed over (../shared/docs/protocol.md
 //! §3.3).
