@@ -298,6 +298,33 @@ struct Ends {
     server_ip: std::net::IpAddr,
 }
 
+impl Ends {
+    /// Server mode: the listener on `--bind` (default all addresses) and `--port`, RoCE on 4791.
+    fn listener(&self) -> anyhow::Result<roce_stack::driver::Listener> {
+        Ok(roce_stack::driver::Listener::bind(
+            roce_stack::driver::ServerConfig {
+                listen: std::net::SocketAddr::new(
+                    self.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                    self.port,
+                ),
+                roce_port: roce_proto::ROCEV2_UDP_PORT,
+                accept_timeout: None,
+            },
+        )?)
+    }
+}
+
+/// An optional size flag (K/M suffixes), named in its error.
+fn size_arg(flag: &str, value: Option<&str>) -> anyhow::Result<Option<u64>> {
+    value
+        .map(|s| {
+            roce_stack::workload::parse_size(s)
+                .map(u64::from)
+                .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+        })
+        .transpose()
+}
+
 #[derive(Debug, Args)]
 struct DecodeArgs {
     /// Capture file (pcap or pcapng); `-` for stdin.
@@ -543,16 +570,7 @@ fn kv(a: KvArgs) -> anyhow::Result<ExitCode> {
     let imp = impairment(&a.impair, a.seed);
     if a.ends.server {
         imp.validate().map_err(anyhow::Error::msg)?;
-        let listener = roce_stack::driver::Listener::bind(roce_stack::driver::ServerConfig {
-            listen: std::net::SocketAddr::new(
-                a.ends
-                    .bind
-                    .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-                a.ends.port,
-            ),
-            roce_port: roce_proto::ROCEV2_UDP_PORT,
-            accept_timeout: None,
-        })?;
+        let listener = a.ends.listener()?;
         eprintln!(
             "roce kv: decode side waiting for a prefill client on {}",
             listener.local_addr()
@@ -584,12 +602,7 @@ fn kv(a: KvArgs) -> anyhow::Result<ExitCode> {
     } else {
         PlanSpec::defaults(alloc)
     };
-    let pool_bytes = match &a.pool {
-        Some(p) => u64::from(
-            roce_stack::workload::parse_size(p).map_err(|e| anyhow::anyhow!("--pool: {e}"))?,
-        ),
-        None => 3 * shape.total_bytes(),
-    };
+    let pool_bytes = size_arg("--pool", a.pool.as_deref())?.unwrap_or(3 * shape.total_bytes());
     let cfg = kv::KvConfig {
         spec: KvSpec {
             shape,
@@ -625,12 +638,7 @@ fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
     let specs = perf::specs(&perf::PerfOptions {
         test,
         lat: a.lat,
-        size: match &a.size {
-            Some(s) => Some(u64::from(
-                roce_stack::workload::parse_size(s).map_err(|e| anyhow::anyhow!("-s: {e}"))?,
-            )),
-            None => None,
-        },
+        size: size_arg("-s", a.size.as_deref())?,
         sweep: a.all,
         iters: a.iters,
         duration: a.duration,
@@ -638,26 +646,11 @@ fn perf(a: PerfArgs) -> anyhow::Result<ExitCode> {
         mtu: a.mtu,
         tx_depth: a.tx_depth,
         outs: a.outs,
-        request: match &a.request {
-            Some(s) => Some(u64::from(
-                roce_stack::workload::parse_size(s)
-                    .map_err(|e| anyhow::anyhow!("--request: {e}"))?,
-            )),
-            None => None,
-        },
+        request: size_arg("--request", a.request.as_deref())?,
     })
     .map_err(anyhow::Error::msg)?;
     if a.ends.server {
-        let listener = roce_stack::driver::Listener::bind(roce_stack::driver::ServerConfig {
-            listen: std::net::SocketAddr::new(
-                a.ends
-                    .bind
-                    .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-                a.ends.port,
-            ),
-            roce_port: roce_proto::ROCEV2_UDP_PORT,
-            accept_timeout: None,
-        })?;
+        let listener = a.ends.listener()?;
         eprintln!(
             "roce perf: waiting for a client on {}",
             listener.local_addr()

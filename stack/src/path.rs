@@ -98,26 +98,20 @@ pub(crate) struct SeedCache {
 impl SeedCache {
     /// [`PathConfig::tx_icrc`], remembered.
     pub(crate) fn tx(&mut self, path: &PathConfig, transport_len: usize) -> Icrc {
-        match &self.tx {
-            Some((len, seed)) if *len == transport_len => seed.clone(),
-            _ => {
-                let seed = path.tx_icrc(transport_len);
-                self.tx = Some((transport_len, seed.clone()));
-                seed
-            }
-        }
+        remembered(&mut self.tx, transport_len, || path.tx_icrc(transport_len))
     }
 
     /// [`PathConfig::rx_icrc`], remembered.
     pub(crate) fn rx(&mut self, path: &PathConfig, transport_len: usize) -> Icrc {
-        match &self.rx {
-            Some((len, seed)) if *len == transport_len => seed.clone(),
-            _ => {
-                let seed = path.rx_icrc(transport_len);
-                self.rx = Some((transport_len, seed.clone()));
-                seed
-            }
-        }
+        remembered(&mut self.rx, transport_len, || path.rx_icrc(transport_len))
+    }
+}
+
+/// The seed in `slot` if it is for `len`; otherwise `make`'s, kept in `slot`.
+fn remembered(slot: &mut Option<(usize, Icrc)>, len: usize, make: impl FnOnce() -> Icrc) -> Icrc {
+    match slot {
+        Some((l, seed)) if *l == len => seed.clone(),
+        _ => slot.insert((len, make())).1.clone(),
     }
 }
 
@@ -162,15 +156,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tx_of_one_side_is_rx_of_the_other() {
-        let a = PathConfig {
+    /// 10.0.0.1 → 10.0.0.2, source ports 0xc001 / 0xc002.
+    fn ten_0_0_1() -> PathConfig {
+        PathConfig {
             local: "10.0.0.1".parse().unwrap(),
             remote: "10.0.0.2".parse().unwrap(),
             src_port: 0xc001,
             remote_src_port: 0xc002,
             ..PathConfig::default()
-        };
+        }
+    }
+
+    #[test]
+    fn tx_of_one_side_is_rx_of_the_other() {
+        let a = ten_0_0_1();
         let b = PathConfig {
             local: a.remote,
             remote: a.local,
@@ -185,13 +184,7 @@ mod tests {
 
     #[test]
     fn seed_cache_gives_the_seed_of_the_length_asked_for() {
-        let path = PathConfig {
-            local: "10.0.0.1".parse().unwrap(),
-            remote: "10.0.0.2".parse().unwrap(),
-            src_port: 0xc001,
-            remote_src_port: 0xc002,
-            ..PathConfig::default()
-        };
+        let path = ten_0_0_1();
         let mut cache = SeedCache::default();
         let pkt = [0x3cu8; 120];
         // Repeats, changes and returns to a length, in both directions.

@@ -1694,6 +1694,24 @@ impl Qp {
         }
     }
 
+    /// The responder's check of a RETH before any byte moves: a DMA length over 2^31 is an
+    /// invalid request; a non-empty range the rkey does not grant `access` to is a remote
+    /// access error.
+    fn check_reth(&self, ctx: &Ctx<'_>, reth: &RethRepr, access: Access) -> Result<(), Exec> {
+        if reth.dma_len > 1 << 31 {
+            return Err(Exec::Fatal(Fatal(NakCode::InvalidRequest, None)));
+        }
+        if reth.dma_len > 0
+            && ctx
+                .mrs
+                .remote(reth.rkey, self.pd, access, reth.va, u64::from(reth.dma_len))
+                .is_err()
+        {
+            return Err(Exec::Fatal(Fatal(NakCode::RemoteAccessError, None)));
+        }
+        Ok(())
+    }
+
     fn execute(&mut self, _now: Instant, pkt: &PacketRepr<'_>, ctx: &mut Ctx<'_>) -> Exec {
         let inv = |st| Exec::Fatal(Fatal(NakCode::InvalidRequest, st));
         let op = pkt.bth.opcode;
@@ -1803,22 +1821,11 @@ impl Qp {
                     let Some(reth) = pkt.reth else {
                         return inv(None);
                     };
-                    if reth.dma_len > 1 << 31 || (class == Class::First && reth.dma_len <= plen) {
+                    if class == Class::First && reth.dma_len <= plen {
                         return inv(None);
                     }
-                    if reth.dma_len > 0
-                        && ctx
-                            .mrs
-                            .remote(
-                                reth.rkey,
-                                self.pd,
-                                Access::REMOTE_WRITE,
-                                reth.va,
-                                u64::from(reth.dma_len),
-                            )
-                            .is_err()
-                    {
-                        return Exec::Fatal(Fatal(NakCode::RemoteAccessError, None));
+                    if let Err(e) = self.check_reth(ctx, &reth, Access::REMOTE_WRITE) {
+                        return e;
                     }
                     (reth.va, reth.rkey, reth.dma_len, reth.dma_len)
                 }
@@ -1870,22 +1877,8 @@ impl Qp {
             let Some(reth) = pkt.reth else {
                 return inv(None);
             };
-            if reth.dma_len > 1 << 31 {
-                return inv(None);
-            }
-            if reth.dma_len > 0
-                && ctx
-                    .mrs
-                    .remote(
-                        reth.rkey,
-                        self.pd,
-                        Access::REMOTE_READ,
-                        reth.va,
-                        u64::from(reth.dma_len),
-                    )
-                    .is_err()
-            {
-                return Exec::Fatal(Fatal(NakCode::RemoteAccessError, None));
+            if let Err(e) = self.check_reth(ctx, &reth, Access::REMOTE_READ) {
+                return e;
             }
             let npkts = reth.dma_len.div_ceil(self.mtu).max(1);
             let last = p.add(npkts - 1);

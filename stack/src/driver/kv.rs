@@ -19,14 +19,14 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_proto::{Psn, Qpn, RKey, ROCEV2_UDP_PORT};
+use roce_proto::{Qpn, RKey, ROCEV2_UDP_PORT};
 use serde::{Deserialize, Serialize};
 
 use super::endpoint::Endpoint;
 use super::impair::Impairment;
 use super::{
-    accept_control, connect_control, connect_qp, runtime, setup, start_psns, Control, DriverError,
-    Listener, Msg, QpInfo, RunConfig,
+    accept_control, connect_control, connect_qps, qp_infos, runtime, setup, start_psns, Control,
+    DriverError, Listener, Msg, QpInfo, RunConfig,
 };
 use crate::device::{CqHandle, Device};
 use crate::kv::{
@@ -392,16 +392,6 @@ fn kv_msg(m: Msg) -> Result<KvMsg, DriverError> {
     }
 }
 
-fn qp_infos(mine: &[(Qpn, CqHandle, CqHandle)], psns: &[Psn]) -> Vec<QpInfo> {
-    mine.iter()
-        .zip(psns)
-        .map(|(&(q, _, _), p)| QpInfo {
-            qpn: q.0,
-            psn: p.value(),
-        })
-        .collect()
-}
-
 /// What the decode side saw, once its client finished.
 #[derive(Debug, Clone, Default)]
 pub struct KvServerOutcome {
@@ -457,11 +447,7 @@ async fn serve_kv_client(
     else {
         return Err(DriverError::Peer("expected a kv hello".into()));
     };
-    if protocol != KV_PROTOCOL {
-        return Err(DriverError::Peer(format!(
-            "kv protocol {protocol}, this server speaks {KV_PROTOCOL}"
-        )));
-    }
+    super::check_protocol("kv", protocol, KV_PROTOCOL)?;
     let plans = plans
         .iter()
         .map(WirePlan::spec)
@@ -503,17 +489,15 @@ async fn serve_kv_client(
         .map(|m| (m.va(), m.rkey()))
         .ok_or_else(|| DriverError::Setup("pool region vanished".into()))?;
     let remote = SocketAddr::new(peer_ip, client_port);
-    for (i, &(qpn, _, _)) in mine.iter().enumerate() {
-        connect_qp(
-            &mut dev,
-            qpn,
-            qps[i],
-            psns[i],
-            local,
-            remote,
-            &cfg.run_config(),
-        )?;
-    }
+    connect_qps(
+        &mut dev,
+        &mine,
+        &qps,
+        &psns,
+        local,
+        remote,
+        &cfg.run_config(),
+    )?;
     let mut ep = Endpoint::bind(dev, local, impairment).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(client_port);
     // Sleep when idle: on a shared 2-core machine a spinning end holds the core its peer needs.
@@ -640,17 +624,15 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
     }
     let local = SocketAddr::new(local_ip, client.roce_port);
     let remote = SocketAddr::new(client.server.ip(), roce_port);
-    for (i, &(qpn, _, _)) in mine.iter().enumerate() {
-        connect_qp(
-            &mut dev,
-            qpn,
-            qps[i],
-            psns[i],
-            local,
-            remote,
-            &cfg.run_config(),
-        )?;
-    }
+    connect_qps(
+        &mut dev,
+        &mine,
+        &qps,
+        &psns,
+        local,
+        remote,
+        &cfg.run_config(),
+    )?;
     let mut ep = Endpoint::bind(dev, local, cfg.impairment).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(roce_port);
     // Sleep when idle: on a shared 2-core machine a spinning end holds the core its peer needs.
@@ -783,38 +765,23 @@ pub fn run_kv_loopback(
     cfg: &KvConfig,
 ) -> Result<KvReport, DriverError> {
     cfg.validate().map_err(DriverError::Config)?;
-    let listener = Listener::bind(super::ServerConfig {
-        listen: SocketAddr::new(server_ip, 0),
-        roce_port: ROCEV2_UDP_PORT,
-        accept_timeout: Some(Duration::from_secs(10)),
-    })?;
-    let control = listener.local_addr();
     let server_impairment = Impairment {
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
     };
-    let server = std::thread::Builder::new()
-        .name("roce-kv-decode".into())
-        .spawn(move || listener.serve_kv(server_impairment))
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
-    let client_port = if client_ip == server_ip {
-        ROCEV2_UDP_PORT + 1
-    } else {
-        ROCEV2_UDP_PORT
-    };
-    let r = run_kv_client(
-        KvClient {
-            server: control,
-            bind: Some(client_ip),
-            roce_port: client_port,
+    super::in_one_process(
+        "roce-kv-decode",
+        (server_ip, ROCEV2_UDP_PORT),
+        move |listener| listener.serve_kv(server_impairment),
+        |control| {
+            run_kv_client(
+                KvClient {
+                    server: control,
+                    bind: Some(client_ip),
+                    roce_port: super::client_roce_port(client_ip, server_ip),
+                },
+                cfg,
+            )
         },
-        cfg,
-    );
-    let served = server
-        .join()
-        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
-    match (r, served) {
-        (Ok(r), Ok(_)) => Ok(r),
-        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-    }
+    )
 }

@@ -384,8 +384,46 @@ fn start_psns(seed: u64, n: u32, salt: u64) -> Vec<Psn> {
     (0..n).map(|_| Psn::new(rng.next_u64() as u32)).collect()
 }
 
+/// Refuses a peer that speaks another version of a control protocol (`what`: its name).
+fn check_protocol(what: &str, got: u32, want: u32) -> Result<(), DriverError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(DriverError::Peer(format!(
+            "{what} protocol {got}, this server speaks {want}"
+        )))
+    }
+}
+
+/// The QPs an end announces to its peer: QPN and first PSN of each.
+fn qp_infos(qps: &[(Qpn, CqHandle, CqHandle)], psns: &[Psn]) -> Vec<QpInfo> {
+    qps.iter()
+        .zip(psns)
+        .map(|(&(q, _, _), p)| QpInfo {
+            qpn: q.0,
+            psn: p.value(),
+        })
+        .collect()
+}
+
+/// Takes each of `qps` (created, RESET→INIT done) to RTS against the peer's QP of the same
+/// index, sending from PSN `psns[i]`.
+fn connect_qps(
+    dev: &mut Device,
+    qps: &[(Qpn, CqHandle, CqHandle)],
+    peers: &[QpInfo],
+    psns: &[Psn],
+    local: SocketAddr,
+    remote: SocketAddr,
+    cfg: &RunConfig,
+) -> Result<(), DriverError> {
+    for ((&(qpn, _, _), &peer), &sq_psn) in qps.iter().zip(peers).zip(psns) {
+        connect_qp(dev, qpn, peer, sq_psn, local, remote, cfg)?;
+    }
+    Ok(())
+}
+
 /// RESET→INIT done; INIT→RTR→RTS with the peer's QPN and PSN.
-#[allow(clippy::too_many_arguments)]
 fn connect_qp(
     dev: &mut Device,
     qpn: Qpn,
@@ -539,11 +577,7 @@ async fn serve_client(
     else {
         return Err(DriverError::Peer("expected a hello".into()));
     };
-    if protocol != PROTOCOL {
-        return Err(DriverError::Peer(format!(
-            "control protocol {protocol}, this server speaks {PROTOCOL}"
-        )));
-    }
+    check_protocol("control", protocol, PROTOCOL)?;
     let spec = WorkloadSpec::decode(&spec).map_err(DriverError::Peer)?;
     let cc: CcConfig = cc
         .parse()
@@ -574,23 +608,14 @@ async fn serve_client(
     let recv: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, _, r)| (q, r)).collect();
     let (mut responder, blocks) =
         Responder::new(&mut dev, pd, plan, &recv).map_err(DriverError::Setup)?;
-    for (i, &(qpn, _, _)) in mine.iter().enumerate() {
-        connect_qp(&mut dev, qpn, qps[i], psns[i], local, remote, &cfg)?;
-    }
+    connect_qps(&mut dev, &mine, &qps, &psns, local, remote, &cfg)?;
     let mut ep = Endpoint::bind(dev, local, cfg.impairment).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(client_port);
     if let Some(t) = tap {
         ep.set_tap(t);
     }
     ctl.send(&Msg::Welcome {
-        qps: mine
-            .iter()
-            .zip(&psns)
-            .map(|(&(q, _, _), p)| QpInfo {
-                qpn: q.0,
-                psn: p.value(),
-            })
-            .collect(),
+        qps: qp_infos(&mine, &psns),
         blocks: blocks
             .iter()
             .map(|b| Block {
@@ -661,14 +686,7 @@ async fn client_async(
         rnr_retry: cfg.rnr_retry,
         min_rnr_timer: cfg.min_rnr_timer,
         roce_port: client.roce_port,
-        qps: mine
-            .iter()
-            .zip(&psns)
-            .map(|(&(q, _, _), p)| QpInfo {
-                qpn: q.0,
-                psn: p.value(),
-            })
-            .collect(),
+        qps: qp_infos(&mine, &psns),
     })
     .await?;
     let Msg::Welcome {
@@ -686,9 +704,7 @@ async fn client_async(
     }
     let local = SocketAddr::new(local_ip, client.roce_port);
     let remote = SocketAddr::new(peer_ip, roce_port);
-    for (i, &(qpn, _, _)) in mine.iter().enumerate() {
-        connect_qp(&mut dev, qpn, qps[i], psns[i], local, remote, cfg)?;
-    }
+    connect_qps(&mut dev, &mine, &qps, &psns, local, remote, cfg)?;
     let plan = Plan::new(&cfg.spec);
     let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, s, _)| (q, s)).collect();
     let remotes: Vec<RemoteBlock> = blocks
@@ -911,17 +927,52 @@ pub fn loopback_addrs(ipv6: bool) -> (IpAddr, IpAddr) {
 /// for the server and 4792 for the client.
 pub fn loopback(cfg: &RunConfig, ipv6: bool, tap: Option<Tap>) -> Result<Report, DriverError> {
     let (client_ip, server_ip) = loopback_addrs(ipv6);
-    let client_port = if ipv6 {
-        ROCEV2_UDP_PORT + 1
-    } else {
-        ROCEV2_UDP_PORT
-    };
     loopback_between(
         cfg,
-        (client_ip, client_port),
+        (client_ip, client_roce_port(client_ip, server_ip)),
         (server_ip, ROCEV2_UDP_PORT),
         tap,
     )
+}
+
+/// The client's RoCE UDP port when both ends run in one process: 4791, or 4792 when the two
+/// share one address (IPv6 `::1`), where the server has 4791.
+pub(crate) fn client_roce_port(client_ip: IpAddr, server_ip: IpAddr) -> u16 {
+    if client_ip == server_ip {
+        ROCEV2_UDP_PORT + 1
+    } else {
+        ROCEV2_UDP_PORT
+    }
+}
+
+/// Both ends in one process: a [`Listener`] on `server` (control on an ephemeral TCP port, RoCE
+/// on UDP `server.1`) handed to `serve` on a thread named `name`, and `client` on the calling
+/// thread with the listener's control address. The client's error is reported first, then the
+/// server's.
+pub(crate) fn in_one_process<T, S: Send + 'static>(
+    name: &str,
+    server: (IpAddr, u16),
+    serve: impl FnOnce(Listener) -> Result<S, DriverError> + Send + 'static,
+    client: impl FnOnce(SocketAddr) -> Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    let listener = Listener::bind(ServerConfig {
+        listen: SocketAddr::new(server.0, 0),
+        roce_port: server.1,
+        accept_timeout: Some(Duration::from_secs(10)),
+    })?;
+    let control = listener.local_addr();
+    let thread = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || serve(listener))
+        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
+    let r = client(control);
+    let served = thread
+        .join()
+        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
+    match (r, served) {
+        (Ok(r), Ok(_)) => Ok(r),
+        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
 }
 
 /// [`loopback`] between given local addresses and RoCE UDP ports (client, server).
@@ -932,35 +983,24 @@ pub fn loopback_between(
     tap: Option<Tap>,
 ) -> Result<Report, DriverError> {
     cfg.validate().map_err(DriverError::Config)?;
-    let listener = Listener::bind(ServerConfig {
-        listen: SocketAddr::new(server.0, 0),
-        roce_port: server.1,
-        accept_timeout: Some(Duration::from_secs(10)),
-    })?;
-    let control = listener.local_addr();
     let server_impairment = Impairment {
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
     };
-    let server = std::thread::Builder::new()
-        .name("roce-server".into())
-        .spawn(move || listener.serve(server_impairment, None))
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
-    let report = run_client(
-        ClientConfig {
-            server: control,
-            bind: Some(client.0),
-            roce_port: client.1,
+    in_one_process(
+        "roce-server",
+        server,
+        move |listener| listener.serve(server_impairment, None),
+        |control| {
+            run_client(
+                ClientConfig {
+                    server: control,
+                    bind: Some(client.0),
+                    roce_port: client.1,
+                },
+                cfg,
+                tap,
+            )
         },
-        cfg,
-        tap,
-    );
-    let served = server
-        .join()
-        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
-    match (report, served) {
-        (Ok(r), Ok(_)) => Ok(r),
-        (Err(e), _) => Err(e),
-        (Ok(_), Err(e)) => Err(e),
-    }
+    )
 }

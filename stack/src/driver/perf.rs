@@ -19,15 +19,15 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant as StdInstant};
 
-use roce_proto::{Ecn, Psn, Qpn, RKey, ROCEV2_UDP_PORT};
+use roce_proto::{Ecn, Qpn, RKey, ROCEV2_UDP_PORT};
 use serde::{Deserialize, Serialize};
 
 use super::endpoint::{Application, Endpoint, RunError};
 use super::impair::Impairment;
 use super::socket::{RoceSocket, SEND_BATCH};
 use super::{
-    accept_control, connect_control, connect_qp, runtime, setup, start_psns, Block, Control,
-    DriverError, Listener, Msg, QpInfo, RunConfig, PROTOCOL,
+    accept_control, connect_control, connect_qps, qp_infos, runtime, setup, start_psns, Block,
+    Control, DriverError, Listener, Msg, QpInfo, RunConfig, PROTOCOL,
 };
 use crate::device::{CqHandle, Device};
 use crate::memory::{Access, MrHandle, SgList};
@@ -478,7 +478,8 @@ impl PerfResult {
 
     fn bw(spec: &PerfSpec, msgs: u64, seconds: f64, peak_msgs_per_s: f64) -> Self {
         let s = seconds.max(1e-9);
-        let size = spec.msg_size() as f64;
+        // A UDP exchange's message is a request; its bytes are the replies.
+        let size = (spec.msg_size() * u64::from(spec.replies)) as f64;
         let avg = msgs as f64 / s;
         Self {
             iterations: msgs,
@@ -512,20 +513,6 @@ impl PerfResult {
             t_stdev_us: Some(var.sqrt() / 1e3),
             t_p99_us: Some(pct(0.99)),
             t_p999_us: Some(pct(0.999)),
-            ..Self::empty(spec)
-        }
-    }
-
-    /// A UDP exchange: `requests` answered in `seconds`; bandwidth counts the replies.
-    fn exchange(spec: &PerfSpec, requests: u64, seconds: f64, peak_per_s: f64) -> Self {
-        let s = seconds.max(1e-9);
-        let bytes = (spec.size * u64::from(spec.replies)) as f64;
-        let avg = requests as f64 / s;
-        Self {
-            iterations: requests,
-            bw_peak_gbps: Some(peak_per_s.max(avg) * bytes * 8.0 / 1e9),
-            bw_avg_gbps: Some(avg * bytes * 8.0 / 1e9),
-            msg_rate_mpps: Some(avg / 1e6),
             ..Self::empty(spec)
         }
     }
@@ -1030,16 +1017,6 @@ fn block_of(dev: &Device, mr: MrHandle) -> Block {
     )
 }
 
-fn qp_infos(qps: &[(Qpn, CqHandle, CqHandle)], psns: &[Psn]) -> Vec<QpInfo> {
-    qps.iter()
-        .zip(psns)
-        .map(|(&(q, _, _), p)| QpInfo {
-            qpn: q.0,
-            psn: p.value(),
-        })
-        .collect()
-}
-
 fn run_config(spec: &PerfSpec) -> RunConfig {
     RunConfig {
         mtu: spec.mtu,
@@ -1134,17 +1111,7 @@ async fn run_one(
     };
     let remote_addr = SocketAddr::new(peer_ip, roce_port);
     let cfg = run_config(spec);
-    for (i, &(qpn, _, _)) in qps.iter().enumerate() {
-        connect_qp(
-            &mut dev,
-            qpn,
-            peer_qps[i],
-            psns[i],
-            local,
-            remote_addr,
-            &cfg,
-        )?;
-    }
+    connect_qps(&mut dev, &qps, &peer_qps, &psns, local, remote_addr, &cfg)?;
     let remote = RemoteAddr {
         va: b.va,
         rkey: RKey(b.rkey),
@@ -1252,7 +1219,7 @@ async fn udp_client(
         let (requests, seconds, peak, lost) = udp_exchange(&mut sock, spec, sport, dst).await?;
         ctl.send(&Msg::Done { ok: true }).await?;
         ctl.recv_timeout(Duration::from_secs(10)).await?;
-        let mut r = PerfResult::exchange(spec, requests, seconds, peak);
+        let mut r = PerfResult::bw(spec, requests, seconds, peak);
         r.retransmitted_packets = lost;
         return Ok(r);
     }
@@ -1306,16 +1273,19 @@ async fn udp_exchange(
     let t0 = StdInstant::now();
     let (mut last, mut last_progress) = (t0, t0);
     let (mut win_start, mut win_done, mut peak) = (t0, 0u64, 0f64);
+    // Requests answered in full or given up.
+    let done = |replies: u64, lost: u64| replies / per + lost;
     loop {
-        let done = replies / per + lost;
+        let done_now = done(replies, lost);
         let more = match deadline {
             Some(d) => StdInstant::now() < d,
             None => sent < spec.iters,
         };
-        if !more && done >= sent {
+        if !more && done_now >= sent {
             break;
         }
-        let inflight = sent - done;
+        // Saturating: a reply to a request already given up may still arrive.
+        let inflight = sent.saturating_sub(done_now);
         let mut k = 0;
         if more && inflight < outs {
             k = (outs - inflight).min(SEND_BATCH as u64);
@@ -1335,8 +1305,8 @@ async fn udp_exchange(
             last_progress = now;
             let dt = now.duration_since(win_start);
             if dt >= PEAK_WINDOW {
-                let d = replies / per + lost;
-                peak = peak.max((d - win_done) as f64 / dt.as_secs_f64());
+                let d = done(replies, lost);
+                peak = peak.max(d.saturating_sub(win_done) as f64 / dt.as_secs_f64());
                 win_start = now;
                 win_done = d;
             }
@@ -1347,7 +1317,7 @@ async fn udp_exchange(
         }
         if now.duration_since(last_progress) > Duration::from_millis(200) {
             // What is still outstanding will not come back.
-            lost += sent - (replies / per + lost);
+            lost = sent.saturating_sub(replies / per);
             replies -= replies % per;
             last_progress = now;
             continue;
@@ -1355,7 +1325,7 @@ async fn udp_exchange(
         let _ = tokio::time::timeout(Duration::from_millis(50), sock.readable()).await;
     }
     let seconds = last.duration_since(t0).as_secs_f64();
-    Ok((sent - lost, seconds, peak, lost))
+    Ok((sent.saturating_sub(lost), seconds, peak, lost))
 }
 
 // ------------------------------------------------------------------ server
@@ -1413,11 +1383,7 @@ async fn serve_one(
     peer_qps: &[QpInfo],
     blocks: &[Block],
 ) -> Result<(), DriverError> {
-    if protocol != PROTOCOL {
-        return Err(DriverError::Peer(format!(
-            "control protocol {protocol}, this server speaks {PROTOCOL}"
-        )));
-    }
+    super::check_protocol("control", protocol, PROTOCOL)?;
     spec.validate().map_err(DriverError::Peer)?;
     if spec.test == PerfTest::Udp {
         return udp_server(ctl, spec, local, remote).await;
@@ -1428,9 +1394,7 @@ async fn serve_one(
     let (mut dev, qps, mrs) = perf_device(spec)?;
     let psns = start_psns(spec.size ^ spec.iters, spec.nqps(), 0x5e7e);
     let cfg = run_config(spec);
-    for (i, &(qpn, _, _)) in qps.iter().enumerate() {
-        connect_qp(&mut dev, qpn, peer_qps[i], psns[i], local, remote, &cfg)?;
-    }
+    connect_qps(&mut dev, &qps, peer_qps, &psns, local, remote, &cfg)?;
     let remote_block = RemoteAddr {
         va: blocks[0].va,
         rkey: RKey(blocks[0].rkey),
@@ -1575,36 +1539,21 @@ pub fn run_perf_loopback(
     for s in specs {
         s.validate().map_err(DriverError::Config)?;
     }
-    let listener = Listener::bind(super::ServerConfig {
-        listen: SocketAddr::new(server_ip, 0),
-        roce_port: ROCEV2_UDP_PORT,
-        accept_timeout: Some(Duration::from_secs(10)),
-    })?;
-    let control = listener.local_addr();
-    let server = std::thread::Builder::new()
-        .name("roce-perf-server".into())
-        .spawn(move || listener.serve_perf())
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
-    let client_port = if client_ip == server_ip {
-        ROCEV2_UDP_PORT + 1
-    } else {
-        ROCEV2_UDP_PORT
-    };
-    let r = run_perf_client(
-        PerfClient {
-            server: control,
-            bind: Some(client_ip),
-            roce_port: client_port,
+    super::in_one_process(
+        "roce-perf-server",
+        (server_ip, ROCEV2_UDP_PORT),
+        Listener::serve_perf,
+        |control| {
+            run_perf_client(
+                PerfClient {
+                    server: control,
+                    bind: Some(client_ip),
+                    roce_port: super::client_roce_port(client_ip, server_ip),
+                },
+                specs,
+                baseline,
+                out,
+            )
         },
-        specs,
-        baseline,
-        out,
-    );
-    let served = server
-        .join()
-        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
-    match (r, served) {
-        (Ok(()), Ok(_)) => Ok(()),
-        (Err(e), _) | (Ok(()), Err(e)) => Err(e),
-    }
+    )
 }
