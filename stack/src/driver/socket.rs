@@ -79,8 +79,6 @@ pub struct RoceSocket {
     senders: Vec<SendSocket>,
     bufs: Vec<Vec<u8>>,
     meta: Vec<RecvMeta>,
-    /// The last `try_recv` filled every buffer (more may be queued).
-    last_full: bool,
     /// A duplicate of `io` registered with tokio, present while the endpoint keeps coming
     /// back to sleep (see [`RoceSocket::readable`]).
     waiter: Option<tokio::net::UdpSocket>,
@@ -113,7 +111,6 @@ impl RoceSocket {
             senders: Vec::new(),
             bufs: (0..BATCH_SIZE).map(|_| vec![0u8; RECV_BUF]).collect(),
             meta: vec![RecvMeta::default(); BATCH_SIZE],
-            last_full: false,
             waiter: None,
             since_wait: 0,
         })
@@ -209,12 +206,6 @@ impl RoceSocket {
         Ok(())
     }
 
-    /// Whether the last [`RoceSocket::try_recv`] filled every buffer: only then can another
-    /// call right away find more (a partial batch drained the queue).
-    pub fn last_batch_full(&self) -> bool {
-        self.last_full
-    }
-
     /// Waits until a datagram can be read. Must be called inside a tokio runtime.
     ///
     /// The socket is registered with epoll (through a duplicate of it) only around these
@@ -242,7 +233,6 @@ impl RoceSocket {
             state,
             bufs,
             meta,
-            last_full,
             waiter,
             since_wait,
             ..
@@ -266,14 +256,12 @@ impl RoceSocket {
             },
             None => state.recv((&*io).into(), &mut iovs, meta),
         };
-        *last_full = false;
         let n = match r {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(0),
             Err(e) => return Err(e),
         };
-        *last_full = n == BATCH_SIZE;
         *since_wait = since_wait.saturating_add(n as u32);
         if *since_wait > DEREGISTER_AFTER {
             // Busy for a while: stop paying for wake-ups nobody waits for.
