@@ -2,19 +2,12 @@
 //! own loopback addresses (127.0.<n>.1 / .2, n = 80..) so the tests can run in parallel.
 use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_roce");
+mod common;
 
-fn roce(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().expect("run roce");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{ips, roce, BIN};
 
 fn kv(n: u8, extra: &[&str]) -> (i32, String, String) {
-    let (c, s) = (format!("127.0.{n}.1"), format!("127.0.{n}.2"));
+    let (c, s) = ips(n);
     let mut args = vec!["kv", "--client-ip", &c, "--server-ip", &s];
     args.extend_from_slice(extra);
     roce(&args)

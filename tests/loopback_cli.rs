@@ -5,7 +5,9 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_roce");
+mod common;
+
+use common::{ips, BIN};
 
 /// The live-capture test holds this exclusively: a capture socket that falls behind the
 /// traffic of the other tests drops packets, which would hide the ones it looks for.
@@ -13,20 +15,7 @@ static TRAFFIC: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn roce(args: &[&str]) -> (i32, String, String) {
     let _shared = TRAFFIC.read().unwrap_or_else(|e| e.into_inner());
-    roce_unlocked(args)
-}
-
-fn roce_unlocked(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().expect("run roce");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ips(n: u8) -> (String, String) {
-    (format!("127.0.{n}.1"), format!("127.0.{n}.2"))
+    common::roce(args)
 }
 
 fn loopback(n: u8, extra: &[&str]) -> (i32, String, String) {
@@ -167,7 +156,7 @@ fn server_and_client_as_two_processes() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let (code, out, err) = roce_unlocked(&[
+    let (code, out, err) = common::roce(&[
         "client",
         &format!("{s}:21023"),
         "--bind",
@@ -366,7 +355,7 @@ fn live_capture_of_a_run_verifies() {
         );
         seen.push(byte[0]);
     }
-    let (code, out, err_text) = roce_unlocked(&[
+    let (code, out, err_text) = common::roce(&[
         "loopback",
         "--client-ip",
         &c,
@@ -383,7 +372,7 @@ fn live_capture_of_a_run_verifies() {
     let _ = Command::new("kill").arg(cap.id().to_string()).status();
     let _ = cap.wait();
     let (code, out, err_text) =
-        roce_unlocked(&["decode", "--check", "--json", file.to_str().unwrap()]);
+        common::roce(&["decode", "--check", "--json", file.to_str().unwrap()]);
     assert_eq!(code, 0, "decode --check failed: {err_text}");
     let packets: Vec<serde_json::Value> = out.lines().map(json).collect();
     assert!(

@@ -6,20 +6,13 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_roce");
+mod common;
 
-fn roce(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().expect("run roce");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{ips, roce, BIN};
 
 /// `roce perf ARGS` between 127.0.n.1 (client) and 127.0.n.2 (server) in one process.
 fn perf(n: u8, args: &[&str]) -> (i32, String, String) {
-    let (c, s) = (format!("127.0.{n}.1"), format!("127.0.{n}.2"));
+    let (c, s) = ips(n);
     let mut v = vec!["perf"];
     v.extend_from_slice(args);
     v.extend_from_slice(&["--client-ip", &c, "--server-ip", &s]);

@@ -1,16 +1,8 @@
 //! `roce sim congestion` as a user runs it: the table, the JSON contract and the SVG plot.
-use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_roce");
+mod common;
 
-fn roce(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().expect("run roce");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::roce;
 
 #[test]
 fn congestion_json_has_every_run_and_key_and_the_plot_is_svg() {

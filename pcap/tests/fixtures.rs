@@ -21,6 +21,20 @@ fn fixture(name: &str) -> Vec<u8> {
         .1
 }
 
+/// Every output format, listing non-RoCE packets too.
+fn every_format() -> [Options; 3] {
+    [
+        OutputFormat::Summary,
+        OutputFormat::Json,
+        OutputFormat::Verbose,
+    ]
+    .map(|format| Options {
+        format,
+        all: true,
+        ..Default::default()
+    })
+}
+
 fn run(name: &str, opts: Options) -> (String, Outcome) {
     let (out, outcome) = decode_bytes(&fixture(name), name, opts);
     (String::from_utf8(out).unwrap(), outcome)
@@ -553,16 +567,7 @@ fn parallel_decode_equals_sequential_decode() {
     let full = fixture("opcodes.pcap");
     inputs.push(("cut.pcap".into(), full[..full.len() - 10].to_vec()));
     for (name, bytes) in &inputs {
-        for format in [
-            OutputFormat::Summary,
-            OutputFormat::Json,
-            OutputFormat::Verbose,
-        ] {
-            let opts = Options {
-                format,
-                all: true,
-                ..Default::default()
-            };
+        for opts in every_format() {
             let (seq_out, seq) = decode_bytes(bytes, name, opts);
             for (workers, batch) in [(2, 1), (3, 3), (2, 4096)] {
                 let mut r = roce_pcap::CaptureReader::new(&bytes[..], name).unwrap();
@@ -572,7 +577,8 @@ fn parallel_decode_equals_sequential_decode() {
                 );
                 assert!(
                     out == seq_out,
-                    "{name} {format:?} workers {workers} batch {batch}"
+                    "{name} {:?} workers {workers} batch {batch}",
+                    opts.format
                 );
                 assert_eq!(par.stats, seq.stats, "{name}");
                 assert_eq!(
@@ -652,16 +658,7 @@ fn mutated_captures_never_panic() {
                 let cut = (rnd() as usize) % m.len();
                 m.truncate(cut);
             }
-            for format in [
-                OutputFormat::Summary,
-                OutputFormat::Json,
-                OutputFormat::Verbose,
-            ] {
-                let opts = Options {
-                    format,
-                    all: true,
-                    ..Default::default()
-                };
+            for opts in every_format() {
                 let (_, o) = decode_bytes(&m, "m", opts);
                 decoded += o.stats.packets;
             }

@@ -70,15 +70,7 @@ fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
         let sgl = SgList::one(a.mr(src).unwrap().sge(0, msg));
         let m = b.mr(dst).unwrap();
         peers.push((qb, cb, SgList::one(m.sge(0, msg))));
-        qps.push((
-            qa,
-            ca,
-            sgl,
-            RemoteAddr {
-                va: m.va(),
-                rkey: m.rkey(),
-            },
-        ));
+        qps.push((qa, ca, sgl, m.remote_addr(0)));
     }
     Pair {
         a,

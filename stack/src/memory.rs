@@ -10,6 +10,8 @@ use core::ops::BitOr;
 
 use roce_proto::RKey;
 
+use crate::wr::RemoteAddr;
+
 /// Access rights of a memory region or a queue pair (`ibv_access_flags` values).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Access(pub u8);
@@ -217,6 +219,14 @@ impl MemoryRegion {
             addr: self.va.wrapping_add(offset),
             length: len,
             lkey: self.lkey,
+        }
+    }
+    /// The remote address of byte `offset`: what the owner advertises to a peer for its RETH
+    /// or AtomicETH (not checked here; the responder checks).
+    pub fn remote_addr(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            va: self.va.wrapping_add(offset),
+            rkey: self.rkey,
         }
     }
 }

@@ -477,23 +477,20 @@ impl Qp {
                 return Err(ModifyError::InvalidValue("path_mtu"));
             }
         }
-        if a.timeout.is_some_and(|t| t > 31) {
-            return Err(ModifyError::InvalidValue("timeout"));
-        }
-        if a.retry_cnt.is_some_and(|t| t > 7) {
-            return Err(ModifyError::InvalidValue("retry_cnt"));
-        }
-        if a.rnr_retry.is_some_and(|t| t > 7) {
-            return Err(ModifyError::InvalidValue("rnr_retry"));
-        }
-        if a.min_rnr_timer.is_some_and(|t| t > 31) {
-            return Err(ModifyError::InvalidValue("min_rnr_timer"));
-        }
-        if a.max_rd_atomic.is_some_and(|t| t > 128) {
-            return Err(ModifyError::InvalidValue("max_rd_atomic"));
-        }
-        if a.max_dest_rd_atomic.is_some_and(|t| t > 128) {
-            return Err(ModifyError::InvalidValue("max_dest_rd_atomic"));
+        // The 8-bit attributes and their largest values (5-bit, 3-bit and rd_atomic fields).
+        let limits = [
+            (a.timeout, 31, "timeout"),
+            (a.retry_cnt, 7, "retry_cnt"),
+            (a.rnr_retry, 7, "rnr_retry"),
+            (a.min_rnr_timer, 31, "min_rnr_timer"),
+            (a.max_rd_atomic, 128, "max_rd_atomic"),
+            (a.max_dest_rd_atomic, 128, "max_dest_rd_atomic"),
+        ];
+        if let Some((_, _, name)) = limits
+            .iter()
+            .find(|(v, max, _)| v.is_some_and(|v| v > *max))
+        {
+            return Err(ModifyError::InvalidValue(name));
         }
         if a.dest_qpn.is_some_and(|q| q.0 > 0xff_ffff) {
             return Err(ModifyError::InvalidValue("dest_qpn"));

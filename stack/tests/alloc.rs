@@ -40,13 +40,7 @@ fn no_allocation_per_packet_in_steady_state() {
         };
         dev.connect_qp(q, &c).unwrap();
     }
-    let rb = {
-        let m = b.mr(lb).unwrap();
-        RemoteAddr {
-            va: m.va(),
-            rkey: m.rkey(),
-        }
-    };
+    let rb = b.mr(lb).unwrap().remote_addr(0);
     let src = SgList::one(a.mr(la).unwrap().sge(0, 5000));
     let recv = SgList::one(b.mr(lb).unwrap().sge(0, 8192));
     let mut buf = Vec::with_capacity(8192);
@@ -227,13 +221,7 @@ fn driver_data_path_allocates_nothing_per_packet() {
         };
         dev.connect_qp(q, &c).unwrap();
     }
-    let remote = {
-        let m = b.mr(lb).unwrap();
-        RemoteAddr {
-            va: m.va(),
-            rkey: m.rkey(),
-        }
-    };
+    let remote = b.mr(lb).unwrap().remote_addr(0);
     let src = SgList::one(a.mr(la).unwrap().sge(0, 4096));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

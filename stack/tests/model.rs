@@ -17,8 +17,8 @@ use std::net::IpAddr;
 use roce_proto::{Qpn, RKey};
 use roce_stack::sim::{seed_from_env, ConnectOptions, LinkConfig, Rng, SeedGuard, Sim};
 use roce_stack::{
-    Access, Completion, CqHandle, MrHandle, QpCaps, QpState, RecvRequest, RemoteAddr, SgList,
-    WcOpcode, WcStatus, WorkRequest, WrOp,
+    Access, Completion, CqHandle, MrHandle, QpCaps, QpState, RecvRequest, SgList, WcOpcode,
+    WcStatus, WorkRequest, WrOp,
 };
 
 const SRC_LEN: usize = 1 << 21;
@@ -276,10 +276,7 @@ fn run_seed(seed: u64, iba_retry: bool) {
                 let off = sides[r].dst_next;
                 sides[r].dst_next += len + 8;
                 let dst_mr = sim.device(resp_host).mr(sides[r].dst).unwrap();
-                let remote = RemoteAddr {
-                    va: dst_mr.va() + off as u64,
-                    rkey: dst_mr.rkey(),
-                };
+                let remote = dst_mr.remote_addr(off as u64);
                 list = sgl(&mut rng, &mut sim, req_host, sides[s].src, src_off, len);
                 sides[r].dst_model[off..off + len]
                     .copy_from_slice(&srcs[s][src_off..src_off + len]);
@@ -313,10 +310,7 @@ fn run_seed(seed: u64, iba_retry: bool) {
             }
             5 => {
                 let src_mr = sim.device(resp_host).mr(sides[r].src).unwrap();
-                let remote = RemoteAddr {
-                    va: src_mr.va() + src_off as u64,
-                    rkey: src_mr.rkey(),
-                };
+                let remote = src_mr.remote_addr(src_off as u64);
                 let off = sides[s].dst_next;
                 sides[s].dst_next += len + 8;
                 list = sgl(&mut rng, &mut sim, req_host, sides[s].dst, off, len);
@@ -329,10 +323,7 @@ fn run_seed(seed: u64, iba_retry: bool) {
                 let n = atom_word_of.len();
                 let w = *atom_word_of.entry((qi, s)).or_insert(n % ATOM_WORDS);
                 let atom_mr = sim.device(resp_host).mr(sides[r].atom).unwrap();
-                let remote = RemoteAddr {
-                    va: atom_mr.va() + (w * 8) as u64,
-                    rkey: atom_mr.rkey(),
-                };
+                let remote = atom_mr.remote_addr((w * 8) as u64);
                 let cur = sides[r].atom_model[w];
                 let orig = cur;
                 if kind == 6 {

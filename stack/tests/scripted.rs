@@ -165,12 +165,17 @@ impl H {
         SgList::one(self.dev.mr(self.mr).unwrap().sge(off, len))
     }
 
+    /// Posts a receive of `len` bytes at the start of the test region.
+    fn post_recv(&mut self, wr_id: u64, len: u32) {
+        let sgl = self.sge(0, len);
+        self.dev
+            .post_recv(self.qpn, RecvRequest { wr_id, sgl })
+            .unwrap();
+    }
+
     fn remote(&self, off: u64) -> RemoteAddr {
         let m = self.dev.mr(self.mr).unwrap();
-        RemoteAddr {
-            va: m.va() + off,
-            rkey: m.rkey(),
-        }
+        m.remote_addr(off)
     }
 
     fn post(&mut self, id: u64, op: WrOp, sgl: SgList) {
@@ -708,15 +713,7 @@ fn responder_rnr_nak_when_no_receive_is_posted() {
     assert_eq!(s[0].repr().aeth.unwrap().syndrome, Syndrome::rnr_nak(1));
     assert_eq!(s[0].repr().bth.psn, Psn::new(500));
     assert_eq!(h.state(), QpState::Rts, "RNR changes no state");
-    h.dev
-        .post_recv(
-            h.qpn,
-            RecvRequest {
-                wr_id: 1,
-                sgl: h.sge(0, 8),
-            },
-        )
-        .unwrap();
+    h.post_recv(1, 8);
     h.feed(p);
     assert_eq!(
         h.sent()[0].repr().aeth.unwrap().syndrome,
@@ -729,15 +726,7 @@ fn responder_rnr_nak_when_no_receive_is_posted() {
 fn rkey_violation_naks_remote_access_errors_the_qp_and_flushes() {
     // Responder side.
     let mut h = H::new(Opts::default());
-    h.dev
-        .post_recv(
-            h.qpn,
-            RecvRequest {
-                wr_id: 9,
-                sgl: h.sge(0, 8),
-            },
-        )
-        .unwrap();
+    h.post_recv(9, 8);
     let w = h.remote(0);
     h.feed(PacketRepr {
         reth: Some(RethRepr {
@@ -777,15 +766,7 @@ fn rkey_violation_naks_remote_access_errors_the_qp_and_flushes() {
     h.post(1, WrOp::Send, h.sge(0, 4));
     h.post(2, WrOp::Write(h.remote(0)), h.sge(0, 4));
     h.post(3, WrOp::Send, h.sge(0, 4));
-    h.dev
-        .post_recv(
-            h.qpn,
-            RecvRequest {
-                wr_id: 4,
-                sgl: h.sge(0, 8),
-            },
-        )
-        .unwrap();
+    h.post_recv(4, 8);
     h.sent();
     h.feed(ack(101, Syndrome::nak(NakCode::RemoteAccessError)));
     assert_eq!(
@@ -1042,15 +1023,7 @@ fn sqd_finishes_started_messages_only() {
 #[test]
 fn ce_mark_sends_a_rate_limited_cnp() {
     let mut h = H::new(Opts::default());
-    h.dev
-        .post_recv(
-            h.qpn,
-            RecvRequest {
-                wr_id: 1,
-                sgl: h.sge(0, 8),
-            },
-        )
-        .unwrap();
+    h.post_recv(1, 8);
     let mut p = PacketRepr {
         payload: b"abcd",
         ..request(Opcode::RC_SEND_ONLY, 500)
@@ -1081,15 +1054,7 @@ fn ce_mark_sends_a_rate_limited_cnp() {
 fn cnp_interval_first_mark_at_once_then_window_end() {
     let mut h = H::new(Opts::default());
     for i in 0..3 {
-        h.dev
-            .post_recv(
-                h.qpn,
-                RecvRequest {
-                    wr_id: i,
-                    sgl: h.sge(0, 8),
-                },
-            )
-            .unwrap();
+        h.post_recv(i, 8);
     }
     let mark = |h: &mut H, us: u64, psn: u32| -> Vec<(Opcode, u32, u64)> {
         h.now = Instant::from_micros(us);
@@ -1159,15 +1124,7 @@ fn marked_cnp_is_not_answered() {
 #[test]
 fn opcode_sequence_error_naks_invalid_request() {
     let mut h = H::new(Opts::default());
-    h.dev
-        .post_recv(
-            h.qpn,
-            RecvRequest {
-                wr_id: 1,
-                sgl: h.sge(0, 1024),
-            },
-        )
-        .unwrap();
+    h.post_recv(1, 1024);
     // A SEND_MIDDLE with no SEND_FIRST before it.
     h.feed(PacketRepr {
         payload: &[0; MTU as usize],
@@ -1186,15 +1143,7 @@ fn opcode_sequence_error_naks_invalid_request() {
 #[test]
 fn send_longer_than_the_receive_buffer_is_a_length_error() {
     let mut h = H::new(Opts::default());
-    h.dev
-        .post_recv(
-            h.qpn,
-            RecvRequest {
-                wr_id: 1,
-                sgl: h.sge(0, 3),
-            },
-        )
-        .unwrap();
+    h.post_recv(1, 3);
     h.feed(PacketRepr {
         payload: b"four",
         ..request(Opcode::RC_SEND_ONLY, 500)

@@ -84,10 +84,7 @@ fn write_completes_once_despite_loss_reorder_dup_and_ce() {
     }
     let sgl = SgList::one(t.sim.device(0).mr(t.ma).unwrap().sge(0, 64 * 1024));
     let m = t.sim.device(1).mr(t.mb).unwrap();
-    let remote = RemoteAddr {
-        va: m.va() + 4096,
-        rkey: m.rkey(),
-    };
+    let remote = m.remote_addr(4096);
     t.sim
         .device(0)
         .post_send(t.qa, WorkRequest::new(1, WrOp::Write(remote), sgl))
@@ -247,10 +244,7 @@ fn corrupted_datagrams_are_dropped_by_icrc_and_recovered() {
     );
     let sgl = SgList::one(t.sim.device(1).mr(t.mb).unwrap().sge(0, 32 * 1024));
     let m = t.sim.device(0).mr(t.ma).unwrap();
-    let remote = RemoteAddr {
-        va: m.va(),
-        rkey: m.rkey(),
-    };
+    let remote = m.remote_addr(0);
     t.sim.device(0).mr_mut(t.ma).unwrap().as_mut_slice()[..32 * 1024].fill(0x5a);
     t.sim
         .device(1)
@@ -268,24 +262,19 @@ fn corrupted_datagrams_are_dropped_by_icrc_and_recovered() {
     assert!(drops > 0 && t.sim.stats().corrupted > 0);
 }
 
-/// Sends 64 KiB WRITEs back to back from A for `dur` of virtual time (keeping 16 posted) and
-/// returns the transport bytes A's QP sent (BTH..ICRC, the bytes its controller paces).
-fn stream_writes(t: &mut Two, dur: core::time::Duration) -> u64 {
+/// Posts 64 KiB operations `op(B's region)` back to back from A for `dur` of virtual time,
+/// keeping `depth` posted; every one must succeed. Returns how many were posted.
+fn stream(t: &mut Two, dur: core::time::Duration, depth: u32, op: fn(RemoteAddr) -> WrOp) -> u64 {
     let end = roce_stack::Instant::ZERO + dur;
     let m = t.sim.device(1).mr(t.mb).unwrap();
-    let remote = RemoteAddr {
-        va: m.va(),
-        rkey: m.rkey(),
-    };
-    let mut posted = 0u32;
-    let mut id = 0u64;
-    let mut now = roce_stack::Instant::ZERO;
+    let remote = m.remote_addr(0);
+    let (mut posted, mut id, mut now) = (0u32, 0u64, roce_stack::Instant::ZERO);
     while now < end {
-        while posted < 16 {
+        while posted < depth {
             let sgl = SgList::one(t.sim.device(0).mr(t.ma).unwrap().sge(0, 64 * 1024));
             t.sim
                 .device(0)
-                .post_send(t.qa, WorkRequest::new(id, WrOp::Write(remote), sgl))
+                .post_send(t.qa, WorkRequest::new(id, op(remote), sgl))
                 .unwrap();
             id += 1;
             posted += 1;
@@ -297,6 +286,13 @@ fn stream_writes(t: &mut Two, dur: core::time::Duration) -> u64 {
             posted -= 1;
         }
     }
+    id
+}
+
+/// Sends 64 KiB WRITEs back to back from A for `dur` of virtual time (keeping 16 posted) and
+/// returns the transport bytes A's QP sent (BTH..ICRC, the bytes its controller paces).
+fn stream_writes(t: &mut Two, dur: core::time::Duration) -> u64 {
+    stream(t, dur, 16, WrOp::Write);
     t.sim.device(0).qp(t.qa).unwrap().stats().tx_bytes
 }
 
@@ -370,30 +366,7 @@ fn read_responses_are_paced_to_the_set_rate() {
         .device(1)
         .set_congestion_control(t.qb, Box::new(roce_stack::FixedRate::new(rate)));
     let dur = core::time::Duration::from_millis(50);
-    let end = roce_stack::Instant::ZERO + dur;
-    let m = t.sim.device(1).mr(t.mb).unwrap();
-    let remote = RemoteAddr {
-        va: m.va(),
-        rkey: m.rkey(),
-    };
-    let (mut posted, mut id, mut now) = (0u32, 0u64, roce_stack::Instant::ZERO);
-    while now < end {
-        while posted < 8 {
-            let sgl = SgList::one(t.sim.device(0).mr(t.ma).unwrap().sge(0, 64 * 1024));
-            t.sim
-                .device(0)
-                .post_send(t.qa, WorkRequest::new(id, WrOp::Read(remote), sgl))
-                .unwrap();
-            id += 1;
-            posted += 1;
-        }
-        now = (now + core::time::Duration::from_micros(20)).min(end);
-        t.sim.run_until(now);
-        while let Some(c) = t.sim.device(0).poll_cq(t.cqa) {
-            assert_eq!(c.status, WcStatus::Success);
-            posted -= 1;
-        }
-    }
+    let id = stream(&mut t, dur, 8, WrOp::Read);
     let st = *t.sim.device(1).qp(t.qb).unwrap().stats();
     let got = st.tx_bytes as f64 * 8.0 / dur.as_secs_f64();
     let err = got / rate as f64 - 1.0;

@@ -70,28 +70,34 @@ fn clean_link_every_operation() {
     }
 }
 
-#[test]
-fn impaired_link_still_verifies() {
-    for s in 0..4 {
-        let seed = seed_from_env(100) + s;
+/// `runs` workloads of 40 messages up to 100 kB over `qps` QPs across `link`, seeds
+/// `first_seed..`, each verified in full.
+fn impaired_runs(first_seed: u64, runs: u64, qps: u32, link: LinkConfig) {
+    for s in 0..runs {
+        let seed = first_seed + s;
         let _g = SeedGuard(seed);
         let spec = WorkloadSpec {
             count: 40,
             max_size: 100_000,
-            qps: 3,
+            qps,
             seed,
             ..WorkloadSpec::default()
-        };
-        let link = LinkConfig {
-            loss: 0.05,
-            reorder: 0.05,
-            duplicate: 0.02,
-            corrupt: 0.01,
-            ..LinkConfig::default()
         };
         let (req, resp) = run(&spec, link, seed);
         check(&req, &resp, &spec);
     }
+}
+
+#[test]
+fn impaired_link_still_verifies() {
+    let link = LinkConfig {
+        loss: 0.05,
+        reorder: 0.05,
+        duplicate: 0.02,
+        corrupt: 0.01,
+        ..LinkConfig::default()
+    };
+    impaired_runs(seed_from_env(100), 4, 3, link);
 }
 
 #[test]
@@ -155,28 +161,16 @@ fn spec_round_trips_through_its_text_form() {
 
 #[test]
 fn impaired_link_with_slow_reordering() {
-    for s in 0..8 {
-        let seed = seed_from_env(200) + s;
-        let _g = SeedGuard(seed);
-        let spec = WorkloadSpec {
-            count: 40,
-            max_size: 100_000,
-            qps: 2,
-            seed,
-            ..WorkloadSpec::default()
-        };
-        let link = LinkConfig {
-            loss: 0.05,
-            reorder: 0.05,
-            reorder_delay: std::time::Duration::from_micros(200),
-            delay: std::time::Duration::from_micros(20),
-            duplicate: 0.02,
-            corrupt: 0.01,
-            ..LinkConfig::default()
-        };
-        let (req, resp) = run(&spec, link, seed);
-        check(&req, &resp, &spec);
-    }
+    let link = LinkConfig {
+        loss: 0.05,
+        reorder: 0.05,
+        reorder_delay: std::time::Duration::from_micros(200),
+        delay: std::time::Duration::from_micros(20),
+        duplicate: 0.02,
+        corrupt: 0.01,
+        ..LinkConfig::default()
+    };
+    impaired_runs(seed_from_env(200), 8, 2, link);
 }
 
 #[test]

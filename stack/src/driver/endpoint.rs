@@ -9,7 +9,7 @@ use roce_proto::{Ecn, ROCEV2_UDP_PORT};
 
 use crate::device::Device;
 use crate::driver::impair::{ImpairStage, Impairment};
-use crate::driver::socket::{RoceSocket, SEND_BATCH};
+use crate::driver::socket::{RoceSocket, RECV_BATCH, SEND_BATCH};
 use crate::time::Instant;
 pub use crate::workload::Application;
 
@@ -112,16 +112,16 @@ fn is_response(d: &[u8]) -> bool {
         .is_some_and(|&op| roce_proto::Opcode(op).is_response())
 }
 
-/// Sends at most this many datagrams per loop turn (one `sendmmsg` batch) before reading
-/// again, as one receive reads at most one batch of as many: a busy endpoint alternates
-/// receiving and sending in equal batches. Each datagram received on `lo` frees a buffer the
-/// sending core allocated, and Linux queues those frees for that core, interrupting it
-/// (an IPI, costly in a VM) once 32 have piled up without it sending; the sending core empties
-/// the queue each time it sends. Reading up to four batches per turn and sending up to 64
-/// datagrams made a 64 B READ run (both cores receive and send one datagram per message) take
-/// about 1,800 of those interrupts per 300,000 messages instead of about 100, and cost it 5 %
-/// of its message rate; WRITE and 64 KiB runs did not change.
-const TX_BURST: usize = SEND_BATCH;
+/// Sends at most this many datagrams per loop turn before reading again: as many as one
+/// receive reads, so that a busy endpoint alternates receiving and sending in equal batches.
+/// Each datagram received on `lo` frees a buffer the sending core allocated, and Linux queues
+/// those frees for that core, interrupting it (an IPI, costly in a VM) once 32 have piled up
+/// without it sending; the sending core empties the queue each time it sends. Reading up to
+/// four batches per turn and sending up to 64 datagrams made a 64 B READ run (both cores
+/// receive and send one datagram per message) take about 1,800 of those interrupts per
+/// 300,000 messages instead of about 100, and cost it 5 % of its message rate; WRITE and
+/// 64 KiB runs did not change.
+const TX_BURST: usize = RECV_BATCH;
 
 impl Endpoint {
     /// Binds the RoCE socket at `bind` (use port 4791) around `dev`. Inside a tokio runtime.

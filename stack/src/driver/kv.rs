@@ -22,11 +22,10 @@ use std::time::Duration;
 use roce_proto::{Qpn, RKey, ROCEV2_UDP_PORT};
 use serde::{Deserialize, Serialize};
 
-use super::endpoint::Endpoint;
 use super::impair::Impairment;
 use super::{
-    accept_control, connect_control, connect_qps, qp_infos, runtime, setup, start_psns, Control,
-    DriverError, Listener, Msg, QpInfo, RunConfig,
+    accept_control, bind_endpoint, connect_control, connect_qps, qp_infos, runtime, start_psns,
+    Control, DriverError, Listener, Msg, QpInfo, RunConfig,
 };
 use crate::device::{CqHandle, Device};
 use crate::kv::{
@@ -498,10 +497,7 @@ async fn serve_kv_client(
         remote,
         &cfg.run_config(),
     )?;
-    let mut ep = Endpoint::bind(dev, local, impairment).map_err(setup("RoCE socket"))?;
-    ep.set_peer_port(client_port);
-    // Sleep when idle: on a shared 2-core machine a spinning end holds the core its peer needs.
-    ep.set_busy_poll(Duration::ZERO);
+    let mut ep = bind_endpoint(dev, local, client_port, impairment)?;
     ctl.send(&Msg::Kv(KvMsg::Welcome {
         qps: qp_infos(&mine, &psns),
         roce_port: local.port(),
@@ -633,10 +629,7 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
         remote,
         &cfg.run_config(),
     )?;
-    let mut ep = Endpoint::bind(dev, local, cfg.impairment).map_err(setup("RoCE socket"))?;
-    ep.set_peer_port(roce_port);
-    // Sleep when idle: on a shared 2-core machine a spinning end holds the core its peer needs.
-    ep.set_busy_poll(Duration::ZERO);
+    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment)?;
     let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, s, _)| (q, s)).collect();
     let mut rows = Vec::new();
     let mut errors = Vec::new();

@@ -146,6 +146,19 @@ fn setup(what: &str) -> impl Fn(std::io::Error) -> DriverError + '_ {
     move |e| DriverError::Setup(format!("{what}: {e}"))
 }
 
+/// Binds this end's RoCE socket at `local` around `dev`, sending to the peer's UDP port
+/// `peer_port`. The endpoint sleeps when idle unless told to spin.
+fn bind_endpoint(
+    dev: Device,
+    local: SocketAddr,
+    peer_port: u16,
+    impairment: Impairment,
+) -> Result<Endpoint, DriverError> {
+    let mut ep = Endpoint::bind(dev, local, impairment).map_err(setup("RoCE socket"))?;
+    ep.set_peer_port(peer_port);
+    Ok(ep)
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct QpInfo {
     qpn: u32,
@@ -609,8 +622,7 @@ async fn serve_client(
     let (mut responder, blocks) =
         Responder::new(&mut dev, pd, plan, &recv).map_err(DriverError::Setup)?;
     connect_qps(&mut dev, &mine, &qps, &psns, local, remote, &cfg)?;
-    let mut ep = Endpoint::bind(dev, local, cfg.impairment).map_err(setup("RoCE socket"))?;
-    ep.set_peer_port(client_port);
+    let mut ep = bind_endpoint(dev, local, client_port, cfg.impairment)?;
     if let Some(t) = tap {
         ep.set_tap(t);
     }
@@ -716,8 +728,7 @@ async fn client_async(
         })
         .collect();
     let mut requester = Requester::new(&mut dev, pd, plan, &send, &remotes);
-    let mut ep = Endpoint::bind(dev, local, cfg.impairment).map_err(setup("RoCE socket"))?;
-    ep.set_peer_port(roce_port);
+    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment)?;
     if let Some(t) = tap {
         ep.set_tap(t);
     }

@@ -22,12 +22,12 @@ use std::time::{Duration, Instant as StdInstant};
 use roce_proto::{Ecn, Qpn, RKey, ROCEV2_UDP_PORT};
 use serde::{Deserialize, Serialize};
 
-use super::endpoint::{Application, Endpoint, RunError};
+use super::endpoint::{Application, RunError};
 use super::impair::Impairment;
 use super::socket::{RoceSocket, SEND_BATCH};
 use super::{
-    accept_control, connect_control, connect_qps, qp_infos, runtime, setup, start_psns, Block,
-    Control, DriverError, Listener, Msg, QpInfo, RunConfig, PROTOCOL,
+    accept_control, bind_endpoint, connect_control, connect_qps, qp_infos, runtime, setup,
+    start_psns, Block, Control, DriverError, Listener, Msg, QpInfo, RunConfig, PROTOCOL,
 };
 use crate::device::{CqHandle, Device};
 use crate::memory::{Access, MrHandle, SgList};
@@ -1118,8 +1118,7 @@ async fn run_one(
     };
     let mut app =
         PerfApp::new(&mut dev, *spec, true, &qps, mrs, remote).map_err(DriverError::Setup)?;
-    let mut ep = Endpoint::bind(dev, local, Impairment::default()).map_err(setup("RoCE socket"))?;
-    ep.set_peer_port(roce_port);
+    let mut ep = bind_endpoint(dev, local, roce_port, Impairment::default())?;
     ep.set_busy_poll(spin(spec));
     ctl.send(&Msg::Ready).await?;
     let stop = async {
@@ -1401,8 +1400,7 @@ async fn serve_one(
     };
     let mut app = PerfApp::new(&mut dev, *spec, false, &qps, mrs, remote_block)
         .map_err(DriverError::Setup)?;
-    let mut ep = Endpoint::bind(dev, local, Impairment::default()).map_err(setup("RoCE socket"))?;
-    ep.set_peer_port(remote.port());
+    let mut ep = bind_endpoint(dev, local, remote.port(), Impairment::default())?;
     ep.set_busy_poll(spin(spec));
     let dst_block = block_of(&ep.dev, mrs.1);
     ctl.send(&Msg::Welcome {

@@ -41,6 +41,10 @@ const DEREGISTER_AFTER: u32 = 4096;
 /// Most datagrams handed to one `sendmmsg` call.
 pub const SEND_BATCH: usize = 32;
 
+/// Most datagrams one [`RoceSocket::try_recv`] reads (quinn-udp's `recvmmsg` batch, 32 on
+/// Linux).
+pub const RECV_BATCH: usize = BATCH_SIZE;
+
 /// A socket that only sends, from one UDP source port. It is deliberately not registered with
 /// tokio's epoll: on `lo` the kernel frees each sent datagram's buffer at once and, for a
 /// registered socket, runs the epoll wake-up callback for every one of them (4 % of all CPU

@@ -250,10 +250,7 @@ pub fn run(sc: &Scenario) -> Run {
         sim.device(h)
             .set_congestion_control(sq, sc.cc.build(sc.line_rate_bps));
         let m = sim.device(rx).mr(rmr).expect("receiver region");
-        let remote = RemoteAddr {
-            va: m.va(),
-            rkey: m.rkey(),
-        };
+        let remote = m.remote_addr(0);
         *sim.link(h, rx) = LinkConfig {
             delay: sc.hop_delay,
             bandwidth_bps: Some(sc.line_rate_bps),
