@@ -533,42 +533,27 @@ impl Qp {
             self.enter_error(ctx);
             return Ok(());
         }
-        if let Some(v) = a.access_flags {
-            self.access = v;
+        fn set<T: Copy>(field: &mut T, value: Option<T>) {
+            if let Some(v) = value {
+                *field = v;
+            }
         }
-        if let Some(v) = a.path_mtu {
-            self.mtu = v;
-        }
-        if let Some(v) = a.dest_qpn {
-            self.dest_qpn = v;
-        }
+        set(&mut self.access, a.access_flags);
+        set(&mut self.mtu, a.path_mtu);
+        set(&mut self.dest_qpn, a.dest_qpn);
         if let Some(v) = a.path {
             self.path = v;
             self.seeds = SeedCache::default();
         }
-        if let Some(v) = a.min_rnr_timer {
-            self.min_rnr_timer = v;
-        }
-        if let Some(v) = a.max_dest_rd_atomic {
-            self.max_dest_rd_atomic = v;
-        }
-        if let Some(v) = a.rq_psn {
-            self.epsn = v;
-        }
-        if let Some(v) = a.timeout {
-            self.timeout = v;
-        }
-        if let Some(v) = a.retry_cnt {
-            self.retry_cnt = v;
-            self.retry_left = v;
-        }
-        if let Some(v) = a.rnr_retry {
-            self.rnr_retry = v;
-            self.rnr_left = v;
-        }
-        if let Some(v) = a.max_rd_atomic {
-            self.max_rd_atomic = v;
-        }
+        set(&mut self.min_rnr_timer, a.min_rnr_timer);
+        set(&mut self.max_dest_rd_atomic, a.max_dest_rd_atomic);
+        set(&mut self.epsn, a.rq_psn);
+        set(&mut self.timeout, a.timeout);
+        set(&mut self.retry_cnt, a.retry_cnt);
+        set(&mut self.retry_left, a.retry_cnt);
+        set(&mut self.rnr_retry, a.rnr_retry);
+        set(&mut self.rnr_left, a.rnr_retry);
+        set(&mut self.max_rd_atomic, a.max_rd_atomic);
         if let Some(v) = a.sq_psn {
             if from == Rtr {
                 self.psn_alloc = v;
@@ -771,13 +756,7 @@ impl Qp {
             if self.una != self.high_psn && !self.sq.is_empty() {
                 self.stats.timeouts += 1;
                 self.cc.on_retransmit_timeout(now);
-                if self.retry_left == 0 {
-                    self.fail_front(ctx, WcStatus::RetryExcErr);
-                    return;
-                }
-                self.use_retry();
-                self.rewound_at = Some(self.una);
-                self.rewind();
+                self.go_back_n(ctx);
             }
         }
     }
@@ -1321,6 +1300,12 @@ impl Qp {
         if self.rewound_at == Some(self.una) {
             return;
         }
+        self.go_back_n(ctx);
+    }
+
+    /// Spends one retry and resends from the oldest unacknowledged PSN, or fails the oldest
+    /// request with `RETRY_EXC_ERR` when none is left.
+    fn go_back_n(&mut self, ctx: &mut Ctx<'_>) {
         if self.retry_left == 0 {
             self.fail_front(ctx, WcStatus::RetryExcErr);
             return;
