@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use roce_proto::{Ecn, Qpn};
 use roce_stack::{
-    Access, Connection, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpCaps,
+    Access, ConnectParams, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpCaps,
     RecvRequest, RemoteAddr, SgList, WorkRequest, WrOp,
 };
 
@@ -60,10 +60,12 @@ fn setup(nqps: usize, mtu: u32, msg: u32, window: u32) -> Pair {
                 remote: r,
                 ..PathConfig::default()
             };
-            let c = Connection {
+            let c = ConnectParams {
+                dest_qpn: peer,
+                path,
                 mtu,
                 access: Access::REMOTE_WRITE | Access::REMOTE_READ,
-                ..Connection::new(peer, path)
+                ..ConnectParams::default()
             };
             dev.connect_qp(q, &c).unwrap();
         }

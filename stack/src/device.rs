@@ -1,75 +1,22 @@
 //! The device context: protection domains, memory regions, completion queues and queue pairs,
-//! and the sans-IO surface a driver or the simulator calls (STYLE.md §5).
+//! and the sans-IO surface a driver or the simulator calls (the crate docs state the contract).
 //!
 //! One `Device` is one RoCEv2 endpoint: datagrams handed to [`Device::handle_datagram`] are
-//! demultiplexed by the BTH destination QPN; [`Device::poll_transmit`] serves the QPs round
-//! robin.
+//! demultiplexed by the BTH destination QPN; [`Device::poll_transmit`] decides the order in
+//! which the QPs' datagrams go on the wire, so the simulator and the sockets see one stream.
 use std::collections::VecDeque;
 
-use roce_proto::{Ecn, Psn, Qpn, RocePacket};
+use roce_proto::{Ecn, Qpn, RocePacket};
 
 use crate::cc::CongestionControl;
-use crate::memory::{Access, MemoryRegion, MrHandle, MrTable, PdHandle};
-use crate::path::PathConfig;
-use crate::qp::{Qp, QpAttr, QpCaps, QpState, Transmit};
+use crate::handle::{CqHandle, MrHandle, PdHandle};
+use crate::memory::{Access, MemoryRegion, MrTable};
+use crate::qp::{
+    ConnectParams, Ctx, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Transmit,
+};
 use crate::stats::{DropReason, QpStats};
-use crate::time::{min_opt, Instant};
-use crate::wr::{Completion, ModifyError, PostError, RecvRequest, WorkRequest};
-
-/// What RESET→INIT→RTR→RTS needs for one RC QP: what the two ends exchange out of band
-/// (peer QPN, start PSNs, path) and the local choices (`ibv_modify_qp` three times).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Connection {
-    /// The peer's QPN.
-    pub dest_qpn: Qpn,
-    /// First PSN expected from the peer (its `sq_psn`).
-    pub rq_psn: Psn,
-    /// First PSN this QP sends (the peer's `rq_psn`).
-    pub sq_psn: Psn,
-    /// Addresses, UDP ports and ECN of the datagrams.
-    pub path: PathConfig,
-    /// Path MTU in bytes (256..=4096).
-    pub mtu: u32,
-    /// Remote access the QP grants.
-    pub access: Access,
-    /// Local ACK timeout code.
-    pub timeout: u8,
-    /// Retries after timeouts and sequence NAKs.
-    pub retry_cnt: u8,
-    /// Retries after RNR NAKs (7 = infinite).
-    pub rnr_retry: u8,
-    /// RNR timer code this QP's RNR NAKs carry.
-    pub min_rnr_timer: u8,
-    /// READ/atomic requests outstanding as requester.
-    pub max_rd_atomic: u8,
-    /// READ/atomic requests kept as responder.
-    pub max_dest_rd_atomic: u8,
-}
-
-impl Connection {
-    /// A connection to `dest_qpn` over `path`, PSNs 0, MTU 1024, every remote access, timeout
-    /// 14 (67 ms), 7 retries, infinite RNR retries, RNR timer 1, 16 READ/atomic each way.
-    pub fn new(dest_qpn: Qpn, path: PathConfig) -> Self {
-        Self {
-            dest_qpn,
-            rq_psn: Psn::new(0),
-            sq_psn: Psn::new(0),
-            path,
-            mtu: 1024,
-            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 1,
-            max_rd_atomic: 16,
-            max_dest_rd_atomic: 16,
-        }
-    }
-}
-
-/// A completion queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CqHandle(pub(crate) u32);
+use crate::time::Instant;
+use crate::wr::{Completion, RecvRequest, WorkRequest};
 
 /// Device-wide settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +25,10 @@ pub struct DeviceConfig {
     pub qpn_base: u32,
     /// Most QPs.
     pub max_qps: u32,
+    /// Datagrams one QP may send in a row before the next QP with output is served (a
+    /// transmit scheduler's quantum). Runs of one QP's datagrams share addresses and ports,
+    /// which is what lets a socket driver hand a whole run to one `sendmmsg`.
+    pub tx_quantum: u32,
 }
 
 impl Default for DeviceConfig {
@@ -85,6 +36,7 @@ impl Default for DeviceConfig {
         Self {
             qpn_base: 0x11,
             max_qps: 1 << 16,
+            tx_quantum: 16,
         }
     }
 }
@@ -104,20 +56,6 @@ pub enum CreateError {
     TooManyQps,
 }
 
-/// What a QP may touch while it runs: the memory table and the completion queues.
-pub(crate) struct Ctx<'a> {
-    pub(crate) mrs: &'a mut MrTable,
-    cqs: &'a mut [VecDeque<Completion>],
-}
-
-impl Ctx<'_> {
-    pub(crate) fn push(&mut self, cq: CqHandle, c: Completion) {
-        if let Some(q) = self.cqs.get_mut(cq.0 as usize) {
-            q.push_back(c);
-        }
-    }
-}
-
 /// A device context: owns every verbs object and is the sans-IO endpoint.
 #[derive(Debug)]
 pub struct Device {
@@ -126,9 +64,14 @@ pub struct Device {
     mrs: MrTable,
     cqs: Vec<VecDeque<Completion>>,
     qps: Vec<Qp>,
-    /// QPs that may have something to send, in round-robin order (each at most once).
+    /// QPs that may have something to send, in round-robin order (each at most once); the
+    /// front one is being served.
     active: VecDeque<usize>,
+    /// `in_active[i]`: QP `i` is in `active`.
     in_active: Vec<bool>,
+    /// Datagrams the front QP of `active` has sent in its current turn.
+    served: u32,
+    /// Drops of datagrams that reached no QP.
     drops: QpStats,
 }
 
@@ -149,6 +92,7 @@ impl Device {
             qps: Vec::new(),
             active: VecDeque::new(),
             in_active: Vec::new(),
+            served: 0,
             drops: QpStats::default(),
         }
     }
@@ -270,39 +214,12 @@ impl Device {
 
     /// Brings a QP to RTS connected as `c` says: RESET→INIT (when still in RESET), INIT→RTR,
     /// RTR→RTS. Stops at the first refused transition.
-    pub fn connect_qp(&mut self, qpn: Qpn, c: &Connection) -> Result<(), ModifyError> {
+    pub fn connect_qp(&mut self, qpn: Qpn, c: &ConnectParams) -> Result<(), ModifyError> {
         if self.qp(qpn).ok_or(ModifyError::NoSuchQp)?.state() == QpState::Reset {
-            self.modify_qp(
-                qpn,
-                &QpAttr {
-                    access_flags: Some(c.access),
-                    ..QpAttr::to(QpState::Init)
-                },
-            )?;
+            self.modify_qp(qpn, &c.init_attr())?;
         }
-        self.modify_qp(
-            qpn,
-            &QpAttr {
-                path_mtu: Some(c.mtu),
-                dest_qpn: Some(c.dest_qpn),
-                rq_psn: Some(c.rq_psn),
-                max_dest_rd_atomic: Some(c.max_dest_rd_atomic),
-                min_rnr_timer: Some(c.min_rnr_timer),
-                path: Some(c.path),
-                ..QpAttr::to(QpState::Rtr)
-            },
-        )?;
-        self.modify_qp(
-            qpn,
-            &QpAttr {
-                sq_psn: Some(c.sq_psn),
-                timeout: Some(c.timeout),
-                retry_cnt: Some(c.retry_cnt),
-                rnr_retry: Some(c.rnr_retry),
-                max_rd_atomic: Some(c.max_rd_atomic),
-                ..QpAttr::to(QpState::Rts)
-            },
-        )
+        self.modify_qp(qpn, &c.rtr_attr())?;
+        self.modify_qp(qpn, &c.rts_attr())
     }
 
     /// Posts a send-queue work request (RTS, SQD; in ERR it completes at once as flushed).
@@ -366,12 +283,22 @@ impl Device {
     }
 
     /// The next datagram to send, written into `buf` (resized to its length). Call after any
-    /// `handle_*`/`post_*` until `None`. QPs with output are served round robin, one datagram
-    /// each in turn; idle QPs cost nothing.
+    /// `handle_*`/`post_*` until `None`; the datagrams come in wire order.
+    ///
+    /// The order: QPs with output are served round robin, each for a run of up to
+    /// [`DeviceConfig::tx_quantum`] datagrams; inside a QP, CNPs first, then requests and
+    /// responses in turns ([`TX_RUN`](crate::qp::TX_RUN)). Idle QPs cost nothing.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        for _ in 0..self.active.len() {
-            let i = self.active.pop_front()?;
+        let quantum = self.config.tx_quantum.max(1);
+        for _ in 0..=self.active.len() {
+            let &i = self.active.front()?;
+            if self.served >= quantum {
+                // Its turn is over: to the back of the line.
+                self.active.rotate_left(1);
+                self.served = 0;
+                continue;
+            }
             let mut ctx = Ctx {
                 mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
@@ -379,7 +306,7 @@ impl Device {
             let qp = &mut self.qps[i];
             match qp.poll_transmit(now, &mut ctx, buf) {
                 Some(len) => {
-                    self.active.push_back(i);
+                    self.served += 1;
                     return Some(Transmit {
                         qpn: qp.qpn(),
                         len,
@@ -387,7 +314,11 @@ impl Device {
                         path: *qp.path(),
                     });
                 }
-                None => self.in_active[i] = false,
+                None => {
+                    self.active.pop_front();
+                    self.in_active[i] = false;
+                    self.served = 0;
+                }
             }
         }
         None
@@ -396,9 +327,7 @@ impl Device {
     /// The earliest deadline of any QP (retransmit, RNR, pacing, congestion control).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps
-            .iter()
-            .fold(None, |acc, qp| min_opt(acc, qp.poll_timeout()))
+        self.qps.iter().filter_map(Qp::poll_timeout).min()
     }
 
     /// Counters summed over every QP, plus the drops that reached no QP.

@@ -1,20 +1,22 @@
-//! Bodies of the stack's fuzz targets, compiled into the library (under `cfg(test)`,
-//! `cfg(fuzzing)` or the `sim` feature) so `cargo test` runs them on stable too.
+//! Bodies of the stack's fuzz targets, compiled into the library under `cfg(test)` or
+//! `cfg(fuzzing)` (with the `sim` feature), so `cargo test` runs them on stable too.
 //!
 //! [`qp_pair`] drives two connected QPs with arbitrary posts, arbitrary and mutated
 //! datagrams, network reordering/loss and time steps decoded from a byte slice, and asserts
 //! the invariants: no panic, no byte written outside the regions remote peers and local lists
-//! may write, and no work request completing twice (or without having been posted).
-use std::collections::{HashSet, VecDeque};
+//! may write, and completions as the in-order [`Model`] allows them: only for requests posted
+//! on that queue, each once, in the order posted (an unsignaled send may complete silently).
+use std::collections::VecDeque;
 
 use roce_proto::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, Ecn, ImmDt, Msn, Opcode, PKey, PacketRepr,
     Psn, Qpn, RethRepr, Syndrome,
 };
 
+use crate::model::{Model, QueueId};
 use crate::{
-    Access, Device, Instant, MrHandle, PathConfig, QpAttr, QpCaps, QpState, RecvRequest,
-    RemoteAddr, SgList, WorkRequest, WrOp,
+    Access, ConnectParams, Device, Instant, MrHandle, PathConfig, QpAttr, QpCaps, QpState,
+    RecvRequest, RemoteAddr, SgList, WorkRequest, WrOp,
 };
 
 struct Input<'a> {
@@ -49,8 +51,11 @@ struct Side {
     guard: MrHandle,
     ro: MrHandle,
     ro_bytes: Vec<u8>,
-    posted: HashSet<u64>,
-    completed: HashSet<u64>,
+    /// What may complete, and in which order.
+    model: Model,
+    sq: QueueId,
+    rq: QueueId,
+    completions: u64,
 }
 
 const DATA_LEN: usize = 8192;
@@ -61,7 +66,9 @@ fn connect(s: &mut Side, peer: Qpn, local: &str, remote: &str, mtu: u32) {
         remote: remote.parse().unwrap_or(PathConfig::default().remote),
         ..PathConfig::default()
     };
-    let c = crate::Connection {
+    let c = ConnectParams {
+        dest_qpn: peer,
+        path,
         rq_psn: Psn::new(0xff_fff0),
         sq_psn: Psn::new(0xff_fff0),
         mtu,
@@ -70,7 +77,7 @@ fn connect(s: &mut Side, peer: Qpn, local: &str, remote: &str, mtu: u32) {
         rnr_retry: 3,
         max_rd_atomic: 2,
         max_dest_rd_atomic: 2,
-        ..crate::Connection::new(peer, path)
+        ..ConnectParams::default()
     };
     let r = s.dev.connect_qp(s.qpn, &c);
     assert!(r.is_ok(), "connecting a fresh QP must work: {r:?}");
@@ -82,7 +89,6 @@ fn side(qpn_base: u32) -> Side {
         ..crate::DeviceConfig::default()
     });
     let pd = dev.alloc_pd();
-    let cq = dev.create_cq();
     let data = dev.reg_mr(pd, DATA_LEN, Access::ALL);
     let guard = dev.reg_mr(pd, 64, Access::LOCAL_WRITE);
     let ro = dev.reg_mr(pd, 256, Access::REMOTE_READ);
@@ -96,7 +102,10 @@ fn side(qpn_base: u32) -> Side {
         max_unacked_psns: 8,
         ..QpCaps::default()
     };
-    let qpn = dev.create_qp(pd, cq, cq, caps).unwrap_or(Qpn(0));
+    let (scq, rcq) = (dev.create_cq(), dev.create_cq());
+    let qpn = dev.create_qp(pd, scq, rcq, caps).unwrap_or(Qpn(0));
+    let mut model = Model::new();
+    let (sq, rq) = (model.add_queue(), model.add_queue());
     Side {
         dev,
         qpn,
@@ -104,8 +113,10 @@ fn side(qpn_base: u32) -> Side {
         guard,
         ro,
         ro_bytes,
-        posted: HashSet::new(),
-        completed: HashSet::new(),
+        model,
+        sq,
+        rq,
+        completions: 0,
     }
 }
 
@@ -177,7 +188,7 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                     ..WorkRequest::new(next_id, op, sgl)
                 };
                 if me.dev.post_send(me.qpn, wr).is_ok() {
-                    me.posted.insert(next_id);
+                    me.model.posted(me.sq, next_id, wr.signaled);
                 }
                 next_id += 1;
             }
@@ -193,7 +204,7 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                     sgl: SgList::one(m.sge(off, len)),
                 };
                 if me.dev.post_recv(me.qpn, r).is_ok() {
-                    me.posted.insert(next_id);
+                    me.model.posted(me.rq, next_id, true);
                 }
                 next_id += 1;
             }
@@ -373,7 +384,7 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
         check(&mut sides);
     }
     let sent = sides.iter().map(|s| s.dev.stats().tx_packets).sum();
-    let done = sides.iter().map(|s| s.completed.len() as u64).sum();
+    let done = sides.iter().map(|s| s.completions).sum();
     (steps, sent, done)
 }
 
@@ -383,14 +394,13 @@ fn check(sides: &mut [Side; 2]) {
             .dev
             .qp_cqs(sd.qpn)
             .unwrap_or((crate::CqHandle(0), crate::CqHandle(0)));
-        for cq in [scq, rcq] {
+        for (cq, q) in [(scq, sd.sq), (rcq, sd.rq)] {
             while let Some(c) = sd.dev.poll_cq(cq) {
-                assert!(
-                    sd.posted.contains(&c.wr_id),
-                    "completion for a WR never posted: {c:?}"
-                );
-                assert!(sd.completed.insert(c.wr_id), "WR completed twice: {c:?}");
+                if let Err(v) = sd.model.check(q, &c) {
+                    panic!("{v}");
+                }
                 assert_eq!(c.qp_num, sd.qpn);
+                sd.completions += 1;
             }
         }
         if let Some(g) = sd.dev.mr(sd.guard) {

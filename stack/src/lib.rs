@@ -1,7 +1,9 @@
-//! # roce-stack: the RDMA Reliable Connection transport over RoCEv2
+//! # roce-stack: the sans-IO InfiniBand RC transport of RoCEv2
 //!
-//! A userspace implementation of the IBTA RC transport (IBTA Vol 1 §9.7 and §10-11; see
-//! `../shared/docs/protocol.md` §4-7) as a sans-IO state machine.
+//! A userspace implementation of the IBTA Reliable Connection transport (IBTA Vol 1 §9.7, the
+//! QP states of §10.3, the verbs of §11) as a state machine that does no I/O: no sockets, no
+//! clock, no random numbers. The `roce-driver` crate runs it over real sockets; the simulator
+//! (feature `sim`) runs it over impaired virtual links.
 //!
 //! ## Contract
 //! * [`Device`] owns protection domains, [`MemoryRegion`]s (bytes owned by the stack, reached
@@ -9,8 +11,10 @@
 //! * The caller moves bytes and time: it hands received RoCEv2 UDP payloads to
 //!   [`Device::handle_datagram`] with the IP ECN codepoint, calls [`Device::handle_timeout`]
 //!   once [`Device::poll_timeout`] has passed, and after any `handle_*`/`post_*` drains
-//!   [`Device::poll_transmit`] (each call writes one datagram) and [`Device::poll_cq`].
-//! * Time is an [`Instant`] value passed in. Nothing here reads a clock, a socket or an RNG.
+//!   [`Device::poll_transmit`] (each call writes one datagram, in wire order) and
+//!   [`Device::poll_cq`].
+//! * Time is an [`Instant`] value passed in. Nothing here reads a clock, a socket or an RNG;
+//!   the seeded [`rng::Rng`] is for the simulator and the applications that ask for one.
 //! * Malformed datagrams, bad ICRCs, unknown QPs and packets a state cannot accept are dropped
 //!   and counted ([`QpStats::drops`]); a peer's protocol violation NAKs and moves the QP to ERR
 //!   and shows up as a [`Completion`] status; caller misuse is an `Err` ([`PostError`],
@@ -18,46 +22,49 @@
 //! * Steady-state transmission allocates nothing: payload goes from the region straight into
 //!   the caller's buffer (a scratch copy only when a packet spans two gather entries).
 //!
-//! The simulator ([`sim`], feature `sim`) runs any number of devices over impaired links in
-//! virtual time.
+//! ## Modules, bottom up
+//! [`time`], [`rng`], [`stats`] and [`handle`] depend on nothing; [`memory`] (regions, keys,
+//! scatter/gather) on the handles; [`wr`] (work requests, completions) on memory; [`path`]
+//! (addresses, ICRC seeds) on the codec; [`cc`] (congestion control) on time; [`qp`] on all
+//! of these; [`Device`] on [`qp`]; [`model`] (the in-order reference model) on [`wr`]; the
+//! simulator [`sim`] on the device.
+//!
+//! ## Features
+//! * `sim`: the deterministic network simulator ([`sim`]) and the fuzz-target bodies.
+//! * `serde`: `Serialize`/`Deserialize` for the configuration and statistics types.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod cc;
-pub mod cnp;
-pub mod dcqcn;
 mod device;
-#[cfg(feature = "driver")]
-pub mod driver;
-pub mod kv;
+pub mod handle;
 pub mod memory;
-pub mod pacing;
+pub mod model;
 pub mod path;
 pub mod qp;
 pub mod rng;
 pub mod stats;
 pub mod time;
-pub mod workload;
 pub mod wr;
 
 #[cfg(feature = "sim")]
 pub mod sim;
 
-#[cfg(any(test, fuzzing, feature = "sim"))]
+#[cfg(all(feature = "sim", any(test, fuzzing)))]
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use cc::{CongestionControl, NoCc};
-pub use cnp::CnpPacer;
-pub use dcqcn::{CcConfig, Dcqcn, DcqcnParams};
-pub use device::{Connection, CqHandle, CreateError, Device, DeviceConfig};
-pub use memory::{Access, MemoryRegion, MrHandle, PdHandle, SgList, Sge, MAX_SGE};
-pub use pacing::FixedRate;
+pub use cc::cnp::CnpPacer;
+pub use cc::dcqcn::{Dcqcn, DcqcnParams};
+pub use cc::pacing::FixedRate;
+pub use cc::{CcConfig, CongestionControl, NoCc};
+pub use device::{CreateError, Device, DeviceConfig};
+pub use handle::{CqHandle, MrHandle, PdHandle};
+pub use memory::{Access, MemoryRegion, RemoteAddr, SgList, Sge, MAX_SGE};
 pub use path::PathConfig;
-pub use qp::{Qp, QpAttr, QpCaps, QpState, Transmit};
+pub use qp::{
+    ConnectParams, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Transmit, PATH_MTUS,
+};
 pub use stats::{DropReason, Drops, Naks, QpStats};
 pub use time::Instant;
-pub use wr::{
-    Completion, ModifyError, PostError, RecvRequest, RemoteAddr, WcOpcode, WcStatus, WorkRequest,
-    WrOp,
-};
+pub use wr::{Completion, RecvRequest, WcOpcode, WcStatus, WorkRequest, WrOp};

@@ -10,7 +10,7 @@ use core::ops::BitOr;
 
 use roce_proto::RKey;
 
-use crate::wr::RemoteAddr;
+pub use crate::handle::{MrHandle, PdHandle};
 
 /// Access rights of a memory region or a queue pair (`ibv_access_flags` values).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -66,13 +66,15 @@ impl fmt::Debug for Access {
     }
 }
 
-/// A protection domain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PdHandle(pub(crate) u32);
-
-/// A registered memory region (index into the device's table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MrHandle(pub(crate) u32);
+/// A remote buffer: virtual address and rkey, as the peer advertised them out of band (the
+/// VA and R_Key of a RETH or AtomicETH, IBTA Vol 1 §9.4.3, §9.4.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteAddr {
+    /// Virtual address at the responder.
+    pub va: u64,
+    /// The responder region's rkey.
+    pub rkey: RKey,
+}
 
 /// One scatter/gather entry: `length` bytes at virtual address `addr` of the region `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -29,7 +29,7 @@ pub enum DropReason {
 
 /// Drop counters, one per [`DropReason`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "driver", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Drops {
     /// [`DropReason::Malformed`].
     pub malformed: u64,
@@ -106,7 +106,7 @@ impl Drops {
 
 /// NAK counters by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "driver", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Naks {
     /// PSN sequence error.
     pub seq_err: u64,
@@ -132,7 +132,7 @@ impl Naks {
 
 /// Per-QP (or, summed, per-device) counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "driver", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpStats {
     /// Datagrams sent.
     pub tx_packets: u64,
@@ -167,10 +167,10 @@ pub struct QpStats {
     /// CNPs received.
     pub cnps_received: u64,
     /// Times the congestion controller lowered the sending rate (on a CNP or a deferred cut).
-    #[cfg_attr(feature = "driver", serde(default))]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub rate_cuts: u64,
     /// Lowest rate a cut set, bits/s (0: never cut). Summed stats keep the lowest.
-    #[cfg_attr(feature = "driver", serde(default))]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub min_rate_bps: u64,
     /// Received datagrams dropped, by reason.
     pub drops: Drops,

@@ -52,15 +52,6 @@ impl AddAssign<Duration> for Instant {
     }
 }
 
-/// The earlier of two optional deadlines (`None` = no deadline).
-pub(crate) fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, None) => x,
-        (None, y) => y,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,11 +65,6 @@ mod tests {
             Duration::from_nanos(3_000)
         );
         assert_eq!(Instant(1).saturating_duration_since(t), Duration::ZERO);
-        assert_eq!(min_opt(Some(Instant(4)), None), Some(Instant(4)));
-        assert_eq!(
-            min_opt(Some(Instant(4)), Some(Instant(2))),
-            Some(Instant(2))
-        );
         assert_eq!(
             Instant(u64::MAX) + Duration::from_secs(1),
             Instant(u64::MAX)

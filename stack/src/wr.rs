@@ -2,17 +2,8 @@
 //! `ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
 use roce_proto::{Qpn, RKey};
 
+pub use crate::memory::RemoteAddr;
 use crate::memory::SgList;
-use crate::qp::QpState;
-
-/// A remote buffer: virtual address and rkey, as the peer advertised them out of band.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RemoteAddr {
-    /// Virtual address at the responder.
-    pub va: u64,
-    /// The responder region's rkey.
-    pub rkey: RKey,
-}
 
 /// The operation of a send-queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,52 +189,4 @@ pub struct Completion {
     pub invalidated_rkey: Option<RKey>,
     /// The local QP.
     pub qp_num: Qpn,
-}
-
-/// Why a post was refused (caller misuse; nothing was queued).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PostError {
-    /// No such QP.
-    #[error("no such queue pair")]
-    NoSuchQp,
-    /// The QP's state does not accept this post.
-    #[error("queue pair in state {0:?} does not accept this post")]
-    WrongState(QpState),
-    /// The queue is full.
-    #[error("queue full")]
-    QueueFull,
-    /// A scatter/gather entry names an unknown key, another PD, lacks LOCAL_WRITE, or is out of
-    /// bounds.
-    #[error("invalid scatter/gather entry")]
-    InvalidSge,
-    /// The message is longer than the maximum message size.
-    #[error("message longer than the maximum message size")]
-    TooLong,
-    /// An atomic needs one 8-byte result buffer and an 8-byte aligned remote address.
-    #[error("atomic needs an 8-byte local buffer and an 8-byte aligned remote address")]
-    InvalidAtomic,
-}
-
-/// Why a modify was refused (nothing changed, not even the state).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ModifyError {
-    /// No such QP.
-    #[error("no such queue pair")]
-    NoSuchQp,
-    /// The transition is not allowed.
-    #[error("illegal transition {from:?} -> {to:?}")]
-    IllegalTransition {
-        /// Current state.
-        from: QpState,
-        /// Requested state.
-        to: QpState,
-    },
-    /// A required attribute of the transition is missing.
-    #[error("missing attribute {0} for this transition")]
-    MissingAttribute(&'static str),
-    /// An attribute is out of range.
-    #[error("invalid value for attribute {0}")]
-    InvalidValue(&'static str),
 }

@@ -14,11 +14,11 @@ mod common;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use roce_proto::{Qpn, RKey};
-use roce_stack::sim::{seed_from_env, ConnectOptions, LinkConfig, Rng, SeedGuard, Sim};
+use roce_proto::{Psn, Qpn, RKey};
+use roce_stack::sim::{seed_from_env, LinkConfig, Rng, SeedGuard, Sim};
 use roce_stack::{
-    Access, Completion, CqHandle, MrHandle, QpCaps, QpState, RecvRequest, SgList, WcOpcode,
-    WcStatus, WorkRequest, WrOp,
+    Access, Completion, ConnectParams, CqHandle, MrHandle, QpCaps, QpState, RecvRequest, SgList,
+    WcOpcode, WcStatus, WorkRequest, WrOp,
 };
 
 const SRC_LEN: usize = 1 << 21;
@@ -122,20 +122,26 @@ fn run_seed(seed: u64, iba_retry: bool) {
     sim.set_default_link(link);
     let mtu = [256, 512, 1024, 2048, 4096][rng.below(5) as usize];
     let nqps = 1 + rng.below(4) as usize;
-    let opts = ConnectOptions {
+    let timeout = 6 + rng.below(4) as u8;
+    let min_rnr_timer = 1 + rng.below(4) as u8;
+    let max_rd_atomic = 1 + rng.below(16) as u8;
+    let sq_psn = Psn::new(if rng.chance(0.3) {
+        0xff_ff00 + rng.below(256) as u32
+    } else {
+        rng.below(1 << 24) as u32
+    });
+    let rq_psn = Psn::new(rng.below(1 << 24) as u32);
+    let opts = ConnectParams {
         mtu,
-        timeout: 6 + rng.below(4) as u8,
+        timeout,
         retry_cnt: 7,
         rnr_retry: 7,
-        min_rnr_timer: 1 + rng.below(4) as u8,
-        max_rd_atomic: 1 + rng.below(16) as u8,
-        psn_a: if rng.chance(0.3) {
-            0xff_ff00 + rng.below(256) as u32
-        } else {
-            rng.below(1 << 24) as u32
-        },
-        psn_b: rng.below(1 << 24) as u32,
-        ..ConnectOptions::default()
+        min_rnr_timer,
+        max_rd_atomic,
+        max_dest_rd_atomic: max_rd_atomic,
+        sq_psn,
+        rq_psn,
+        ..ConnectParams::default()
     };
     // Memory.
     let mut sides = Vec::new();

@@ -1,6 +1,5 @@
 //! Scripted single-QP tests (STYLE.md §6): one real QP, a scripted peer. Each test feeds
 //! `PacketRepr`s at explicit times and checks exactly what the QP sends and completes.
-use std::net::IpAddr;
 
 use roce_proto::aeth::rnr_timer_ns;
 use roce_proto::{
@@ -8,9 +7,9 @@ use roce_proto::{
     PacketRepr, Psn, Qpn, RKey, RethRepr, Syndrome,
 };
 use roce_stack::{
-    Access, Completion, CqHandle, Device, Instant, ModifyError, MrHandle, PathConfig, PostError,
-    QpAttr, QpCaps, QpState, RecvRequest, RemoteAddr, SgList, WcOpcode, WcStatus, WorkRequest,
-    WrOp,
+    Access, Completion, ConnectParams, CqHandle, Device, Instant, ModifyError, MrHandle,
+    PathConfig, PostError, QpAttr, QpCaps, QpState, RecvRequest, RemoteAddr, SgList, WcOpcode,
+    WcStatus, WorkRequest, WrOp,
 };
 
 const PEER: Qpn = Qpn(0x99);
@@ -68,30 +67,32 @@ struct H {
     path: PathConfig,
 }
 
-struct Opts {
-    sq_psn: u32,
-    rq_psn: u32,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-    access: Access,
-}
-
-impl Default for Opts {
-    fn default() -> Self {
-        Self {
-            sq_psn: 100,
-            rq_psn: 500,
-            timeout: 8,
-            retry_cnt: 3,
-            rnr_retry: 3,
-            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        }
+/// The scripted QP's connection: PSNs 100 (ours) and 500 (the peer's), MTU 256, timeout 8
+/// (1.05 ms), 3 retries and 3 RNR retries, 4 READ/atomic each way, every remote access.
+fn params() -> ConnectParams {
+    ConnectParams {
+        dest_qpn: PEER,
+        sq_psn: Psn::new(100),
+        rq_psn: Psn::new(500),
+        path: PathConfig {
+            local: "10.0.0.1".parse().unwrap(),
+            remote: "10.0.0.2".parse().unwrap(),
+            src_port: 0xc001,
+            remote_src_port: 0xc002,
+            ..PathConfig::default()
+        },
+        mtu: MTU,
+        timeout: 8,
+        retry_cnt: 3,
+        rnr_retry: 3,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        ..ConnectParams::default()
     }
 }
 
 impl H {
-    fn new(o: Opts) -> Self {
+    fn new(c: ConnectParams) -> Self {
         let mut dev = Device::default();
         let pd = dev.alloc_pd();
         let scq = dev.create_cq();
@@ -107,48 +108,8 @@ impl H {
             *b = (i * 7 % 251) as u8;
         }
         let qpn = dev.create_qp(pd, scq, rcq, QpCaps::default()).unwrap();
-        let local: IpAddr = "10.0.0.1".parse().unwrap();
-        let remote: IpAddr = "10.0.0.2".parse().unwrap();
-        let path = PathConfig {
-            local,
-            remote,
-            src_port: 0xc001,
-            remote_src_port: 0xc002,
-            ..PathConfig::default()
-        };
-        dev.modify_qp(
-            qpn,
-            &QpAttr {
-                access_flags: Some(o.access),
-                ..QpAttr::to(QpState::Init)
-            },
-        )
-        .unwrap();
-        dev.modify_qp(
-            qpn,
-            &QpAttr {
-                path_mtu: Some(MTU),
-                dest_qpn: Some(PEER),
-                rq_psn: Some(Psn::new(o.rq_psn)),
-                max_dest_rd_atomic: Some(4),
-                min_rnr_timer: Some(1),
-                path: Some(path),
-                ..QpAttr::to(QpState::Rtr)
-            },
-        )
-        .unwrap();
-        dev.modify_qp(
-            qpn,
-            &QpAttr {
-                sq_psn: Some(Psn::new(o.sq_psn)),
-                timeout: Some(o.timeout),
-                retry_cnt: Some(o.retry_cnt),
-                rnr_retry: Some(o.rnr_retry),
-                max_rd_atomic: Some(4),
-                ..QpAttr::to(QpState::Rts)
-            },
-        )
-        .unwrap();
+        dev.connect_qp(qpn, &c).unwrap();
+        let path = c.path;
         Self {
             dev,
             qpn,
@@ -250,7 +211,7 @@ fn statuses(v: &[Completion]) -> Vec<(u64, WcStatus)> {
 
 #[test]
 fn send_is_acked_and_completes_once() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(1, WrOp::Send, h.sge(0, 100));
     let s = h.sent();
     assert_eq!(ops_psns(&s), [(Opcode::RC_SEND_ONLY, 100)]);
@@ -271,7 +232,7 @@ fn send_is_acked_and_completes_once() {
 
 #[test]
 fn segmentation_pad_reth_and_imm_placement() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(
         1,
         WrOp::WriteWithImm(h.remote(4096), 0xdead_beef),
@@ -311,7 +272,7 @@ fn segmentation_pad_reth_and_imm_placement() {
 
 #[test]
 fn read_reserves_one_psn_per_response_packet() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(1, WrOp::Read(h.remote(0)), h.sge(8192, 600));
     h.post(2, WrOp::Send, h.sge(0, 1));
     assert_eq!(
@@ -325,7 +286,7 @@ fn read_reserves_one_psn_per_response_packet() {
 
 #[test]
 fn rnr_retry_then_success() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(1, WrOp::Send, h.sge(0, 10));
     assert_eq!(h.sent().len(), 1);
     h.at_us(1);
@@ -350,9 +311,9 @@ fn rnr_retry_then_success() {
 
 #[test]
 fn rnr_retry_exhaustion() {
-    let mut h = H::new(Opts {
+    let mut h = H::new(ConnectParams {
         rnr_retry: 2,
-        ..Opts::default()
+        ..params()
     });
     h.post(1, WrOp::Send, h.sge(0, 10));
     h.post(2, WrOp::Write(h.remote(0)), h.sge(0, 10));
@@ -375,9 +336,9 @@ fn rnr_retry_exhaustion() {
 
 #[test]
 fn rnr_retry_7_is_infinite() {
-    let mut h = H::new(Opts {
+    let mut h = H::new(ConnectParams {
         rnr_retry: 7,
-        ..Opts::default()
+        ..params()
     });
     h.post(1, WrOp::Send, h.sge(0, 10));
     h.sent();
@@ -391,7 +352,7 @@ fn rnr_retry_7_is_infinite() {
 
 #[test]
 fn psn_sequence_error_goes_back_n() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     for i in 0..3 {
         h.post(i, WrOp::Send, h.sge(0, 10));
     }
@@ -416,7 +377,7 @@ fn psn_sequence_error_goes_back_n() {
 
 #[test]
 fn partial_retry_resumes_mid_message() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(1, WrOp::Write(h.remote(0)), h.sge(0, 4 * MTU));
     assert_eq!(h.sent().len(), 4);
     h.feed(ack(102, Syndrome::nak(NakCode::PsnSequenceError)));
@@ -457,7 +418,7 @@ fn read_resp(op: Opcode, psn: u32, payload: &[u8]) -> PacketRepr<'_> {
 
 #[test]
 fn read_with_partly_lost_responses_resumes_from_bytes_received() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(1, WrOp::Read(h.remote(1000)), h.sge(8192, 4 * MTU - 3));
     assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_RDMA_READ_REQUEST, 100)]);
     let data: Vec<u8> = (0..4 * MTU - 3).map(|i| (i % 13) as u8).collect();
@@ -514,7 +475,7 @@ fn read_with_partly_lost_responses_resumes_from_bytes_received() {
 
 #[test]
 fn lost_atomic_ack_is_an_implied_nak() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(
         1,
         WrOp::FetchAdd {
@@ -569,7 +530,7 @@ fn request(op: Opcode, psn: u32) -> PacketRepr<'static> {
 
 #[test]
 fn duplicate_atomic_is_answered_from_the_saved_result() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let word = h.remote(64);
     let before = u64::from_le_bytes(
         h.dev.mr(h.mr).unwrap().as_slice()[64..72]
@@ -625,7 +586,7 @@ fn duplicate_atomic_is_answered_from_the_saved_result() {
 
 #[test]
 fn duplicate_send_is_reacked_without_touching_the_receive_queue() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let sgl = h.sge(1024, 64);
     h.dev
         .post_recv(h.qpn, RecvRequest { wr_id: 7, sgl })
@@ -661,7 +622,7 @@ fn duplicate_send_is_reacked_without_touching_the_receive_queue() {
 
 #[test]
 fn out_of_sequence_gets_one_nak_per_gap() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let w = h.remote(0);
     let wr = |psn| PacketRepr {
         reth: Some(RethRepr {
@@ -699,7 +660,7 @@ fn out_of_sequence_gets_one_nak_per_gap() {
 
 #[test]
 fn responder_rnr_nak_when_no_receive_is_posted() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let p = PacketRepr {
         payload: b"hi",
         bth: BthRepr {
@@ -725,7 +686,7 @@ fn responder_rnr_nak_when_no_receive_is_posted() {
 #[test]
 fn rkey_violation_naks_remote_access_errors_the_qp_and_flushes() {
     // Responder side.
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post_recv(9, 8);
     let w = h.remote(0);
     h.feed(PacketRepr {
@@ -747,7 +708,7 @@ fn rkey_violation_naks_remote_access_errors_the_qp_and_flushes() {
     assert_eq!(statuses(&h.completions(h.rcq)), [(9, WcStatus::WrFlushErr)]);
     assert_ne!(&h.dev.mr(h.mr).unwrap().as_slice()[..4], b"evil");
     // Out of bounds with the right key is the same error.
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.feed(PacketRepr {
         reth: Some(RethRepr {
             va: w.va + (1 << 16) - 2,
@@ -762,7 +723,7 @@ fn rkey_violation_naks_remote_access_errors_the_qp_and_flushes() {
         Syndrome::nak(NakCode::RemoteAccessError)
     );
     // Requester side: the NAK fails the WR, the QP goes to ERR and the rest is flushed.
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(1, WrOp::Send, h.sge(0, 4));
     h.post(2, WrOp::Write(h.remote(0)), h.sge(0, 4));
     h.post(3, WrOp::Send, h.sge(0, 4));
@@ -785,7 +746,7 @@ fn rkey_violation_naks_remote_access_errors_the_qp_and_flushes() {
 
 #[test]
 fn ghost_ack_for_a_psn_never_sent_is_dropped() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.feed(ack(100, Syndrome::ACK_UNLIMITED));
     h.post(1, WrOp::Send, h.sge(0, 4));
     h.sent();
@@ -800,10 +761,10 @@ fn ghost_ack_for_a_psn_never_sent_is_dropped() {
 
 #[test]
 fn retry_exhaustion_when_the_peer_disappears() {
-    let mut h = H::new(Opts {
+    let mut h = H::new(ConnectParams {
         timeout: 8,
         retry_cnt: 3,
-        ..Opts::default()
+        ..params()
     }); // 1.05 ms
     h.post(1, WrOp::Write(h.remote(0)), h.sge(0, 2 * MTU));
     h.post(2, WrOp::Send, h.sge(0, 4));
@@ -840,10 +801,10 @@ fn retry_exhaustion_when_the_peer_disappears() {
 
 #[test]
 fn psn_wraps_at_2_pow_24() {
-    let mut h = H::new(Opts {
-        sq_psn: 0xff_fffe,
-        rq_psn: 0xff_ffff,
-        ..Opts::default()
+    let mut h = H::new(ConnectParams {
+        sq_psn: Psn::new(0xff_fffe),
+        rq_psn: Psn::new(0xff_ffff),
+        ..params()
     });
     h.post(1, WrOp::Write(h.remote(0)), h.sge(0, 4 * MTU));
     assert_eq!(
@@ -893,7 +854,7 @@ fn psn_wraps_at_2_pow_24() {
 
 #[test]
 fn bad_icrc_wrong_qp_wrong_state_and_garbage_are_dropped_and_counted() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let mut p = ack(100, Syndrome::ACK_UNLIMITED);
     p.bth.dest_qp = h.qpn;
     let mut buf = vec![0u8; p.buffer_len()];
@@ -1007,7 +968,7 @@ fn modify_rules_and_posting_states() {
 
 #[test]
 fn sqd_finishes_started_messages_only() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post(1, WrOp::Write(h.remote(0)), h.sge(0, 4 * MTU));
     let s: Vec<_> = h.sent();
     assert_eq!(s.len(), 4);
@@ -1022,7 +983,7 @@ fn sqd_finishes_started_messages_only() {
 
 #[test]
 fn ce_mark_sends_a_rate_limited_cnp() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post_recv(1, 8);
     let mut p = PacketRepr {
         payload: b"abcd",
@@ -1052,7 +1013,7 @@ fn ce_mark_sends_a_rate_limited_cnp() {
 /// packet (ICRC, BECN, DestQP = the peer) and the deadline shows in `poll_timeout`.
 #[test]
 fn cnp_interval_first_mark_at_once_then_window_end() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     for i in 0..3 {
         h.post_recv(i, 8);
     }
@@ -1091,7 +1052,7 @@ fn cnp_interval_first_mark_at_once_then_window_end() {
     let cnp = s[0].repr();
     assert!(cnp.bth.becn && !cnp.bth.fecn);
     assert_eq!((cnp.bth.dest_qp, cnp.payload), (PEER, &[0u8; 16][..]));
-    assert_eq!(s[0].bytes.len(), roce_stack::cnp::CNP_TRANSPORT_LEN);
+    assert_eq!(s[0].bytes.len(), roce_stack::cc::cnp::CNP_TRANSPORT_LEN);
     // The peer verifies the ICRC with its receive seed = our transmit seed.
     assert!(h.path.tx_icrc(s[0].bytes.len()).verify(&s[0].bytes));
     let out = mark(&mut h, 60, 502);
@@ -1109,8 +1070,8 @@ fn cnp_interval_first_mark_at_once_then_window_end() {
 /// A CE-marked CNP is counted as a CE mark and a CNP received, but is not answered by a CNP.
 #[test]
 fn marked_cnp_is_not_answered() {
-    let mut h = H::new(Opts::default());
-    let mut p = roce_stack::cnp::cnp_repr(h.qpn);
+    let mut h = H::new(params());
+    let mut p = roce_stack::cc::cnp::cnp_repr(h.qpn);
     p.bth.dest_qp = h.qpn;
     let mut buf = vec![0u8; p.buffer_len()];
     p.emit(&mut buf).unwrap();
@@ -1123,7 +1084,7 @@ fn marked_cnp_is_not_answered() {
 
 #[test]
 fn opcode_sequence_error_naks_invalid_request() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post_recv(1, 1024);
     // A SEND_MIDDLE with no SEND_FIRST before it.
     h.feed(PacketRepr {
@@ -1142,7 +1103,7 @@ fn opcode_sequence_error_naks_invalid_request() {
 
 #[test]
 fn send_longer_than_the_receive_buffer_is_a_length_error() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     h.post_recv(1, 3);
     h.feed(PacketRepr {
         payload: b"four",
@@ -1157,7 +1118,7 @@ fn send_longer_than_the_receive_buffer_is_a_length_error() {
 
 #[test]
 fn receive_buffer_gone_is_a_remote_operational_error() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let buf = h.dev.reg_mr(first_pd(&h), 64, Access::LOCAL_WRITE);
     let sgl = SgList::one(h.dev.mr(buf).unwrap().sge(0, 64));
     h.dev
@@ -1182,7 +1143,7 @@ fn first_pd(h: &H) -> roce_stack::PdHandle {
 
 #[test]
 fn duplicate_read_is_re_executed_from_current_memory() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let src = h.remote(2048);
     let read = PacketRepr {
         reth: Some(RethRepr {
@@ -1230,7 +1191,7 @@ fn duplicate_read_is_re_executed_from_current_memory() {
 
 #[test]
 fn read_access_is_checked_against_region_rights() {
-    let mut h = H::new(Opts::default());
+    let mut h = H::new(params());
     let pd = first_pd(&h);
     let wo = h.dev.reg_mr(pd, 64, Access::REMOTE_WRITE);
     let m = h.dev.mr(wo).unwrap();
@@ -1250,9 +1211,9 @@ fn read_access_is_checked_against_region_rights() {
 
 #[test]
 fn qp_without_remote_write_rights_naks_invalid_request() {
-    let mut h = H::new(Opts {
+    let mut h = H::new(ConnectParams {
         access: Access::REMOTE_READ,
-        ..Opts::default()
+        ..params()
     });
     let w = h.remote(0);
     h.feed(PacketRepr {

@@ -1,10 +1,10 @@
 //! Simulator-level tests: whole connections over impaired links, with the seed printed on
 //! failure (`SIM_SEED` picks it).
 use roce_proto::ROCEV2_UDP_PORT;
-use roce_stack::sim::{seed_from_env, ConnectOptions, LinkConfig, SeedGuard, Sim, TapKind};
+use roce_stack::sim::{seed_from_env, LinkConfig, SeedGuard, Sim, TapKind};
 use roce_stack::{
-    Access, CqHandle, MrHandle, QpCaps, QpState, RecvRequest, RemoteAddr, SgList, WcOpcode,
-    WcStatus, WorkRequest, WrOp,
+    Access, ConnectParams, CqHandle, MrHandle, QpCaps, QpState, RecvRequest, RemoteAddr, SgList,
+    WcOpcode, WcStatus, WorkRequest, WrOp,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,7 +19,7 @@ struct Two {
     mb: MrHandle,
 }
 
-fn two(seed: u64, link: LinkConfig, opts: ConnectOptions) -> Two {
+fn two(seed: u64, link: LinkConfig, opts: ConnectParams) -> Two {
     let mut sim = Sim::new(seed);
     let a = sim.add_endpoint("192.168.1.1".parse().unwrap());
     let b = sim.add_endpoint("192.168.1.2".parse().unwrap());
@@ -58,7 +58,7 @@ fn write_completes_once_despite_loss_reorder_dup_and_ce() {
         bandwidth_bps: Some(25_000_000_000),
         ..LinkConfig::default()
     };
-    let mut t = two(seed, link, ConnectOptions::default());
+    let mut t = two(seed, link, ConnectParams::default());
     let seen = Rc::new(RefCell::new((0u64, 0u64, 0u64, true)));
     let s2 = seen.clone();
     t.sim
@@ -125,10 +125,10 @@ fn write_completes_once_despite_loss_reorder_dup_and_ce() {
 fn retry_exhaustion_when_the_link_dies() {
     let seed = seed_from_env(1);
     let _g = SeedGuard(seed);
-    let opts = ConnectOptions {
+    let opts = ConnectParams {
         retry_cnt: 2,
         timeout: 10,
-        ..ConnectOptions::default()
+        ..ConnectParams::default()
     };
     let mut t = two(seed, LinkConfig::default(), opts);
     t.sim.link(0, 1).loss = 1.0;
@@ -188,10 +188,10 @@ fn many_qps_are_demultiplexed_by_qpn() {
             .device(b)
             .create_qp(pb, cb, cb, QpCaps::default())
             .unwrap();
-        let opts = ConnectOptions {
-            psn_a: i * 0x4_0000,
+        let opts = ConnectParams {
+            sq_psn: roce_proto::Psn::new(i * 0x4_0000),
             mtu: 256,
-            ..ConnectOptions::default()
+            ..ConnectParams::default()
         };
         sim.connect(a, qa, b, qb, &opts).unwrap();
         let r = SgList::one(sim.device(b).mr(mb).unwrap().sge(u64::from(i) * 64, 64));
@@ -240,7 +240,7 @@ fn corrupted_datagrams_are_dropped_by_icrc_and_recovered() {
             corrupt: 0.2,
             ..LinkConfig::default()
         },
-        ConnectOptions::default(),
+        ConnectParams::default(),
     );
     let sgl = SgList::one(t.sim.device(1).mr(t.mb).unwrap().sge(0, 32 * 1024));
     let m = t.sim.device(0).mr(t.ma).unwrap();
@@ -308,7 +308,7 @@ fn qp_paces_to_the_set_rate_within_two_percent() {
         10_000_000_000,
         25_000_000_000,
     ] {
-        let mut t = two(seed, LinkConfig::default(), ConnectOptions::default());
+        let mut t = two(seed, LinkConfig::default(), ConnectParams::default());
         t.sim
             .device(0)
             .set_congestion_control(t.qa, Box::new(roce_stack::FixedRate::new(rate)));
@@ -340,7 +340,7 @@ fn uncongested_dcqcn_qp_runs_at_line_rate() {
         bandwidth_bps: Some(line),
         ..LinkConfig::default()
     };
-    let mut t = two(seed, link, ConnectOptions::default());
+    let mut t = two(seed, link, ConnectParams::default());
     t.sim
         .device(0)
         .set_congestion_control(t.qa, roce_stack::CcConfig::PAPER.build(line));
@@ -361,7 +361,7 @@ fn read_responses_are_paced_to_the_set_rate() {
     let seed = seed_from_env(5);
     let _g = SeedGuard(seed);
     let rate = 5_000_000_000u64;
-    let mut t = two(seed, LinkConfig::default(), ConnectOptions::default());
+    let mut t = two(seed, LinkConfig::default(), ConnectParams::default());
     t.sim
         .device(1)
         .set_congestion_control(t.qb, Box::new(roce_stack::FixedRate::new(rate)));

@@ -52,7 +52,7 @@ pub struct Pair {
 pub fn connect_pairs(
     sim: &mut Sim,
     qps: u32,
-    opts: impl Fn(u32) -> roce_stack::sim::ConnectOptions,
+    opts: impl Fn(u32) -> roce_stack::ConnectParams,
 ) -> Pair {
     use std::net::{IpAddr, Ipv4Addr};
     let a = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));

@@ -1,17 +1,17 @@
 //! One endpoint's event loop: moves datagrams between a [`RoceSocket`] and a [`Device`] and
 //! time from the system clock, and lets an [`Application`] post work and consume completions.
-//! PSN, ACK and retransmission decisions all belong to the device; this only moves bytes and
-//! time (STYLE.md §5).
+//! PSN, ACK and retransmission decisions, and the order datagrams go on the wire in, all
+//! belong to the device; this only moves bytes and time (the sans-IO contract of
+//! `roce-stack`).
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use roce_proto::{Ecn, ROCEV2_UDP_PORT};
+use roce_stack::{Device, Instant};
 
-use crate::device::Device;
-use crate::driver::impair::{ImpairStage, Impairment};
-use crate::driver::socket::{RoceSocket, RECV_BATCH, SEND_BATCH};
-use crate::time::Instant;
-pub use crate::workload::Application;
+use crate::app::Application;
+use crate::impair::{ImpairStage, ImpairStats, Impairment};
+use crate::socket::{RoceSocket, RECV_BATCH, SEND_BATCH};
 
 /// Whether a datagram was sent or received, for a capture tap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +49,8 @@ pub enum RunError {
     #[error("socket: {0}")]
     Io(std::io::Error),
     /// The application gave up (a post failed, a verification failed hard).
-    #[error("{0}")]
-    App(String),
+    #[error(transparent)]
+    App(#[from] crate::app::AppError),
     /// Nothing arrived from the peer for too long while work was pending.
     #[error("no packet from the peer for {0:?}: it is unreachable or stopped")]
     PeerSilent(Duration),
@@ -102,14 +102,6 @@ impl std::fmt::Debug for Endpoint {
             .field("local", &self.sock.local_addr())
             .finish_non_exhaustive()
     }
-}
-
-/// A response (ACK, READ response, atomic ACK). Requests and responses are the two
-/// independent directions of an RC connection, so a batch may send its requests before its
-/// responses; responses keep their order among themselves (their PSNs must not go backwards).
-fn is_response(d: &[u8]) -> bool {
-    d.first()
-        .is_some_and(|&op| roce_proto::Opcode(op).is_response())
 }
 
 /// Sends at most this many datagrams per loop turn before reading again: as many as one
@@ -166,7 +158,7 @@ impl Endpoint {
     }
 
     /// What the impairment stage did.
-    pub fn impair_stats(&self) -> crate::driver::impair::ImpairStats {
+    pub fn impair_stats(&self) -> ImpairStats {
         self.impair.stats
     }
 
@@ -204,7 +196,7 @@ impl Endpoint {
             if self.dev.poll_timeout().is_some_and(|t| t <= now) {
                 self.dev.handle_timeout(now);
             }
-            app.poll(&mut self.dev, now).map_err(RunError::App)?;
+            app.poll(&mut self.dev, now)?;
             if until_done && app.done() {
                 // Flush what the last completions caused (ACKs), then stop.
                 self.transmit(now, usize::MAX).await?;
@@ -228,8 +220,10 @@ impl Endpoint {
                 std::hint::spin_loop();
                 continue;
             }
-            let deadline =
-                crate::time::min_opt(self.dev.poll_timeout(), self.impair.next_release());
+            let deadline = match (self.dev.poll_timeout(), self.impair.next_release()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let cap = tokio::time::Instant::now() + Duration::from_millis(50);
             let wake = deadline.map_or(cap, |t| self.to_tokio(t).min(cap));
             self.stats.wakeups += 1;
@@ -246,8 +240,9 @@ impl Endpoint {
         }
     }
 
-    /// Sends up to `max` datagrams the device has ready, in batches of up to [`SEND_BATCH`]
-    /// (one `sendmmsg` per source port in a batch). Returns how many.
+    /// Sends up to `max` datagrams the device has ready, in the device's order, in batches of
+    /// up to [`SEND_BATCH`]: each run of consecutive datagrams with the same source port,
+    /// destination and ECN codepoint is one `sendmmsg`. Returns how many.
     async fn transmit(&mut self, now: Instant, max: usize) -> Result<usize, RunError> {
         let mut n = 0;
         while n < max {
@@ -266,35 +261,20 @@ impl Endpoint {
             if filled == 0 {
                 break;
             }
-            // Send them, grouped by (source port, destination, ECN); order within a group (and
-            // so within a QP) is kept.
-            let mut sent = [false; SEND_BATCH];
-            for i in 0..filled {
-                if sent[i] {
-                    continue;
-                }
-                let key = self.slot_meta[i];
+            let mut start = 0;
+            while start < filled {
+                let key = self.slot_meta[start];
+                let run = self.slot_meta[start..filled]
+                    .iter()
+                    .take_while(|m| **m == key)
+                    .count();
                 let mut group: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
-                let mut g = 0;
-                // Requests first, responses last: a ping-pong's answer (a request) should not
-                // wait behind the acknowledgement of the ping (a response).
-                for responses in [false, true] {
-                    let candidates = sent[i..filled]
-                        .iter_mut()
-                        .zip(&self.slot_meta[i..filled])
-                        .zip(&self.slots[i..filled]);
-                    for ((done, meta), slot) in candidates {
-                        if !*done && *meta == key && is_response(slot) == responses {
-                            *done = true;
-                            group[g] = slot;
-                            g += 1;
-                        }
-                    }
+                for (g, slot) in group.iter_mut().zip(&self.slots[start..start + run]) {
+                    *g = slot;
                 }
-                // The tap sees the datagrams in the order they go on the wire.
                 if let Some(tap) = &mut self.tap {
                     let src = SocketAddr::new(self.sock.local_addr().ip(), key.0);
-                    for data in &group[..g] {
+                    for data in &group[..run] {
                         tap(&TapRecord {
                             time: SystemTime::now(),
                             direction: Direction::Sent,
@@ -306,8 +286,9 @@ impl Endpoint {
                     }
                 }
                 self.sock
-                    .send_batch(key.0, key.1, key.2, &group[..g])
+                    .send_batch(key.0, key.1, key.2, &group[..run])
                     .await?;
+                start += run;
             }
             self.stats.sent += filled as u64;
             n += filled;

@@ -9,8 +9,7 @@
 //! which is what a pcap writer needs; this crate does not depend on the pcap crate.
 //!
 //! [`Sim::set_switch`] puts a [`Switch`] in front of one endpoint: a shared egress queue with a
-//! bottleneck bandwidth, a buffer limit and RED ECN marking, for congestion experiments
-//! ([`experiments`]).
+//! bottleneck bandwidth, a buffer limit and RED ECN marking, for congestion experiments.
 use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
@@ -18,18 +17,20 @@ use std::net::IpAddr;
 
 use roce_proto::{Ecn, Qpn, ROCEV2_UDP_PORT};
 
-use crate::device::Connection;
 use crate::device::{Device, DeviceConfig};
-use crate::memory::Access;
 use crate::path::PathConfig;
+use crate::qp::{ConnectParams, ModifyError};
 use crate::time::Instant;
-use crate::wr::ModifyError;
 
 pub use crate::rng::Rng;
 
-pub mod experiments;
 mod switch;
 pub use switch::{FlowKey, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD};
+
+/// The earlier of two optional deadlines (`None` = no deadline).
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    a.into_iter().chain(b).min()
+}
 
 /// The seed in `SIM_SEED` (decimal or 0x-hex), else `default`.
 pub fn seed_from_env(default: u64) -> u64 {
@@ -213,48 +214,6 @@ impl Ord for Arrival {
     }
 }
 
-/// Settings [`Sim::connect`] applies to both ends of an RC connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectOptions {
-    /// Path MTU.
-    pub mtu: u32,
-    /// Local ACK timeout exponent.
-    pub timeout: u8,
-    /// Transport retries.
-    pub retry_cnt: u8,
-    /// RNR retries (7 = infinite).
-    pub rnr_retry: u8,
-    /// RNR timer code each responder advertises.
-    pub min_rnr_timer: u8,
-    /// Outstanding READ/atomic per requester and responder resources.
-    pub max_rd_atomic: u8,
-    /// Remote rights both QPs grant.
-    pub access: Access,
-    /// First PSN of side A's requester (= B's responder).
-    pub psn_a: u32,
-    /// First PSN of side B's requester (= A's responder).
-    pub psn_b: u32,
-    /// ECN codepoint both send with.
-    pub ecn: Ecn,
-}
-
-impl Default for ConnectOptions {
-    fn default() -> Self {
-        Self {
-            mtu: 1024,
-            timeout: 8,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 1,
-            max_rd_atomic: 16,
-            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-            psn_a: 0,
-            psn_b: 0,
-            ecn: Ecn::Ect0,
-        }
-    }
-}
-
 /// The simulator.
 pub struct Sim {
     now: Instant,
@@ -382,57 +341,38 @@ impl Sim {
     }
 
     /// Brings `qa` on host `a` and `qb` on host `b` from RESET to RTS, connected to each other.
+    /// `p` is side A's view (its `sq_psn` is what A sends from, its `rq_psn` what A expects);
+    /// B gets the mirror image. The peer QPNs and the paths (host addresses, the entropy UDP
+    /// source port of the QPN pair, `p.path.ecn`) are filled in here.
     pub fn connect(
         &mut self,
         a: usize,
         qa: Qpn,
         b: usize,
         qb: Qpn,
-        o: &ConnectOptions,
+        p: &ConnectParams,
     ) -> Result<(), ModifyError> {
         let sport = PathConfig::udp_sport(qa.0, qb.0);
         let ends = [
-            (
-                a,
-                qa,
-                qb,
-                self.endpoints[a].ip,
-                self.endpoints[b].ip,
-                o.psn_b,
-                o.psn_a,
-            ),
-            (
-                b,
-                qb,
-                qa,
-                self.endpoints[b].ip,
-                self.endpoints[a].ip,
-                o.psn_a,
-                o.psn_b,
-            ),
+            (a, qa, qb, b, p.rq_psn, p.sq_psn),
+            (b, qb, qa, a, p.sq_psn, p.rq_psn),
         ];
-        for (host, q, dest, local, remote, rq_psn, sq_psn) in ends {
+        for (host, q, dest, peer, rq_psn, sq_psn) in ends {
             let path = PathConfig {
-                local,
-                remote,
+                local: self.endpoints[host].ip,
+                remote: self.endpoints[peer].ip,
                 src_port: sport,
                 remote_src_port: sport,
-                ecn: o.ecn,
+                ecn: p.path.ecn,
                 verify_icrc: true,
                 ..PathConfig::default()
             };
-            let c = Connection {
-                rq_psn: roce_proto::Psn::new(rq_psn),
-                sq_psn: roce_proto::Psn::new(sq_psn),
-                mtu: o.mtu,
-                access: o.access,
-                timeout: o.timeout,
-                retry_cnt: o.retry_cnt,
-                rnr_retry: o.rnr_retry,
-                min_rnr_timer: o.min_rnr_timer,
-                max_rd_atomic: o.max_rd_atomic,
-                max_dest_rd_atomic: o.max_rd_atomic,
-                ..Connection::new(dest, path)
+            let c = ConnectParams {
+                dest_qpn: dest,
+                rq_psn,
+                sq_psn,
+                path,
+                ..*p
             };
             self.endpoints[host].device.connect_qp(q, &c)?;
         }
@@ -564,7 +504,7 @@ impl Sim {
 
     /// The next event time: an arrival or a device deadline.
     pub fn next_event(&self) -> Option<Instant> {
-        let arrival = crate::time::min_opt(
+        let arrival = min_opt(
             self.queue.peek().map(|a| a.at),
             self.switch.as_ref().and_then(Switch::next_departure),
         );
@@ -573,10 +513,10 @@ impl Sim {
             .iter()
             .filter_map(|e| {
                 let egress = e.blocked.then_some(e.egress_busy);
-                crate::time::min_opt(e.device.poll_timeout(), egress)
+                min_opt(e.device.poll_timeout(), egress)
             })
             .min();
-        crate::time::min_opt(arrival, timer)
+        min_opt(arrival, timer)
     }
 
     /// Sends what is pending, then advances to the next event and processes it. `false` when

@@ -25,7 +25,7 @@
 //! Units: rates in bits per second, sizes in bytes (whatever the caller counts: the
 //! congestion controllers in this crate count the transport-packet bytes they are told about,
 //! BTH through ICRC).
-use crate::cc::CongestionControl;
+use super::CongestionControl;
 use crate::time::Instant;
 
 /// Nanoseconds per second times bits per byte: `bytes * NS_BITS / rate_bps` is a duration in ns.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use roce_proto::Ecn;
 
-use crate::rng::Rng;
-use crate::time::Instant;
+use roce_stack::rng::Rng;
+use roce_stack::Instant;
 
 /// Probabilities (0..1) of each impairment per received datagram.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,26 +53,40 @@ impl Impairment {
             && self.ce <= 0.0
     }
 
-    /// Checks that every probability is in [0, 1].
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, p) in [
-            ("--loss", self.loss),
-            ("--reorder", self.reorder),
-            ("--dup", self.duplicate),
-            ("--corrupt", self.corrupt),
-            ("--ce", self.ce),
+    /// Checks that every probability is in [0, 1] and that something gets through.
+    pub fn validate(&self) -> Result<(), ImpairmentError> {
+        for (what, value) in [
+            ("loss", self.loss),
+            ("reorder", self.reorder),
+            ("duplicate", self.duplicate),
+            ("corrupt", self.corrupt),
+            ("ce", self.ce),
         ] {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!(
-                    "{name} must be a probability between 0 and 1, not {p}"
-                ));
+            if !(0.0..=1.0).contains(&value) {
+                return Err(ImpairmentError::NotAProbability { what, value });
             }
         }
         if self.loss >= 1.0 {
-            return Err("--loss 1 would drop everything".into());
+            return Err(ImpairmentError::DropsEverything);
         }
         Ok(())
     }
+}
+
+/// An [`Impairment`] that cannot be run.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum ImpairmentError {
+    /// A probability outside [0, 1].
+    #[error("the {what} probability must be between 0 and 1, not {value}")]
+    NotAProbability {
+        /// Which impairment.
+        what: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A loss of 1.
+    #[error("a loss probability of 1 would drop everything")]
+    DropsEverything,
 }
 
 /// What the stage did, for the report.

@@ -1,0 +1,174 @@
+//! What a workload run reports: operations and bytes by kind, time, goodput, retransmissions,
+//! NAKs, CNPs, rate cuts, drops by reason, what the impairment stages did, and every
+//! mismatch; as text (`Display`) or JSON (`Serialize`).
+use std::collections::BTreeMap;
+use std::fmt;
+
+use roce_driver::impair::ImpairStats;
+use roce_stack::{Drops, Naks, QpStats};
+use serde::Serialize;
+
+use super::run::Side;
+use super::{OpKind, Tally};
+
+/// The report of a run (text via `Display`, JSON via `serde_json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Every byte and completion verified on both ends.
+    pub ok: bool,
+    /// Completed operations by kind.
+    pub ops: BTreeMap<String, u64>,
+    /// Payload bytes of completed operations.
+    pub bytes: u64,
+    /// Wall time of the workload.
+    pub seconds: f64,
+    /// Payload goodput.
+    pub gbps: f64,
+    /// Completed operations per second.
+    pub msgs_per_sec: f64,
+    /// Request packets sent again (both ends).
+    pub retransmitted_packets: u64,
+    /// NAKs sent, by kind (both ends).
+    pub naks: Naks,
+    /// RNR NAKs sent.
+    pub rnr_naks: u64,
+    /// CNPs sent (both ends).
+    pub cnps_sent: u64,
+    /// CNPs received (both ends).
+    pub cnps_received: u64,
+    /// Rate cuts the congestion controllers made (both ends).
+    pub rate_cuts: u64,
+    /// Lowest rate a cut set, bits/s (0: no cut).
+    pub min_rate_bps: u64,
+    /// Received datagrams dropped by the transport, by reason (both ends).
+    pub drops: Drops,
+    /// Bytes compared against the model (both ends).
+    pub verified_bytes: u64,
+    /// What the impairment stages did (both ends).
+    pub impairment: ImpairStats,
+    /// Every mismatch, with operation, QP, PSN and offset.
+    pub errors: Vec<String>,
+    /// Client (requester) device counters.
+    pub client: QpStats,
+    /// Server (responder) device counters.
+    pub server: QpStats,
+}
+
+impl Report {
+    pub(crate) fn new(tally: &Tally, client: &Side, server: &Side, seconds: f64) -> Self {
+        let mut ops = BTreeMap::new();
+        for (k, n) in OpKind::ALL.iter().zip(tally.ops) {
+            ops.insert(k.name().to_string(), n);
+        }
+        let total_ops: u64 = tally.ops.iter().sum();
+        let mut all = client.stats;
+        all.add(&server.stats);
+        let mut impairment = client.impairment;
+        impairment.add(&server.impairment);
+        let mut errors: Vec<String> = client
+            .mismatches
+            .iter()
+            .map(|m| format!("client: {m}"))
+            .collect();
+        errors.extend(server.mismatches.iter().map(|m| format!("server: {m}")));
+        Self {
+            ok: errors.is_empty(),
+            ops,
+            bytes: tally.bytes,
+            seconds,
+            gbps: tally.bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
+            msgs_per_sec: total_ops as f64 / seconds.max(1e-9),
+            retransmitted_packets: all.retransmitted_packets,
+            naks: all.naks_sent,
+            rnr_naks: all.naks_sent.rnr,
+            cnps_sent: all.cnps_sent,
+            cnps_received: all.cnps_received,
+            rate_cuts: all.rate_cuts,
+            min_rate_bps: all.min_rate_bps,
+            drops: all.drops,
+            verified_bytes: client.verified_bytes + server.verified_bytes,
+            impairment,
+            errors,
+            client: client.stats,
+            server: server.stats,
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "result          {}",
+            if self.ok {
+                "OK: every byte and completion verified"
+            } else {
+                "FAILED"
+            }
+        )?;
+        let ops: Vec<String> = self
+            .ops
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        writeln!(f, "operations      {}", ops.join(", "))?;
+        writeln!(
+            f,
+            "bytes           {} ({:.1} MiB)",
+            self.bytes,
+            self.bytes as f64 / (1 << 20) as f64
+        )?;
+        writeln!(f, "time            {:.3} s", self.seconds)?;
+        writeln!(
+            f,
+            "goodput         {:.3} Gb/s, {:.0} messages/s",
+            self.gbps, self.msgs_per_sec
+        )?;
+        writeln!(f, "verified        {} bytes", self.verified_bytes)?;
+        writeln!(f, "retransmitted   {} packets", self.retransmitted_packets)?;
+        let n = self.naks;
+        writeln!(
+            f,
+            "NAKs sent       seq_err {}, rnr {}, invalid_request {}, remote_access {}, remote_op {}",
+            n.seq_err, n.rnr, n.invalid_request, n.remote_access, n.remote_op
+        )?;
+        writeln!(
+            f,
+            "CNPs            sent {}, received {}",
+            self.cnps_sent, self.cnps_received
+        )?;
+        if self.rate_cuts > 0 {
+            writeln!(
+                f,
+                "rate cut        {} times, lowest {:.3} Gb/s",
+                self.rate_cuts,
+                self.min_rate_bps as f64 / 1e9
+            )?;
+        }
+        let d = self.drops;
+        writeln!(
+            f,
+            "drops           malformed {}, bad_icrc {}, unknown_qp {}, wrong_state {}, out_of_sequence {}, duplicate/stale {}, other {}",
+            d.malformed,
+            d.bad_icrc,
+            d.unknown_qp,
+            d.wrong_state,
+            d.out_of_sequence,
+            d.stale_response + d.ghost_response,
+            d.bad_opcode + d.bad_pkey + d.no_resource + d.response_queue_full
+        )?;
+        let i = self.impairment;
+        if i != ImpairStats::default() {
+            writeln!(
+                f,
+                "impairment      lost {}, reordered {}, duplicated {}, corrupted {}, ce_marked {}",
+                i.lost, i.reordered, i.duplicated, i.corrupted, i.ce_marked
+            )?;
+        }
+        for e in &self.errors {
+            writeln!(f, "error           {e}")?;
+        }
+        Ok(())
+    }
+}

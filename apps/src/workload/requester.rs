@@ -1,0 +1,316 @@
+//! The requester end of the verified workload: posts each QP's plan (at most `depth`
+//! outstanding) and checks every completion against the plan: once, in order, successful,
+//! with the right opcode and length; READ data equal to the responder's read area; atomic
+//! results as the in-order model predicts.
+use std::collections::VecDeque;
+use std::fmt;
+
+use roce_driver::qps::RemoteBuffer;
+use roce_driver::{AppError, Application};
+use roce_proto::{Psn, Qpn};
+use roce_stack::{
+    Access, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, SgList, Sge, WcOpcode,
+    WcStatus, WorkRequest, WrOp,
+};
+
+use super::{fill_pattern, first_difference, Mismatch, OpKind, Plan, Tally, FIN_IMM, MAX_MISMATCHES};
+
+struct ReqQp {
+    qpn: Qpn,
+    cq: CqHandle,
+    remote: RemoteBuffer,
+    next_post: usize,
+    next_complete: usize,
+    fin_posted: bool,
+    fin_done: bool,
+    /// PSN of each posted op, in flight.
+    psns: VecDeque<Psn>,
+}
+
+/// The requester side: posts the plan on each QP and checks every completion.
+pub struct Requester {
+    plan: Plan,
+    /// Each QP's read area, as every READ must return it.
+    read_areas: Vec<Vec<u8>>,
+    mr: MrHandle,
+    qps: Vec<ReqQp>,
+    tally: Tally,
+    mismatches: Vec<Mismatch>,
+    scratch: Vec<u8>,
+}
+
+impl fmt::Debug for Requester {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Requester")
+            .field("qps", &self.qps.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Requester {
+    /// Registers the requester memory on `dev` for QPs `qpns` (with their send CQs) whose
+    /// peers expose `remotes`.
+    pub fn new(
+        dev: &mut Device,
+        pd: PdHandle,
+        plan: Plan,
+        qps: &[(Qpn, CqHandle)],
+        remotes: &[RemoteBuffer],
+    ) -> Self {
+        let len = plan.layout.requester_len() * plan.spec.qps as u64;
+        let mr = dev.reg_mr(pd, len as usize, Access::LOCAL_WRITE);
+        let qps = qps
+            .iter()
+            .zip(remotes)
+            .map(|(&(qpn, cq), &remote)| ReqQp {
+                qpn,
+                cq,
+                remote,
+                next_post: 0,
+                next_complete: 0,
+                fin_posted: false,
+                fin_done: false,
+                psns: VecDeque::new(),
+            })
+            .collect();
+        let read_areas = (0..plan.spec.qps).map(|q| plan.read_area(q)).collect();
+        Self {
+            plan,
+            read_areas,
+            mr,
+            qps,
+            tally: Tally::default(),
+            mismatches: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Counts so far.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Mismatches found (empty when everything verified).
+    pub fn mismatches(&self) -> &[Mismatch] {
+        &self.mismatches
+    }
+
+    fn slot_off(&self, q: usize, i: usize) -> u64 {
+        let l = &self.plan.layout;
+        l.requester_len() * q as u64 + l.slot * (i as u64 % l.slots)
+    }
+
+    fn fail(&mut self, m: Mismatch) {
+        if self.mismatches.len() < MAX_MISMATCHES {
+            self.mismatches.push(m);
+        }
+    }
+
+    fn post(&mut self, dev: &mut Device, q: usize) -> Result<(), AppError> {
+        let depth = self.plan.spec.depth as usize;
+        let count = self.plan.ops[q].len();
+        while self.qps[q].next_post < count
+            && self.qps[q].next_post - self.qps[q].next_complete < depth
+        {
+            let i = self.qps[q].next_post;
+            let op = self.plan.ops[q][i];
+            let off = self.slot_off(q, i);
+            let len = op.len;
+            let remote = self.qps[q].remote;
+            let raddr = remote.at(op.remote_off);
+            let (mr_va, lkey) = match dev.mr(self.mr) {
+                Some(m) => (m.va(), m.lkey()),
+                None => {
+                    return Err(AppError::Failed(
+                        "requester memory region vanished".into(),
+                    ))
+                }
+            };
+            if matches!(
+                op.kind,
+                OpKind::Send | OpKind::SendImm | OpKind::Write | OpKind::WriteImm
+            ) {
+                self.scratch.resize(len as usize, 0);
+                fill_pattern(op.data_seed, &mut self.scratch);
+                if let Some(m) = dev.mr_mut(self.mr) {
+                    m.as_mut_slice()[off as usize..off as usize + len as usize]
+                        .copy_from_slice(&self.scratch);
+                }
+            } else if let Some(m) = dev.mr_mut(self.mr) {
+                // Poison the destination so a READ or atomic that writes nothing is caught.
+                m.as_mut_slice()[off as usize..off as usize + len as usize].fill(0xee);
+            }
+            let sge = Sge {
+                addr: mr_va + off,
+                length: len,
+                lkey,
+            };
+            let sgl = if len == 0 {
+                SgList::new()
+            } else {
+                SgList::one(sge)
+            };
+            let wop = match op.kind {
+                OpKind::Send => WrOp::Send,
+                OpKind::SendImm => WrOp::SendWithImm(op.imm),
+                OpKind::Write => WrOp::Write(raddr),
+                OpKind::WriteImm => WrOp::WriteWithImm(raddr, op.imm),
+                OpKind::Read => WrOp::Read(raddr),
+                OpKind::CompareSwap => WrOp::CompareSwap {
+                    remote: raddr,
+                    compare: op.compare,
+                    swap: op.operand,
+                },
+                OpKind::FetchAdd => WrOp::FetchAdd {
+                    remote: raddr,
+                    add: op.operand,
+                },
+            };
+            let psn = dev
+                .qp(self.qps[q].qpn)
+                .map(|qp| qp.next_send_psn())
+                .unwrap_or_default();
+            dev.post_send(self.qps[q].qpn, WorkRequest::new(i as u64, wop, sgl))
+                .map_err(|e| AppError::post(q, format!("{} #{i}", op.kind.name()), e))?;
+            self.qps[q].psns.push_back(psn);
+            self.qps[q].next_post += 1;
+        }
+        let qp = &mut self.qps[q];
+        if qp.next_post == count && qp.next_complete == count && !qp.fin_posted {
+            let wr = WorkRequest::new(
+                u64::MAX,
+                WrOp::SendWithImm(FIN_IMM | q as u32),
+                SgList::new(),
+            );
+            dev.post_send(qp.qpn, wr)
+                .map_err(|e| AppError::post(q, "the final marker", e))?;
+            qp.fin_posted = true;
+        }
+        Ok(())
+    }
+
+    fn on_completion(&mut self, dev: &Device, q: usize, c: Completion) {
+        if c.wr_id == u64::MAX {
+            if c.status == WcStatus::Success {
+                self.qps[q].fin_done = true;
+            } else {
+                self.fail(Mismatch {
+                    op: "final marker".into(),
+                    qp: q as u32,
+                    psn: None,
+                    offset: None,
+                    detail: format!("status {:?}", c.status),
+                });
+            }
+            return;
+        }
+        let i = self.qps[q].next_complete;
+        let psn = self.qps[q].psns.pop_front();
+        let Some(op) = self.plan.ops[q].get(i).copied() else {
+            self.fail(Mismatch {
+                op: format!("wr {}", c.wr_id),
+                qp: q as u32,
+                psn,
+                offset: None,
+                detail: "completion beyond the plan".into(),
+            });
+            return;
+        };
+        let name = format!("{} #{i}", op.kind.name());
+        let bad = |detail: String, offset: Option<u64>| Mismatch {
+            op: name.clone(),
+            qp: q as u32,
+            psn,
+            offset,
+            detail,
+        };
+        if c.wr_id != i as u64 {
+            let m = bad(
+                format!(
+                    "completion for wr {} while wr {i} was next (out of order or twice)",
+                    c.wr_id
+                ),
+                None,
+            );
+            self.fail(m);
+            return;
+        }
+        self.qps[q].next_complete += 1;
+        if c.status != WcStatus::Success {
+            let m = bad(format!("status {:?}", c.status), None);
+            self.fail(m);
+            return;
+        }
+        let want_opcode = match op.kind {
+            OpKind::Send | OpKind::SendImm => WcOpcode::Send,
+            OpKind::Write | OpKind::WriteImm => WcOpcode::RdmaWrite,
+            OpKind::Read => WcOpcode::RdmaRead,
+            OpKind::CompareSwap => WcOpcode::CompSwap,
+            OpKind::FetchAdd => WcOpcode::FetchAdd,
+        };
+        if c.opcode != want_opcode {
+            let m = bad(
+                format!("opcode {:?}, expected {want_opcode:?}", c.opcode),
+                None,
+            );
+            self.fail(m);
+            return;
+        }
+        let off = self.slot_off(q, i) as usize;
+        let Some(mem) = dev.mr(self.mr).map(|m| m.as_slice()) else {
+            return;
+        };
+        match op.kind {
+            OpKind::Read => {
+                let at = (op.remote_off - self.plan.layout.read_off()) as usize;
+                let want = &self.read_areas[q][at..at + op.len as usize];
+                let got = &mem[off..off + op.len as usize];
+                if let Some(d) = first_difference(want, got) {
+                    let m = bad(
+                        format!(
+                            "READ data differs (got {:#04x}, expected {:#04x})",
+                            got[d as usize], want[d as usize]
+                        ),
+                        Some(d),
+                    );
+                    self.fail(m);
+                    return;
+                }
+                self.tally.verified_bytes += u64::from(op.len);
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let got = u64::from_le_bytes(mem[off..off + 8].try_into().unwrap_or([0; 8]));
+                if got != op.expect_orig {
+                    let m = bad(
+                        format!("returned {got:#x}, the model says {:#x}", op.expect_orig),
+                        None,
+                    );
+                    self.fail(m);
+                    return;
+                }
+                self.tally.verified_bytes += 8;
+            }
+            _ => {}
+        }
+        self.tally.count(op.kind, op.len);
+    }
+}
+
+impl Application for Requester {
+    /// Drains completions and posts what the window allows. Returns an error when the device
+    /// refuses a post (a QP in error, a queue full that should not be).
+    fn poll(&mut self, dev: &mut Device, _now: Instant) -> Result<(), AppError> {
+        for q in 0..self.qps.len() {
+            while let Some(c) = dev.poll_cq(self.qps[q].cq) {
+                self.on_completion(dev, q, c);
+            }
+            self.post(dev, q)?;
+        }
+        Ok(())
+    }
+
+    /// `true` once every QP's final marker completed (or a mismatch stopped the run).
+    fn done(&self) -> bool {
+        !self.mismatches.is_empty() || self.qps.iter().all(|q| q.fin_done)
+    }
+}

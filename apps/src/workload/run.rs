@@ -1,0 +1,360 @@
+//! The verified workload over real sockets: `roce server` (the responder), `roce client` (the
+//! requester) and `roce loopback` (both, in one process on two threads).
+//!
+//! The exchange on the control channel, in the workload's own messages ([`WorkloadMsg`]):
+//! the client sends a `hello` (the spec, the connection settings, its QPs), the server
+//! answers `welcome` (its QPs and each QP's responder block), both move their QPs to RTS, the
+//! client says `ready` and runs; when it is done it says `done`, and the server answers with a
+//! `summary` of what it verified.
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
+use roce_driver::endpoint::{Endpoint, LoopStats, Tap};
+use roce_driver::impair::{ImpairStats, Impairment};
+use roce_driver::qps::{
+    check_protocol, connect_qps, create_qps, qp_infos, start_psns, QpInfo, RemoteBuffer,
+    Wiring, ALL_REMOTE,
+};
+use roce_driver::{
+    bind_endpoint, in_one_process, loopback_addrs, runtime, Accepted, ClientConfig,
+    DriverError, Listener,
+};
+use roce_proto::ROCEV2_UDP_PORT;
+use roce_stack::{CcConfig, ConnectParams, CqHandle, Device, QpCaps, QpStats};
+use serde::{Deserialize, Serialize};
+
+use super::{Mismatch, Plan, Report, Requester, Responder, Tally, WorkloadSpec};
+use crate::ConfigError;
+
+/// Version of the workload's control protocol.
+const PROTOCOL: u32 = 2;
+
+/// What a run does and with which transport settings; the client sends it to the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    /// The workload.
+    pub spec: WorkloadSpec,
+    /// The connection settings of every QP (MTU, timeout, retries, RNR timer, READ/atomic
+    /// depth); the per-QP fields are filled in by the handshake.
+    pub transport: ConnectParams,
+    /// Impairments applied to what this end receives.
+    pub impairment: Impairment,
+    /// Congestion control.
+    pub cc: CcConfig,
+    /// Line rate the congestion control clamps to, bits/s.
+    pub line_rate_bps: u64,
+    /// How long an end waits with work pending and nothing received before giving up.
+    pub silence: Duration,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            spec: WorkloadSpec::default(),
+            transport: ConnectParams::default(),
+            impairment: Impairment::default(),
+            cc: CcConfig::None,
+            line_rate_bps: 100_000_000_000,
+            silence: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RunConfig {
+    /// Checks what a user (or a peer) can get wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.transport;
+        ConfigError::check_mtu(t.mtu)?;
+        ConfigError::check_range("--timeout", "1..=31", u64::from(t.timeout), 1, 31)?;
+        ConfigError::check_range(
+            "max_rd_atomic",
+            "1..=128",
+            u64::from(t.max_rd_atomic),
+            1,
+            128,
+        )?;
+        t.validate()
+            .map_err(|e| ConfigError::Transport(e.to_string()))?;
+        self.spec.validate()?;
+        self.impairment
+            .validate()
+            .map_err(|e| ConfigError::Transport(e.to_string()))
+    }
+}
+
+/// The part of a run each end reports.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Side {
+    pub(crate) mismatches: Vec<String>,
+    pub(crate) verified_bytes: u64,
+    pub(crate) stats: QpStats,
+    pub(crate) impairment: ImpairStats,
+    pub(crate) loops: LoopStats,
+}
+
+impl Side {
+    /// What an end reports after its run.
+    fn of(mismatches: &[Mismatch], tally: &Tally, ep: &Endpoint) -> Self {
+        Self {
+            mismatches: mismatches.iter().map(ToString::to_string).collect(),
+            verified_bytes: tally.verified_bytes,
+            stats: ep.dev.stats(),
+            impairment: ep.impair_stats(),
+            loops: ep.stats,
+        }
+    }
+}
+
+/// The workload's control messages.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WorkloadMsg {
+    /// Client → server: what to run.
+    Hello {
+        protocol: u32,
+        spec: WorkloadSpec,
+        transport: ConnectParams,
+        cc: CcConfig,
+        line_rate_bps: u64,
+        roce_port: u16,
+        qps: Vec<QpInfo>,
+    },
+    /// Server → client: its QPs and each QP's responder block.
+    Welcome {
+        qps: Vec<QpInfo>,
+        blocks: Vec<RemoteBuffer>,
+        roce_port: u16,
+    },
+    /// Server → client, after the client's `done`: what the server saw.
+    Summary(Box<Side>),
+}
+
+/// What the server saw, once its client finished.
+#[derive(Debug, Clone)]
+pub struct ServerOutcome {
+    /// Mismatches found by the responder.
+    pub mismatches: Vec<String>,
+    /// Bytes verified by the responder.
+    pub verified_bytes: u64,
+    /// Device counters.
+    pub stats: QpStats,
+}
+
+/// Accepts one client on `listener` and serves its workload as the responder. Blocking.
+pub fn serve(
+    listener: Listener,
+    impairment: Impairment,
+    tap: Option<Tap>,
+) -> Result<ServerOutcome, DriverError> {
+    listener.serve(|mut ctl, a| async move {
+        let r = serve_client(&mut ctl, a, impairment, tap).await;
+        (ctl, r)
+    })
+}
+
+async fn serve_client(
+    ctl: &mut Control,
+    a: Accepted,
+    impairment: Impairment,
+    tap: Option<Tap>,
+) -> Result<ServerOutcome, DriverError> {
+    let WorkloadMsg::Hello {
+        protocol,
+        spec,
+        transport,
+        cc,
+        line_rate_bps,
+        roce_port: client_port,
+        qps,
+    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
+    else {
+        return Err(DriverError::Peer("expected a hello".into()));
+    };
+    check_protocol("workload", protocol, PROTOCOL)?;
+    let cfg = RunConfig {
+        spec,
+        transport,
+        impairment,
+        cc,
+        line_rate_bps,
+        ..RunConfig::default()
+    };
+    cfg.validate()
+        .map_err(|e| DriverError::Peer(e.to_string()))?;
+    if qps.len() != cfg.spec.qps as usize {
+        return Err(DriverError::Peer("QP count differs from the spec".into()));
+    }
+    let local = SocketAddr::new(a.local_ip, a.roce_port);
+    let remote = SocketAddr::new(a.peer.ip(), client_port);
+    let mut dev = Device::default();
+    let pd = dev.alloc_pd();
+    let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
+    let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0x5e7e);
+    let plan = Plan::new(&cfg.spec);
+    let recv: Vec<(roce_proto::Qpn, CqHandle)> =
+        mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
+    let (mut responder, blocks) = Responder::new(&mut dev, pd, plan, &recv)
+        .map_err(|e| DriverError::Setup(e.to_string()))?;
+    let wiring = wiring(local, remote, &cfg);
+    connect_qps(&mut dev, &mine, &qps, &psns, &wiring)?;
+    let mut ep = bind_endpoint(dev, local, client_port, cfg.impairment)?;
+    if let Some(t) = tap {
+        ep.set_tap(t);
+    }
+    ctl.send(&WorkloadMsg::Welcome {
+        qps: qp_infos(&mine, &psns),
+        blocks,
+        roce_port: a.roce_port,
+    })
+    .await?;
+    ctl.expect_ready().await?;
+    // Serve until the client says it is done (or vanishes).
+    let stop = async { ctl.peer_done("client").await.map(|_| ()) };
+    let silence = cfg.silence.max(Duration::from_secs(30));
+    let result = ep.run(&mut responder, false, stop, silence).await;
+    let side = Side::of(responder.mismatches(), responder.tally(), &ep);
+    result?;
+    ctl.send(&WorkloadMsg::Summary(Box::new(side.clone())))
+        .await?;
+    Ok(ServerOutcome {
+        mismatches: side.mismatches,
+        verified_bytes: side.verified_bytes,
+        stats: side.stats,
+    })
+}
+
+/// How this end's QPs reach the peer's, as `cfg` says.
+fn wiring(local: SocketAddr, remote: SocketAddr, cfg: &RunConfig) -> Wiring {
+    Wiring {
+        local,
+        remote,
+        params: cfg.transport,
+        cc: cfg.cc,
+        line_rate_bps: cfg.line_rate_bps,
+    }
+}
+
+/// Connects to a server, runs the workload as the requester, and reports.
+pub fn run_client(
+    client: ClientConfig,
+    cfg: &RunConfig,
+    tap: Option<Tap>,
+) -> Result<Report, DriverError> {
+    cfg.validate()?;
+    runtime()?.block_on(client_async(client, cfg, tap))
+}
+
+async fn client_async(
+    client: ClientConfig,
+    cfg: &RunConfig,
+    tap: Option<Tap>,
+) -> Result<Report, DriverError> {
+    let (mut ctl, local_ip) = control::connect(client.server, client.bind).await?;
+    let peer_ip = client.server.ip();
+
+    let mut dev = Device::default();
+    let pd = dev.alloc_pd();
+    let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
+    let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0xc11e);
+    ctl.send(&WorkloadMsg::Hello {
+        protocol: PROTOCOL,
+        spec: cfg.spec.clone(),
+        transport: cfg.transport,
+        cc: cfg.cc,
+        line_rate_bps: cfg.line_rate_bps,
+        roce_port: client.roce_port,
+        qps: qp_infos(&mine, &psns),
+    })
+    .await?;
+    let WorkloadMsg::Welcome {
+        qps,
+        blocks,
+        roce_port,
+    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
+    else {
+        return Err(DriverError::Peer("expected a welcome".into()));
+    };
+    if qps.len() != mine.len() || blocks.len() != mine.len() {
+        return Err(DriverError::Peer(
+            "welcome lists the wrong number of QPs".into(),
+        ));
+    }
+    let local = SocketAddr::new(local_ip, client.roce_port);
+    let remote = SocketAddr::new(peer_ip, roce_port);
+    connect_qps(&mut dev, &mine, &qps, &psns, &wiring(local, remote, cfg))?;
+    let plan = Plan::new(&cfg.spec);
+    let send: Vec<(roce_proto::Qpn, CqHandle)> =
+        mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
+    let mut requester = Requester::new(&mut dev, pd, plan, &send, &blocks);
+    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment)?;
+    if let Some(t) = tap {
+        ep.set_tap(t);
+    }
+    ctl.ready().await?;
+    let started = std::time::Instant::now();
+    let stop = async {
+        match ctl.recv_frame::<serde_json::Value>().await {
+            Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
+            Err(e) => Err(e.to_string()),
+            Ok(_) => Err("unexpected control message".to_string()),
+        }
+    };
+    let result = ep.run(&mut requester, true, stop, cfg.silence).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let mine_side = Side::of(requester.mismatches(), requester.tally(), &ep);
+    result?;
+    ctl.done(mine_side.mismatches.is_empty()).await?;
+    let server = match ctl.recv_timeout(ANSWER_TIMEOUT).await? {
+        WorkloadMsg::Summary(s) => *s,
+        _ => return Err(DriverError::Peer("expected a summary".into())),
+    };
+    Ok(Report::new(requester.tally(), &mine_side, &server, seconds))
+}
+
+/// Runs the workload between two endpoints over loopback in one process: a server thread
+/// (responder) and the client (requester), each with its own runtime and thread.
+/// IPv4 uses 127.0.0.1 and 127.0.0.2 with UDP port 4791 on both; IPv6 uses ::1 with 4791
+/// for the server and 4792 for the client.
+pub fn loopback(cfg: &RunConfig, ipv6: bool, tap: Option<Tap>) -> Result<Report, DriverError> {
+    let (client_ip, server_ip) = loopback_addrs(ipv6);
+    loopback_between(
+        cfg,
+        (
+            client_ip,
+            roce_driver::client_roce_port(client_ip, server_ip),
+        ),
+        (server_ip, ROCEV2_UDP_PORT),
+        tap,
+    )
+}
+
+/// [`loopback`] between given local addresses and RoCE UDP ports (client, server).
+pub fn loopback_between(
+    cfg: &RunConfig,
+    client: (IpAddr, u16),
+    server: (IpAddr, u16),
+    tap: Option<Tap>,
+) -> Result<Report, DriverError> {
+    cfg.validate()?;
+    let server_impairment = Impairment {
+        seed: cfg.impairment.seed.wrapping_add(1),
+        ..cfg.impairment
+    };
+    in_one_process(
+        "roce-server",
+        server,
+        move |listener| serve(listener, server_impairment, None),
+        |control| {
+            run_client(
+                ClientConfig {
+                    server: control,
+                    bind: Some(client.0),
+                    roce_port: client.1,
+                },
+                cfg,
+                tap,
+            )
+        },
+    )
+}

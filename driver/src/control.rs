@@ -1,0 +1,226 @@
+//! The control channel: the TCP connection two ends set up a run over (perftest and
+//! `ibv_rc_pingpong` exchange QPNs, PSNs and buffers the same way, out of band).
+//!
+//! Framing: one JSON object per line, at most [`MAX_LINE`] bytes. Each line is a [`Frame`]:
+//! an application's message (`{"msg": …}`, each application defines its own serde type), or
+//! one of the session signals every application uses: `"ready"` (the data path is set up),
+//! `{"done": {"ok": …}}` (this end finished) and `{"error": "…"}` (this end gave up, and why).
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::{setup, DriverError};
+
+/// Longest control line accepted, in bytes; a longer one ends the connection with an error
+/// instead of growing a buffer.
+pub const MAX_LINE: usize = 4 << 20;
+
+/// How long an end waits for an answer it expects at once.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One line of the control channel.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Frame<M> {
+    /// An application message.
+    Msg(M),
+    /// The sender's data path is set up: traffic may start.
+    Ready,
+    /// The sender finished its part.
+    Done {
+        /// It verified what it was asked to.
+        ok: bool,
+    },
+    /// The sender gave up; the reason, in one line.
+    Error(String),
+}
+
+/// One end of a control connection.
+#[derive(Debug)]
+pub struct Control {
+    rd: BufReader<OwnedReadHalf>,
+    wr: OwnedWriteHalf,
+    line: Vec<u8>,
+}
+
+impl Control {
+    /// Wraps a connected stream (Nagle off: the messages are small and answered at once).
+    pub fn new(s: TcpStream) -> Self {
+        let _ = s.set_nodelay(true);
+        let (r, w) = s.into_split();
+        Self {
+            rd: BufReader::new(r),
+            wr: w,
+            line: Vec::new(),
+        }
+    }
+
+    async fn send_frame<M: Serialize>(&mut self, f: &Frame<M>) -> Result<(), DriverError> {
+        let mut s = serde_json::to_vec(f).map_err(|e| DriverError::Setup(e.to_string()))?;
+        s.push(b'\n');
+        self.wr
+            .write_all(&s)
+            .await
+            .map_err(|e| DriverError::Peer(format!("control connection: {e}")))
+    }
+
+    /// Sends an application message.
+    pub async fn send<M: Serialize>(&mut self, m: &M) -> Result<(), DriverError> {
+        self.send_frame(&Frame::Msg(m)).await
+    }
+
+    /// Says that this end's data path is set up.
+    pub async fn ready(&mut self) -> Result<(), DriverError> {
+        self.send_frame(&Frame::<()>::Ready).await
+    }
+
+    /// Says that this end finished (`ok`: it verified what it was asked to).
+    pub async fn done(&mut self, ok: bool) -> Result<(), DriverError> {
+        self.send_frame(&Frame::<()>::Done { ok }).await
+    }
+
+    /// Tells the peer why this end gives up (best effort: the connection may be gone).
+    pub async fn send_error(&mut self, why: &str) {
+        let _ = self.send_frame(&Frame::<()>::Error(why.to_string())).await;
+    }
+
+    /// Reads one line into `self.line` (without the newline), at most [`MAX_LINE`] bytes.
+    async fn read_line(&mut self) -> Result<(), DriverError> {
+        let peer = |e: std::io::Error| DriverError::Peer(format!("control connection: {e}"));
+        self.line.clear();
+        loop {
+            let chunk = self.rd.fill_buf().await.map_err(peer)?;
+            if chunk.is_empty() {
+                return Err(DriverError::Peer("closed the control connection".into()));
+            }
+            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, true),
+                None => (chunk.len(), false),
+            };
+            if self.line.len() + take > MAX_LINE {
+                return Err(DriverError::Peer(format!(
+                    "sent a control line longer than {} MiB",
+                    MAX_LINE >> 20
+                )));
+            }
+            self.line.extend_from_slice(&chunk[..take]);
+            self.rd.consume(take + usize::from(end));
+            if end {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The next frame. A peer's error frame is returned as [`DriverError::Peer`].
+    pub async fn recv_frame<M: DeserializeOwned>(&mut self) -> Result<Frame<M>, DriverError> {
+        self.read_line().await?;
+        match serde_json::from_slice(&self.line) {
+            Ok(Frame::Error(e)) => Err(DriverError::Peer(e)),
+            Ok(f) => Ok(f),
+            Err(e) => Err(DriverError::Peer(format!(
+                "unreadable control message: {e}"
+            ))),
+        }
+    }
+
+    /// The next frame, which must be an application message.
+    pub async fn recv<M: DeserializeOwned>(&mut self) -> Result<M, DriverError> {
+        match self.recv_frame().await? {
+            Frame::Msg(m) => Ok(m),
+            f => Err(unexpected(&f)),
+        }
+    }
+
+    /// [`Control::recv`] within `d`.
+    pub async fn recv_timeout<M: DeserializeOwned>(&mut self, d: Duration) -> Result<M, DriverError> {
+        match tokio::time::timeout(d, self.recv()).await {
+            Ok(r) => r,
+            Err(_) => Err(no_answer(d)),
+        }
+    }
+
+    /// Waits ([`ANSWER_TIMEOUT`] at most) for the peer's `ready`.
+    pub async fn expect_ready(&mut self) -> Result<(), DriverError> {
+        let f = tokio::time::timeout(ANSWER_TIMEOUT, self.recv_frame::<serde_json::Value>())
+            .await
+            .map_err(|_| no_answer(ANSWER_TIMEOUT))??;
+        match f {
+            Frame::Ready => Ok(()),
+            f => Err(unexpected(&f)),
+        }
+    }
+
+    /// Resolves when the peer says it is done (`Ok(ok)`) or vanishes (`Err`, one line naming
+    /// `who` the peer is); the stop signal of a serving endpoint.
+    pub async fn peer_done(&mut self, who: &str) -> Result<bool, String> {
+        match self.recv_frame::<serde_json::Value>().await {
+            Ok(Frame::Done { ok }) => Ok(ok),
+            Ok(f) => Err(unexpected(&f).to_string()),
+            Err(DriverError::Peer(m)) => Err(format!("the {who} {m} before finishing")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+fn no_answer(d: Duration) -> DriverError {
+    DriverError::Peer(format!(
+        "no answer on the control connection within {d:?}"
+    ))
+}
+
+fn unexpected<M>(f: &Frame<M>) -> DriverError {
+    let what = match f {
+        Frame::Msg(_) => "a message",
+        Frame::Ready => "ready",
+        Frame::Done { .. } => "done",
+        Frame::Error(_) => "an error",
+    };
+    DriverError::Peer(format!("sent {what} out of turn"))
+}
+
+/// Opens the control connection to `server` (from `bind`, when given), within 5 s. Returns the
+/// channel and the local IP the route to the server uses (the RoCE socket binds it).
+pub async fn connect(
+    server: SocketAddr,
+    bind: Option<IpAddr>,
+) -> Result<(Control, IpAddr), DriverError> {
+    let sock = match server {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(setup("control socket"))?;
+    if let Some(ip) = bind {
+        sock.bind(SocketAddr::new(ip, 0))
+            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
+    }
+    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(server))
+        .await
+        .map_err(|_| DriverError::Setup(format!("cannot reach server {server}: timed out")))?
+        .map_err(|e| DriverError::Setup(format!("cannot reach server {server}: {e}")))?;
+    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+    Ok((Control::new(stream), local_ip))
+}
+
+/// Accepts one client on `listener` (within `timeout`, when given). Returns the channel, the
+/// local IP the client reached and the client's address.
+pub async fn accept(
+    listener: std::net::TcpListener,
+    timeout: Option<Duration>,
+) -> Result<(Control, IpAddr, SocketAddr), DriverError> {
+    let listener = TcpListener::from_std(listener).map_err(setup("listener"))?;
+    let accept = listener.accept();
+    let (stream, peer) = match timeout {
+        Some(d) => tokio::time::timeout(d, accept)
+            .await
+            .map_err(|_| DriverError::Setup(format!("no client connected within {d:?}")))?,
+        None => accept.await,
+    }
+    .map_err(setup("accept"))?;
+    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+    Ok((Control::new(stream), local_ip, peer))
+}

@@ -1,0 +1,236 @@
+//! The QP half of a handshake, as perftest does it over TCP: each end creates its QPs,
+//! announces each one's QPN and first PSN ([`QpInfo`]) and the buffers it exposes
+//! ([`RemoteBuffer`]), then connects QP `i` to the peer's QP `i` with the shared
+//! [`ConnectParams`], RESET→INIT→RTR→RTS.
+use std::net::SocketAddr;
+
+use roce_proto::{Ecn, Psn, Qpn, RKey};
+use roce_stack::rng::Rng;
+use roce_stack::{
+    Access, CcConfig, ConnectParams, CqHandle, Device, MemoryRegion, PathConfig, PdHandle,
+    QpCaps, RemoteAddr,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::DriverError;
+
+/// Serde adapters for the codec's 24- and 32-bit newtypes, as plain numbers on the wire; a
+/// number out of a field's range is refused, not truncated.
+pub mod wire {
+    use roce_proto::{Psn, Qpn, RKey};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// A newtype carried as a `u32`.
+    pub trait AsU32: Copy {
+        /// The number on the wire.
+        fn to_u32(self) -> u32;
+        /// The value of a number, if it is in range.
+        fn from_u32(v: u32) -> Option<Self>;
+    }
+    impl AsU32 for Qpn {
+        fn to_u32(self) -> u32 {
+            self.0
+        }
+        fn from_u32(v: u32) -> Option<Self> {
+            (v <= 0xff_ffff).then_some(Self(v))
+        }
+    }
+    impl AsU32 for Psn {
+        fn to_u32(self) -> u32 {
+            self.value()
+        }
+        fn from_u32(v: u32) -> Option<Self> {
+            (v <= 0xff_ffff).then(|| Self::new(v))
+        }
+    }
+    impl AsU32 for RKey {
+        fn to_u32(self) -> u32 {
+            self.0
+        }
+        fn from_u32(v: u32) -> Option<Self> {
+            Some(Self(v))
+        }
+    }
+
+    /// `#[serde(with = "wire")]`: serialises.
+    pub fn serialize<T: AsU32, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(v.to_u32())
+    }
+
+    /// `#[serde(with = "wire")]`: deserialises, refusing out-of-range numbers.
+    pub fn deserialize<'de, T: AsU32, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        let v = u32::deserialize(d)?;
+        T::from_u32(v).ok_or_else(|| serde::de::Error::custom(format!("{v} is out of range")))
+    }
+}
+
+/// What an end announces about one of its QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpInfo {
+    /// Its QPN.
+    #[serde(with = "wire")]
+    pub qpn: Qpn,
+    /// The first PSN it sends.
+    #[serde(with = "wire")]
+    pub psn: Psn,
+}
+
+/// A buffer an end exposes to its peer's RDMA operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteBuffer {
+    /// Virtual address of its first byte.
+    pub va: u64,
+    /// The R_Key that grants access.
+    #[serde(with = "wire")]
+    pub rkey: RKey,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl RemoteBuffer {
+    /// The whole of `mr`.
+    pub fn of(mr: &MemoryRegion) -> Self {
+        Self {
+            va: mr.va(),
+            rkey: mr.rkey(),
+            len: mr.len() as u64,
+        }
+    }
+
+    /// The remote address of byte `offset`.
+    pub const fn at(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            va: self.va.wrapping_add(offset),
+            rkey: self.rkey,
+        }
+    }
+}
+
+/// A QP of this end with its completion queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalQp {
+    /// Its QPN.
+    pub qpn: Qpn,
+    /// Its send CQ.
+    pub send_cq: CqHandle,
+    /// Its receive CQ.
+    pub recv_cq: CqHandle,
+}
+
+/// Remote access of the QPs the applications use: everything.
+pub const ALL_REMOTE: Access =
+    Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
+
+/// Creates `n` QPs (each with its own send and receive CQ, sized by `caps`) and moves them to
+/// INIT with the remote `access` they grant.
+pub fn create_qps(
+    dev: &mut Device,
+    pd: PdHandle,
+    n: u32,
+    caps: QpCaps,
+    access: Access,
+) -> Result<Vec<LocalQp>, DriverError> {
+    let params = ConnectParams {
+        access,
+        ..ConnectParams::default()
+    };
+    (0..n)
+        .map(|_| {
+            let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
+            let qpn = dev
+                .create_qp(pd, send_cq, recv_cq, caps)
+                .map_err(|e| DriverError::Setup(e.to_string()))?;
+            dev.modify_qp(qpn, &params.init_attr())
+                .map_err(|e| DriverError::Setup(e.to_string()))?;
+            Ok(LocalQp {
+                qpn,
+                send_cq,
+                recv_cq,
+            })
+        })
+        .collect()
+}
+
+/// Start PSNs from a seed (random-looking, so runs cross the 2^24 wrap now and then).
+pub fn start_psns(seed: u64, n: u32, salt: u64) -> Vec<Psn> {
+    let mut rng = Rng::new(seed ^ salt);
+    (0..n).map(|_| Psn::new(rng.next_u64() as u32)).collect()
+}
+
+/// The QPs an end announces to its peer: QPN and first PSN of each.
+pub fn qp_infos(qps: &[LocalQp], psns: &[Psn]) -> Vec<QpInfo> {
+    qps.iter()
+        .zip(psns)
+        .map(|(q, &psn)| QpInfo { qpn: q.qpn, psn })
+        .collect()
+}
+
+/// Refuses a peer that speaks another version of a control protocol (`what`: its name).
+pub fn check_protocol(what: &str, got: u32, want: u32) -> Result<(), DriverError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(DriverError::Peer(format!(
+            "{what} protocol {got}, this end speaks {want}"
+        )))
+    }
+}
+
+/// How an end's QPs reach the peer's: the addresses and UDP ports of the two RoCE sockets, the
+/// connection settings both ends use, and this end's congestion control.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Wiring {
+    /// This end's RoCE socket.
+    pub local: SocketAddr,
+    /// The peer's RoCE socket.
+    pub remote: SocketAddr,
+    /// The connection settings (the per-QP fields are filled in for each QP).
+    pub params: ConnectParams,
+    /// This end's congestion control.
+    pub cc: CcConfig,
+    /// The line rate the congestion control clamps to, bits/s.
+    pub line_rate_bps: u64,
+}
+
+/// Takes each of `qps` (in INIT) to RTS against the peer's QP of the same index, sending from
+/// PSN `psns[i]`.
+pub fn connect_qps(
+    dev: &mut Device,
+    qps: &[LocalQp],
+    peers: &[QpInfo],
+    psns: &[Psn],
+    w: &Wiring,
+) -> Result<(), DriverError> {
+    if peers.len() != qps.len() || psns.len() != qps.len() {
+        return Err(DriverError::Peer(format!(
+            "announced {} QPs, this end has {}",
+            peers.len(),
+            qps.len()
+        )));
+    }
+    for ((q, peer), &sq_psn) in qps.iter().zip(peers).zip(psns) {
+        let sport = PathConfig::udp_sport(q.qpn.0, peer.qpn.0);
+        let c = ConnectParams {
+            dest_qpn: peer.qpn,
+            rq_psn: peer.psn,
+            sq_psn,
+            path: PathConfig {
+                local: w.local.ip(),
+                remote: w.remote.ip(),
+                src_port: sport,
+                remote_src_port: sport,
+                local_port: w.local.port(),
+                remote_port: w.remote.port(),
+                ecn: Ecn::Ect0,
+                verify_icrc: true,
+            },
+            ..w.params
+        };
+        dev.connect_qp(q.qpn, &c)
+            .map_err(|e| DriverError::Setup(format!("modify QP {}: {e}", q.qpn)))?;
+        if !matches!(w.cc, CcConfig::None) {
+            dev.set_congestion_control(q.qpn, w.cc.build(w.line_rate_bps));
+        }
+    }
+    Ok(())
+}
