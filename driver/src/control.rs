@@ -137,7 +137,10 @@ impl Control {
     }
 
     /// [`Control::recv`] within `d`.
-    pub async fn recv_timeout<M: DeserializeOwned>(&mut self, d: Duration) -> Result<M, DriverError> {
+    pub async fn recv_timeout<M: DeserializeOwned>(
+        &mut self,
+        d: Duration,
+    ) -> Result<M, DriverError> {
         match tokio::time::timeout(d, self.recv()).await {
             Ok(r) => r,
             Err(_) => Err(no_answer(d)),
@@ -168,9 +171,7 @@ impl Control {
 }
 
 fn no_answer(d: Duration) -> DriverError {
-    DriverError::Peer(format!(
-        "no answer on the control connection within {d:?}"
-    ))
+    DriverError::Peer(format!("no answer on the control connection within {d:?}"))
 }
 
 fn unexpected<M>(f: &Frame<M>) -> DriverError {

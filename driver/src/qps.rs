@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use roce_proto::{Ecn, Psn, Qpn, RKey};
 use roce_stack::rng::Rng;
 use roce_stack::{
-    Access, CcConfig, ConnectParams, CqHandle, Device, MemoryRegion, PathConfig, PdHandle,
-    QpCaps, RemoteAddr,
+    Access, CcConfig, ConnectParams, CqHandle, Device, MemoryRegion, PathConfig, PdHandle, QpCaps,
+    RemoteAddr,
 };
 use serde::{Deserialize, Serialize};
 

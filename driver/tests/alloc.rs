@@ -16,9 +16,9 @@ use roce_stack::{
 /// loop allocates is per run (set-up), none of it per packet or per message.
 #[test]
 fn driver_data_path_allocates_nothing_per_packet() {
-    use roce_proto::Qpn;
     use roce_driver::impair::Impairment;
     use roce_driver::{AppError, Application, Endpoint};
+    use roce_proto::Qpn;
     use roce_stack::{CqHandle, MrHandle};
     use std::cell::Cell;
     use std::net::{Ipv4Addr, SocketAddr};

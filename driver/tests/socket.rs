@@ -6,8 +6,8 @@
 /// stale "not readable". (It did, for one build: every ping-pong then waited out the 2 ms spin.)
 #[test]
 fn a_spinning_receiver_sees_datagrams_after_it_slept_once() {
-    use roce_proto::Ecn;
     use roce_driver::socket::RoceSocket;
+    use roce_proto::Ecn;
     use std::net::SocketAddr;
     use std::time::{Duration, Instant};
     let rt = tokio::runtime::Builder::new_current_thread()
