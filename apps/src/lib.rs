@@ -14,9 +14,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// pub mod congestion;
-// pub mod kv;
-// pub mod perf;
+pub mod congestion;
+pub mod kv;
+pub mod perf;
 pub mod workload;
 
 /// A configuration that cannot run: which setting, and why.

@@ -1,9 +1,9 @@
-//! Issue 6 experiments in the simulator: long WRITE flows through one switch bottleneck
+//! The congestion experiments in the simulator: long WRITE flows through one switch bottleneck
 //! (RED ECN marking, tail drop) with DCQCN and without congestion control, and a late
 //! joiner. Real QPs on both ends; the seed comes from `SIM_SEED` and is printed on failure.
 use core::time::Duration;
 
-use roce_stack::sim::experiments::{run, suite, table, Run, Scenario};
+use roce_apps::congestion::{run, suite, table, Run, Scenario};
 use roce_stack::sim::{seed_from_env, SeedGuard};
 use roce_stack::CcConfig;
 
@@ -109,7 +109,7 @@ fn json_report_has_the_documented_keys() {
     let mut sc = Scenario::new("tiny", CcConfig::PAPER, 2, Duration::from_millis(2), 9);
     sc.sample = Duration::from_micros(100);
     let r = run(&sc);
-    let j = roce_stack::sim::experiments::to_json(&[r.clone(), r]);
+    let j = roce_apps::congestion::to_json(&[r.clone(), r]);
     assert!(j.starts_with("{\"seed\":9,") && j.ends_with("]}"), "{j}");
     for key in [
         "\"name\":\"tiny\"",
@@ -125,6 +125,6 @@ fn json_report_has_the_documented_keys() {
     ] {
         assert_eq!(j.matches(key).count(), 2, "{key} in {j}");
     }
-    let svg = roce_stack::sim::experiments::to_svg(&[]);
+    let svg = roce_apps::congestion::to_svg(&[]);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 }

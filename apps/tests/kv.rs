@@ -1,15 +1,17 @@
-//! The KV-cache push (`roce_stack::kv`) on the simulator: the decode side's immediate arrives
+//! The KV-cache push (`roce_apps::kv`) on the simulator: the decode side's immediate arrives
 //! only once every byte its QP wrote is in place (checked at that moment), on clean and impaired
 //! links; scattered blocks with merging land every byte; the receiver counts one immediate per
 //! QP and waits for all of them. Seeds print on failure (replay with `SIM_SEED`).
+#[path = "../../stack/tests/common/mod.rs"]
 mod common;
 
-use roce_stack::kv::{
+use roce_apps::kv::{
     AllocKind, KvLayout, KvReceiver, KvSender, KvSpec, ModelShape, PlanSpec, Transfer,
 };
-use roce_stack::sim::{seed_from_env, ConnectOptions, LinkConfig, SeedGuard, Sim};
-use roce_stack::workload::Application;
-use roce_stack::{Access, MrHandle};
+use roce_driver::Application;
+use roce_proto::Psn;
+use roce_stack::sim::{seed_from_env, LinkConfig, SeedGuard, Sim};
+use roce_stack::{Access, ConnectParams, MrHandle};
 
 struct Run {
     sim: Sim,
@@ -24,10 +26,10 @@ const B: usize = 1;
 fn setup(spec: &KvSpec, plan: &PlanSpec, link: LinkConfig, seed: u64) -> Run {
     let mut sim = Sim::new(seed);
     sim.set_default_link(link);
-    let p = common::connect_pairs(&mut sim, spec.qps, |q| ConnectOptions {
+    let p = common::connect_pairs(&mut sim, spec.qps, |q| ConnectParams {
         mtu: 1024,
-        psn_a: (seed as u32).wrapping_mul(7919).wrapping_add(q) & 0xff_ffff,
-        ..ConnectOptions::default()
+        sq_psn: Psn::new((seed as u32).wrapping_mul(7919).wrapping_add(q) & 0xff_ffff),
+        ..ConnectParams::default()
     });
     let (a, b, (pa, pb), send, recv) = (p.a, p.b, p.pd, p.send, p.recv);
     assert_eq!((a, b), (A, B));

@@ -1,10 +1,9 @@
-//! The UDP driver over real loopback sockets: a server thread and a client in one process
-//! run the verified workload, clean and impaired, over IPv4 and IPv6.
-#![cfg(feature = "driver")]
+//! The verified workload over real loopback sockets: a server thread and a client in one
+//! process, clean and impaired, over IPv4 and IPv6.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use roce_stack::driver::{loopback_between, DriverError, Report, RunConfig};
-use roce_stack::workload::WorkloadSpec;
+use roce_apps::workload::{loopback_between, Report, RunConfig, WorkloadSpec};
+use roce_driver::DriverError;
 
 /// Tests run in parallel: each takes its own pair of loopback addresses (127.0.<n>.1 and
 /// 127.0.<n>.2), or its own ports on ::1.
@@ -44,7 +43,7 @@ fn loopback_ipv4_impaired_verifies() {
     cfg.impairment.reorder = 0.05;
     cfg.impairment.duplicate = 0.02;
     cfg.impairment.corrupt = 0.01;
-    cfg.timeout = 12; // 16.8 ms: tail losses recover quickly, a debug build never times out spuriously
+    cfg.transport.timeout = 12; // 16.8 ms: tail losses recover quickly, a debug build never times out spuriously
     let r = run(2, &cfg).unwrap();
     assert!(r.ok, "{r}");
     assert!(r.impairment.lost > 0 && r.retransmitted_packets > 0, "{r}");
@@ -65,7 +64,7 @@ fn loopback_ipv6_verifies() {
 fn ce_marks_turn_into_cnps() {
     let mut cfg = small(4);
     cfg.impairment.ce = 0.05;
-    cfg.cc = "dcqcn".parse().unwrap();
+    cfg.cc = roce_stack::CcConfig::PAPER;
     cfg.line_rate_bps = 10_000_000_000;
     let r = run(4, &cfg).unwrap();
     assert!(r.ok, "{r}");
@@ -75,7 +74,7 @@ fn ce_marks_turn_into_cnps() {
 #[test]
 fn bad_config_is_refused_before_any_socket() {
     let mut cfg = small(5);
-    cfg.mtu = 1000;
+    cfg.transport.mtu = 1000;
     let e = run(5, &cfg).unwrap_err();
     assert!(e.to_string().contains("--mtu"), "{e}");
 }

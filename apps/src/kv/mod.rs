@@ -1,9 +1,9 @@
-//! KV-cache push for prefill/decode disaggregation (`../shared/docs/kv-push.md`): the decode
+//! KV-cache push for prefill/decode disaggregation (as Mooncake and NIXL do it): the decode
 //! instance registers one KV pool once, allocates blocks in it for a request and advertises them
 //! (addresses and rkey) out of band; the prefill instance writes the KV into them layer by layer
-//! with one-sided RDMA WRITEs (IBTA Vol 1 §9.4.3), and the last WRITE of each QP carries an
-//! immediate (§9.4.3.1) that consumes a receive and gives the decode side its only completion.
-//! RC executes a QP's requests in order (§9.7.5), so when that completion arrives every earlier
+//! with one-sided RDMA WRITEs (IBTA Vol 1 §9.4), and the last WRITE of each QP carries an
+//! immediate that consumes a receive and gives the decode side its only completion.
+//! RC executes a QP's requests in order (§9.5), so when that completion arrives every earlier
 //! WRITE of the QP has landed; across QPs there is no order, so the receiver counts one
 //! immediate per QP.
 //!
@@ -14,20 +14,22 @@
 //! * the copy list of (source offset, destination offset, length) per layer
 //!   ([`layer_copies`]) and [`merge`], which turns block copies into the fewest WRITEs by
 //!   merging runs contiguous at both source and destination;
-//! * a [`Transfer`] (one plan's WRITEs spread over the QPs) and the two [`Application`]s that
-//!   run it on a [`Device`]: [`KvSender`] (prefill) and [`KvReceiver`] (decode), which verifies
-//!   each QP's bytes the moment that QP's immediate arrives, and every byte (and that nothing
-//!   outside the blocks changed) once all QPs have reported.
+//! * a [`Transfer`] (one plan's WRITEs spread over the QPs) and, in [`app`], the two
+//!   applications that run it on a device: [`KvSender`] (prefill) and [`KvReceiver`]
+//!   (decode), which verifies each QP's bytes the moment that QP's immediate arrives, and
+//!   every byte (and that nothing outside the blocks changed) once all QPs have reported;
+//! * [`run`]: `roce kv` over real sockets, plan by plan, with the model of the times.
 use std::fmt;
 
-use roce_proto::{Qpn, RKey};
+use roce_stack::rng::Rng;
+use serde::{Deserialize, Serialize};
 
-use crate::device::{CqHandle, Device};
-use crate::memory::{MrHandle, SgList, Sge};
-use crate::rng::Rng;
-use crate::time::Instant;
-use crate::workload::{fill_pattern, Application};
-use crate::wr::{PostError, RecvRequest, RemoteAddr, WcOpcode, WcStatus, WorkRequest, WrOp};
+use crate::workload::fill_pattern;
+
+pub mod app;
+pub mod run;
+
+pub use app::{KvReceiver, KvSender};
 
 /// Longest WRITE a merged run may become (the stack's largest message, 1 GiB).
 pub const MAX_WRITE: u64 = 1 << 30;
@@ -64,7 +66,8 @@ pub enum KvError {
 }
 
 /// How a pool stores the K and V of one page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum KvLayout {
     /// Per layer, a K area of every block, then a V area (vLLM's per-layer K and V caches):
     /// K and V of a page are two WRITEs.
@@ -81,19 +84,11 @@ impl KvLayout {
             Self::Adjacent => "adjacent",
         }
     }
-
-    /// Parses `separate` or `adjacent`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "separate" => Ok(Self::Separate),
-            "adjacent" => Ok(Self::Adjacent),
-            _ => Err(format!("layout {s:?}: use separate or adjacent")),
-        }
-    }
 }
 
 /// How the decode side picks the blocks of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AllocKind {
     /// Blocks `0..n`, in order: an idle pool.
     Contiguous,
@@ -110,19 +105,10 @@ impl AllocKind {
             Self::Scattered => "scattered",
         }
     }
-
-    /// Parses `contiguous` or `scattered`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "contiguous" => Ok(Self::Contiguous),
-            "scattered" => Ok(Self::Scattered),
-            _ => Err(format!("allocation {s:?}: use contiguous or scattered")),
-        }
-    }
 }
 
 /// The part of a model (one GPU's share) whose KV a request moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelShape {
     /// Transformer layers.
     pub layers: u32,
@@ -398,7 +384,8 @@ pub fn merge(copies: &[BlockCopy], max_len: u64) -> Result<Vec<BlockCopy>, KvErr
 }
 
 /// What a plan moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PlanKind {
     /// The request's KV with pages of `page` tokens.
     Kv {
@@ -421,7 +408,7 @@ pub enum PlanKind {
 }
 
 /// One row of the comparison: a name and what it moves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanSpec {
     /// Name in the report.
     pub name: String,
@@ -464,7 +451,7 @@ impl PlanSpec {
 }
 
 /// Everything both ends agree on: the shape, the pool, the QPs, the seed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvSpec {
     /// The model shape.
     pub shape: ModelShape,
@@ -706,382 +693,6 @@ impl fmt::Display for KvMismatch {
             write!(f, "pool offset {o} ")?;
         }
         f.write_str(&self.detail)
-    }
-}
-
-struct SendQp {
-    qpn: Qpn,
-    cq: CqHandle,
-    next: usize,
-    posted_last: bool,
-    done: bool,
-    held: bool,
-}
-
-/// The prefill side: posts each QP's WRITEs in order as the send queue allows, the last one
-/// with the immediate and the only signaled one (selective signaling).
-pub struct KvSender {
-    transfer: Transfer,
-    qps: Vec<SendQp>,
-    src_va: u64,
-    lkey: u32,
-    remote_va: u64,
-    rkey: RKey,
-    error: Option<String>,
-}
-
-impl fmt::Debug for KvSender {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KvSender")
-            .field("transfer", &self.transfer.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl KvSender {
-    /// A sender of `transfer` from region `src` (holding [`Transfer::source`] at offset 0)
-    /// over `qps` (QPN and send CQ, one per transfer QP) into the peer's pool at `remote_va`.
-    pub fn new(
-        dev: &Device,
-        transfer: Transfer,
-        src: MrHandle,
-        qps: &[(Qpn, CqHandle)],
-        remote_va: u64,
-        rkey: RKey,
-    ) -> Result<Self, String> {
-        let m = dev.mr(src).ok_or("source region unknown")?;
-        if (m.len() as u64) < transfer.source_len {
-            return Err("source region smaller than the transfer's source".into());
-        }
-        if qps.len() != transfer.per_qp.len() {
-            return Err("QP count differs from the transfer's".into());
-        }
-        Ok(Self {
-            src_va: m.va(),
-            lkey: m.lkey(),
-            transfer,
-            qps: qps
-                .iter()
-                .map(|&(qpn, cq)| SendQp {
-                    qpn,
-                    cq,
-                    next: 0,
-                    posted_last: false,
-                    done: false,
-                    held: false,
-                })
-                .collect(),
-            remote_va,
-            rkey,
-            error: None,
-        })
-    }
-
-    /// Holds back (or releases) QP `q`: nothing more is posted on it while held. Models a
-    /// straggling QP (a slower NIC or path); tests use it to check the receiver's counting.
-    pub fn hold(&mut self, q: usize, held: bool) {
-        if let Some(s) = self.qps.get_mut(q) {
-            s.held = held;
-        }
-    }
-
-    /// The transfer.
-    pub fn transfer(&self) -> &Transfer {
-        &self.transfer
-    }
-
-    /// The error that stopped the sender, if any.
-    pub fn error(&self) -> Option<&str> {
-        self.error.as_deref()
-    }
-
-    fn post(&mut self, dev: &mut Device, q: usize) -> Result<(), String> {
-        let list = &self.transfer.per_qp[q];
-        let s = &mut self.qps[q];
-        while !s.held && !s.posted_last {
-            let last = s.next + 1 >= list.len();
-            let (sgl, dst) = match list.get(s.next) {
-                Some(c) => (
-                    SgList::one(Sge {
-                        addr: self.src_va + c.src,
-                        length: c.len as u32,
-                        lkey: self.lkey,
-                    }),
-                    c.dst,
-                ),
-                // A QP that got no data still reports, with a zero-length WRITE.
-                None => (SgList::new(), 0),
-            };
-            let remote = RemoteAddr {
-                va: self.remote_va + dst,
-                rkey: self.rkey,
-            };
-            let mut wr = WorkRequest::new(
-                s.next as u64,
-                if last {
-                    WrOp::WriteWithImm(remote, self.transfer.imm(q))
-                } else {
-                    WrOp::Write(remote)
-                },
-                sgl,
-            );
-            wr.signaled = last;
-            match dev.post_send(s.qpn, wr) {
-                Ok(()) => {
-                    s.next += 1;
-                    s.posted_last = last;
-                }
-                Err(PostError::QueueFull) => break,
-                Err(e) => return Err(format!("qp {q}: posting WRITE #{}: {e}", s.next)),
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Application for KvSender {
-    /// Takes the signaled completions and posts what the send queues accept.
-    fn poll(&mut self, dev: &mut Device, _now: Instant) -> Result<(), String> {
-        for q in 0..self.qps.len() {
-            while let Some(c) = dev.poll_cq(self.qps[q].cq) {
-                if c.status != WcStatus::Success {
-                    let e = format!("qp {q}: WRITE #{} completed with {:?}", c.wr_id, c.status);
-                    self.error = Some(e.clone());
-                    return Err(e);
-                }
-                self.qps[q].done = true;
-            }
-            self.post(dev, q)?;
-        }
-        Ok(())
-    }
-
-    /// `true` once every QP's last (signaled) WRITE completed.
-    fn done(&self) -> bool {
-        self.error.is_some() || self.qps.iter().all(|q| q.done)
-    }
-}
-
-struct RecvQp {
-    qpn: Qpn,
-    cq: CqHandle,
-    arrived: bool,
-}
-
-/// Bound on mismatches kept.
-const MAX_MISMATCHES: usize = 16;
-
-/// The decode side: one receive per QP; when a QP's immediate arrives, checks every byte that
-/// QP wrote; the request is complete when every QP's immediate has arrived (counted: there is
-/// no order across QPs). [`KvReceiver::finish`] then checks every byte of the request again
-/// and that the rest of the pool is still zero.
-pub struct KvReceiver {
-    transfer: Transfer,
-    source: Vec<u8>,
-    pool: MrHandle,
-    qps: Vec<RecvQp>,
-    arrived: usize,
-    complete: bool,
-    verified_bytes: u64,
-    mismatches: Vec<KvMismatch>,
-}
-
-impl fmt::Debug for KvReceiver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KvReceiver")
-            .field("transfer", &self.transfer.name)
-            .field("arrived", &self.arrived)
-            .finish_non_exhaustive()
-    }
-}
-
-impl KvReceiver {
-    /// Zeroes the pool `pool` (the previous request's bytes must not pass for this one's) and
-    /// posts one receive on each QP (QPN and receive CQ, one per transfer QP).
-    pub fn new(
-        dev: &mut Device,
-        transfer: Transfer,
-        pool: MrHandle,
-        qps: &[(Qpn, CqHandle)],
-    ) -> Result<Self, String> {
-        if qps.len() != transfer.per_qp.len() {
-            return Err("QP count differs from the transfer's".into());
-        }
-        let m = dev.mr_mut(pool).ok_or("pool region unknown")?;
-        if (m.len() as u64) < transfer.pool_len {
-            return Err("pool region smaller than the transfer's pool".into());
-        }
-        m.as_mut_slice().fill(0);
-        for (i, &(qpn, _)) in qps.iter().enumerate() {
-            dev.post_recv(
-                qpn,
-                RecvRequest {
-                    wr_id: i as u64,
-                    sgl: SgList::new(),
-                },
-            )
-            .map_err(|e| format!("qp {i}: posting the receive: {e}"))?;
-        }
-        Ok(Self {
-            source: transfer.source(),
-            transfer,
-            pool,
-            qps: qps
-                .iter()
-                .map(|&(qpn, cq)| RecvQp {
-                    qpn,
-                    cq,
-                    arrived: false,
-                })
-                .collect(),
-            arrived: 0,
-            complete: false,
-            verified_bytes: 0,
-            mismatches: Vec::new(),
-        })
-    }
-
-    /// QPs whose immediate has arrived.
-    pub fn arrived(&self) -> usize {
-        self.arrived
-    }
-
-    /// `true` once every QP's immediate arrived and every byte verified.
-    pub fn complete(&self) -> bool {
-        self.complete && self.mismatches.is_empty()
-    }
-
-    /// Bytes compared (each QP's at its immediate, then all of them again in `finish`).
-    pub fn verified_bytes(&self) -> u64 {
-        self.verified_bytes
-    }
-
-    /// Mismatches found.
-    pub fn mismatches(&self) -> &[KvMismatch] {
-        &self.mismatches
-    }
-
-    /// The QPN of transfer QP `q`.
-    pub fn qpn(&self, q: usize) -> Option<Qpn> {
-        self.qps.get(q).map(|s| s.qpn)
-    }
-
-    fn fail(&mut self, m: KvMismatch) {
-        if self.mismatches.len() < MAX_MISMATCHES {
-            self.mismatches.push(m);
-        }
-    }
-
-    /// Compares the destination of `copies` with the source; returns bytes checked.
-    fn check(&mut self, mem: &[u8], q: Option<usize>, copies: &[BlockCopy]) -> u64 {
-        let mut n = 0;
-        for c in copies {
-            let (s, d, l) = (c.src as usize, c.dst as usize, c.len as usize);
-            let got = &mem[d..d + l];
-            let want = &self.source[s..s + l];
-            if got != want {
-                let p = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
-                self.fail(KvMismatch {
-                    qp: q,
-                    offset: Some((d + p) as u64),
-                    detail: format!(
-                        "byte {:#04x}, expected {:#04x} (WRITE of {l} B to offset {d})",
-                        got[p], want[p]
-                    ),
-                });
-                return n;
-            }
-            n += c.len;
-        }
-        n
-    }
-
-    /// QP `q`'s immediate arrived: every byte it wrote must be in place now. Once every QP
-    /// has reported, the request is complete.
-    fn on_imm(&mut self, dev: &Device, q: usize) {
-        let Some(mem) = dev.mr(self.pool).map(|m| m.as_slice()) else {
-            return;
-        };
-        let copies = std::mem::take(&mut self.transfer.per_qp[q]);
-        let n = self.check(mem, Some(q), &copies);
-        self.transfer.per_qp[q] = copies;
-        self.verified_bytes += n;
-        self.complete = self.arrived == self.qps.len();
-    }
-
-    /// After the transfer (outside the timed part): checks every byte of the request again
-    /// and that no byte of the pool outside the request's blocks changed. Returns
-    /// [`KvReceiver::complete`] afterwards.
-    pub fn finish(&mut self, dev: &Device) -> bool {
-        let Some(mem) = dev.mr(self.pool).map(|m| m.as_slice()) else {
-            return false;
-        };
-        if !self.complete {
-            return false;
-        }
-        let mut all: Vec<BlockCopy> = self.transfer.per_qp.iter().flatten().copied().collect();
-        let n = self.check(mem, None, &all);
-        self.verified_bytes += n;
-        all.sort_unstable_by_key(|c| c.dst);
-        let mut at = 0usize;
-        let len = (self.transfer.pool_len as usize).min(mem.len());
-        let ends = all
-            .iter()
-            .map(|c| (c.dst as usize, (c.dst + c.len) as usize))
-            .chain([(len, len)]);
-        for (start, end) in ends {
-            let gap = &mem[at.min(start)..start];
-            if let Some(p) = gap.iter().position(|&b| b != 0) {
-                self.fail(KvMismatch {
-                    qp: None,
-                    offset: Some((at.min(start) + p) as u64),
-                    detail: "a byte outside the request's blocks changed".into(),
-                });
-                break;
-            }
-            at = at.max(end);
-        }
-        self.complete()
-    }
-}
-
-impl Application for KvReceiver {
-    /// Takes receive completions: each must be a WRITE with immediate carrying its QP's
-    /// immediate, once per QP.
-    fn poll(&mut self, dev: &mut Device, _now: Instant) -> Result<(), String> {
-        for q in 0..self.qps.len() {
-            while let Some(c) = dev.poll_cq(self.qps[q].cq) {
-                let want = self.transfer.imm(q);
-                if c.status != WcStatus::Success
-                    || c.opcode != WcOpcode::RecvRdmaWithImm
-                    || c.imm_data != Some(want)
-                    || self.qps[q].arrived
-                {
-                    let detail = format!(
-                        "receive completion {:?} {:?} imm {:?}{}, expected one RecvRdmaWithImm with imm {want:#x}",
-                        c.status,
-                        c.opcode,
-                        c.imm_data,
-                        if self.qps[q].arrived { " (a second one)" } else { "" }
-                    );
-                    self.fail(KvMismatch {
-                        qp: Some(q),
-                        offset: None,
-                        detail,
-                    });
-                    continue;
-                }
-                self.qps[q].arrived = true;
-                self.arrived += 1;
-                self.on_imm(dev, q);
-            }
-        }
-        Ok(())
-    }
-
-    /// `true` once complete (or a mismatch was found).
-    fn done(&self) -> bool {
-        self.complete || !self.mismatches.is_empty()
     }
 }
 

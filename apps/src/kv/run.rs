@@ -1,6 +1,5 @@
-//! `roce kv`: the KV-cache push of prefill/decode disaggregation ([`crate::kv`],
-//! `../shared/docs/kv-push.md`) over real UDP sockets, plan by plan, with the model that
-//! explains the times.
+//! `roce kv`: the KV-cache push of prefill/decode disaggregation ([`crate::kv`]) over real UDP
+//! sockets, plan by plan, with the model that explains the times.
 //!
 //! The server is the decode instance: it registers one pool once, and for each plan allocates
 //! the request's blocks, zeroes the pool, posts one receive per QP and sends the block numbers
@@ -14,29 +13,29 @@
 //! (1 MiB, as many bytes as the request) give the bandwidth, tiny WRITEs (64 B) the cost of one
 //! work request. Each plan's model time is `max(bytes / bandwidth, WRs x per-WR cost)`.
 //!
-//! Control messages ride in the `kv` variant of the JSON-line control messages of [`super`].
+//! The control messages are this application's own ([`KvMsg`]).
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_proto::{Qpn, RKey, ROCEV2_UDP_PORT};
+use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
+use roce_driver::impair::Impairment;
+use roce_driver::qps::{
+    check_protocol, connect_qps, qp_infos, start_psns, LocalQp, QpInfo, RemoteBuffer, Wiring,
+};
+use roce_driver::{
+    bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, Application, ClientConfig,
+    DriverError, Listener,
+};
+use roce_proto::{Qpn, ROCEV2_UDP_PORT};
+use roce_stack::{Access, CcConfig, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
 use serde::{Deserialize, Serialize};
 
-use super::impair::Impairment;
-use super::{
-    accept_control, bind_endpoint, connect_control, connect_qps, qp_infos, runtime, start_psns,
-    Control, DriverError, Listener, Msg, QpInfo, RunConfig,
-};
-use crate::device::{CqHandle, Device};
-use crate::kv::{
-    AllocKind, KvLayout, KvReceiver, KvSender, KvSpec, ModelShape, PlanKind, PlanSpec,
-};
-use crate::memory::{Access, PdHandle};
-use crate::qp::QpCaps;
-use crate::workload::Application;
+use super::{AllocKind, KvError, KvReceiver, KvSender, KvSpec, ModelShape, PlanKind, PlanSpec};
+use crate::ConfigError;
 
 /// Version of the kv control protocol.
-const KV_PROTOCOL: u32 = 1;
+const KV_PROTOCOL: u32 = 2;
 
 /// Bytes per WRITE of the bandwidth calibration stream.
 const CALIB_LARGE: u32 = 1 << 20;
@@ -45,99 +44,24 @@ const CALIB_TINY: u32 = 64;
 /// WRITEs of the per-WR calibration stream.
 const CALIB_TINY_WRS: u32 = 32_768;
 
-/// A plan as it travels.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct WirePlan {
-    name: String,
-    /// `kv` or `stream`.
-    kind: String,
-    page: u32,
-    layout: String,
-    merge: bool,
-    alloc: String,
-    wr_len: u32,
-    wrs: u32,
-}
-
-impl From<&PlanSpec> for WirePlan {
-    fn from(p: &PlanSpec) -> Self {
-        match p.kind {
-            PlanKind::Kv {
-                page,
-                layout,
-                merge,
-                alloc,
-            } => Self {
-                name: p.name.clone(),
-                kind: "kv".into(),
-                page,
-                layout: layout.name().into(),
-                merge,
-                alloc: alloc.name().into(),
-                wr_len: 0,
-                wrs: 0,
-            },
-            PlanKind::Stream { wr_len, wrs } => Self {
-                name: p.name.clone(),
-                kind: "stream".into(),
-                page: 0,
-                layout: String::new(),
-                merge: false,
-                alloc: String::new(),
-                wr_len,
-                wrs,
-            },
-        }
-    }
-}
-
-impl WirePlan {
-    fn spec(&self) -> Result<PlanSpec, String> {
-        let kind = match self.kind.as_str() {
-            "kv" => PlanKind::Kv {
-                page: self.page,
-                layout: KvLayout::parse(&self.layout)?,
-                merge: self.merge,
-                alloc: AllocKind::parse(&self.alloc)?,
-            },
-            "stream" => PlanKind::Stream {
-                wr_len: self.wr_len,
-                wrs: self.wrs,
-            },
-            k => return Err(format!("unknown plan kind {k:?}")),
-        };
-        Ok(PlanSpec {
-            name: self.name.clone(),
-            kind,
-        })
-    }
-}
-
-/// The kv exchange (inside `Msg::Kv`).
+/// The kv exchange.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(super) enum KvMsg {
+enum KvMsg {
     /// Prefill → decode: the shape, the plans, the QPs.
     Hello {
         protocol: u32,
-        layers: u32,
-        tokens: u32,
-        kv_bytes: u32,
-        pool_bytes: u64,
-        seed: u64,
-        mtu: u32,
-        timeout: u8,
+        spec: KvSpec,
+        transport: ConnectParams,
         roce_port: u16,
         qps: Vec<QpInfo>,
-        plans: Vec<WirePlan>,
+        plans: Vec<PlanSpec>,
     },
     /// Decode → prefill: its QPs and the pool (registered once).
     Welcome {
         qps: Vec<QpInfo>,
         roce_port: u16,
-        va: u64,
-        rkey: u32,
-        len: u64,
+        pool: RemoteBuffer,
     },
     /// Decode → prefill: the blocks of plan `plan` (receives posted, pool zeroed).
     Blocks { plan: u32, blocks: Vec<u32> },
@@ -160,12 +84,10 @@ pub struct KvConfig {
     pub spec: KvSpec,
     /// The plans compared (the calibration streams are added in front).
     pub plans: Vec<PlanSpec>,
-    /// Path MTU.
-    pub mtu: u32,
+    /// Connection settings (path MTU, local ACK timeout, ...).
+    pub transport: ConnectParams,
     /// Impairments of what the prefill side receives (the decode side uses `seed + 1`).
     pub impairment: Impairment,
-    /// Local ACK timeout code.
-    pub timeout: u8,
     /// How long an end waits with work pending and nothing received.
     pub silence: Duration,
     /// Runs of every plan (and calibration stream); the report keeps the fastest of each.
@@ -183,9 +105,11 @@ impl Default for KvConfig {
                 seed: 1,
             },
             plans: PlanSpec::defaults(AllocKind::Scattered),
-            mtu: 4096,
+            transport: ConnectParams {
+                mtu: 4096,
+                ..ConnectParams::default()
+            },
             impairment: Impairment::default(),
-            timeout: 14,
             silence: Duration::from_secs(5),
             repeat: 1,
         }
@@ -193,22 +117,23 @@ impl Default for KvConfig {
 }
 
 impl KvConfig {
-    /// Checks what a user can get wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        super::check_mtu(self.mtu)?;
-        if self.timeout == 0 || self.timeout > 31 {
-            return Err("--timeout must be 1..=31".into());
-        }
+    /// Checks what a user (or a peer) can get wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.transport;
+        ConfigError::check_mtu(t.mtu)?;
+        ConfigError::check_range("--timeout", "1..=31", u64::from(t.timeout), 1, 31)?;
+        t.validate()
+            .map_err(|e| ConfigError::Transport(e.to_string()))?;
         if self.plans.is_empty() {
-            return Err("no plans".into());
+            return Err(ConfigError::Conflict("no plans"));
         }
-        if self.repeat == 0 || self.repeat > 100 {
-            return Err("--repeat must be between 1 and 100".into());
-        }
+        ConfigError::check_range("--repeat", "1..=100", u64::from(self.repeat), 1, 100)?;
         self.spec
             .validate(&self.all_plans())
-            .map_err(|e| e.to_string())?;
-        self.impairment.validate()
+            .map_err(|e| ConfigError::Transport(e.to_string()))?;
+        self.impairment
+            .validate()
+            .map_err(|e| ConfigError::Transport(e.to_string()))
     }
 
     /// The calibration streams, then the plans, `repeat` times over.
@@ -245,11 +170,14 @@ impl KvConfig {
         v
     }
 
-    fn run_config(&self) -> RunConfig {
-        RunConfig {
-            mtu: self.mtu,
-            timeout: self.timeout,
-            ..RunConfig::default()
+    /// How this end's QPs reach the peer's.
+    fn wiring(&self, local: SocketAddr, remote: SocketAddr) -> Wiring {
+        Wiring {
+            local,
+            remote,
+            params: self.transport,
+            cc: CcConfig::None,
+            line_rate_bps: 100_000_000_000,
         }
     }
 }
@@ -375,20 +303,13 @@ fn create_qps(
     pd: PdHandle,
     n: u32,
     mtu: u32,
-) -> Result<Vec<(Qpn, CqHandle, CqHandle)>, DriverError> {
+) -> Result<Vec<LocalQp>, DriverError> {
     let window = IN_FLIGHT / (u64::from(n.max(1)) * u64::from(mtu.max(256)));
     let caps = QpCaps {
         max_unacked_psns: window.clamp(32, 256) as u32,
         ..QpCaps::default()
     };
-    super::create_qps(dev, pd, n, caps, Access::REMOTE_WRITE)
-}
-
-fn kv_msg(m: Msg) -> Result<KvMsg, DriverError> {
-    match m {
-        Msg::Kv(k) => Ok(k),
-        _ => Err(DriverError::Peer("expected a kv control message".into())),
-    }
+    roce_driver::qps::create_qps(dev, pd, n, caps, Access::REMOTE_WRITE)
 }
 
 /// What the decode side saw, once its client finished.
@@ -402,124 +323,84 @@ pub struct KvServerOutcome {
     pub mismatches: Vec<String>,
 }
 
-impl Listener {
-    /// Accepts one prefill client and serves its plans as the decode side. Blocking.
-    pub fn serve_kv(self, impairment: Impairment) -> Result<KvServerOutcome, DriverError> {
-        let rt = runtime()?;
-        rt.block_on(async move {
-            let (mut ctl, local_ip, peer) =
-                accept_control(self.listener, self.cfg.accept_timeout).await?;
-            let r = serve_kv_client(
-                &mut ctl,
-                SocketAddr::new(local_ip, self.cfg.roce_port),
-                peer.ip(),
-                impairment,
-            )
-            .await;
-            if let Err(e) = &r {
-                let _ = ctl.send(&Msg::Error(e.to_string())).await;
-            }
-            r
-        })
-    }
+/// Accepts one prefill client on `listener` and serves its plans as the decode side. Blocking.
+pub fn serve(listener: Listener, impairment: Impairment) -> Result<KvServerOutcome, DriverError> {
+    listener.serve(|mut ctl, a| async move {
+        let r = serve_kv_client(&mut ctl, a, impairment).await;
+        (ctl, r)
+    })
 }
 
 async fn serve_kv_client(
     ctl: &mut Control,
-    local: SocketAddr,
-    peer_ip: IpAddr,
+    a: Accepted,
     impairment: Impairment,
 ) -> Result<KvServerOutcome, DriverError> {
     let KvMsg::Hello {
         protocol,
-        layers,
-        tokens,
-        kv_bytes,
-        pool_bytes,
-        seed,
-        mtu,
-        timeout,
+        spec,
+        transport,
         roce_port: client_port,
         qps,
         plans,
-    } = kv_msg(ctl.recv_timeout(Duration::from_secs(10)).await?)?
+    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
     else {
         return Err(DriverError::Peer("expected a kv hello".into()));
     };
-    super::check_protocol("kv", protocol, KV_PROTOCOL)?;
-    let plans = plans
-        .iter()
-        .map(WirePlan::spec)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(DriverError::Peer)?;
-    let spec = KvSpec {
-        shape: ModelShape {
-            layers,
-            tokens,
-            kv_bytes,
-        },
-        pool_bytes,
-        qps: qps.len() as u32,
-        seed,
-    };
+    check_protocol("kv", protocol, KV_PROTOCOL)?;
+    if qps.len() != spec.qps as usize {
+        return Err(DriverError::Peer("QP count differs from the spec".into()));
+    }
     spec.validate(&plans)
         .map_err(|e| DriverError::Peer(e.to_string()))?;
     let cfg = KvConfig {
         spec,
         plans: plans.clone(),
-        mtu,
+        transport,
         impairment,
-        timeout,
         ..KvConfig::default()
     };
-    cfg.run_config().validate().map_err(DriverError::Peer)?;
+    ConfigError::check_mtu(transport.mtu).map_err(|e| DriverError::Peer(e.to_string()))?;
+    transport
+        .validate()
+        .map_err(|e| DriverError::Peer(e.to_string()))?;
+    let local = SocketAddr::new(a.local_ip, a.roce_port);
     let mut dev = Device::default();
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, spec.qps, mtu)?;
-    let psns = start_psns(seed, spec.qps, 0xdec0);
+    let mine = create_qps(&mut dev, pd, spec.qps, transport.mtu)?;
+    let psns = start_psns(spec.seed, spec.qps, 0xdec0);
     // The pool: registered once, for every plan.
     let pool = dev.reg_mr(
         pd,
-        pool_bytes as usize,
+        spec.pool_bytes as usize,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     );
-    let (va, rkey) = dev
+    let pool_buffer = dev
         .mr(pool)
-        .map(|m| (m.va(), m.rkey()))
+        .map(RemoteBuffer::of)
         .ok_or_else(|| DriverError::Setup("pool region vanished".into()))?;
-    let remote = SocketAddr::new(peer_ip, client_port);
-    connect_qps(
-        &mut dev,
-        &mine,
-        &qps,
-        &psns,
-        local,
-        remote,
-        &cfg.run_config(),
-    )?;
+    let remote = SocketAddr::new(a.peer.ip(), client_port);
+    connect_qps(&mut dev, &mine, &qps, &psns, &cfg.wiring(local, remote))?;
     let mut ep = bind_endpoint(dev, local, client_port, impairment)?;
-    ctl.send(&Msg::Kv(KvMsg::Welcome {
+    ctl.send(&KvMsg::Welcome {
         qps: qp_infos(&mine, &psns),
         roce_port: local.port(),
-        va,
-        rkey: rkey.0,
-        len: pool_bytes,
-    }))
+        pool: pool_buffer,
+    })
     .await?;
-    let recv: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, _, r)| (q, r)).collect();
+    let recv: Vec<(Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
     let mut out = KvServerOutcome::default();
     for (i, plan) in plans.iter().enumerate() {
         let i = i as u32;
-        let bad = |e: crate::kv::KvError| DriverError::Setup(format!("plan {}: {e}", plan.name));
+        let bad = |e: KvError| DriverError::Setup(format!("plan {}: {e}", plan.name));
         let blocks = spec.allocate(plan, i).map_err(bad)?;
         let transfer = spec.transfer(plan, i, &blocks).map_err(bad)?;
-        let mut app =
-            KvReceiver::new(&mut ep.dev, transfer, pool, &recv).map_err(DriverError::Setup)?;
-        ctl.send(&Msg::Kv(KvMsg::Blocks { plan: i, blocks }))
-            .await?;
+        let mut app = KvReceiver::new(&mut ep.dev, transfer, pool, &recv)
+            .map_err(|e| DriverError::Setup(e.to_string()))?;
+        ctl.send(&KvMsg::Blocks { plan: i, blocks }).await?;
         let stop = async {
             match ctl.recv().await {
-                Ok(Msg::Kv(KvMsg::Sent { plan })) if plan == i => Ok(()),
+                Ok(KvMsg::Sent { plan }) if plan == i => Ok(()),
                 Ok(_) => Err("unexpected control message".to_string()),
                 Err(DriverError::Peer(m)) => Err(format!("the client {m} before finishing")),
                 Err(e) => Err(e.to_string()),
@@ -529,7 +410,8 @@ async fn serve_kv_client(
             .await?;
         // Completions that came with the last datagrams.
         let now = ep.now();
-        app.poll(&mut ep.dev, now).map_err(DriverError::Setup)?;
+        app.poll(&mut ep.dev, now)
+            .map_err(|e| DriverError::Setup(e.to_string()))?;
         app.finish(&ep.dev);
         let mismatches: Vec<String> = app
             .mismatches()
@@ -549,93 +431,67 @@ async fn serve_kv_client(
             out.verified += 1;
         }
         out.mismatches.extend(mismatches.iter().cloned());
-        ctl.send(&Msg::Kv(KvMsg::Verified {
+        ctl.send(&KvMsg::Verified {
             plan: i,
             complete: app.complete(),
             arrived: app.arrived() as u32,
             verified_bytes: app.verified_bytes(),
             mismatches,
-        }))
+        })
         .await?;
     }
     Ok(out)
 }
 
-/// Where the prefill client runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KvClient {
-    /// The decode server's control address.
-    pub server: SocketAddr,
-    /// Local IP to use (default: what the route picks).
-    pub bind: Option<IpAddr>,
-    /// UDP port of this end's RoCE socket.
-    pub roce_port: u16,
-}
-
 /// Connects to a decode server, pushes every plan as the prefill side, and reports.
-pub fn run_kv_client(client: KvClient, cfg: &KvConfig) -> Result<KvReport, DriverError> {
-    cfg.validate().map_err(DriverError::Config)?;
+pub fn run_client(client: ClientConfig, cfg: &KvConfig) -> Result<KvReport, DriverError> {
+    cfg.validate()?;
     runtime()?.block_on(kv_client_async(client, cfg))
 }
 
-async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, DriverError> {
-    let (mut ctl, local_ip) = connect_control(client.server, client.bind).await?;
+async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvReport, DriverError> {
+    let (mut ctl, local_ip) = control::connect(client.server, client.bind).await?;
     let spec = cfg.spec;
     let plans = cfg.all_plans();
 
     let mut dev = Device::default();
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, spec.qps, cfg.mtu)?;
+    let mine = create_qps(&mut dev, pd, spec.qps, cfg.transport.mtu)?;
     let psns = start_psns(spec.seed, spec.qps, 0x9ef1);
     let src_len = plans.iter().map(|p| spec.source_len(p)).max().unwrap_or(0);
     let src = dev.reg_mr(pd, src_len as usize, Access::LOCAL_WRITE);
-    ctl.send(&Msg::Kv(KvMsg::Hello {
+    ctl.send(&KvMsg::Hello {
         protocol: KV_PROTOCOL,
-        layers: spec.shape.layers,
-        tokens: spec.shape.tokens,
-        kv_bytes: spec.shape.kv_bytes,
-        pool_bytes: spec.pool_bytes,
-        seed: spec.seed,
-        mtu: cfg.mtu,
-        timeout: cfg.timeout,
+        spec,
+        transport: cfg.transport,
         roce_port: client.roce_port,
         qps: qp_infos(&mine, &psns),
-        plans: plans.iter().map(WirePlan::from).collect(),
-    }))
+        plans: plans.clone(),
+    })
     .await?;
     let KvMsg::Welcome {
         qps,
         roce_port,
-        va,
-        rkey,
-        len,
-    } = kv_msg(ctl.recv_timeout(Duration::from_secs(10)).await?)?
+        pool,
+    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
     else {
         return Err(DriverError::Peer("expected a kv welcome".into()));
     };
-    if qps.len() != mine.len() || len < spec.pool_bytes {
+    if qps.len() != mine.len() || pool.len < spec.pool_bytes {
         return Err(DriverError::Peer(
             "welcome lists the wrong number of QPs or a short pool".into(),
         ));
     }
     let local = SocketAddr::new(local_ip, client.roce_port);
     let remote = SocketAddr::new(client.server.ip(), roce_port);
-    connect_qps(
-        &mut dev,
-        &mine,
-        &qps,
-        &psns,
-        local,
-        remote,
-        &cfg.run_config(),
-    )?;
+    connect_qps(&mut dev, &mine, &qps, &psns, &cfg.wiring(local, remote))?;
     let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment)?;
-    let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|&(q, s, _)| (q, s)).collect();
+    let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
     let mut rows = Vec::new();
     let mut errors = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
         let i = i as u32;
-        let (blocks, got) = match kv_msg(ctl.recv_timeout(Duration::from_secs(30)).await?)? {
+        let (blocks, got) = match ctl.recv_timeout(Duration::from_secs(30)).await? {
             KvMsg::Blocks { plan, blocks } => (blocks, plan),
             _ => return Err(DriverError::Peer("expected the blocks of a plan".into())),
         };
@@ -652,12 +508,12 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
             m.as_mut_slice()[..data.len()].copy_from_slice(&data);
         }
         let (wrs, copies, bytes) = (transfer.wrs(), transfer.copies, transfer.bytes);
-        let mut app = KvSender::new(&ep.dev, transfer, src, &send, va, RKey(rkey))
-            .map_err(DriverError::Setup)?;
+        let mut app = KvSender::new(&ep.dev, transfer, src, &send, pool.va, pool.rkey)
+            .map_err(|e| DriverError::Setup(e.to_string()))?;
         let before = ep.dev.stats();
         let started = std::time::Instant::now();
         let stop = async {
-            match ctl.recv().await {
+            match ctl.recv::<KvMsg>().await {
                 Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
                 Err(e) => Err(e.to_string()),
                 Ok(_) => Err("unexpected control message".to_string()),
@@ -666,9 +522,9 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
         ep.run(&mut app, true, stop, cfg.silence).await?;
         let seconds = started.elapsed().as_secs_f64();
         let after = ep.dev.stats();
-        ctl.send(&Msg::Kv(KvMsg::Sent { plan: i })).await?;
+        ctl.send(&KvMsg::Sent { plan: i }).await?;
         let (complete, arrived, mismatches) =
-            match kv_msg(ctl.recv_timeout(Duration::from_secs(30)).await?)? {
+            match ctl.recv_timeout(Duration::from_secs(30)).await? {
                 KvMsg::Verified {
                     plan,
                     complete,
@@ -743,7 +599,7 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
         tokens: spec.shape.tokens,
         kv_bytes: spec.shape.kv_bytes,
         qps: spec.qps,
-        mtu: cfg.mtu,
+        mtu: cfg.transport.mtu,
         repeat: cfg.repeat,
         errors,
     })
@@ -752,26 +608,26 @@ async fn kv_client_async(client: KvClient, cfg: &KvConfig) -> Result<KvReport, D
 /// Both ends in one process over loopback: the decode server on its own thread and runtime,
 /// the prefill client on the calling thread, at `client_ip`/`server_ip` with UDP port 4791
 /// each (4792 for the client when both share an address).
-pub fn run_kv_loopback(
+pub fn loopback(
     client_ip: IpAddr,
     server_ip: IpAddr,
     cfg: &KvConfig,
 ) -> Result<KvReport, DriverError> {
-    cfg.validate().map_err(DriverError::Config)?;
+    cfg.validate()?;
     let server_impairment = Impairment {
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
     };
-    super::in_one_process(
+    in_one_process(
         "roce-kv-decode",
         (server_ip, ROCEV2_UDP_PORT),
-        move |listener| listener.serve_kv(server_impairment),
+        move |listener| serve(listener, server_impairment),
         |control| {
-            run_kv_client(
-                KvClient {
+            run_client(
+                ClientConfig {
                     server: control,
                     bind: Some(client_ip),
-                    roce_port: super::client_roce_port(client_ip, server_ip),
+                    roce_port: client_roce_port(client_ip, server_ip),
                 },
                 cfg,
             )

@@ -13,7 +13,9 @@ use roce_stack::{
     WcStatus, WorkRequest, WrOp,
 };
 
-use super::{fill_pattern, first_difference, Mismatch, OpKind, Plan, Tally, FIN_IMM, MAX_MISMATCHES};
+use super::{
+    fill_pattern, first_difference, Mismatch, OpKind, Plan, Tally, FIN_IMM, MAX_MISMATCHES,
+};
 
 struct ReqQp {
     qpn: Qpn,
@@ -120,11 +122,7 @@ impl Requester {
             let raddr = remote.at(op.remote_off);
             let (mr_va, lkey) = match dev.mr(self.mr) {
                 Some(m) => (m.va(), m.lkey()),
-                None => {
-                    return Err(AppError::Failed(
-                        "requester memory region vanished".into(),
-                    ))
-                }
+                None => return Err(AppError::Failed("requester memory region vanished".into())),
             };
             if matches!(
                 op.kind,

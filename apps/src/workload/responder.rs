@@ -13,7 +13,9 @@ use roce_stack::{
     WcOpcode, WcStatus,
 };
 
-use super::{fill_pattern, first_difference, Mismatch, OpKind, Plan, Tally, FIN_IMM, MAX_MISMATCHES};
+use super::{
+    fill_pattern, first_difference, Mismatch, OpKind, Plan, Tally, FIN_IMM, MAX_MISMATCHES,
+};
 
 struct RespQp {
     qpn: Qpn,
@@ -295,4 +297,3 @@ impl Application for Responder {
         !self.mismatches.is_empty() || self.qps.iter().all(|q| q.verified)
     }
 }
-

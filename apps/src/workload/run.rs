@@ -13,12 +13,12 @@ use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::endpoint::{Endpoint, LoopStats, Tap};
 use roce_driver::impair::{ImpairStats, Impairment};
 use roce_driver::qps::{
-    check_protocol, connect_qps, create_qps, qp_infos, start_psns, QpInfo, RemoteBuffer,
-    Wiring, ALL_REMOTE,
+    check_protocol, connect_qps, create_qps, qp_infos, start_psns, QpInfo, RemoteBuffer, Wiring,
+    ALL_REMOTE,
 };
 use roce_driver::{
-    bind_endpoint, in_one_process, loopback_addrs, runtime, Accepted, ClientConfig,
-    DriverError, Listener,
+    bind_endpoint, in_one_process, loopback_addrs, runtime, Accepted, ClientConfig, DriverError,
+    Listener,
 };
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::{CcConfig, ConnectParams, CqHandle, Device, QpCaps, QpStats};
@@ -106,20 +106,24 @@ impl Side {
     }
 }
 
+/// Client → server: what to run.
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    protocol: u32,
+    spec: WorkloadSpec,
+    transport: ConnectParams,
+    cc: CcConfig,
+    line_rate_bps: u64,
+    roce_port: u16,
+    qps: Vec<QpInfo>,
+}
+
 /// The workload's control messages.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum WorkloadMsg {
     /// Client → server: what to run.
-    Hello {
-        protocol: u32,
-        spec: WorkloadSpec,
-        transport: ConnectParams,
-        cc: CcConfig,
-        line_rate_bps: u64,
-        roce_port: u16,
-        qps: Vec<QpInfo>,
-    },
+    Hello(Box<Hello>),
     /// Server → client: its QPs and each QP's responder block.
     Welcome {
         qps: Vec<QpInfo>,
@@ -159,7 +163,10 @@ async fn serve_client(
     impairment: Impairment,
     tap: Option<Tap>,
 ) -> Result<ServerOutcome, DriverError> {
-    let WorkloadMsg::Hello {
+    let WorkloadMsg::Hello(hello) = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
+        return Err(DriverError::Peer("expected a hello".into()));
+    };
+    let Hello {
         protocol,
         spec,
         transport,
@@ -167,10 +174,7 @@ async fn serve_client(
         line_rate_bps,
         roce_port: client_port,
         qps,
-    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
-    else {
-        return Err(DriverError::Peer("expected a hello".into()));
-    };
+    } = *hello;
     check_protocol("workload", protocol, PROTOCOL)?;
     let cfg = RunConfig {
         spec,
@@ -192,10 +196,9 @@ async fn serve_client(
     let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
     let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0x5e7e);
     let plan = Plan::new(&cfg.spec);
-    let recv: Vec<(roce_proto::Qpn, CqHandle)> =
-        mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
-    let (mut responder, blocks) = Responder::new(&mut dev, pd, plan, &recv)
-        .map_err(|e| DriverError::Setup(e.to_string()))?;
+    let recv: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
+    let (mut responder, blocks) =
+        Responder::new(&mut dev, pd, plan, &recv).map_err(|e| DriverError::Setup(e.to_string()))?;
     let wiring = wiring(local, remote, &cfg);
     connect_qps(&mut dev, &mine, &qps, &psns, &wiring)?;
     let mut ep = bind_endpoint(dev, local, client_port, cfg.impairment)?;
@@ -257,7 +260,7 @@ async fn client_async(
     let pd = dev.alloc_pd();
     let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
     let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0xc11e);
-    ctl.send(&WorkloadMsg::Hello {
+    ctl.send(&WorkloadMsg::Hello(Box::new(Hello {
         protocol: PROTOCOL,
         spec: cfg.spec.clone(),
         transport: cfg.transport,
@@ -265,7 +268,7 @@ async fn client_async(
         line_rate_bps: cfg.line_rate_bps,
         roce_port: client.roce_port,
         qps: qp_infos(&mine, &psns),
-    })
+    })))
     .await?;
     let WorkloadMsg::Welcome {
         qps,
@@ -284,8 +287,7 @@ async fn client_async(
     let remote = SocketAddr::new(peer_ip, roce_port);
     connect_qps(&mut dev, &mine, &qps, &psns, &wiring(local, remote, cfg))?;
     let plan = Plan::new(&cfg.spec);
-    let send: Vec<(roce_proto::Qpn, CqHandle)> =
-        mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
+    let send: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
     let mut requester = Requester::new(&mut dev, pd, plan, &send, &blocks);
     let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment)?;
     if let Some(t) = tap {

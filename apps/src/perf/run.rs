@@ -1,0 +1,303 @@
+//! A perf run over sockets: the client asks for each measurement in turn with a `hello`, the
+//! server sets up its end and answers `welcome`, the client says `ready`, measures, says
+//! `done`, and the server answers with a `summary`; `bye` ends the session.
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
+use roce_driver::impair::Impairment;
+use roce_driver::qps::{
+    check_protocol, connect_qps, create_qps, qp_infos, start_psns, LocalQp, QpInfo, RemoteBuffer,
+    Wiring, ALL_REMOTE,
+};
+use roce_driver::{
+    bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError,
+    Listener,
+};
+use roce_proto::ROCEV2_UDP_PORT;
+use roce_stack::{Access, CcConfig, ConnectParams, Device, MrHandle};
+use serde::{Deserialize, Serialize};
+
+use super::app::{perf_caps, spin, PerfApp};
+use super::udp::{udp_client, udp_server};
+use super::{PerfResult, PerfSpec, PerfTest};
+
+/// Version of the perf control protocol.
+pub(crate) const PROTOCOL: u32 = 2;
+
+/// The perf exchange.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PerfMsg {
+    /// Client → server: one measurement (RDMA or a UDP baseline); the server answers `welcome`.
+    Hello {
+        protocol: u32,
+        spec: PerfSpec,
+        roce_port: u16,
+        qps: Vec<QpInfo>,
+        buffers: Vec<RemoteBuffer>,
+    },
+    /// Server → client: its QPs and target buffer (none for UDP), its RoCE port.
+    Welcome {
+        qps: Vec<QpInfo>,
+        buffers: Vec<RemoteBuffer>,
+        roce_port: u16,
+    },
+    /// Server → client after `done`: what it counted (UDP baseline: datagrams received, the
+    /// time from the first to the last, the best rate over 10 ms windows).
+    Summary {
+        received: u64,
+        seconds: f64,
+        peak_per_s: f64,
+    },
+    /// Client → server: no more runs.
+    Bye,
+}
+
+/// How long a perf end waits with work pending and nothing received.
+const SILENCE: Duration = Duration::from_secs(5);
+
+/// A perf end's device, its QPs (in INIT) and its two regions: the source of what this end
+/// sends, and the target of what the peer does.
+type PerfDevice = (Device, Vec<LocalQp>, (MrHandle, MrHandle));
+
+/// The [`PerfDevice`] of `spec`.
+fn perf_device(spec: &PerfSpec) -> Result<PerfDevice, DriverError> {
+    let mut dev = Device::default();
+    let pd = dev.alloc_pd();
+    let len = (spec.msg_size() as usize).max(8);
+    let src = dev.reg_mr(pd, len, Access::LOCAL_WRITE);
+    let dst = dev.reg_mr(
+        pd,
+        len,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+    );
+    let qps = create_qps(&mut dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)?;
+    Ok((dev, qps, (src, dst)))
+}
+
+/// The connection of a perf run: the spec's MTU, `--outs` READs/atomics each way.
+fn wiring(spec: &PerfSpec, local: SocketAddr, remote: SocketAddr) -> Wiring {
+    Wiring {
+        local,
+        remote,
+        params: ConnectParams {
+            mtu: spec.mtu,
+            max_rd_atomic: spec.outs,
+            max_dest_rd_atomic: spec.outs,
+            ..ConnectParams::default()
+        },
+        cc: CcConfig::None,
+        line_rate_bps: 100_000_000_000,
+    }
+}
+
+/// Connects to a perf server and runs every spec in turn (each followed by its UDP baseline
+/// when `baseline`), handing each result to `out` as soon as it is measured; `out` returns
+/// `false` to stop there (its reader went away).
+pub fn run_client(
+    client: ClientConfig,
+    specs: &[PerfSpec],
+    baseline: bool,
+    mut out: impl FnMut(&PerfResult) -> bool,
+) -> Result<(), DriverError> {
+    for s in specs {
+        s.validate()?;
+    }
+    runtime()?.block_on(async move {
+        let (mut ctl, local_ip) = control::connect(client.server, client.bind).await?;
+        let local = SocketAddr::new(local_ip, client.roce_port);
+        let peer_ip = client.server.ip();
+        for spec in specs {
+            let mut r = run_one(&mut ctl, spec, local, peer_ip).await?;
+            if baseline && spec.test != PerfTest::Udp {
+                let b = run_one(&mut ctl, &spec.baseline(), local, peer_ip).await?;
+                r = r.with_baseline(b);
+                if let Some(x) = spec.exchange_baseline() {
+                    let b = run_one(&mut ctl, &x, local, peer_ip).await?;
+                    r = r.with_exchange_baseline(b);
+                }
+            }
+            if !out(&r) {
+                break;
+            }
+        }
+        ctl.send(&PerfMsg::Bye).await
+    })
+}
+
+async fn run_one(
+    ctl: &mut Control,
+    spec: &PerfSpec,
+    local: SocketAddr,
+    peer_ip: IpAddr,
+) -> Result<PerfResult, DriverError> {
+    if spec.test == PerfTest::Udp {
+        return udp_client(ctl, spec, local, peer_ip).await;
+    }
+    let (mut dev, qps, mrs) = perf_device(spec)?;
+    let psns = start_psns(spec.size ^ spec.iters, spec.nqps(), 0xc11e);
+    let target = dev.mr(mrs.1).map(RemoteBuffer::of);
+    ctl.send(&PerfMsg::Hello {
+        protocol: PROTOCOL,
+        spec: *spec,
+        roce_port: local.port(),
+        qps: qp_infos(&qps, &psns),
+        buffers: target.into_iter().collect(),
+    })
+    .await?;
+    let PerfMsg::Welcome {
+        qps: peer_qps,
+        buffers,
+        roce_port,
+    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
+    else {
+        return Err(DriverError::Peer("expected a welcome".into()));
+    };
+    let (Some(b), true) = (buffers.first(), peer_qps.len() == qps.len()) else {
+        return Err(DriverError::Peer(
+            "welcome lists the wrong number of QPs".into(),
+        ));
+    };
+    let remote_addr = SocketAddr::new(peer_ip, roce_port);
+    connect_qps(
+        &mut dev,
+        &qps,
+        &peer_qps,
+        &psns,
+        &wiring(spec, local, remote_addr),
+    )?;
+    let mut app = PerfApp::new(&mut dev, *spec, true, &qps, mrs, b.at(0))
+        .map_err(|e| DriverError::Setup(e.to_string()))?;
+    let mut ep = bind_endpoint(dev, local, roce_port, Impairment::default())?;
+    ep.set_busy_poll(spin(spec));
+    ctl.ready().await?;
+    let stop = async {
+        match ctl.recv_frame::<PerfMsg>().await {
+            Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
+            Err(e) => Err(e.to_string()),
+            Ok(_) => Err("unexpected control message".to_string()),
+        }
+    };
+    let result = ep.run(&mut app, true, stop, SILENCE).await;
+    result?;
+    ctl.done(true).await?;
+    let PerfMsg::Summary { .. } = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
+        return Err(DriverError::Peer("expected a summary".into()));
+    };
+    let mut r = app.result();
+    r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
+    Ok(r)
+}
+
+/// Accepts one perf client on `listener` and serves every run it asks for until it says
+/// goodbye. Blocking. Returns the number of runs served.
+pub fn serve(listener: Listener) -> Result<u64, DriverError> {
+    listener.serve(|mut ctl, a| async move {
+        let r = serve_session(&mut ctl, a).await;
+        (ctl, r)
+    })
+}
+
+async fn serve_session(ctl: &mut Control, a: Accepted) -> Result<u64, DriverError> {
+    let local = SocketAddr::new(a.local_ip, a.roce_port);
+    let mut runs = 0;
+    loop {
+        match ctl.recv().await? {
+            PerfMsg::Bye => return Ok(runs),
+            PerfMsg::Hello {
+                protocol,
+                spec,
+                roce_port,
+                qps,
+                buffers,
+            } => {
+                check_protocol("perf", protocol, PROTOCOL)?;
+                let remote = SocketAddr::new(a.peer.ip(), roce_port);
+                serve_one(ctl, &spec, local, remote, &qps, &buffers).await?;
+            }
+            _ => return Err(DriverError::Peer("expected a perf hello".into())),
+        }
+        runs += 1;
+    }
+}
+
+async fn serve_one(
+    ctl: &mut Control,
+    spec: &PerfSpec,
+    local: SocketAddr,
+    remote: SocketAddr,
+    peer_qps: &[QpInfo],
+    blocks: &[RemoteBuffer],
+) -> Result<(), DriverError> {
+    spec.validate()
+        .map_err(|e| DriverError::Peer(e.to_string()))?;
+    if spec.test == PerfTest::Udp {
+        return udp_server(ctl, spec, local, remote).await;
+    }
+    if peer_qps.len() != spec.nqps() as usize || blocks.len() != 1 {
+        return Err(DriverError::Peer("QP count differs from the spec".into()));
+    }
+    let (mut dev, qps, mrs) = perf_device(spec)?;
+    let psns = start_psns(spec.size ^ spec.iters, spec.nqps(), 0x5e7e);
+    connect_qps(
+        &mut dev,
+        &qps,
+        peer_qps,
+        &psns,
+        &wiring(spec, local, remote),
+    )?;
+    let mut app = PerfApp::new(&mut dev, *spec, false, &qps, mrs, blocks[0].at(0))
+        .map_err(|e| DriverError::Setup(e.to_string()))?;
+    let mut ep = bind_endpoint(dev, local, remote.port(), Impairment::default())?;
+    ep.set_busy_poll(spin(spec));
+    let target = ep.dev.mr(mrs.1).map(RemoteBuffer::of);
+    ctl.send(&PerfMsg::Welcome {
+        qps: qp_infos(&qps, &psns),
+        buffers: target.into_iter().collect(),
+        roce_port: local.port(),
+    })
+    .await?;
+    ctl.expect_ready().await?;
+    let stop = async { ctl.peer_done("client").await.map(|_| ()) };
+    ep.run(&mut app, false, stop, Duration::from_secs(30))
+        .await?;
+    ctl.send(&PerfMsg::Summary {
+        received: ep.stats.received,
+        seconds: 0.0,
+        peak_per_s: 0.0,
+    })
+    .await
+}
+
+/// Both ends in one process: a server thread (with its own runtime) and the client on the
+/// calling thread, over `client_ip`/`server_ip` with UDP port 4791 on each (IPv6 ::1: the
+/// client uses 4792).
+pub fn loopback(
+    client_ip: IpAddr,
+    server_ip: IpAddr,
+    specs: &[PerfSpec],
+    baseline: bool,
+    out: impl FnMut(&PerfResult) -> bool,
+) -> Result<(), DriverError> {
+    for s in specs {
+        s.validate()?;
+    }
+    in_one_process(
+        "roce-perf-server",
+        (server_ip, ROCEV2_UDP_PORT),
+        serve,
+        |control| {
+            run_client(
+                ClientConfig {
+                    server: control,
+                    bind: Some(client_ip),
+                    roce_port: client_roce_port(client_ip, server_ip),
+                },
+                specs,
+                baseline,
+                out,
+            )
+        },
+    )
+}
