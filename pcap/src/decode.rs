@@ -7,8 +7,9 @@ use crate::error::DecodeError;
 use crate::format::{self, Decoded};
 use crate::link;
 use crate::reader::{CaptureReader, Record, Timestamp};
+use crate::source::Progress;
 use roce_proto::{Frame, Opcode};
-use std::io::{self, IsTerminal, Read, Write};
+use std::io::{self, Read, Write};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -266,7 +267,7 @@ pub fn decode<R: Read, W: Write>(
     reader: &mut CaptureReader<R>,
     opts: Options,
     out: &mut W,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn Progress>,
 ) -> Outcome {
     let mut dec = Decoder::new(opts);
     let mut error = None;
@@ -291,7 +292,7 @@ pub fn decode<R: Read, W: Write>(
         n += 1;
         if let Some(p) = progress {
             if n % 4096 == 0 {
-                p.set_position(reader.offset());
+                p.advance(reader.offset());
             }
         }
     }
@@ -302,99 +303,4 @@ pub fn decode<R: Read, W: Write>(
         stats: dec.stats(),
         error,
     }
-}
-
-/// Decoding threads for [`decode_path`]: the available parallelism (1 means sequential).
-pub fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// Decodes `reader` with [`crate::parallel::decode_parallel`] when that gives the same result
-/// (no `--count`) and more than one worker is available, else sequentially.
-pub fn decode_auto<R: Read + Send, W: Write>(
-    reader: &mut CaptureReader<R>,
-    opts: Options,
-    out: &mut W,
-    progress: Option<&indicatif::ProgressBar>,
-    workers: usize,
-) -> Outcome {
-    if opts.count.is_none() && workers > 1 {
-        crate::parallel::decode_parallel(
-            reader,
-            opts,
-            out,
-            progress,
-            workers,
-            crate::parallel::BATCH_RECORDS,
-        )
-    } else {
-        decode(reader, opts, out, progress)
-    }
-}
-
-/// Opens `path` (`-` for stdin) and decodes it into `out`, on [`default_workers`] threads. A
-/// progress bar goes to stderr when stderr is a terminal and the input is a large file.
-pub fn decode_path<W: Write>(path: &str, opts: Options, out: &mut W) -> Outcome {
-    decode_path_with(path, opts, out, default_workers())
-}
-
-/// [`decode_path`] with an explicit number of decoding threads (1 = sequential).
-pub fn decode_path_with<W: Write>(
-    path: &str,
-    opts: Options,
-    out: &mut W,
-    workers: usize,
-) -> Outcome {
-    let fail = |e| Outcome {
-        stats: Stats::default(),
-        error: Some(e),
-    };
-    if path == "-" {
-        return match CaptureReader::new(io::stdin(), "-") {
-            Ok(mut r) => decode_auto(&mut r, opts, out, None, workers),
-            Err(e) => fail(e.into()),
-        };
-    }
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(source) => {
-            return fail(DecodeError::Open {
-                name: path.to_string(),
-                source,
-            })
-        }
-    };
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut reader = match CaptureReader::new(file, path) {
-        Ok(r) => r,
-        Err(e) => return fail(e.into()),
-    };
-    let bar = (io::stderr().is_terminal() && size > 8 << 20).then(|| {
-        let b = indicatif::ProgressBar::new(size);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
-    let outcome = decode_auto(&mut reader, opts, out, bar.as_ref(), workers);
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    outcome
-}
-
-/// Decodes an in-memory capture (tests, fuzzing): returns the output and the outcome.
-pub fn decode_bytes(bytes: &[u8], name: &str, opts: Options) -> (Vec<u8>, Outcome) {
-    let mut out = Vec::new();
-    let outcome = match CaptureReader::new(bytes, name) {
-        Ok(mut r) => decode(&mut r, opts, &mut out, None),
-        Err(e) => Outcome {
-            stats: Stats::default(),
-            error: Some(e.into()),
-        },
-    };
-    (out, outcome)
 }

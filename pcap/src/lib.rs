@@ -1,19 +1,22 @@
-//! # roce-pcap: capture files and RoCE decoding for the `roce` CLI
+//! # roce-pcap: capture files and RoCE decoding
 //!
 //! The library behind `roce decode`. The CLI parses arguments and calls [`decode_path`] (files
-//! and stdin) or [`live::capture`] (an interface); everything else lives here:
+//! and stdin) or [`live::capture`] (an interface); it draws the progress bar (through
+//! [`Progress`]) and handles Ctrl-C (through [`live::LiveOptions::stop`]). Modules, bottom up:
 //!
 //! * [`reader`]: a streaming pcap/pcapng reader over `pcap-parser`, constant memory, with
 //!   distinct end-of-input and truncated-record outcomes, and errors that name the input and
 //!   the byte offset.
 //! * [`link`]: link types (Ethernet, Linux SLL/SLL2, raw IP, BSD loopback, ERF with native
 //!   InfiniBand) down to `roce_proto::Frame`.
-//! * [`decode`]: classification, ICRC check, filters and counters ([`Decoder`]);
-//!   [`parallel`]: the same over several threads, batch by batch, output in input order.
+//! * [`decode`]: classification, ICRC check, filters and counters ([`Decoder`], [`decode()`]);
+//!   [`parallel`]: the same over several threads, batch by batch, output in input order;
+//!   [`source`]: a whole file, stdin or buffer through whichever of the two fits.
 //! * [`format`]: the summary line, the verbose tree and JSON lines, written into a reused
 //!   buffer without allocating per packet.
-//! * [`writer`]: a pcap writer; [`live`]: capture from an interface with `pnet`.
-//! * [`fixtures`]: the generated test captures and the large benchmark capture.
+//! * [`writer`]: a pcap writer; [`live`]: capture from an interface with `pnet`; [`tap`]: a
+//!   datagram capture for the transport's endpoints.
+//! * [`synth`]: synthetic packets and the large benchmark capture.
 //!
 //! Guarantees: no `unsafe`; no panic on any input bytes; the output for every record read
 //! before an error is written before the error is reported.
@@ -22,19 +25,20 @@
 
 pub mod decode;
 pub mod error;
-pub mod fixtures;
 pub mod format;
 pub mod link;
 pub mod live;
 pub mod parallel;
 pub mod reader;
+pub mod source;
+pub mod synth;
 pub mod tap;
 pub mod writer;
 
-pub use decode::{
-    decode, decode_auto, decode_bytes, decode_path, decode_path_with, parse_opcode, Decoder,
-    Options, Outcome, OutputFormat, Stats,
-};
+pub use decode::{decode, parse_opcode, Decoder, Options, Outcome, OutputFormat, Stats};
 pub use error::{DecodeError, ReadError};
 pub use reader::{CaptureReader, Format, Record, Timestamp};
+pub use source::{
+    decode_auto, decode_bytes, decode_path, decode_path_with, default_workers, NoProgress, Progress,
+};
 pub use writer::PcapWriter;

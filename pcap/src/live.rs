@@ -8,7 +8,7 @@ use crate::reader::{Record, Timestamp};
 use crate::writer::PcapWriter;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where and how long to capture.
@@ -20,23 +20,9 @@ pub struct LiveOptions {
     pub duration: Option<Duration>,
     /// Save every frame seen to this pcap file.
     pub write: Option<String>,
-    /// Stop (normally: flush, summarise, exit 0) once this becomes `true`; see
-    /// [`interrupt_flag`].
+    /// Stop (normally: flush, summarise, exit 0) once this becomes `true` (the command line
+    /// sets it on Ctrl-C).
     pub stop: Option<Arc<AtomicBool>>,
-}
-
-/// A flag that Ctrl-C (SIGINT) sets, so a live capture ends cleanly: the `--write` file is
-/// flushed and the closing summary printed. The handler is installed once per process.
-pub fn interrupt_flag() -> Result<Arc<AtomicBool>, String> {
-    static FLAG: OnceLock<Result<Arc<AtomicBool>, String>> = OnceLock::new();
-    FLAG.get_or_init(|| {
-        let flag = Arc::new(AtomicBool::new(false));
-        let f = Arc::clone(&flag);
-        ctrlc::set_handler(move || f.store(true, Ordering::Relaxed))
-            .map(|()| flag)
-            .map_err(|e| format!("installing the Ctrl-C handler: {e}"))
-    })
-    .clone()
 }
 
 fn now() -> Timestamp {

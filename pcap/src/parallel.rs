@@ -9,6 +9,7 @@
 use crate::decode::{Decoder, Options, Outcome, Stats};
 use crate::error::{DecodeError, ReadError};
 use crate::reader::{CaptureReader, Record, Timestamp};
+use crate::source::Progress;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +60,7 @@ fn read_batches<R: Read>(
     reader: &mut CaptureReader<R>,
     batch_records: usize,
     tx: &std::sync::mpsc::SyncSender<Batch>,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn Progress>,
     stop: &AtomicBool,
 ) -> Option<ReadError> {
     let mut seq = 0;
@@ -105,7 +106,7 @@ fn read_batches<R: Read>(
         frames += b.recs.len() as u64;
         b.first_ts = first_ts.unwrap_or_default();
         if let Some(p) = progress {
-            p.set_position(reader.offset());
+            p.advance(reader.offset());
         }
         if !b.recs.is_empty() && tx.send(b).is_err() {
             return error; // the writer stopped (write error)
@@ -159,7 +160,7 @@ pub fn decode_parallel<R: Read + Send, W: Write>(
     reader: &mut CaptureReader<R>,
     opts: Options,
     out: &mut W,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn Progress>,
     workers: usize,
     batch_records: usize,
 ) -> Outcome {

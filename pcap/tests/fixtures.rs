@@ -1,12 +1,13 @@
-//! The generated fixtures in tests/data: they must match what `roce_pcap::fixtures` generates
+//! The generated fixtures in tests/data: they must match what `common::fixtures` generates
 //! (no drift), their decode output must match the golden files, and each one's specific
 //! behaviour (link type, error, filter) is checked by name.
 //!
 //! To regenerate after an intended change: `UPDATE_FIXTURES=1 cargo test -p roce-pcap --test
 //! fixtures`, then review the diff.
 mod common;
+use common::fixtures;
 use common::*;
-use roce_pcap::{decode_bytes, fixtures, Options, Outcome, OutputFormat, ReadError};
+use roce_pcap::{decode_bytes, Options, Outcome, OutputFormat, ReadError};
 use serde_json::Value;
 
 fn updating() -> bool {

@@ -65,7 +65,7 @@ fn live_capture_on_loopback_sees_every_packet_with_a_valid_icrc() {
             break;
         }
         for i in 0..N {
-            let mut p = roce_pcap::fixtures::packet_for(Opcode::RC_SEND_ONLY, i, &payload);
+            let mut p = roce_pcap::synth::packet_for(Opcode::RC_SEND_ONLY, i, &payload);
             p.bth.dest_qp = Qpn(QP);
             p.bth.psn = Psn::new(i);
             let len = p.buffer_len();

@@ -2,6 +2,8 @@
 #![allow(dead_code, unreachable_pub)]
 use std::path::{Path, PathBuf};
 
+pub mod fixtures;
+
 /// The shared third-party captures (read in place, never copied into the repo).
 pub fn captures_dir() -> PathBuf {
     Path::new(concat!(
