@@ -1,0 +1,137 @@
+//! `roce kv`: the KV-cache push of prefill/decode disaggregation, plan by plan.
+use std::process::ExitCode;
+
+use clap::Args;
+use roce_apps::kv::run::{self as kv, KvConfig};
+use roce_apps::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
+use roce_stack::ConnectParams;
+
+use crate::args::{size_flag, Ends, ImpairArgs};
+use crate::output::report;
+
+#[derive(Debug, Args)]
+pub(crate) struct KvArgs {
+    /// Transformer layers.
+    #[arg(long, default_value_t = 8)]
+    layers: u32,
+    /// Prompt tokens.
+    #[arg(long, default_value_t = 4096)]
+    tokens: u32,
+    /// Bytes of K per token per layer (V is the same).
+    #[arg(long, default_value_t = 256)]
+    kv_bytes: u32,
+    /// Tokens per block (one plan instead of the five default plans).
+    #[arg(long)]
+    page: Option<u32>,
+    /// K and V of a page: separate or adjacent (one plan).
+    #[arg(long)]
+    layout: Option<String>,
+    /// Merge runs contiguous at both ends into one WRITE (one plan).
+    #[arg(long)]
+    merge: bool,
+    /// Block allocation at the decode side: contiguous or scattered (a busy pool).
+    #[arg(long, default_value = "scattered")]
+    alloc: String,
+    /// Size of the decode side's pool (K = 1024; default 3x the request's KV).
+    #[arg(long)]
+    pool: Option<String>,
+    /// Queue pairs the WRITEs are spread over.
+    #[arg(long, default_value_t = 1)]
+    qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 4096)]
+    mtu: u32,
+    /// Seed of the allocation, the data and the impairments.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    impair: ImpairArgs,
+    /// Local ACK timeout code: 4.096 us x 2^N (14 = 67 ms).
+    #[arg(long, default_value_t = 14)]
+    timeout: u8,
+    /// Run every plan N times and report the fastest run of each.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    ends: Ends,
+}
+
+fn parse_layout(s: &str) -> anyhow::Result<KvLayout> {
+    match s {
+        "separate" => Ok(KvLayout::Separate),
+        "adjacent" => Ok(KvLayout::Adjacent),
+        _ => anyhow::bail!("--layout {s:?}: use separate or adjacent"),
+    }
+}
+
+fn parse_alloc(s: &str) -> anyhow::Result<AllocKind> {
+    match s {
+        "contiguous" => Ok(AllocKind::Contiguous),
+        "scattered" => Ok(AllocKind::Scattered),
+        _ => anyhow::bail!("--alloc {s:?}: use contiguous or scattered"),
+    }
+}
+
+pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
+    let imp = a.impair.impairment(a.seed)?;
+    if a.ends.server {
+        let listener = a.ends.listener()?;
+        eprintln!(
+            "roce kv: decode side waiting for a prefill client on {}",
+            listener.local_addr()
+        );
+        let o = kv::serve(listener, imp)?;
+        for m in &o.mismatches {
+            eprintln!("roce kv: {m}");
+        }
+        eprintln!("roce kv: {} of {} plans verified here", o.verified, o.plans);
+        return Ok(if o.verified == o.plans {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let shape = ModelShape {
+        layers: a.layers,
+        tokens: a.tokens,
+        kv_bytes: a.kv_bytes,
+    };
+    shape.validate()?;
+    let alloc = parse_alloc(&a.alloc)?;
+    let plans = if a.page.is_some() || a.layout.is_some() || a.merge {
+        let layout = match &a.layout {
+            Some(l) => parse_layout(l)?,
+            None => KvLayout::Separate,
+        };
+        vec![PlanSpec::kv(a.page.unwrap_or(16), layout, a.merge, alloc)]
+    } else {
+        PlanSpec::defaults(alloc)
+    };
+    let pool_bytes = size_flag("--pool", a.pool.as_deref())?.unwrap_or(3 * shape.total_bytes());
+    let cfg = KvConfig {
+        spec: KvSpec {
+            shape,
+            pool_bytes,
+            qps: a.qps,
+            seed: a.seed,
+        },
+        plans,
+        transport: ConnectParams {
+            mtu: a.mtu,
+            timeout: a.timeout,
+            ..ConnectParams::default()
+        },
+        impairment: imp,
+        repeat: a.repeat,
+        ..KvConfig::default()
+    };
+    cfg.validate()?;
+    let r = match &a.ends.client {
+        Some(host) => kv::run_client(a.ends.client_config(host)?, &cfg)?,
+        None => kv::loopback(a.ends.client_ip, a.ends.server_ip, &cfg)?,
+    };
+    report(&r, r.ok, a.json)
+}

@@ -1,0 +1,6 @@
+//! One module per command: its arguments (clap) and how it calls the libraries.
+pub(crate) mod decode;
+pub(crate) mod kv;
+pub(crate) mod perf;
+pub(crate) mod sim;
+pub(crate) mod workload;

@@ -1,0 +1,111 @@
+//! `roce perf`: perftest-style bandwidth, message rate and latency, and the UDP baselines.
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+use roce_apps::perf::{self, PerfResult, PerfTest};
+
+use crate::args::{size_flag, Ends};
+
+#[derive(Debug, Args)]
+pub(crate) struct PerfArgs {
+    /// write, read, send, atomic, or udp (the baseline).
+    test: String,
+    /// Latency (ping-pong) instead of bandwidth.
+    #[arg(long)]
+    lat: bool,
+    /// Message size (K = 1024); udp: datagram size. Default 65536 (bw), 8 (lat).
+    #[arg(short = 's', long, conflicts_with = "all")]
+    size: Option<String>,
+    /// Sweep sizes 2 B .. 8 MiB in powers of two.
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Messages (default 5000 bw, 1000 lat; -a caps each size at 256 MiB of traffic).
+    #[arg(short = 'n', long, conflicts_with = "duration")]
+    iters: Option<u64>,
+    /// Run each size for this many seconds instead.
+    #[arg(short = 'D', long)]
+    duration: Option<f64>,
+    /// Queue pairs (bandwidth).
+    #[arg(short = 'q', long, default_value_t = 1)]
+    qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 4096)]
+    mtu: u32,
+    /// Work requests outstanding per QP (bandwidth).
+    #[arg(short = 't', long, default_value_t = 128)]
+    tx_depth: u32,
+    /// READs/atomics outstanding per QP (default 128); udp --request: requests outstanding.
+    #[arg(short = 'o', long)]
+    outs: Option<u8>,
+    /// udp: a request/response exchange instead of a blast: requests of this size, each
+    /// answered by one datagram of -s bytes, --outs outstanding (the shape of a READ).
+    #[arg(long, value_name = "SIZE")]
+    request: Option<String>,
+    /// Also run the plain-UDP baseline of the same wire size and print the ratios (READ and
+    /// atomic bandwidth: also the UDP request/response exchange of the same shape).
+    #[arg(long)]
+    baseline: bool,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    ends: Ends,
+}
+
+/// `write`, `read`, `send`, `atomic` or `udp`.
+fn parse_test(s: &str) -> anyhow::Result<PerfTest> {
+    Ok(match s {
+        "write" => PerfTest::Write,
+        "read" => PerfTest::Read,
+        "send" => PerfTest::Send,
+        "atomic" => PerfTest::Atomic,
+        "udp" => PerfTest::Udp,
+        _ => anyhow::bail!("unknown test {s:?}: write, read, send, atomic or udp"),
+    })
+}
+
+pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
+    let specs = perf::specs(&perf::PerfOptions {
+        test: parse_test(&a.test)?,
+        lat: a.lat,
+        size: size_flag("-s", a.size.as_deref())?,
+        sweep: a.all,
+        iters: a.iters,
+        duration: a.duration,
+        qps: a.qps,
+        mtu: a.mtu,
+        tx_depth: a.tx_depth,
+        outs: a.outs,
+        request: size_flag("--request", a.request.as_deref())?,
+    })?;
+    if a.ends.server {
+        let listener = a.ends.listener()?;
+        eprintln!(
+            "roce perf: waiting for a client on {}",
+            listener.local_addr()
+        );
+        let runs = perf::serve(listener)?;
+        eprintln!("roce perf: client finished after {runs} runs");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let json = a.json;
+    let mut first = true;
+    // A reader that went away (`| head`) ends the run quietly, as with `decode`.
+    let out = |r: &PerfResult| {
+        let mut o = std::io::stdout().lock();
+        let written = if json {
+            writeln!(o, "{}", serde_json::to_string(r).unwrap_or_default())
+        } else if std::mem::take(&mut first) {
+            writeln!(o, "{}\n{r}", PerfResult::header(a.lat))
+        } else {
+            writeln!(o, "{r}")
+        };
+        written.and_then(|()| o.flush()).is_ok()
+    };
+    match &a.ends.client {
+        Some(host) => perf::run_client(a.ends.client_config(host)?, &specs, a.baseline, out)?,
+        None => perf::loopback(a.ends.client_ip, a.ends.server_ip, &specs, a.baseline, out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

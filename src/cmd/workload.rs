@@ -1,0 +1,216 @@
+//! `roce loopback`, `roce server`, `roce client`: the verified workload.
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use roce_apps::workload::{self, OpKind, RunConfig, WorkloadSpec};
+use roce_driver::DEFAULT_CONTROL_PORT;
+use roce_proto::ROCEV2_UDP_PORT;
+use roce_stack::ConnectParams;
+
+use crate::args::{flag, listener, resolve, ImpairArgs};
+use crate::output::{pcap_tap, report};
+use crate::{cc, units};
+
+/// The workload and the transport settings, shared by loopback and client.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Operations to mix: send, send_imm, write, write_imm, read, cas, faa, atomic, all.
+    #[arg(long, default_value = "all")]
+    ops: String,
+    /// Message size: N, or MIN-MAX for a log-uniform mix (K = 1024, as in 64K).
+    #[arg(long, default_value = "0-1M")]
+    size: String,
+    /// Operations per QP.
+    #[arg(long, default_value_t = 250)]
+    count: u32,
+    /// Queue pairs.
+    #[arg(long, default_value_t = 4)]
+    qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 1024)]
+    mtu: u32,
+    /// Work requests outstanding per QP.
+    #[arg(long, default_value_t = 16)]
+    depth: u32,
+    /// Seed of the workload, the data and the impairments.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    impair: ImpairArgs,
+    /// Congestion control: none, dcqcn (= paper), nvidia, fixed:rate=10Gbps, with
+    /// `:key=value,...` overrides.
+    #[arg(long, default_value = "none")]
+    cc: String,
+    /// Local ACK timeout code: 4.096 us x 2^N (14 = 67 ms).
+    #[arg(long, default_value_t = 14)]
+    timeout: u8,
+    /// Write every datagram sent and received to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LoopbackArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Use IPv6 (both ends on ::1; the client's RoCE port is 4792).
+    #[arg(long, conflicts_with_all = ["client_ip", "server_ip"])]
+    ipv6: bool,
+    /// Address of the client (requester) end.
+    #[arg(long, default_value = "127.0.0.1", requires = "server_ip")]
+    client_ip: Option<IpAddr>,
+    /// Address of the server (responder) end.
+    #[arg(long, default_value = "127.0.0.2")]
+    server_ip: Option<IpAddr>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServerArgs {
+    /// Address of the control listener; the RoCE socket binds the address clients reach.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: IpAddr,
+    /// TCP port of the out-of-band connection set-up.
+    #[arg(long, default_value_t = DEFAULT_CONTROL_PORT)]
+    port: u16,
+    #[command(flatten)]
+    impair: ImpairArgs,
+    /// Seed of the impairments.
+    #[arg(long, default_value_t = 2)]
+    seed: u64,
+    /// Write every datagram sent and received to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ClientArgs {
+    /// The server: HOST or HOST:PORT (port of the control connection, default 18515).
+    server: String,
+    /// Local address to use.
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// `--ops`: names (`send`, `send_imm`/`send-imm`, `write`, `write_imm`, `read`, `cas`, `faa`;
+/// `atomic` for both atomics, `all` for every kind), comma-separated.
+pub(crate) fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let p = part.replace('-', "_").to_ascii_lowercase();
+        match p.as_str() {
+            "all" => out.extend(OpKind::ALL),
+            "atomic" | "atomics" => out.extend([OpKind::CompareSwap, OpKind::FetchAdd]),
+            "compare_swap" | "cmp_swap" => out.push(OpKind::CompareSwap),
+            "fetch_add" => out.push(OpKind::FetchAdd),
+            _ => match OpKind::ALL.iter().find(|k| k.name() == p) {
+                Some(k) => out.push(*k),
+                None => {
+                    return Err(
+                        "unknown operation (use send, send_imm, write, write_imm, read, cas, \
+                         faa, atomic, all)"
+                            .into(),
+                    )
+                }
+            },
+        }
+    }
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        return Err("no operations given".into());
+    }
+    Ok(out)
+}
+
+fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
+    let (min_size, max_size) = flag("--size", &a.size, units::size_range)?;
+    let cfg = RunConfig {
+        spec: WorkloadSpec {
+            ops: flag("--ops", &a.ops, parse_ops)?,
+            min_size,
+            max_size,
+            count: a.count,
+            qps: a.qps,
+            depth: a.depth,
+            seed: a.seed,
+        },
+        transport: ConnectParams {
+            mtu: a.mtu,
+            timeout: a.timeout,
+            ..ConnectParams::default()
+        },
+        impairment: a.impair.impairment(a.seed)?,
+        cc: flag("--cc", &a.cc, cc::parse)?,
+        ..RunConfig::default()
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
+    let cfg = run_config(&a.run)?;
+    let tap = pcap_tap(&a.run.pcap)?;
+    let r = match (a.ipv6, a.client_ip, a.server_ip) {
+        (false, Some(c), Some(s)) => {
+            workload::loopback_between(&cfg, (c, ROCEV2_UDP_PORT), (s, ROCEV2_UDP_PORT), tap)?
+        }
+        _ => workload::loopback(&cfg, a.ipv6, tap)?,
+    };
+    report(&r, r.ok, a.run.json)
+}
+
+pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
+    let imp = a.impair.impairment(a.seed)?;
+    let listener = listener(a.bind, a.port)?;
+    eprintln!(
+        "roce server: waiting for a client on {}",
+        listener.local_addr()
+    );
+    let o = workload::serve(listener, imp, pcap_tap(&a.pcap)?)?;
+    for m in &o.mismatches {
+        eprintln!("roce server: {m}");
+    }
+    eprintln!(
+        "roce server: client finished, {} bytes verified here",
+        o.verified_bytes
+    );
+    Ok(if o.mismatches.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
+    let cfg = run_config(&a.run)?;
+    let client = roce_driver::ClientConfig {
+        server: resolve(&a.server)?,
+        bind: a.bind,
+        roce_port: ROCEV2_UDP_PORT,
+    };
+    let r = workload::run_client(client, &cfg, pcap_tap(&a.run.pcap)?)?;
+    report(&r, r.ok, a.run.json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_lists() {
+        assert_eq!(
+            parse_ops("atomic,send-imm").unwrap(),
+            vec![OpKind::SendImm, OpKind::CompareSwap, OpKind::FetchAdd]
+        );
+        assert_eq!(parse_ops("all").unwrap(), OpKind::ALL.to_vec());
+        assert!(parse_ops("teleport").is_err());
+        assert!(parse_ops(" , ").is_err());
+    }
+}
