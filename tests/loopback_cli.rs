@@ -140,9 +140,28 @@ fn ce_marks_make_cnps_and_cut_the_rate() {
 #[test]
 fn ipv6_loopback_verifies() {
     // ::1 is shared by every IPv6 test; only this one uses it.
-    let (code, out, err) = roce(&["loopback", "--ipv6", "--count", "30"]);
+    let dir = std::env::temp_dir().join(format!("roce-ipv6-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("v6.pcap");
+    let args = ["loopback", "--ipv6", "--count", "30", "--pcap"];
+    let (code, out, err) = roce(&[&args[..], &[file.to_str().unwrap()]].concat());
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("OK"), "{out}");
+    // It really ran over IPv6: every datagram of the client's capture is ::1 to ::1, between
+    // UDP ports 4791 and 4792, with a valid ICRC (the IPv6 pseudo-header).
+    let (code, dec, err) = roce(&["decode", "--check", "--json", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let frames: Vec<serde_json::Value> = dec.lines().map(json).collect();
+    assert!(frames.len() > 100, "{err}");
+    for f in &frames {
+        let (src, dst) = (f["src"].as_str().unwrap(), f["dst"].as_str().unwrap());
+        assert!(
+            src.starts_with("[::1]:") && dst.starts_with("[::1]:"),
+            "not IPv6 loopback: {f}"
+        );
+        assert_eq!(f["icrc_ok"], true, "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -55,9 +55,25 @@ fn loopback_ipv4_impaired_verifies() {
 
 #[test]
 fn loopback_ipv6_verifies() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
     let l = IpAddr::V6(Ipv6Addr::LOCALHOST);
-    let r = loopback_between(&small(3), (l, 14792), (l, 14791), None).unwrap();
+    // Count what the client's tap sees, by address family.
+    let (v6, other) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (v6t, othert) = (v6.clone(), other.clone());
+    let tap: roce_driver::Tap = Box::new(move |r: &roce_driver::TapRecord<'_>| {
+        let c = if r.src.is_ipv6() && r.dst.is_ipv6() {
+            &v6t
+        } else {
+            &othert
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    });
+    let r = loopback_between(&small(3), (l, 14792), (l, 14791), Some(tap)).unwrap();
     assert!(r.ok, "{r}");
+    let (v6, other) = (v6.load(Ordering::Relaxed), other.load(Ordering::Relaxed));
+    assert!(v6 > 100, "{v6} IPv6 datagrams");
+    assert_eq!(other, 0, "datagrams that were not IPv6");
 }
 
 #[test]

@@ -8,7 +8,17 @@ use roce_driver::Application;
 use roce_stack::sim::{seed_from_env, LinkConfig, SeedGuard, Sim};
 use roce_stack::ConnectParams;
 
-fn run(spec: &WorkloadSpec, link: LinkConfig, seed: u64) -> (Requester, Responder) {
+/// What the network and the transport did in a run.
+struct Net {
+    /// Datagrams the links lost.
+    lost: u64,
+    /// Datagrams the links delivered twice.
+    duplicated: u64,
+    /// Request packets the requester sent again.
+    retransmitted: u64,
+}
+
+fn run(spec: &WorkloadSpec, link: LinkConfig, seed: u64) -> (Requester, Responder, Net) {
     let mut sim = Sim::new(seed);
     common::pcap_from_env(&mut sim);
     sim.set_default_link(link);
@@ -36,7 +46,12 @@ fn run(spec: &WorkloadSpec, link: LinkConfig, seed: u64) -> (Requester, Responde
             }
         }
     }
-    (req, resp)
+    let net = Net {
+        lost: sim.stats().lost,
+        duplicated: sim.stats().duplicated,
+        retransmitted: sim.device(a).stats().retransmitted_packets,
+    };
+    (req, resp, net)
 }
 
 fn check(req: &Requester, resp: &Responder, spec: &WorkloadSpec) {
@@ -66,8 +81,9 @@ fn clean_link_every_operation() {
         seed,
         ..WorkloadSpec::default()
     };
-    let (req, resp) = run(&spec, LinkConfig::default(), seed);
+    let (req, resp, net) = run(&spec, LinkConfig::default(), seed);
     check(&req, &resp, &spec);
+    assert_eq!((net.lost, net.retransmitted), (0, 0), "a clean link");
     for (i, k) in OpKind::ALL.iter().enumerate() {
         assert!(req.tally().ops[i] > 0, "no {} in the mix", k.name());
     }
@@ -86,8 +102,19 @@ fn impaired_runs(first_seed: u64, runs: u64, qps: u32, link: LinkConfig) {
             seed,
             ..WorkloadSpec::default()
         };
-        let (req, resp) = run(&spec, link, seed);
+        let (req, resp, net) = run(&spec, link, seed);
         check(&req, &resp, &spec);
+        // The impairments were real: the workload verified in spite of them, not without them.
+        if link.loss > 0.0 {
+            assert!(net.lost > 0, "seed {seed}: the link lost nothing");
+            assert!(
+                net.retransmitted > 0,
+                "seed {seed}: losses but no retransmission"
+            );
+        }
+        if link.duplicate > 0.0 {
+            assert!(net.duplicated > 0, "seed {seed}: nothing duplicated");
+        }
     }
 }
 

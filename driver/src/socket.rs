@@ -3,8 +3,7 @@
 //! timestamp and destination-address control messages it also asks for are turned off again,
 //! since nothing here uses them. Every sending socket sets IP_MTU_DISCOVER to
 //! IP_PMTUDISC_PROBE, so Linux writes DF and identification 0 on every IPv4 datagram of an
-//! unconnected socket: exactly the header the ICRC is computed over (../shared/docs/protocol.md
-//! §3.3).
+//! unconnected socket (`include/net/ip.h`): exactly the header the ICRC is computed over.
 //!
 //! Sending is batched with `sendmmsg` (rustix): up to [`SEND_BATCH`] datagrams from one source
 //! port per system call, each still its own datagram with its own IPv4 header (DF, ID 0), so

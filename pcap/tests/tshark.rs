@@ -1,7 +1,8 @@
 //! `roce decode --json` against tshark's `infiniband` dissector, field by field (BTH, every
 //! extended header, ICRC bytes, addresses, ports, ECN), for every RoCE frame of every shared
 //! capture and of the well-formed generated fixtures. tshark's payload heuristics are
-//! disabled, as ../shared/docs/oracles.md prescribes.
+//! disabled (`--disable-heuristic` for every InfiniBand payload dissector), so tshark decodes
+//! the transport headers only, as roce does.
 //!
 //! When tshark is missing the test prints why and passes, except under CI (`CI=true`), where it
 //! fails: CI installs tshark, so a missing one is a broken CI.

@@ -268,7 +268,7 @@ impl Repr {
 mod tests {
     use super::*;
 
-    // BTH of vector B (../shared/docs/protocol.md §3.4): UC SEND Only, M=1, PadCnt 2, PSN 0xCF1710.
+    // BTH of scapy's test/contrib/roce.uts "RoCE layer" frame: UC SEND Only, M=1, PadCnt 2, PSN 0xCF1710.
     static BYTES: [u8; 12] = [
         0x24, // opcode: UC SEND Only
         0x60, // SE 0, M 1, PadCnt 2, TVer 0

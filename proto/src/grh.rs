@@ -149,28 +149,76 @@ mod tests {
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0x0f, 0x00, 0x00, 0x02, // DGID
     ];
 
+    const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0x0f, 0, 0, 2];
+
     #[test]
     fn parse_emit() {
         let p = Packet::new_checked(&BYTES[..]).unwrap();
         let r = Repr::parse(&p).unwrap();
         assert_eq!(
-            (
-                r.traffic_class,
-                r.flow_label,
-                r.pay_len,
-                r.nxt_hdr,
-                r.hop_lmt
-            ),
-            (2, 0, 40, 0x1b, 64)
+            r,
+            Repr {
+                ip_ver: 6,
+                traffic_class: 2,
+                flow_label: 0,
+                pay_len: 40,
+                nxt_hdr: NXT_HDR_IBA,
+                hop_lmt: 64,
+                sgid: GID,
+                dgid: GID,
+            }
         );
+        assert_eq!(r.buffer_len(), HEADER_LEN);
         let mut out = [0u8; 40];
         r.emit(&mut Packet::new_unchecked(&mut out[..]));
         assert_eq!(out, BYTES);
+    }
+
+    #[test]
+    fn every_field_round_trips_at_its_extremes() {
+        let r = Repr {
+            ip_ver: 6,
+            traffic_class: 0xa5,
+            flow_label: 0xf_edcb,
+            pay_len: 0xfffe,
+            nxt_hdr: 0x11,
+            hop_lmt: 1,
+            sgid: [0x11; 16],
+            dgid: [0xee; 16],
+        };
+        let mut out = [0u8; 40];
+        r.emit(&mut Packet::new_unchecked(&mut out[..]));
+        let p = Packet::new_checked(&out[..]).unwrap();
+        assert_eq!(
+            (p.ip_ver(), p.traffic_class(), p.flow_label(), p.pay_len()),
+            (6, 0xa5, 0xf_edcb, 0xfffe)
+        );
+        assert_eq!((p.nxt_hdr(), p.hop_lmt()), (0x11, 1));
+        assert_eq!((p.sgid(), p.dgid()), ([0x11; 16], [0xee; 16]));
+        assert_eq!(Repr::parse(&p), Ok(r));
+    }
+
+    #[test]
+    fn exact_errors() {
         for n in 0..HEADER_LEN {
-            assert!(Packet::new_checked(&BYTES[..n]).is_err());
+            assert_eq!(
+                Packet::new_checked(&BYTES[..n]),
+                Err(Error::Truncated {
+                    layer: Layer::Grh,
+                    needed: HEADER_LEN,
+                    got: n
+                }),
+                "{n} bytes"
+            );
         }
         let mut bad = BYTES;
         bad[0] = 0x40;
-        assert!(Repr::parse(&Packet::new_unchecked(&bad[..])).is_err());
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&bad[..])),
+            Err(Error::Malformed {
+                layer: Layer::Grh,
+                reason: "IP version is not 6"
+            })
+        );
     }
 }

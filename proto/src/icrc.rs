@@ -1,4 +1,4 @@
-//! The invariant CRC (IBTA Vol 1 §7.8.1; RoCEv2 annex A17.4.4; ../shared/docs/protocol.md §3).
+//! The invariant CRC (IBTA Vol 1 §7.8.1; for RoCEv2 the pseudo-header of Annex A17.4.4).
 //!
 //! The ICRC is a standard CRC-32 (the Ethernet/zlib one; `crc32fast` underneath) over a
 //! pseudo-packet whose variant fields are replaced by ones:
@@ -131,7 +131,8 @@ fn covered(packet: &[u8]) -> &[u8] {
 }
 
 /// The fields of an IPv4 header that the ICRC covers and that a UDP-socket sender must
-/// predict (the kernel writes the header; see ../shared/docs/protocol.md §3.3).
+/// predict: the kernel writes the header (Linux, `include/net/ip.h`: identification 0 for an
+/// unconnected socket with DF set, a hashed value otherwise; rxe and NICs write non-zero ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Fields {
     /// Source address.

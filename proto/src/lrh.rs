@@ -110,15 +110,60 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
+
+    // VL 5, LVer 1, SL 9, LNH IBA global, DLID 0x1234, PktLen 0x7ab (reserved bits set around
+    // it), SLID 0xbeef.
+    static BYTES: [u8; 8] = [0x51, 0x93, 0x12, 0x34, 0xff, 0xab, 0xbe, 0xef];
 
     #[test]
-    fn fields() {
-        let b = [0x00, 0x02, 0x00, 0x05, 0x00, 0x0b, 0x00, 0x01];
-        let r = Repr::parse(&Packet::new_checked(&b[..]).unwrap()).unwrap();
+    fn every_field() {
+        let p = Packet::new_checked(&BYTES[..]).unwrap();
         assert_eq!(
-            (r.vl, r.lnh, r.dlid, r.pkt_len, r.slid),
-            (0, lnh::IBA_LOCAL, 5, 11, 1)
+            (p.vl(), p.lver(), p.sl(), p.lnh()),
+            (5, 1, 9, lnh::IBA_GLOBAL)
         );
-        assert!(Packet::new_checked(&b[..7]).is_err());
+        assert_eq!((p.dlid(), p.pkt_len(), p.slid()), (0x1234, 0x7ab, 0xbeef));
+        assert_eq!(
+            Repr::parse(&p).unwrap(),
+            Repr {
+                vl: 5,
+                lver: 1,
+                sl: 9,
+                lnh: lnh::IBA_GLOBAL,
+                dlid: 0x1234,
+                pkt_len: 0x7ab,
+                slid: 0xbeef,
+            }
+        );
+        let local = [0x00, 0x02, 0x00, 0x05, 0x00, 0x0b, 0x00, 0x01];
+        let r = Repr::parse(&Packet::new_checked(&local[..]).unwrap()).unwrap();
+        assert_eq!(
+            (r.vl, r.lver, r.sl, r.lnh, r.dlid, r.pkt_len, r.slid),
+            (0, 0, 0, lnh::IBA_LOCAL, 5, 11, 1)
+        );
+    }
+
+    #[test]
+    fn every_truncation_is_the_exact_error() {
+        for n in 0..HEADER_LEN {
+            assert_eq!(
+                Packet::new_checked(&BYTES[..n]),
+                Err(Error::Truncated {
+                    layer: Layer::Lrh,
+                    needed: HEADER_LEN,
+                    got: n
+                }),
+                "{n} bytes"
+            );
+            assert_eq!(
+                Repr::parse(&Packet::new_unchecked(&BYTES[..n])),
+                Err(Error::Truncated {
+                    layer: Layer::Lrh,
+                    needed: HEADER_LEN,
+                    got: n
+                })
+            );
+        }
     }
 }

@@ -146,38 +146,71 @@ mod tests {
     #[test]
     fn round_trips() {
         let bytes = [0x12, 0x34, 0x56, 0x78];
-        assert_eq!(ImmDt::parse(&bytes).unwrap(), ImmDt(0x1234_5678));
-        assert_eq!(IethRepr::parse(&bytes).unwrap().rkey, RKey(0x1234_5678));
-        let rd = RdethRepr::parse(&bytes).unwrap();
-        assert_eq!((rd.resv, rd.ee_context), (0x12, 0x34_5678));
-        let x = XrcethRepr::parse(&bytes).unwrap();
-        assert_eq!((x.resv, x.xrc_srq), (0x12, Qpn(0x34_5678)));
-        let f = FethRepr::parse(&[0, 0, 0, 0x13]).unwrap();
-        assert_eq!((f.selectivity(), f.placement_type()), (1, 3));
         let mut out = [0u8; 4];
+        let imm = ImmDt::parse(&bytes).unwrap();
+        assert_eq!(imm, ImmDt(0x1234_5678));
+        imm.emit(&mut out);
+        assert_eq!(out, bytes);
+        let ieth = IethRepr::parse(&bytes).unwrap();
+        assert_eq!(
+            ieth,
+            IethRepr {
+                rkey: RKey(0x1234_5678)
+            }
+        );
+        ieth.emit(&mut out);
+        assert_eq!(out, bytes);
+        let rd = RdethRepr::parse(&bytes).unwrap();
+        assert_eq!(
+            rd,
+            RdethRepr {
+                resv: 0x12,
+                ee_context: 0x34_5678
+            }
+        );
         rd.emit(&mut out);
         assert_eq!(out, bytes);
+        let x = XrcethRepr::parse(&bytes).unwrap();
+        assert_eq!(
+            x,
+            XrcethRepr {
+                resv: 0x12,
+                xrc_srq: Qpn(0x34_5678)
+            }
+        );
         x.emit(&mut out);
         assert_eq!(out, bytes);
+        // FETH: selectivity 1, placement type 3; the reserved bits are kept.
+        let word = [0xde, 0xad, 0xbe, 0x13];
+        let f = FethRepr::parse(&word).unwrap();
+        assert_eq!(f, FethRepr { word: 0xdead_be13 });
+        assert_eq!((f.selectivity(), f.placement_type()), (1, 3));
+        f.emit(&mut out);
+        assert_eq!(out, word);
+        for h in [
+            imm.buffer_len(),
+            ieth.buffer_len(),
+            rd.buffer_len(),
+            x.buffer_len(),
+        ] {
+            assert_eq!(h, HEADER_LEN);
+        }
     }
 
     #[test]
     fn truncated() {
-        assert_eq!(
-            ImmDt::parse(&[1, 2, 3]),
-            Err(Error::Truncated {
-                layer: Layer::ImmDt,
+        for n in 0..4 {
+            let short = &[0x12u8, 0x34, 0x56][..n];
+            let want = |layer| Error::Truncated {
+                layer,
                 needed: 4,
-                got: 3
-            })
-        );
-        assert_eq!(
-            FethRepr::parse(&[]),
-            Err(Error::Truncated {
-                layer: Layer::Feth,
-                needed: 4,
-                got: 0
-            })
-        );
+                got: n,
+            };
+            assert_eq!(ImmDt::parse(short), Err(want(Layer::ImmDt)), "{n} bytes");
+            assert_eq!(IethRepr::parse(short), Err(want(Layer::Ieth)));
+            assert_eq!(RdethRepr::parse(short), Err(want(Layer::Rdeth)));
+            assert_eq!(XrcethRepr::parse(short), Err(want(Layer::Xrceth)));
+            assert_eq!(FethRepr::parse(short), Err(want(Layer::Feth)));
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! Known-answer tests: the four ICRC vectors of ../shared/docs/protocol.md §3.4, the scapy and
-//! PcapPlusPlus frames under ../shared/captures/hexvectors. Each frame must parse, verify its
+//! Known-answer tests: four ICRC vectors (a ConnectX-4 Lx CNP and a UC SEND Only from scapy's
+//! test/contrib/roce.uts; an IPv6 ACK and an IPv4 WRITE Only checked against scapy 2.8.0), and
+//! the scapy and PcapPlusPlus frames under ../shared/captures/hexvectors. Each frame must parse, verify its
 //! ICRC, and be rebuilt byte for byte from its field values.
 mod common;
 

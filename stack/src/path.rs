@@ -1,4 +1,6 @@
-//! The address vector of a connected QP and the ICRC seeds it implies (protocol.md §1.2, §3).
+//! The address vector of a connected QP and the ICRC seeds it implies (RoCEv2: IBTA Annex
+//! A17.4.4 for the ICRC's IP/UDP pseudo-header; the UDP source port as Linux
+//! `rdma_get_udp_sport` derives it from the QPN pair).
 //!
 //! The ICRC covers the IP and UDP headers, so the QP must know them to produce and check it:
 //! both the simulator and a UDP driver fill a [`PathConfig`] with the addresses and ports the

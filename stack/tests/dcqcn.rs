@@ -1,5 +1,5 @@
 //! DCQCN reaction point, presets and pacing, against hand-computed values
-//! (`../shared/docs/protocol.md` §8.2-8.3, `stack/CC.md`).
+//! (the DCQCN paper, the authors' simulator and NVIDIA's parameters, as `stack/CC.md` lays out).
 //!
 //! Rates are bits/s. Unless a test says otherwise the link runs at 100 Gb/s and the numbers in
 //! the comments are exact (every value below is exactly representable, and the controller

@@ -1,4 +1,5 @@
-//! Scripted single-QP tests (STYLE.md §6): one real QP, a scripted peer. Each test feeds
+//! Scripted single-QP tests (in the manner of smoltcp's TCP socket tests): one real QP, a
+//! scripted peer. Each test feeds
 //! `PacketRepr`s at explicit times and checks exactly what the QP sends and completes.
 
 use roce_proto::aeth::rnr_timer_ns;

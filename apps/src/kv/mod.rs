@@ -34,7 +34,8 @@ pub use app::{KvReceiver, KvSender};
 /// Longest WRITE a merged run may become (the stack's largest message, 1 GiB).
 pub const MAX_WRITE: u64 = 1 << 30;
 
-/// Most block copies (so WRITEs) one plan may have: 2^24, 25 times kv-push.md's page-1 example.
+/// Most block copies (so WRITEs) one plan may have: 2^24, 25 times the page-1 plan of the 70B
+/// example (80 layers x 4096 tokens).
 pub const MAX_COPIES: u64 = 1 << 24;
 
 /// Why a shape, plan or copy list is unusable.
@@ -434,7 +435,7 @@ impl PlanSpec {
         }
     }
 
-    /// The five plans of kv-push.md: page 1 with K and V separate; page 16 separate; page 16
+    /// The five plans compared: page 1 with K and V separate; page 16 separate; page 16
     /// adjacent; page 16 merged (adjacent, blocks as `alloc` gives them); one WRITE per layer
     /// (page 16 adjacent, contiguous blocks, merged).
     pub fn defaults(alloc: AllocKind) -> Vec<Self> {
@@ -822,7 +823,7 @@ mod tests {
 
     #[test]
     fn the_five_plans_have_the_work_request_counts_of_the_model() {
-        // kv-push.md's 70B example: 80 layers x 4096 tokens x 256 B.
+        // The 70B example: 80 layers x 4096 tokens x 256 B.
         let spec = KvSpec {
             shape: ModelShape {
                 layers: 80,

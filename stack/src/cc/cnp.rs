@@ -1,5 +1,6 @@
 //! The notification point (receiver side of ECN): when a CE-marked packet makes a QP send a
-//! CNP, and what that CNP looks like (`../shared/docs/protocol.md` §2.3, §8.1).
+//! CNP, and what that CNP looks like (RoCEv2, IBTA Annex A17: opcode 0x81; the pacing rule of the
+//! DCQCN paper, Zhu et al., SIGCOMM 2015).
 //!
 //! [`CnpPacer`] implements the DCQCN paper's rule, per QP: the first CE mark is answered by a
 //! CNP at once and opens a window of `interval` (default 50 µs); marks inside the window are
@@ -35,7 +36,7 @@ pub static CNP_PAYLOAD: [u8; 16] = [0; 16];
 /// of the congested flow (for RC: the receiving QP's `dest_qp_num`).
 ///
 /// Opcode 0x81, SE/M/PadCnt/TVer 0, P_Key 0xFFFF, FECN 0, BECN 1, A 0, PSN 0, 16 zero bytes,
-/// as in the ConnectX-4 Lx capture of `protocol.md` §3.4 vector A. Emit it with
+/// as in a ConnectX-4 Lx capture (scapy's test/contrib/roce.uts). Emit it with
 /// [`PacketRepr::emit_with_icrc`] (ICRC seeded from the CNP's own IP/UDP headers); the IP
 /// header should carry an ECN-capable codepoint and, typically, a high-priority DSCP (48 in
 /// the capture).
@@ -221,7 +222,8 @@ mod tests {
         assert_eq!(z.cnps(), 3);
     }
 
-    /// protocol.md §3.4 vector A (ConnectX-4 Lx): IPv4 + UDP headers and the transport bytes.
+    /// The ConnectX-4 Lx CNP of scapy's test/contrib/roce.uts: IPv4 + UDP headers and the
+    /// transport bytes.
     #[test]
     fn cnp_matches_connectx_vector_a() {
         let ip: [u8; 20] = [

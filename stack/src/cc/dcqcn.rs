@@ -1,6 +1,6 @@
 //! DCQCN, the RoCEv2 reaction point (sender side) rate control, and the congestion-control
-//! configurations a QP can be built with (`../shared/docs/protocol.md` §8.2, §8.3; design
-//! note `stack/CC.md`).
+//! configurations a QP can be built with (the DCQCN paper, Zhu et al., SIGCOMM 2015 §3-4; the
+//! authors' ns3-rdma simulator; NVIDIA's DOCA DCQCN parameters; design note `stack/CC.md`).
 //!
 //! * [`Dcqcn`] implements [`CongestionControl`]: per-QP current rate R_C, target rate R_T, α,
 //!   rate-increase timer and byte counter, cut on CNP, α decay, fast recovery, additive and
@@ -117,7 +117,7 @@ pub struct DcqcnParams {
 
 impl DcqcnParams {
     /// The DCQCN paper (Zhu et al., SIGCOMM 2015) and the authors' simulator
-    /// (bobzhuyb/ns3-rdma), `protocol.md` §8.3 columns 1-2. Agreeing values: g = 1/256,
+    /// (bobzhuyb/ns3-rdma, `config.txt`). Agreeing values: g = 1/256,
     /// K = 55 µs, F = 5, R_AI = 40 Mb/s, one cut per CNP, at most 50 % per cut, R_T clamped on
     /// every cut (`CLAMP_TARGET_RATE 1`). Only the simulator gives R_HAI = 200 Mb/s,
     /// R_min = 100 Mb/s, initial α = 0.5 (its initialisation) and the halving of T and B in
@@ -147,7 +147,7 @@ impl DcqcnParams {
         }
     }
 
-    /// NVIDIA ConnectX firmware defaults as far as known (`protocol.md` §8.3 last column).
+    /// NVIDIA ConnectX firmware defaults as far as known.
     /// Verified from the DOCA "DCQCN CC Parameters" page: g = 5/1024 (`dce_tcp_g` 1019),
     /// K = 1 µs (`dce_tcp_rtt`), initial α = 1023/1024, rate-reduce period 4 µs,
     /// R_min = 1 Mb/s, at most 50 % per cut, no rate set on the first CNP. **Unconfirmed**

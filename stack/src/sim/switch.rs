@@ -1,6 +1,7 @@
 //! A switch node for the simulator: one egress port with a shared FIFO queue, a bottleneck
-//! bandwidth, a buffer limit (tail drop) and RED-style ECN marking (`../shared/docs/protocol.md`
-//! §8.1: no mark below Kmin, probability rising linearly to Pmax at Kmax, every packet above).
+//! bandwidth, a buffer limit (tail drop) and RED-style ECN marking as the DCQCN paper's switches
+//! do (Zhu et al., SIGCOMM 2015, §3: no mark below Kmin, probability rising linearly to Pmax at
+//! Kmax, every packet above).
 //!
 //! Every datagram addressed to the endpoint behind the port ([`SwitchConfig::port`]) crosses
 //! the switch: the sender's link (its bandwidth and delay) brings it to the switch, where it
