@@ -44,7 +44,7 @@ fn driver_data_path_allocates_nothing_per_packet() {
                 self.done.set(self.done.get() + 1);
             }
             while self.posted < self.total && self.posted - self.done.get() < 32 {
-                let op = if self.posted % 2 == 0 {
+                let op = if self.posted.is_multiple_of(2) {
                     WrOp::Write(self.remote)
                 } else {
                     WrOp::Read(self.remote)

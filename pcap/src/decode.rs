@@ -256,8 +256,8 @@ impl Decoder {
         let Some(bth) = d.frame.and_then(Frame::bth) else {
             return false;
         };
-        self.opts.qp.map_or(true, |q| bth.dest_qp.0 == q)
-            && self.opts.opcode.map_or(true, |o| bth.opcode == o)
+        self.opts.qp.is_none_or(|q| bth.dest_qp.0 == q)
+            && self.opts.opcode.is_none_or(|o| bth.opcode == o)
     }
 }
 
@@ -291,7 +291,7 @@ pub fn decode<R: Read, W: Write>(
         }
         n += 1;
         if let Some(p) = progress {
-            if n % 4096 == 0 {
+            if n.is_multiple_of(4096) {
                 p.advance(reader.offset());
             }
         }

@@ -321,7 +321,7 @@ impl<R: Read> CaptureReader<R> {
                     } else {
                         u32::from_le_bytes([avail[4], avail[5], avail[6], avail[7]])
                     } as usize;
-                    if l < 12 || l % 4 != 0 {
+                    if l < 12 || !l.is_multiple_of(4) {
                         return Step::Error("pcapng block length");
                     }
                     if avail.len() < l {

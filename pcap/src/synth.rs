@@ -21,13 +21,13 @@ pub fn packet_for(op: Opcode, seq: u32, payload: &[u8]) -> PacketRepr<'_> {
     PacketRepr {
         bth: BthRepr {
             opcode: op,
-            solicited: seq % 5 == 0 && op.has_payload(),
-            migreq: seq % 3 == 0,
+            solicited: seq.is_multiple_of(5) && op.has_payload(),
+            migreq: seq.is_multiple_of(3),
             pad_count: PacketRepr::pad_for(payload.len()),
             pkey: PKey(0xffff),
             becn: op == Opcode::CNP,
             dest_qp: Qpn(0x11 + (seq % 4)),
-            ack_req: seq % 2 == 0,
+            ack_req: seq.is_multiple_of(2),
             psn: Psn::new(1000 + seq),
             ..BthRepr::default()
         },

@@ -139,7 +139,7 @@ impl PcapNg {
         self.0.extend(ty.to_le_bytes());
         self.0.extend(len.to_le_bytes());
         self.0.extend(body);
-        self.0.extend(std::iter::repeat(0u8).take(pad));
+        self.0.extend(std::iter::repeat_n(0u8, pad));
         self.0.extend(len.to_le_bytes());
     }
     fn new() -> Self {

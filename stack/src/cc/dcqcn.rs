@@ -552,7 +552,7 @@ impl Dcqcn {
             let reduce = self.reduce_deadline.filter(|&t| t <= now);
             let timer = self.timer_deadline.filter(|&t| t <= now);
             match (reduce, timer) {
-                (Some(r), t) if t.map_or(true, |t| r <= t) => {
+                (Some(r), t) if t.is_none_or(|t| r <= t) => {
                     self.reduce_deadline = None;
                     self.cut(r);
                 }

@@ -536,7 +536,7 @@ impl Sim {
                 .and_then(Switch::next_departure)
                 .filter(|&d| d <= now);
             let arr = self.queue.peek().map(|a| a.at).filter(|&a| a <= now);
-            if let Some(d) = dep.filter(|&d| arr.map_or(true, |a| d <= a)) {
+            if let Some(d) = dep.filter(|&d| arr.is_none_or(|a| d <= a)) {
                 if let Some(mut a) = self.switch.as_mut().and_then(|s| s.depart(d)) {
                     a.to_switch = false;
                     self.seq += 1;
