@@ -158,6 +158,16 @@ impl Control {
         }
     }
 
+    /// Resolves only when the peer speaks out of turn or goes away (`Err`, one line naming
+    /// `who` the peer is): the stop signal of a client while its data path runs.
+    pub async fn peer_interrupts(&mut self, who: &str) -> Result<(), String> {
+        match self.recv_frame::<serde_json::Value>().await {
+            Err(DriverError::Peer(m)) => Err(format!("the {who} {m}")),
+            Err(e) => Err(e.to_string()),
+            Ok(_) => Err("unexpected control message".to_string()),
+        }
+    }
+
     /// Resolves when the peer says it is done (`Ok(ok)`) or vanishes (`Err`, one line naming
     /// `who` the peer is); the stop signal of a serving endpoint.
     pub async fn peer_done(&mut self, who: &str) -> Result<bool, String> {

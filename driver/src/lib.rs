@@ -3,7 +3,7 @@
 //! `roce-stack` decides everything about packets; this crate only moves bytes and time between
 //! it and the operating system, and sets runs up:
 //!
-//! * [`endpoint`]: the event loop of one end: a [`Device`](roce_stack::Device), its UDP
+//! * [`endpoint`]: the event loop of one end: a [`roce_stack::Device`], its UDP
 //!   socket, the system clock, an impairment stage, a capture tap, and the [`Application`]
 //!   that posts work and consumes completions ([`app`]).
 //! * [`socket`]: the UDP sockets (quinn-udp receive with ECN and recvmmsg, sendmmsg from one

@@ -216,7 +216,7 @@ impl RoceSocket {
     /// datagram delivered to it, even while this endpoint is busy and never sleeps (3 % of a
     /// 64 B READ run's CPU time), and a busy endpoint polls the socket itself anyway. The
     /// registration stays while the endpoint keeps coming back to sleep (registering costs
-    /// system calls and an allocation) and is dropped after [`DEREGISTER_AFTER`] datagrams
+    /// system calls and an allocation) and is dropped after `DEREGISTER_AFTER` (4096) datagrams
     /// without a sleep. Registration looks at the socket's current state, so a datagram that
     /// arrived before it is not missed.
     pub async fn readable(&mut self) -> io::Result<()> {

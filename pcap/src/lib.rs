@@ -9,10 +9,10 @@
 //!   the byte offset.
 //! * [`link`]: link types (Ethernet, Linux SLL/SLL2, raw IP, BSD loopback, ERF with native
 //!   InfiniBand) down to `roce_proto::Frame`.
-//! * [`decode`]: classification, ICRC check, filters and counters ([`Decoder`], [`decode()`]);
+//! * [`decode`](mod@decode): classification, ICRC check, filters and counters ([`Decoder`], [`decode()`]);
 //!   [`parallel`]: the same over several threads, batch by batch, output in input order;
 //!   [`source`]: a whole file, stdin or buffer through whichever of the two fits.
-//! * [`format`]: the summary line, the verbose tree and JSON lines, written into a reused
+//! * [`format`](mod@format): the summary line, the verbose tree and JSON lines, written into a reused
 //!   buffer without allocating per packet.
 //! * [`writer`]: a pcap writer; [`live`]: capture from an interface with `pnet`; [`tap`]: a
 //!   datagram capture for the transport's endpoints.

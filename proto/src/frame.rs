@@ -4,7 +4,7 @@
 //!
 //! Parsing never fails on a frame that a capture cut short (snap length): the [`Frame`] says
 //! `truncated`, exposes the headers that are there, and [`Frame::packet`] reports the layer
-//! that was cut. [`FrameBuilder`] builds Eth/[VLAN]/IPv4|IPv6/UDP/RoCEv2 frames with correct IP
+//! that was cut. [`FrameBuilder`] builds Eth/(VLAN)/IPv4|IPv6/UDP/RoCEv2 frames with correct IP
 //! checksum, UDP length, UDP checksum (zero or computed) and ICRC.
 use crate::error::need;
 use crate::icrc::{Icrc, Ipv4Fields, UdpFields};
@@ -498,7 +498,7 @@ pub enum IpParams {
     },
 }
 
-/// Builds Ethernet / [VLAN] / IPv4|IPv6 / UDP / RoCEv2 frames.
+/// Builds Ethernet / (VLAN) / IPv4|IPv6 / UDP / RoCEv2 frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameBuilder {
     /// Destination MAC.

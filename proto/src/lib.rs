@@ -52,7 +52,7 @@ pub mod reth;
 pub mod small;
 pub mod types;
 
-#[cfg(any(test, fuzzing, feature = "std"))]
+#[cfg(any(test, fuzzing, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 

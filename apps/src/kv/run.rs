@@ -13,7 +13,7 @@
 //! (1 MiB, as many bytes as the request) give the bandwidth, tiny WRITEs (64 B) the cost of one
 //! work request. Each plan's model time is `max(bytes / bandwidth, WRs x per-WR cost)`.
 //!
-//! The control messages are this application's own ([`KvMsg`]).
+//! The control messages are this application's own (`KvMsg`).
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -512,13 +512,7 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
             .map_err(|e| DriverError::Setup(e.to_string()))?;
         let before = ep.dev.stats();
         let started = std::time::Instant::now();
-        let stop = async {
-            match ctl.recv::<KvMsg>().await {
-                Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
-                Err(e) => Err(e.to_string()),
-                Ok(_) => Err("unexpected control message".to_string()),
-            }
-        };
+        let stop = ctl.peer_interrupts("server");
         ep.run(&mut app, true, stop, cfg.silence).await?;
         let seconds = started.elapsed().as_secs_f64();
         let after = ep.dev.stats();

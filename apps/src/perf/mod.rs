@@ -10,7 +10,7 @@
 //!   the last byte of the target buffer, a SEND by its receive completion) and report half the
 //!   round trip; READ and atomics report the time to the completion.
 //! * The baseline (`udp`): plain UDP datagrams of the wire size of the RoCE data datagrams,
-//!   through the same [`RoceSocket`] path (`sendmmsg` batches, recvmmsg/GRO): a blast counted
+//!   through the same `RoceSocket` path (`sendmmsg` batches, recvmmsg/GRO): a blast counted
 //!   at the receiver for bandwidth and packets/s, a ping-pong for latency.
 //!
 //! Every loop busy-polls (as perftest polls its CQ): each endpoint owns a thread and a core.

@@ -172,13 +172,7 @@ async fn run_one(
     let mut ep = bind_endpoint(dev, local, roce_port, Impairment::default())?;
     ep.set_busy_poll(spin(spec));
     ctl.ready().await?;
-    let stop = async {
-        match ctl.recv_frame::<PerfMsg>().await {
-            Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
-            Err(e) => Err(e.to_string()),
-            Ok(_) => Err("unexpected control message".to_string()),
-        }
-    };
+    let stop = ctl.peer_interrupts("server");
     let result = ep.run(&mut app, true, stop, SILENCE).await;
     result?;
     ctl.done(true).await?;

@@ -1,7 +1,7 @@
 //! The verified workload over real sockets: `roce server` (the responder), `roce client` (the
 //! requester) and `roce loopback` (both, in one process on two threads).
 //!
-//! The exchange on the control channel, in the workload's own messages ([`WorkloadMsg`]):
+//! The exchange on the control channel, in the workload's own messages (`WorkloadMsg`):
 //! the client sends a `hello` (the spec, the connection settings, its QPs), the server
 //! answers `welcome` (its QPs and each QP's responder block), both move their QPs to RTS, the
 //! client says `ready` and runs; when it is done it says `done`, and the server answers with a
@@ -295,13 +295,7 @@ async fn client_async(
     }
     ctl.ready().await?;
     let started = std::time::Instant::now();
-    let stop = async {
-        match ctl.recv_frame::<serde_json::Value>().await {
-            Err(DriverError::Peer(m)) => Err(format!("the server {m}")),
-            Err(e) => Err(e.to_string()),
-            Ok(_) => Err("unexpected control message".to_string()),
-        }
-    };
+    let stop = ctl.peer_interrupts("server");
     let result = ep.run(&mut requester, true, stop, cfg.silence).await;
     let seconds = started.elapsed().as_secs_f64();
     let mine_side = Side::of(requester.mismatches(), requester.tally(), &ep);

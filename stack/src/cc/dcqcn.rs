@@ -8,10 +8,9 @@
 //!   drift-free [`Pacer`].
 //! * [`DcqcnParams`] holds every parameter, with the presets [`DcqcnParams::paper`] and
 //!   [`DcqcnParams::nvidia`]; all fields are public and overridable.
-//! * [`FixedRate`] paces to a constant rate and ignores CNPs.
-//! * [`CcConfig`] names one of `none`, `fixed`, `dcqcn`/`paper`, `nvidia`, parses
-//!   `name[:key=value,...]` strings (for CLI flags) and builds a
-//!   `Box<dyn CongestionControl>` for a QP.
+//! * [`FixedRate`](super::pacing::FixedRate) paces to a constant rate and ignores CNPs.
+//! * [`CcConfig`](super::CcConfig) names one of none, fixed, DCQCN with parameters, and builds
+//!   a `Box<dyn CongestionControl>` for a QP.
 //!
 //! Units: rates are `u64` bits per second of the transport-packet bytes the QP reports to
 //! [`CongestionControl::on_packet_sent`] (BTH through ICRC); α is an `f64` in `[0, 1]`;
@@ -111,7 +110,7 @@ pub struct DcqcnParams {
     /// Authors' simulator: in hyper increase the counter that fired waits only T/2 or B/2 for
     /// its next event.
     pub halve_in_hyper: bool,
-    /// Burst allowance of the pacer in bytes (see [`crate::pacing`]).
+    /// Burst allowance of the pacer in bytes (see [`super::pacing`]).
     pub burst_bytes: u64,
 }
 

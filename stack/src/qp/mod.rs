@@ -2,15 +2,15 @@
 //! service, §10.3 QP states, §11.4 posting).
 //!
 //! The QP is sans-IO: [`Device`](crate::Device) hands it datagrams, the time and the memory
-//! table ([`Ctx`]), and asks it for datagrams to send, completions and its next deadline.
+//! table (`Ctx`), and asks it for datagrams to send, completions and its next deadline.
 //!
 //! * this module: the [`Qp`] itself, dispatch of received packets and transmit opportunities
 //!   between the two halves, posting, and the QP-wide parts (CNPs, congestion control, timers);
 //! * [`attr`]: states, attributes, the transition table, [`ConnectParams`];
-//! * [`requester`]: the send queue, PSN allocation, go-back-N, ACK and READ response handling;
-//! * [`responder`]: the receive queue, request validation and execution, ACK/NAK and READ
+//! * `requester`: the send queue, PSN allocation, go-back-N, ACK and READ response handling;
+//! * `responder`: the receive queue, request validation and execution, ACK/NAK and READ
 //!   response generation, duplicate handling;
-//! * [`timer`]: the table of deadlines; [`build`]: opcodes, headers, emit and completions.
+//! * `timer`: the table of deadlines; `build`: opcodes, headers, emit and completions.
 use std::collections::VecDeque;
 
 use roce_proto::{Ecn, Opcode, PKey, PacketRepr, Psn, Qpn};

@@ -1,7 +1,8 @@
-"""Medians, ranges and ratios of a stack/perf-data/run.sh campaign: summarize.py DIR"""
+"""Medians, ranges and ratios of an apps/perf-data/run.sh campaign: summarize.py DIR"""
 import json,sys,glob,statistics as st,os
 d=sys.argv[1]
-for f in sorted(glob.glob(d+'/*.jsonl')):
+PERF=[f for f in sorted(glob.glob(d+'/*.jsonl')) if os.path.basename(f) not in ('loopback.jsonl','kv.jsonl','sim.jsonl')]
+for f in PERF:
     rows=[]
     for line in open(f):
         load,_,js=line.partition(' ')
@@ -25,7 +26,7 @@ for f in sorted(glob.glob(d+'/*.jsonl')):
         print(f"{os.path.basename(f):40s} n={len(rows)} t_typ {med(t):.2f} us ({min(t):.2f}-{max(t):.2f}) p99 {med(p99):.1f} | udp {med(ut):.2f} us | ratio {med(rr):.2f} ({min(rr):.2f}-{max(rr):.2f}) load {min(loads)}-{max(loads)}")
 
 # The exchange baseline (READ and atomic bandwidth): plain UDP in the operation's own shape.
-for f in sorted(glob.glob(d+'/*.jsonl')):
+for f in PERF:
     rows=[]
     for line in open(f):
         try: rows.append(json.loads(line.partition(' ')[2]))
@@ -57,3 +58,22 @@ for op in ['read','send']:
     w=load('write_--lat_-s_8_-n_20000.jsonl'); o=load(f'{op}_--lat_-s_8_-n_20000.jsonl')
     r=[b['t_typical_us']/a['t_typical_us'] for a,b in zip(w,o) if a and b]
     if r: print(f"{op.upper()} / WRITE 8 B latency (typical), paired: median {st.median(r):.3f} ({min(r):.3f}-{max(r):.3f})")
+
+# The other runs of an ab.sh campaign: the default loopback, the KV push, the congestion suite.
+lb=[j for j in load('loopback.jsonl') if j]
+if lb:
+    g=[j['gbps'] for j in lb]; t=[j['seconds'] for j in lb]
+    print(f"loopback (defaults): n={len(lb)} ok={all(j['ok'] for j in lb)} goodput {st.median(g):.2f} Gb/s ({min(g):.2f}-{max(g):.2f}), time {st.median(t):.3f} s, retransmitted {sum(j['retransmitted_packets'] for j in lb)}")
+kv=[j for j in load('kv.jsonl') if j]
+if kv:
+    print(f"kv (defaults): n={len(kv)} ok={all(j['ok'] for j in kv)} bandwidth {st.median([j['bandwidth_gbps'] for j in kv]):.2f} Gb/s, per WR {st.median([j['per_wr_seconds'] for j in kv])*1e6:.2f} us")
+    for i,p in enumerate(kv[0]['plans']):
+        ms=[j['plans'][i]['seconds']*1e3 for j in kv]
+        print(f"  {p['name']:24s} WRs {p['wrs']:7d}  {st.median(ms):8.2f} ms ({min(ms):.2f}-{max(ms):.2f})")
+sim=[j for j in load('sim.jsonl') if j]
+if sim:
+    for i,r in enumerate(sim[0]['runs']):
+        keys=['fairness','utilization','tail_drops','retransmitted_packets','mean_queue_bytes','cnps']
+        vals=[{k:j['runs'][i].get(k) for k in keys} for j in sim]
+        same=all(v==vals[0] for v in vals)
+        print(f"  sim {r['name']:28s} {vals[0]} {'(same every run)' if same else '(differs between runs!)'}")

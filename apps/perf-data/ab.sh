@@ -1,0 +1,18 @@
+#!/bin/bash
+# Interleaved A/B of two roce builds over the perf campaign (run.sh's configurations), the
+# default loopback, the KV push and the congestion simulation: each round runs A then B, so
+# both see the same machine. Results in OUTDIR/a and OUTDIR/b (summarize.py each), and
+# OUTDIR/{a,b}/{loopback,kv,sim}.jsonl.
+# usage: apps/perf-data/ab.sh A_ROCE B_ROCE OUTDIR [REPS]
+A=$1; B=$2; OUT=$3; REPS=${4:-5}
+mkdir -p "$OUT/a" "$OUT/b"
+here=$(dirname "$0")
+for rep in $(seq 1 "$REPS"); do
+  for side in a b; do
+    if [ $side = a ]; then R=$A; else R=$B; fi
+    ROCE=$R bash "$here/run.sh" "$OUT/$side" 1
+    echo "$(cut -d' ' -f1 /proc/loadavg) $($R loopback --json 2>&1)" >> "$OUT/$side/loopback.jsonl"
+    echo "$(cut -d' ' -f1 /proc/loadavg) $($R kv --json 2>&1)" >> "$OUT/$side/kv.jsonl"
+    echo "$(cut -d' ' -f1 /proc/loadavg) $($R sim congestion --json 2>&1)" >> "$OUT/$side/sim.jsonl"
+  done
+done
