@@ -257,7 +257,6 @@ impl Qp {
     }
     pub(crate) fn set_congestion_control(&mut self, cc: Box<dyn CongestionControl>) {
         self.cc = cc;
-        self.sync_timers();
     }
     pub(crate) fn send_cq(&self) -> CqHandle {
         self.send_cq
@@ -270,17 +269,6 @@ impl Qp {
     /// inside half the PSN space (2^20 + 2^22 < 2^23).
     fn window(&self) -> u32 {
         self.caps.max_unacked_psns.clamp(1, 1 << 20)
-    }
-
-    /// Mirrors the deadlines of the congestion controller and the CNP pacer into the timer
-    /// table; every entry point that may have changed them ends with this.
-    fn sync_timers(&mut self) {
-        self.timers
-            .set_opt(Timer::CongestionControl, self.cc.poll_timeout());
-        self.timers.set_opt(
-            Timer::CnpPacing,
-            self.cnp_pacer.as_ref().and_then(CnpPacer::poll_timeout),
-        );
     }
 
     // ------------------------------------------------------------------ modify
@@ -296,7 +284,6 @@ impl Qp {
                 self.state = to;
             }
         }
-        self.sync_timers();
         Ok(())
     }
 
@@ -432,16 +419,34 @@ impl Qp {
 
     // ------------------------------------------------------------------ timers
 
+    /// The QP's next deadline: its own timers', the congestion controller's and the CNP
+    /// pacer's (those two keep their own).
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         if !self.state.receives() {
             return None;
         }
-        self.timers.next_timeout()
+        let cnp = self.cnp_pacer.as_ref().and_then(CnpPacer::poll_timeout);
+        [self.timers.next_timeout(), self.cc.poll_timeout(), cnp]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     pub(crate) fn handle_timeout(&mut self, now: Instant, ctx: &mut Ctx<'_>) {
         if !self.state.receives() {
             return;
+        }
+        if self.cc.poll_timeout().is_some_and(|t| t <= now) {
+            let before = self.cc.rate_bps();
+            self.cc.handle_timeout(now);
+            self.note_rate(before);
+        }
+        if self
+            .cnp_pacer
+            .as_mut()
+            .is_some_and(|p| p.handle_timeout(now))
+        {
+            self.cnp_pending = true;
         }
         for t in Timer::ALL {
             if !self.timers.take_expired(t, now) {
@@ -450,25 +455,10 @@ impl Qp {
             match t {
                 // The held packet may go now; the next poll_transmit sends it.
                 Timer::Pacing => {}
-                Timer::CongestionControl => {
-                    let before = self.cc.rate_bps();
-                    self.cc.handle_timeout(now);
-                    self.note_rate(before);
-                }
-                Timer::CnpPacing => {
-                    if self
-                        .cnp_pacer
-                        .as_mut()
-                        .is_some_and(|p| p.handle_timeout(now))
-                    {
-                        self.cnp_pending = true;
-                    }
-                }
                 Timer::RnrWait => self.rewind(),
                 Timer::Retransmit => self.on_retransmit_timeout(now, ctx),
             }
         }
-        self.sync_timers();
     }
 
     /// Counts a rate cut if the controller's rate fell below `before` (`None` = unlimited).
@@ -512,7 +502,6 @@ impl Qp {
             self.stats.tx_packets += 1;
             self.stats.tx_bytes += n as u64;
         }
-        self.sync_timers();
         n
     }
 
@@ -595,7 +584,6 @@ impl Qp {
         ctx: &mut Ctx<'_>,
     ) {
         self.receive(now, ecn, bytes, ctx);
-        self.sync_timers();
     }
 
     /// Transport header validation (IBTA Vol 1 §9.6) and dispatch to the requester or the

@@ -1,6 +1,7 @@
 //! The deadlines of one QP, kept in one table (the shape of quinn-proto's
-//! `connection/timer.rs`): [`Qp::poll_timeout`](super::Qp) is its minimum, and
-//! `handle_timeout` runs each expired entry once.
+//! `connection/timer.rs`): the QP's `poll_timeout` is its minimum (with the congestion
+//! controller's and the CNP pacer's own deadlines), and `handle_timeout` runs each expired entry
+//! once.
 use crate::time::Instant;
 
 /// What a QP waits for.
@@ -12,27 +13,17 @@ pub(crate) enum Timer {
     RnrWait = 1,
     /// The congestion controller's pacing holds the next packet until then.
     Pacing = 2,
-    /// The congestion controller's own timer (rate increase, deferred cut).
-    CongestionControl = 3,
-    /// The CNP pacer owes the peer a CNP at the end of its interval.
-    CnpPacing = 4,
 }
 
 impl Timer {
     /// Every timer, in the order `handle_timeout` runs them.
-    pub(crate) const ALL: [Self; 5] = [
-        Self::Pacing,
-        Self::CongestionControl,
-        Self::CnpPacing,
-        Self::RnrWait,
-        Self::Retransmit,
-    ];
+    pub(crate) const ALL: [Self; 3] = [Self::Pacing, Self::RnrWait, Self::Retransmit];
 }
 
 /// One optional deadline per [`Timer`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct TimerTable {
-    data: [Option<Instant>; 5],
+    data: [Option<Instant>; 3],
 }
 
 impl TimerTable {
@@ -63,7 +54,7 @@ impl TimerTable {
 
     /// Stops every timer.
     pub(crate) fn stop_all(&mut self) {
-        self.data = [None; 5];
+        self.data = [None; 3];
     }
 
     /// `true` when `timer` is armed for `now` or earlier.
@@ -96,7 +87,7 @@ mod tests {
         assert_eq!(t.next_timeout(), None);
         t.set(Timer::Retransmit, Instant(50));
         t.set(Timer::Pacing, Instant(20));
-        t.set_opt(Timer::CnpPacing, None);
+        t.set_opt(Timer::RnrWait, None);
         assert_eq!(t.next_timeout(), Some(Instant(20)));
         assert!(!t.take_expired(Timer::Pacing, Instant(19)));
         assert!(t.take_expired(Timer::Pacing, Instant(20)));
