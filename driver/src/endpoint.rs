@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use roce_proto::{Ecn, ROCEV2_UDP_PORT};
-use roce_stack::{Device, Instant};
+use roce_stack::{Device, Instant, RxMeta};
 
 use crate::app::Application;
 use crate::impair::{ImpairStage, ImpairStats, Impairment};
@@ -183,6 +183,9 @@ impl Endpoint {
         tokio::pin!(stop);
         let mut last_rx = self.now();
         let mut last_io = last_rx;
+        // Progress is what the device accepted (valid datagrams from a QP's peer): junk from
+        // elsewhere is received and dropped, but does not keep a dead run alive.
+        let mut accepted = self.dev.accepted_datagrams();
         loop {
             // One clock read per turn: the device's timers run in microseconds, a turn takes
             // a few.
@@ -191,7 +194,7 @@ impl Endpoint {
             let received = self.receive(now)?;
             {
                 let Self { impair, dev, .. } = self;
-                impair.release(now, |ecn, d| dev.handle_datagram(now, ecn, d));
+                impair.release(now, |meta, d| dev.handle_datagram(now, meta, d));
             }
             if self.dev.poll_timeout().is_some_and(|t| t <= now) {
                 self.dev.handle_timeout(now);
@@ -203,7 +206,8 @@ impl Endpoint {
                 return Ok(());
             }
             let sent = self.transmit(now, TX_BURST).await?;
-            if received > 0 {
+            if self.dev.accepted_datagrams() != accepted {
+                accepted = self.dev.accepted_datagrams();
                 last_rx = now;
             }
             if sent > 0 || received > 0 {
@@ -228,7 +232,7 @@ impl Endpoint {
             let wake = deadline.map_or(cap, |t| self.to_tokio(t).min(cap));
             self.stats.wakeups += 1;
             tokio::select! {
-                r = self.sock.readable() => { r?; last_rx = self.now(); }
+                r = self.sock.readable() => r?,
                 _ = tokio::time::sleep_until(wake) => {}
                 r = &mut stop => {
                     return match r {
@@ -306,18 +310,21 @@ impl Endpoint {
             tap,
             ..
         } = self;
-        let total = sock.try_recv(|src, ecn, data| {
+        let total = sock.try_recv(|src, dst, ecn, data| {
             if let Some(tap) = tap {
                 tap(&TapRecord {
                     time: SystemTime::now(),
                     direction: Direction::Received,
                     src,
-                    dst: local,
+                    dst: SocketAddr::new(dst, local.port()),
                     ecn,
                     data,
                 });
             }
-            impair.process(now, ecn, data, |ecn, d| dev.handle_datagram(now, ecn, d));
+            let meta = RxMeta::new(src, dst, ecn);
+            impair.process(now, &meta, data, |meta, d| {
+                dev.handle_datagram(now, meta, d)
+            });
         })?;
         self.stats.received += total as u64;
         Ok(total)

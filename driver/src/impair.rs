@@ -8,7 +8,11 @@ use std::time::Duration;
 use roce_proto::Ecn;
 
 use roce_stack::rng::Rng;
-use roce_stack::Instant;
+use roce_stack::{Instant, RxMeta};
+
+/// Most datagrams held back for reordering at once; beyond it a datagram chosen for reordering
+/// is delivered at once, so a flood cannot grow the stage without bound.
+const MAX_HELD: usize = 4096;
 
 /// Probabilities (0..1) of each impairment per received datagram.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,7 +124,7 @@ impl ImpairStats {
 pub struct ImpairStage {
     cfg: Impairment,
     rng: Rng,
-    held: VecDeque<(Instant, Ecn, Vec<u8>)>,
+    held: VecDeque<(Instant, RxMeta, Vec<u8>)>,
     /// Spare buffers for held datagrams (no allocation once warmed up).
     spare: Vec<Vec<u8>>,
     /// What was done.
@@ -143,21 +147,21 @@ impl ImpairStage {
     pub fn process(
         &mut self,
         now: Instant,
-        ecn: Ecn,
+        meta: &RxMeta,
         data: &[u8],
-        mut deliver: impl FnMut(Ecn, &[u8]),
+        mut deliver: impl FnMut(&RxMeta, &[u8]),
     ) {
         if self.cfg.is_none() {
-            deliver(ecn, data);
+            deliver(meta, data);
             return;
         }
         if self.rng.chance(self.cfg.loss) {
             self.stats.lost += 1;
             return;
         }
-        let mut ecn = ecn;
+        let mut meta = *meta;
         if self.rng.chance(self.cfg.ce) {
-            ecn = Ecn::Ce;
+            meta.ecn = Ecn::Ce;
             self.stats.ce_marked += 1;
         }
         let copies = if self.rng.chance(self.cfg.duplicate) {
@@ -179,22 +183,22 @@ impl ImpairStage {
             if let Some(bit) = corrupt_bit {
                 buf[bit / 8] ^= 1 << (bit % 8);
             }
-            if self.rng.chance(self.cfg.reorder) {
+            if self.rng.chance(self.cfg.reorder) && self.held.len() < MAX_HELD {
                 self.stats.reordered += 1;
                 let at = now + self.cfg.reorder_delay;
-                self.held.push_back((at, ecn, buf));
+                self.held.push_back((at, meta, buf));
             } else {
-                deliver(ecn, &buf);
+                deliver(&meta, &buf);
                 self.spare.push(buf);
             }
         }
     }
 
     /// Delivers the held datagrams whose time has come.
-    pub fn release(&mut self, now: Instant, mut deliver: impl FnMut(Ecn, &[u8])) {
+    pub fn release(&mut self, now: Instant, mut deliver: impl FnMut(&RxMeta, &[u8])) {
         while self.held.front().is_some_and(|h| h.0 <= now) {
-            if let Some((_, ecn, buf)) = self.held.pop_front() {
-                deliver(ecn, &buf);
+            if let Some((_, meta, buf)) = self.held.pop_front() {
+                deliver(&meta, &buf);
                 self.spare.push(buf);
             }
         }
@@ -210,14 +214,21 @@ impl ImpairStage {
 mod tests {
     use super::*;
 
+    fn meta(ecn: Ecn) -> RxMeta {
+        RxMeta::new(
+            "127.0.0.2:4791".parse().unwrap(),
+            "127.0.0.1".parse().unwrap(),
+            ecn,
+        )
+    }
+
     #[test]
     fn pass_through_when_unimpaired() {
         let mut s = ImpairStage::new(Impairment::default());
         let mut got = Vec::new();
-        s.process(Instant::ZERO, Ecn::Ect0, b"abc", |e, d| {
-            got.push((e, d.to_vec()))
-        });
-        assert_eq!(got, vec![(Ecn::Ect0, b"abc".to_vec())]);
+        let m = meta(Ecn::Ect0);
+        s.process(Instant::ZERO, &m, b"abc", |e, d| got.push((*e, d.to_vec())));
+        assert_eq!(got, vec![(m, b"abc".to_vec())]);
     }
 
     #[test]
@@ -237,13 +248,13 @@ mod tests {
         let n = 20_000u64;
         for i in 0..n {
             let now = Instant::from_nanos(i * 1000);
-            s.process(now, Ecn::Ect0, &data, |e, _| {
+            s.process(now, &meta(Ecn::Ect0), &data, |e, _| {
                 delivered += 1;
-                ce += u64::from(e == Ecn::Ce);
+                ce += u64::from(e.ecn == Ecn::Ce);
             });
             s.release(now, |e, _| {
                 delivered += 1;
-                ce += u64::from(e == Ecn::Ce);
+                ce += u64::from(e.ecn == Ecn::Ce);
             });
         }
         s.release(Instant::from_nanos(u64::MAX / 2), |_, _| delivered += 1);
@@ -254,6 +265,26 @@ mod tests {
         assert_eq!(delivered, n - st.lost + st.duplicated);
         assert!(ce >= st.ce_marked);
         assert!(st.corrupted > 0 && st.reordered > 0);
+    }
+
+    #[test]
+    fn a_flood_cannot_grow_the_reorder_queue() {
+        let mut s = ImpairStage::new(Impairment {
+            reorder: 1.0,
+            reorder_delay: Duration::from_secs(3600),
+            ..Impairment::default()
+        });
+        let mut delivered = 0u64;
+        for _ in 0..(MAX_HELD as u64 + 1000) {
+            s.process(Instant::ZERO, &meta(Ecn::NotEct), &[0u8; 32], |_, _| {
+                delivered += 1
+            });
+        }
+        assert_eq!(s.held.len(), MAX_HELD);
+        assert_eq!(
+            delivered, 1000,
+            "beyond the bound, datagrams go through at once"
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod control;
 pub mod endpoint;
 pub mod impair;
 pub mod qps;
+pub mod secrets;
 pub mod socket;
 
 use std::future::Future;
@@ -38,6 +39,7 @@ pub use app::{AppError, Application};
 pub use control::Control;
 pub use endpoint::{Direction, Endpoint, LoopStats, RunError, Tap, TapRecord};
 pub use impair::{ImpairStats, Impairment};
+pub use secrets::Secrets;
 
 /// TCP port of the control connection (perftest's default).
 pub const DEFAULT_CONTROL_PORT: u16 = 18515;

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 
 use roce_proto::{Ecn, Psn, Qpn, RKey};
-use roce_stack::rng::Rng;
 use roce_stack::{
     Access, CcConfig, ConnectParams, CqHandle, Device, MemoryRegion, PathConfig, PdHandle, QpCaps,
     RemoteAddr,
@@ -149,12 +148,6 @@ pub fn create_qps(
             })
         })
         .collect()
-}
-
-/// Start PSNs from a seed (random-looking, so runs cross the 2^24 wrap now and then).
-pub fn start_psns(seed: u64, n: u32, salt: u64) -> Vec<Psn> {
-    let mut rng = Rng::new(seed ^ salt);
-    (0..n).map(|_| Psn::new(rng.next_u64() as u32)).collect()
 }
 
 /// The QPs an end announces to its peer: QPN and first PSN of each.

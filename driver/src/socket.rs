@@ -1,7 +1,8 @@
 //! The UDP sockets under an endpoint. Receiving goes through `quinn-udp` (batched recvmmsg, GRO,
 //! the ECN codepoint of every datagram from IP_RECVTOS / IPV6_RECVTCLASS); the receive
-//! timestamp and destination-address control messages it also asks for are turned off again,
-//! since nothing here uses them. Every sending socket sets IP_MTU_DISCOVER to
+//! timestamp control message it also asks for is turned off again, and so is the
+//! destination-address one unless the socket is bound to a wildcard address (a QP accepts only
+//! datagrams sent to its own address, so the endpoint must know it). Every sending socket sets IP_MTU_DISCOVER to
 //! IP_PMTUDISC_PROBE, so Linux writes DF and identification 0 on every IPv4 datagram of an
 //! unconnected socket (`include/net/ip.h`): exactly the header the ICRC is computed over.
 //!
@@ -18,7 +19,7 @@
 //! SO_REUSEADDR/SO_REUSEPORT, so two endpoints sharing an address (IPv6 loopback) can both
 //! send from the same port; nothing is ever sent to them.
 use std::io::{self, IoSliceMut};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use std::io::IoSlice;
 
@@ -100,11 +101,15 @@ impl RoceSocket {
         // datagram; neither is used here, and each costs a control message per datagram (the
         // timestamp also makes the kernel read the clock for every packet it receives).
         let _ = setsockopt(&std_sock, sockopt::ReceiveTimestampns, &false);
-        let _ = if addr.is_ipv4() {
-            setsockopt(&std_sock, sockopt::Ipv4PacketInfo, &false)
-        } else {
-            setsockopt(&std_sock, sockopt::Ipv6RecvPacketInfo, &false)
-        };
+        // The destination address is needed only when the socket is bound to a wildcard
+        // address: otherwise every datagram it receives was sent to the bound one.
+        if !addr.ip().is_unspecified() {
+            let _ = if addr.is_ipv4() {
+                setsockopt(&std_sock, sockopt::Ipv4PacketInfo, &false)
+            } else {
+                setsockopt(&std_sock, sockopt::Ipv6RecvPacketInfo, &false)
+            };
+        }
         std_sock.set_nonblocking(true)?;
         let local = std_sock.local_addr()?;
         Ok(Self {
@@ -229,8 +234,12 @@ impl RoceSocket {
     }
 
     /// Reads what is queued without waiting (one batch) and hands each datagram to `f` with
-    /// its source, ECN codepoint and bytes. Returns how many datagrams were read.
-    pub fn try_recv(&mut self, mut f: impl FnMut(SocketAddr, Ecn, &[u8])) -> io::Result<usize> {
+    /// its source, the local address it was sent to, its ECN codepoint and bytes. Returns how
+    /// many datagrams were read.
+    pub fn try_recv(
+        &mut self,
+        mut f: impl FnMut(SocketAddr, IpAddr, Ecn, &[u8]),
+    ) -> io::Result<usize> {
         let Self {
             io,
             state,
@@ -238,6 +247,7 @@ impl RoceSocket {
             meta,
             waiter,
             since_wait,
+            local,
             ..
         } = self;
         // On the stack: no allocation per batch.
@@ -273,9 +283,20 @@ impl RoceSocket {
         let mut count = 0;
         for (m, buf) in meta.iter().zip(iovs.iter()).take(n) {
             let ecn = m.ecn.map_or(Ecn::NotEct, |e| Ecn::from_bits(e as u8));
+            let dst = if local.ip().is_unspecified() {
+                // Unknown (no control message) stays unspecified: only the source is checked.
+                m.dst_ip.map_or(local.ip(), |ip| match (ip, local.ip()) {
+                    (IpAddr::V6(v6), IpAddr::V4(_)) => {
+                        v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+                    }
+                    (ip, _) => ip,
+                })
+            } else {
+                local.ip()
+            };
             let stride = m.stride.max(1);
             for seg in buf[..m.len].chunks(stride) {
-                f(m.addr, ecn, seg);
+                f(m.addr, dst, ecn, seg);
                 count += 1;
             }
         }

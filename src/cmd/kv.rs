@@ -2,8 +2,9 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use roce_apps::kv::run::{self as kv, KvConfig};
+use roce_apps::kv::run::{self as kv, KvConfig, KvServerConfig, DEFAULT_MAX_POOL};
 use roce_apps::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
+use roce_driver::Secrets;
 use roce_stack::ConnectParams;
 
 use crate::args::{size_flag, Ends, ImpairArgs};
@@ -41,9 +42,14 @@ pub(crate) struct KvArgs {
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
     #[arg(long, default_value_t = 4096)]
     mtu: u32,
-    /// Seed of the allocation, the data and the impairments.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Seed of the allocation, the data, the impairments and the secrets (start PSNs, QPNs,
+    /// keys), for a reproducible run. Without it the run uses seed 1 and the secrets come
+    /// from the OS random generator.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Server: the largest pool a client may ask for (K = 1024).
+    #[arg(long, default_value = "1G")]
+    max_pool: String,
     #[command(flatten)]
     impair: ImpairArgs,
     /// Local ACK timeout code: 4.096 us x 2^N (14 = 67 ms).
@@ -76,14 +82,24 @@ fn parse_alloc(s: &str) -> anyhow::Result<AllocKind> {
 }
 
 pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
-    let imp = a.impair.impairment(a.seed)?;
+    let seed = a.seed.unwrap_or(1);
+    let imp = a.impair.impairment(seed)?;
+    let secrets = Secrets::from_seed(a.seed);
     if a.ends.server {
         let listener = a.ends.listener()?;
         eprintln!(
             "roce kv: decode side waiting for a prefill client on {}",
             listener.local_addr()
         );
-        let o = kv::serve(listener, imp)?;
+        let max_pool = size_flag("--max-pool", Some(&a.max_pool))?.unwrap_or(DEFAULT_MAX_POOL);
+        let o = kv::serve(
+            listener,
+            KvServerConfig {
+                impairment: imp,
+                secrets,
+                max_pool,
+            },
+        )?;
         for m in &o.mismatches {
             eprintln!("roce kv: {m}");
         }
@@ -116,7 +132,7 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
             shape,
             pool_bytes,
             qps: a.qps,
-            seed: a.seed,
+            seed,
         },
         plans,
         transport: ConnectParams {
@@ -126,6 +142,7 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
         },
         impairment: imp,
         repeat: a.repeat,
+        secrets,
         ..KvConfig::default()
     };
     cfg.validate()?;

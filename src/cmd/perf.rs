@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::perf::{self, PerfResult, PerfTest};
+use roce_driver::Secrets;
 
 use crate::args::{size_flag, Ends};
 
@@ -14,7 +15,8 @@ pub(crate) struct PerfArgs {
     /// Latency (ping-pong) instead of bandwidth.
     #[arg(long)]
     lat: bool,
-    /// Message size (K = 1024); udp: datagram size. Default 65536 (bw), 8 (lat).
+    /// Message size (K = 1024); udp: datagram size. Default 65536 (bw), 8 (lat); udp 65507
+    /// (bw), 16 (lat).
     #[arg(short = 's', long, conflicts_with = "all")]
     size: Option<String>,
     /// Sweep sizes 2 B .. 8 MiB in powers of two.
@@ -49,6 +51,10 @@ pub(crate) struct PerfArgs {
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
+    /// Derive the start PSNs, QPNs and memory keys from this seed (reproducible, and so
+    /// predictable) instead of the OS random generator.
+    #[arg(long)]
+    seed: Option<u64>,
     #[command(flatten)]
     ends: Ends,
 }
@@ -79,13 +85,17 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         outs: a.outs,
         request: size_flag("--request", a.request.as_deref())?,
     })?;
+    let secrets = Secrets::from_seed(a.seed);
+    if let Some(s) = a.seed {
+        eprintln!("roce perf: secrets derived from seed {s} (PSNs, QPNs and keys are predictable)");
+    }
     if a.ends.server {
         let listener = a.ends.listener()?;
         eprintln!(
             "roce perf: waiting for a client on {}",
             listener.local_addr()
         );
-        let runs = perf::serve(listener)?;
+        let runs = perf::serve(listener, secrets)?;
         eprintln!("roce perf: client finished after {runs} runs");
         return Ok(ExitCode::SUCCESS);
     }
@@ -104,8 +114,21 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         written.and_then(|()| o.flush()).is_ok()
     };
     match &a.ends.client {
-        Some(host) => perf::run_client(a.ends.client_config(host)?, &specs, a.baseline, out)?,
-        None => perf::loopback(a.ends.client_ip, a.ends.server_ip, &specs, a.baseline, out)?,
+        Some(host) => perf::run_client(
+            a.ends.client_config(host)?,
+            &specs,
+            a.baseline,
+            secrets,
+            out,
+        )?,
+        None => perf::loopback(
+            a.ends.client_ip,
+            a.ends.server_ip,
+            &specs,
+            a.baseline,
+            secrets,
+            out,
+        )?,
     }
     Ok(ExitCode::SUCCESS)
 }

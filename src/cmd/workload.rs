@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::workload::{self, OpKind, RunConfig, WorkloadSpec};
-use roce_driver::DEFAULT_CONTROL_PORT;
+use roce_driver::{Secrets, DEFAULT_CONTROL_PORT};
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::ConnectParams;
 
@@ -34,9 +34,11 @@ pub(crate) struct RunArgs {
     /// Work requests outstanding per QP.
     #[arg(long, default_value_t = 16)]
     depth: u32,
-    /// Seed of the workload, the data and the impairments.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Seed of the workload, the data, the impairments and the secrets (start PSNs, QPNs,
+    /// memory keys), for a reproducible run. Without it the workload uses seed 1 and the
+    /// secrets come from the OS random generator, so that no one off the path can guess them.
+    #[arg(long)]
+    seed: Option<u64>,
     #[command(flatten)]
     impair: ImpairArgs,
     /// Congestion control: none, dcqcn (= paper), nvidia, fixed:rate=10Gbps, with
@@ -79,9 +81,10 @@ pub(crate) struct ServerArgs {
     port: u16,
     #[command(flatten)]
     impair: ImpairArgs,
-    /// Seed of the impairments.
-    #[arg(long, default_value_t = 2)]
-    seed: u64,
+    /// Seed of the impairments (default 2) and of the secrets (start PSNs, QPNs, memory
+    /// keys; without it they come from the OS random generator).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Write every datagram sent and received to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
@@ -131,6 +134,7 @@ pub(crate) fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
 
 fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
     let (min_size, max_size) = flag("--size", &a.size, units::size_range)?;
+    let seed = a.seed.unwrap_or(1);
     let cfg = RunConfig {
         spec: WorkloadSpec {
             ops: flag("--ops", &a.ops, parse_ops)?,
@@ -139,15 +143,16 @@ fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
             count: a.count,
             qps: a.qps,
             depth: a.depth,
-            seed: a.seed,
+            seed,
         },
         transport: ConnectParams {
             mtu: a.mtu,
             timeout: a.timeout,
             ..ConnectParams::default()
         },
-        impairment: a.impair.impairment(a.seed)?,
+        impairment: a.impair.impairment(seed)?,
         cc: flag("--cc", &a.cc, cc::parse)?,
+        secrets: Secrets::from_seed(a.seed),
         ..RunConfig::default()
     };
     cfg.validate()?;
@@ -167,25 +172,30 @@ pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
-    let imp = a.impair.impairment(a.seed)?;
+    let imp = a.impair.impairment(a.seed.unwrap_or(2))?;
     let listener = listener(a.bind, a.port)?;
     eprintln!(
         "roce server: waiting for a client on {}",
         listener.local_addr()
     );
-    let o = workload::serve(listener, imp, pcap_tap(&a.pcap)?)?;
+    let secrets = Secrets::from_seed(a.seed);
+    let o = workload::serve(listener, imp, secrets, pcap_tap(&a.pcap)?)?;
     for m in &o.mismatches {
         eprintln!("roce server: {m}");
     }
-    eprintln!(
-        "roce server: client finished, {} bytes verified here",
-        o.verified_bytes
-    );
-    Ok(if o.mismatches.is_empty() {
-        ExitCode::SUCCESS
+    if o.complete {
+        eprintln!(
+            "roce server: client finished, every QP verified, {} bytes verified here",
+            o.verified_bytes
+        );
+        Ok(ExitCode::SUCCESS)
     } else {
-        ExitCode::FAILURE
-    })
+        eprintln!(
+            "roce server: FAILED: the client stopped before every QP's memory verified ({} bytes verified here)",
+            o.verified_bytes
+        );
+        Ok(ExitCode::FAILURE)
+    }
 }
 
 pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {

@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::net::IpAddr;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use roce_proto::{Ecn, Qpn};
+use roce_proto::Qpn;
 use roce_stack::{
     Access, ConnectParams, CqHandle, Device, DeviceConfig, Instant, MrHandle, PathConfig, QpCaps,
     RecvRequest, RemoteAddr, SgList, WorkRequest, WrOp,
@@ -130,13 +130,13 @@ impl Pair {
             let mut moved = false;
             while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
                 self.b
-                    .handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
+                    .handle_datagram(self.now, &t.rx_meta(), &self.buf[..t.len]);
                 packets += u64::from(op != Op::Read);
                 moved = true;
             }
             while let Some(t) = self.b.poll_transmit(self.now, &mut self.buf) {
                 self.a
-                    .handle_datagram(self.now, Ecn::Ect0, &self.buf[..t.len]);
+                    .handle_datagram(self.now, &t.rx_meta(), &self.buf[..t.len]);
                 packets += u64::from(op == Op::Read && t.len > 40);
                 moved = true;
             }

@@ -6,11 +6,12 @@
 //! which the QPs' datagrams go on the wire, so the simulator and the sockets see one stream.
 use std::collections::VecDeque;
 
-use roce_proto::{Ecn, Qpn, RocePacket};
+use roce_proto::{Qpn, RocePacket};
 
 use crate::cc::CongestionControl;
 use crate::handle::{CqHandle, MrHandle, PdHandle};
 use crate::memory::{Access, MemoryRegion, MrTable};
+use crate::path::RxMeta;
 use crate::qp::{
     ConnectParams, Ctx, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Transmit,
 };
@@ -29,6 +30,11 @@ pub struct DeviceConfig {
     /// transmit scheduler's quantum). Runs of one QP's datagrams share addresses and ports,
     /// which is what lets a socket driver hand a whole run to one `sendmmsg`.
     pub tx_quantum: u32,
+    /// Seed of the memory regions' key bytes and virtual addresses. The default (0) is
+    /// deterministic, for simulations and tests; a device that talks to a network gets it from
+    /// the operating system's CSPRNG (`roce-driver` does), so that an off-path sender cannot
+    /// predict an rkey or an address.
+    pub key_seed: u64,
 }
 
 impl Default for DeviceConfig {
@@ -37,6 +43,7 @@ impl Default for DeviceConfig {
             qpn_base: 0x11,
             max_qps: 1 << 16,
             tx_quantum: 16,
+            key_seed: 0,
         }
     }
 }
@@ -73,6 +80,8 @@ pub struct Device {
     served: u32,
     /// Drops of datagrams that reached no QP.
     drops: QpStats,
+    /// Datagrams accepted by a QP.
+    accepted: u64,
 }
 
 impl Default for Device {
@@ -87,13 +96,14 @@ impl Device {
         Self {
             config,
             pds: 0,
-            mrs: MrTable::default(),
+            mrs: MrTable::new(config.key_seed),
             cqs: Vec::new(),
             qps: Vec::new(),
             active: VecDeque::new(),
             in_active: Vec::new(),
             served: 0,
             drops: QpStats::default(),
+            accepted: 0,
         }
     }
 
@@ -252,9 +262,10 @@ impl Device {
         self.cqs.get(cq.0 as usize).map_or(0, VecDeque::len)
     }
 
-    /// A received RoCEv2 UDP payload (BTH through ICRC) with its IP ECN codepoint. Malformed
-    /// datagrams, bad ICRCs, unknown QPs and wrong states are dropped and counted.
-    pub fn handle_datagram(&mut self, now: Instant, ecn: Ecn, datagram: &[u8]) {
+    /// A received RoCEv2 UDP payload (BTH through ICRC) with what the link knows of its
+    /// headers (addresses, ECN). Datagrams from anyone but the QP's peer, malformed datagrams,
+    /// bad ICRCs, unknown QPs and wrong states are dropped and counted.
+    pub fn handle_datagram(&mut self, now: Instant, meta: &RxMeta, datagram: &[u8]) {
         let qpn = match RocePacket::new_checked(datagram) {
             Ok(p) => p.bth().dest_qp(),
             Err(_) => {
@@ -263,9 +274,19 @@ impl Device {
             }
         };
         match self.split(qpn) {
-            Some((qp, mut ctx)) => qp.handle_datagram(now, ecn, datagram, &mut ctx),
+            Some((qp, mut ctx)) => {
+                if qp.handle_datagram(now, meta, datagram, &mut ctx) {
+                    self.accepted += 1;
+                }
+            }
             None => self.drops.drops.count(DropReason::UnknownQp),
         }
+    }
+
+    /// Datagrams a QP accepted so far (from its peer, valid, in a receiving state): what a
+    /// driver counts as a sign of life of the peer, where junk from elsewhere is not.
+    pub fn accepted_datagrams(&self) -> u64 {
+        self.accepted
     }
 
     /// Runs expired timers. Call once `now >= poll_timeout()`; early calls are harmless.

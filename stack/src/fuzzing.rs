@@ -16,7 +16,7 @@ use roce_proto::{
 use crate::model::{Model, QueueId};
 use crate::{
     Access, ConnectParams, Device, Instant, MrHandle, PathConfig, QpAttr, QpCaps, QpState,
-    RecvRequest, RemoteAddr, SgList, WorkRequest, WrOp,
+    RecvRequest, RemoteAddr, RxMeta, SgList, WorkRequest, WrOp,
 };
 
 struct Input<'a> {
@@ -81,6 +81,19 @@ fn connect(s: &mut Side, peer: Qpn, local: &str, remote: &str, mtu: u32) {
     };
     let r = s.dev.connect_qp(s.qpn, &c);
     assert!(r.is_ok(), "connecting a fresh QP must work: {r:?}");
+}
+
+/// What `sd` sees of a datagram from its peer (or, for `stranger`, from an off-path address).
+fn from_peer(sd: &Side, ecn: Ecn, stranger: bool) -> RxMeta {
+    let path = sd
+        .dev
+        .qp(sd.qpn)
+        .map_or(PathConfig::default(), |q| *q.path());
+    let mut meta = path.from_peer(ecn);
+    if stranger {
+        meta.src = std::net::SocketAddr::new([10, 9, 9, 9].into(), meta.src.port());
+    }
+    meta
 }
 
 fn side(qpn_base: u32) -> Side {
@@ -211,8 +224,10 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
             3 => {
                 // Arbitrary bytes.
                 let n = usize::from(inp.byte());
+                let stranger = n & 1 == 1;
                 let bytes = inp.take(n).to_vec();
-                sides[s].dev.handle_datagram(now, Ecn::NotEct, &bytes);
+                let meta = from_peer(&sides[s], Ecn::NotEct, stranger);
+                sides[s].dev.handle_datagram(now, &meta, &bytes);
             }
             4 => {
                 // A mutated copy of something really sent, with or without a fixed ICRC.
@@ -237,7 +252,8 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                     let n = bytes.len();
                     path.rx_icrc(n).fill(&mut bytes);
                 }
-                sides[s].dev.handle_datagram(now, Ecn::Ce, &bytes);
+                let meta = from_peer(&sides[s], Ecn::Ce, flips == 3);
+                sides[s].dev.handle_datagram(now, &meta, &bytes);
             }
             5 => {
                 // A well-formed packet built from fuzz fields, with a valid ICRC.
@@ -293,7 +309,8 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                         .qp(me)
                         .map_or(&PathConfig::default(), |q| q.path());
                     path.rx_icrc(n).fill(&mut bytes[..n]);
-                    sides[s].dev.handle_datagram(now, Ecn::Ect0, &bytes[..n]);
+                    let meta = from_peer(&sides[s], Ecn::Ect0, false);
+                    sides[s].dev.handle_datagram(now, &meta, &bytes[..n]);
                 }
             }
             6 => {
@@ -311,18 +328,19 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                     match what {
                         0 => {}
                         1 => {
-                            sides[to].dev.handle_datagram(now, Ecn::Ect0, &bytes);
-                            sides[to].dev.handle_datagram(now, Ecn::Ect0, &bytes);
+                            let meta = from_peer(&sides[to], Ecn::Ect0, false);
+                            sides[to].dev.handle_datagram(now, &meta, &bytes);
+                            sides[to].dev.handle_datagram(now, &meta, &bytes);
                         }
                         2 => wire.push_back((to, bytes)),
-                        _ => sides[to].dev.handle_datagram(now, Ecn::Ect0, &bytes),
+                        _ => deliver(&mut sides[to], now, &bytes),
                     }
                 }
             }
             8 => {
                 // Deliver everything in order.
                 while let Some((to, bytes)) = wire.pop_front() {
-                    sides[to].dev.handle_datagram(now, Ecn::Ect0, &bytes);
+                    deliver(&mut sides[to], now, &bytes);
                 }
             }
             _ => {
@@ -360,7 +378,7 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
     // Let the pair settle, with a bound.
     for _ in 0..64 {
         while let Some((to, bytes)) = wire.pop_front() {
-            sides[to].dev.handle_datagram(now, Ecn::Ect0, &bytes);
+            deliver(&mut sides[to], now, &bytes);
         }
         for (i, sd) in sides.iter_mut().enumerate() {
             while let Some(t) = sd.dev.poll_transmit(now, &mut buf) {
@@ -386,6 +404,12 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
     let sent = sides.iter().map(|s| s.dev.stats().tx_packets).sum();
     let done = sides.iter().map(|s| s.completions).sum();
     (steps, sent, done)
+}
+
+/// A datagram from `sd`'s peer, delivered.
+fn deliver(sd: &mut Side, now: Instant, bytes: &[u8]) {
+    let meta = from_peer(sd, Ecn::Ect0, false);
+    sd.dev.handle_datagram(now, &meta, bytes);
 }
 
 fn check(sides: &mut [Side; 2]) {

@@ -60,8 +60,8 @@ pub use cc::pacing::FixedRate;
 pub use cc::{CcConfig, CongestionControl, NoCc};
 pub use device::{CreateError, Device, DeviceConfig};
 pub use handle::{CqHandle, MrHandle, PdHandle};
-pub use memory::{Access, MemoryRegion, RemoteAddr, SgList, Sge, MAX_SGE};
-pub use path::PathConfig;
+pub use memory::{Access, MemoryRegion, RemoteAddr, SgList, Sge, DIRTY_PAGE, MAX_SGE};
+pub use path::{PathConfig, RxMeta};
 pub use qp::{
     ConnectParams, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Transmit, PATH_MTUS,
 };

@@ -11,6 +11,7 @@ use core::ops::BitOr;
 use roce_proto::RKey;
 
 pub use crate::handle::{MrHandle, PdHandle};
+use crate::rng::Rng;
 
 /// Access rights of a memory region or a queue pair (`ibv_access_flags` values).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -172,7 +173,12 @@ pub struct MemoryRegion {
     va: u64,
     remote_valid: bool,
     data: Vec<u8>,
+    /// One bit per [`DIRTY_PAGE`] bytes: set when the transport writes there.
+    dirty: Vec<u64>,
 }
+
+/// Granularity of a region's dirty map ([`MemoryRegion::dirty_ranges`]).
+pub const DIRTY_PAGE: usize = 4096;
 
 impl MemoryRegion {
     /// Protection domain.
@@ -215,6 +221,63 @@ impl MemoryRegion {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.data
     }
+
+    /// The byte ranges, in [`DIRTY_PAGE`] units (the last one cut at the region's end), that
+    /// the transport wrote since registration or the last [`MemoryRegion::clear_dirty`]:
+    /// RDMA WRITEs and atomics of peers, SEND data placed in receives, READ responses and
+    /// atomic results. What the application writes itself is not tracked. With it, an
+    /// application can check or reset just what was touched instead of a whole large region
+    /// (whose untouched pages the operating system then never has to provide).
+    pub fn dirty_ranges(&self) -> impl Iterator<Item = core::ops::Range<usize>> + '_ {
+        let len = self.data.len();
+        let mut page = 0usize;
+        let pages = len.div_ceil(DIRTY_PAGE);
+        core::iter::from_fn(move || {
+            while page < pages && !self.is_dirty(page) {
+                page += if self.dirty[page / 64] == 0 {
+                    64 - page % 64
+                } else {
+                    1
+                };
+            }
+            if page >= pages {
+                return None;
+            }
+            let start = page;
+            while page < pages && self.is_dirty(page) {
+                page += 1;
+            }
+            Some(start * DIRTY_PAGE..(page * DIRTY_PAGE).min(len))
+        })
+    }
+
+    /// Forgets what the transport wrote (the next [`MemoryRegion::dirty_ranges`] starts empty).
+    pub fn clear_dirty(&mut self) {
+        self.dirty.fill(0);
+    }
+
+    /// Zeroes the dirty ranges and clears them: the region is all zeros again if it was at
+    /// registration and the application wrote nothing itself.
+    pub fn zero_dirty(&mut self) {
+        let ranges: Vec<_> = self.dirty_ranges().collect();
+        for r in ranges {
+            self.data[r].fill(0);
+        }
+        self.clear_dirty();
+    }
+
+    fn is_dirty(&self, page: usize) -> bool {
+        self.dirty[page / 64] >> (page % 64) & 1 == 1
+    }
+
+    fn mark_dirty(&mut self, off: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        for page in off / DIRTY_PAGE..=(off + len - 1) / DIRTY_PAGE {
+            self.dirty[page / 64] |= 1 << (page % 64);
+        }
+    }
     /// A scatter/gather entry for `len` bytes at `offset` (not checked here; posting checks).
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
         Sge {
@@ -243,13 +306,33 @@ pub(crate) enum MemError {
 }
 
 /// All regions of a device.
-#[derive(Debug, Default)]
+///
+/// Keys are `(index + 1) << 8 | key byte` (the verbs layout: the upper 24 bits find the region,
+/// the low 8 are its key), and each region's virtual address is a page-aligned address below
+/// 2^47. The key byte and the address come from the table's generator, seeded by
+/// [`DeviceConfig::key_seed`](crate::DeviceConfig::key_seed): with a seed from the operating
+/// system's CSPRNG an off-path sender can guess neither.
+#[derive(Debug)]
 pub struct MrTable {
     slots: Vec<Option<MemoryRegion>>,
-    generation: u8,
+    keys: Rng,
+}
+
+impl Default for MrTable {
+    fn default() -> Self {
+        Self::new(0)
+    }
 }
 
 impl MrTable {
+    /// An empty table whose keys and addresses derive from `key_seed`.
+    pub(crate) fn new(key_seed: u64) -> Self {
+        Self {
+            slots: Vec::new(),
+            keys: Rng::new(key_seed ^ 0x6b65_7973),
+        }
+    }
+
     pub(crate) fn register(&mut self, pd: PdHandle, len: usize, access: Access) -> MrHandle {
         let idx = self
             .slots
@@ -259,16 +342,18 @@ impl MrTable {
         if idx == self.slots.len() {
             self.slots.push(None);
         }
-        self.generation = self.generation.wrapping_add(0x35) | 1;
-        let key = ((idx as u32 + 1) << 8) | u32::from(self.generation);
+        let key = ((idx as u32 + 1) << 8) | (self.keys.next_u64() as u32 & 0xff);
+        // A page-aligned base in [4 KiB, 2^47): room above it for any region length.
+        let va = (self.keys.below((1 << 35) - 1) + 1) << 12;
         self.slots[idx] = Some(MemoryRegion {
             pd,
             access,
             lkey: key,
             rkey: RKey(key),
-            va: (idx as u64 + 1) << 36,
+            va,
             remote_valid: true,
             data: vec![0; len],
+            dirty: vec![0; len.div_ceil(DIRTY_PAGE).div_ceil(64)],
         });
         MrHandle(idx as u32)
     }
@@ -342,10 +427,13 @@ impl MrTable {
         }
     }
 
-    /// Writable bytes of a checked region.
+    /// Writable bytes of a checked region, for the transport to write (marked dirty).
     pub(crate) fn bytes_mut(&mut self, idx: usize, off: usize, len: usize) -> &mut [u8] {
         match &mut self.slots[idx] {
-            Some(mr) => &mut mr.data[off..off + len],
+            Some(mr) => {
+                mr.mark_dirty(off, len);
+                &mut mr.data[off..off + len]
+            }
             None => &mut [],
         }
     }
@@ -505,6 +593,61 @@ mod tests {
         assert!(t.revalidate(h));
         assert!(t.deregister(h));
         assert!(t.remote(rkey, pd, Access::REMOTE_READ, va, 1).is_err());
+    }
+
+    #[test]
+    fn keys_and_addresses_follow_the_seed() {
+        let layout = |seed| {
+            let mut t = MrTable::new(seed);
+            (0..64)
+                .map(|_| {
+                    let h = t.register(PdHandle(0), 4096, Access::ALL);
+                    let m = t.get(h).unwrap();
+                    (m.rkey(), m.va())
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(layout(7), layout(7), "one seed, one layout");
+        let (a, b) = (layout(7), layout(8));
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x.1 != y.1),
+            "addresses differ by seed"
+        );
+        let key_bytes: std::collections::HashSet<u32> = a.iter().map(|k| k.0 .0 & 0xff).collect();
+        assert!(key_bytes.len() > 32, "key bytes vary: {key_bytes:?}");
+        for (i, (rkey, va)) in a.iter().enumerate() {
+            assert_eq!(
+                rkey.0 >> 8,
+                i as u32 + 1,
+                "the upper 24 bits index the table"
+            );
+            assert!(va % 4096 == 0 && *va >= 4096 && *va < 1 << 47, "{va:#x}");
+        }
+    }
+
+    #[test]
+    fn transport_writes_mark_pages_dirty() {
+        let mut t = MrTable::default();
+        let pd = PdHandle(0);
+        let h = t.register(pd, 5 * DIRTY_PAGE + 100, Access::LOCAL_WRITE);
+        let idx = h.0 as usize;
+        assert_eq!(t.get(h).unwrap().dirty_ranges().count(), 0);
+        t.bytes_mut(idx, DIRTY_PAGE - 1, 2).fill(7);
+        t.bytes_mut(idx, 5 * DIRTY_PAGE + 10, 1).fill(7);
+        let r: Vec<_> = t.get(h).unwrap().dirty_ranges().collect();
+        assert_eq!(
+            r,
+            vec![0..2 * DIRTY_PAGE, 5 * DIRTY_PAGE..5 * DIRTY_PAGE + 100]
+        );
+        let mr = t.get_mut(h).unwrap();
+        mr.zero_dirty();
+        assert!(mr.as_slice().iter().all(|&b| b == 0));
+        assert_eq!(mr.dirty_ranges().count(), 0);
+        // A region of many pages with one dirty one far in.
+        let big = t.register(pd, 1000 * DIRTY_PAGE, Access::LOCAL_WRITE);
+        t.bytes_mut(big.0 as usize, 777 * DIRTY_PAGE + 5, 1)[0] = 1;
+        let r: Vec<_> = t.get(big).unwrap().dirty_ranges().collect();
+        assert_eq!(r, vec![777 * DIRTY_PAGE..778 * DIRTY_PAGE]);
     }
 
     #[test]

@@ -7,10 +7,33 @@
 //! datagrams really carry. IPv4 senders are assumed to write DF and identification 0 (what
 //! Linux does for an unconnected socket with `IP_PMTUDISC_DO`); peers that write other IPv4
 //! headers (rxe, hardware) can be received with `verify_icrc: false`.
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use roce_proto::icrc::{Ipv4Fields, UdpFields};
 use roce_proto::{Ecn, Icrc, ROCEV2_UDP_PORT};
+
+/// What the link knows about a received datagram besides its bytes: the addresses of its IP
+/// and UDP headers and the ECN codepoint. A connected QP accepts a datagram only from its peer's
+/// address to its own: the address vector of an RC or UC QP names both ends (IBTA Vol 1
+/// §10.2.4, the address vector; Linux rxe checks the same in `rxe_recv.c` `check_addr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    /// Source IP address and UDP port.
+    pub src: SocketAddr,
+    /// Destination IP address (the local address the datagram was sent to). An unspecified
+    /// address (`0.0.0.0`, `::`) means the link does not know it; only the source is then
+    /// checked.
+    pub dst: IpAddr,
+    /// IP ECN codepoint.
+    pub ecn: Ecn,
+}
+
+impl RxMeta {
+    /// A datagram from `src` to `dst` with codepoint `ecn`.
+    pub const fn new(src: SocketAddr, dst: IpAddr, ecn: Ecn) -> Self {
+        Self { src, dst, ecn }
+    }
+}
 
 /// Where a QP's datagrams go and come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +86,21 @@ impl PathConfig {
     /// `true` when both addresses are of the same family.
     pub fn is_consistent(&self) -> bool {
         self.local.is_ipv4() == self.remote.is_ipv4()
+    }
+
+    /// `true` when a datagram with these addresses belongs to this path: it comes from the
+    /// peer's address and goes to ours (when the link knows the destination).
+    pub fn accepts(&self, meta: &RxMeta) -> bool {
+        meta.src.ip() == self.remote && (meta.dst.is_unspecified() || meta.dst == self.local)
+    }
+
+    /// The metadata of a datagram the peer sends us on this path (for tests and simulations).
+    pub fn from_peer(&self, ecn: Ecn) -> RxMeta {
+        RxMeta::new(
+            SocketAddr::new(self.remote, self.remote_src_port),
+            self.local,
+            ecn,
+        )
     }
 
     /// ICRC seed for a datagram we send whose UDP payload is `transport_len` bytes.

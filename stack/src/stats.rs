@@ -25,6 +25,8 @@ pub enum DropReason {
     NoResource,
     /// The response queue was full.
     ResponseQueueFull,
+    /// Not from the QP's peer address (or not to its own): an off-path sender.
+    WrongAddress,
 }
 
 /// Drop counters, one per [`DropReason`].
@@ -53,6 +55,9 @@ pub struct Drops {
     pub no_resource: u64,
     /// [`DropReason::ResponseQueueFull`].
     pub response_queue_full: u64,
+    /// [`DropReason::WrongAddress`].
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub wrong_address: u64,
 }
 
 impl Drops {
@@ -70,6 +75,7 @@ impl Drops {
             DropReason::OutOfSequence => &mut self.out_of_sequence,
             DropReason::NoResource => &mut self.no_resource,
             DropReason::ResponseQueueFull => &mut self.response_queue_full,
+            DropReason::WrongAddress => &mut self.wrong_address,
         };
         *c += 1;
     }
@@ -87,6 +93,7 @@ impl Drops {
             + self.out_of_sequence
             + self.no_resource
             + self.response_queue_full
+            + self.wrong_address
     }
 
     fn add(&mut self, o: &Self) {
@@ -101,6 +108,7 @@ impl Drops {
         self.out_of_sequence += o.out_of_sequence;
         self.no_resource += o.no_resource;
         self.response_queue_full += o.response_queue_full;
+        self.wrong_address += o.wrong_address;
     }
 }
 

@@ -2,7 +2,7 @@
 //! global allocator watches WRITE, SEND and READ rounds between two devices joined in memory.
 use std::net::IpAddr;
 
-use roce_proto::{Ecn, Psn};
+use roce_proto::Psn;
 use roce_stack::{
     Access, ConnectParams, Device, DeviceConfig, Instant, PathConfig, QpCaps, RecvRequest, SgList,
     WcStatus, WorkRequest, WrOp,
@@ -79,12 +79,12 @@ fn no_allocation_per_packet_in_steady_state() {
         loop {
             let mut moved = false;
             while let Some(t) = a.poll_transmit(now, &mut buf) {
-                b.handle_datagram(now, Ecn::Ect0, &buf[..t.len]);
+                b.handle_datagram(now, &t.rx_meta(), &buf[..t.len]);
                 moved = true;
                 packets += 1;
             }
             while let Some(t) = b.poll_transmit(now, &mut buf) {
-                a.handle_datagram(now, Ecn::Ect0, &buf[..t.len]);
+                a.handle_datagram(now, &t.rx_meta(), &buf[..t.len]);
                 moved = true;
                 packets += 1;
             }

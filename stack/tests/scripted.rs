@@ -153,11 +153,13 @@ impl H {
         let n = p.emit(&mut buf).unwrap();
         // What the peer sends is what we receive: the peer's tx seed is our rx seed.
         self.path.rx_icrc(n).fill(&mut buf[..n]);
-        self.dev.handle_datagram(self.now, Ecn::Ect0, &buf);
+        self.dev
+            .handle_datagram(self.now, &self.path.from_peer(Ecn::Ect0), &buf);
     }
 
     fn feed_raw(&mut self, bytes: &[u8]) {
-        self.dev.handle_datagram(self.now, Ecn::Ect0, bytes);
+        self.dev
+            .handle_datagram(self.now, &self.path.from_peer(Ecn::Ect0), bytes);
     }
 
     /// Everything the QP wants to send now.
@@ -994,8 +996,10 @@ fn ce_mark_sends_a_rate_limited_cnp() {
     let mut buf = vec![0u8; p.buffer_len()];
     p.emit(&mut buf).unwrap();
     h.path.rx_icrc(buf.len()).fill(&mut buf);
-    h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
-    h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
+    h.dev
+        .handle_datagram(h.now, &h.path.from_peer(Ecn::Ce), &buf);
+    h.dev
+        .handle_datagram(h.now, &h.path.from_peer(Ecn::Ce), &buf);
     let s = h.sent();
     assert_eq!(
         ops_psns(&s),
@@ -1028,7 +1032,8 @@ fn cnp_interval_first_mark_at_once_then_window_end() {
         let mut buf = vec![0u8; p.buffer_len()];
         p.emit(&mut buf).unwrap();
         h.path.rx_icrc(buf.len()).fill(&mut buf);
-        h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
+        h.dev
+            .handle_datagram(h.now, &h.path.from_peer(Ecn::Ce), &buf);
         let t = h.now.as_nanos() / 1000;
         h.sent()
             .iter()
@@ -1077,7 +1082,8 @@ fn marked_cnp_is_not_answered() {
     let mut buf = vec![0u8; p.buffer_len()];
     p.emit(&mut buf).unwrap();
     h.path.rx_icrc(buf.len()).fill(&mut buf);
-    h.dev.handle_datagram(h.now, Ecn::Ce, &buf);
+    h.dev
+        .handle_datagram(h.now, &h.path.from_peer(Ecn::Ce), &buf);
     assert!(h.sent().is_empty());
     let st = h.stats();
     assert_eq!((st.ce_received, st.cnps_received, st.cnps_sent), (1, 1, 0));
@@ -1230,4 +1236,73 @@ fn qp_without_remote_write_rights_naks_invalid_request() {
         h.sent()[0].repr().aeth.unwrap().syndrome,
         Syndrome::nak(NakCode::InvalidRequest)
     );
+}
+
+/// A datagram from anyone but the peer is dropped before anything else looks at it, whatever
+/// it carries: a WRITE with the right PSN, rkey and address changes no byte, a NAK fails no
+/// request, a CNP cuts no rate; each is counted as `wrong_address` and the QP stays in RTS.
+#[test]
+fn off_path_datagrams_are_dropped_whatever_they_carry() {
+    use std::net::SocketAddr;
+    let mut h = H::new(params());
+    h.post(1, WrOp::Send, h.sge(0, 4));
+    let first = h.sent();
+    assert_eq!(ops_psns(&first), [(Opcode::RC_SEND_ONLY, 100)]);
+    let w = h.remote(0);
+    let before = h.dev.mr(h.mr).unwrap().as_slice()[..4].to_vec();
+    let from = |ip: &str, port| SocketAddr::new(ip.parse().unwrap(), port);
+    let stranger = [
+        from("10.0.0.99", 0xc002), // a third host
+        from("127.0.0.1", 0xc002), // another address of ours
+        from("10.0.0.1", 0xc002),  // our own address as source
+    ];
+    let attacks = [
+        PacketRepr {
+            reth: Some(RethRepr {
+                va: w.va,
+                rkey: w.rkey,
+                dma_len: 4,
+            }),
+            payload: b"evil",
+            ..request(Opcode::RC_RDMA_WRITE_ONLY, 500)
+        },
+        ack(100, Syndrome::nak(NakCode::RemoteAccessError)),
+        PacketRepr {
+            bth: BthRepr {
+                opcode: Opcode::CNP,
+                becn: true,
+                ..BTH
+            },
+            payload: &[0; 16],
+            ..PacketRepr::default()
+        },
+    ];
+    let mut sent = 0;
+    for src in stranger {
+        for attack in &attacks {
+            let mut p = *attack;
+            p.bth.dest_qp = h.qpn;
+            let mut buf = vec![0u8; p.buffer_len()];
+            let n = p.emit(&mut buf).unwrap();
+            // A valid ICRC for the path: only the address gives it away.
+            h.path.rx_icrc(n).fill(&mut buf[..n]);
+            let meta = roce_stack::RxMeta::new(src, h.path.local, Ecn::Ect0);
+            h.dev.handle_datagram(h.now, &meta, &buf[..n]);
+            sent += 1;
+        }
+    }
+    let st = *h.dev.qp(h.qpn).unwrap().stats();
+    assert_eq!(st.drops.wrong_address, sent, "{st:?}");
+    assert_eq!(st.drops.total(), sent, "nothing else counted: {st:?}");
+    assert_eq!((st.rx_packets, st.cnps_received, st.rate_cuts), (0, 0, 0));
+    assert_eq!(h.state(), QpState::Rts);
+    assert!(h.sent().is_empty(), "no answer to an off-path sender");
+    assert!(
+        h.completions(h.scq).is_empty(),
+        "the SEND is still outstanding"
+    );
+    assert_eq!(&h.dev.mr(h.mr).unwrap().as_slice()[..4], &before[..]);
+    // The peer's own ACK still completes the SEND.
+    h.feed(ack(100, Syndrome::ACK_UNLIMITED));
+    assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::Success)]);
 }

@@ -199,7 +199,8 @@ impl fmt::Debug for KvReceiver {
 }
 
 impl KvReceiver {
-    /// Zeroes the pool `pool` (the previous request's bytes must not pass for this one's) and
+    /// Zeroes what the transport wrote into the pool `pool` before (the previous request's
+    /// bytes must not pass for this one's; the application never writes the pool itself) and
     /// posts one receive on each QP (QPN and receive CQ, one per transfer QP).
     pub fn new(
         dev: &mut Device,
@@ -215,7 +216,9 @@ impl KvReceiver {
         if (m.len() as u64) < transfer.pool_len {
             return Err(bad("pool region smaller than the transfer's pool"));
         }
-        m.as_mut_slice().fill(0);
+        // Only what the transport wrote since the last request: the rest is still zero, and
+        // a large pool's untouched pages stay unallocated.
+        m.zero_dirty();
         for (i, &(qpn, _)) in qps.iter().enumerate() {
             dev.post_recv(
                 qpn,
@@ -326,24 +329,49 @@ impl KvReceiver {
         let mut all: Vec<BlockCopy> = self.transfer.per_qp.iter().flatten().copied().collect();
         let n = self.check(mem, None, &all);
         self.verified_bytes += n;
+        // Bytes outside the request's blocks must still be zero. Only pages the transport
+        // wrote since the pool was zeroed can differ, so only those are read.
         all.sort_unstable_by_key(|c| c.dst);
-        let mut at = 0usize;
-        let len = (self.transfer.pool_len as usize).min(mem.len());
-        let ends = all
-            .iter()
-            .map(|c| (c.dst as usize, (c.dst + c.len) as usize))
-            .chain([(len, len)]);
-        for (start, end) in ends {
-            let gap = &mem[at.min(start)..start];
-            if let Some(p) = gap.iter().position(|&b| b != 0) {
-                self.fail(KvMismatch {
-                    qp: None,
-                    offset: Some((at.min(start) + p) as u64),
-                    detail: "a byte outside the request's blocks changed".into(),
-                });
-                break;
+        let mut covered: Vec<(usize, usize)> = Vec::with_capacity(all.len());
+        for c in &all {
+            let (s, e) = (c.dst as usize, (c.dst + c.len) as usize);
+            match covered.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => covered.push((s, e)),
             }
-            at = at.max(end);
+        }
+        let Some(mr) = dev.mr(self.pool) else {
+            return false;
+        };
+        let mut ci = 0;
+        let mut stray = None;
+        'ranges: for r in mr.dirty_ranges() {
+            let mut at = r.start;
+            while at < r.end {
+                while covered.get(ci).is_some_and(|c| c.1 <= at) {
+                    ci += 1;
+                }
+                let end = match covered.get(ci) {
+                    Some(&(s, e)) if s <= at => {
+                        at = e;
+                        continue;
+                    }
+                    Some(&(s, _)) => s.min(r.end),
+                    None => r.end,
+                };
+                if let Some(p) = mem[at..end].iter().position(|&b| b != 0) {
+                    stray = Some(at + p);
+                    break 'ranges;
+                }
+                at = end;
+            }
+        }
+        if let Some(at) = stray {
+            self.fail(KvMismatch {
+                qp: None,
+                offset: Some(at as u64),
+                detail: "a byte outside the request's blocks changed".into(),
+            });
         }
         self.complete()
     }

@@ -21,11 +21,11 @@ use std::time::Duration;
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{
-    check_protocol, connect_qps, qp_infos, start_psns, LocalQp, QpInfo, RemoteBuffer, Wiring,
+    check_protocol, connect_qps, qp_infos, LocalQp, QpInfo, RemoteBuffer, Wiring,
 };
 use roce_driver::{
     bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, Application, ClientConfig,
-    DriverError, Listener,
+    DriverError, Listener, Secrets,
 };
 use roce_proto::{Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, CcConfig, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
@@ -92,6 +92,8 @@ pub struct KvConfig {
     pub silence: Duration,
     /// Runs of every plan (and calibration stream); the report keeps the fastest of each.
     pub repeat: u32,
+    /// Where the start PSNs, QPNs and keys come from (in a loopback run, both ends').
+    pub secrets: Secrets,
 }
 
 impl Default for KvConfig {
@@ -112,6 +114,7 @@ impl Default for KvConfig {
             impairment: Impairment::default(),
             silence: Duration::from_secs(5),
             repeat: 1,
+            secrets: Secrets::OsRandom,
         }
     }
 }
@@ -239,6 +242,8 @@ pub struct KvReport {
     pub repeat: u32,
     /// What went wrong, per plan.
     pub errors: Vec<String>,
+    /// Where the start PSNs, QPNs and keys came from: `"os-random"`, or `"seed N"`.
+    pub secrets: String,
 }
 
 impl fmt::Display for KvReport {
@@ -262,6 +267,13 @@ impl fmt::Display for KvReport {
         )?;
         if self.repeat > 1 {
             writeln!(f, "fastest of {} runs of each plan", self.repeat)?;
+        }
+        if self.secrets != "os-random" {
+            writeln!(
+                f,
+                "secrets {} (PSNs, QPNs and keys are predictable)",
+                self.secrets
+            )?;
         }
         writeln!(
             f,
@@ -323,10 +335,37 @@ pub struct KvServerOutcome {
     pub mismatches: Vec<String>,
 }
 
+/// The largest pool a decode server registers unless told otherwise
+/// ([`KvServerConfig::max_pool`]): 1 GiB.
+pub const DEFAULT_MAX_POOL: u64 = 1 << 30;
+
+/// How a decode server runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KvServerConfig {
+    /// Impairments of what it receives.
+    pub impairment: Impairment,
+    /// Where its start PSNs, QPNs and the pool's key come from.
+    pub secrets: Secrets,
+    /// The largest pool a client may ask for, bytes. The pool's pages are only provided by
+    /// the operating system as WRITEs land (and reset between plans by zeroing only what was
+    /// written), so this bounds what a client can make the server hold.
+    pub max_pool: u64,
+}
+
+impl Default for KvServerConfig {
+    fn default() -> Self {
+        Self {
+            impairment: Impairment::default(),
+            secrets: Secrets::OsRandom,
+            max_pool: DEFAULT_MAX_POOL,
+        }
+    }
+}
+
 /// Accepts one prefill client on `listener` and serves its plans as the decode side. Blocking.
-pub fn serve(listener: Listener, impairment: Impairment) -> Result<KvServerOutcome, DriverError> {
+pub fn serve(listener: Listener, cfg: KvServerConfig) -> Result<KvServerOutcome, DriverError> {
     listener.serve(|mut ctl, a| async move {
-        let r = serve_kv_client(&mut ctl, a, impairment).await;
+        let r = serve_kv_client(&mut ctl, a, cfg).await;
         (ctl, r)
     })
 }
@@ -334,8 +373,13 @@ pub fn serve(listener: Listener, impairment: Impairment) -> Result<KvServerOutco
 async fn serve_kv_client(
     ctl: &mut Control,
     a: Accepted,
-    impairment: Impairment,
+    server: KvServerConfig,
 ) -> Result<KvServerOutcome, DriverError> {
+    let KvServerConfig {
+        impairment,
+        secrets,
+        max_pool,
+    } = server;
     let KvMsg::Hello {
         protocol,
         spec,
@@ -348,6 +392,13 @@ async fn serve_kv_client(
         return Err(DriverError::Peer("expected a kv hello".into()));
     };
     check_protocol("kv", protocol, KV_PROTOCOL)?;
+    if spec.pool_bytes > max_pool {
+        return Err(DriverError::Peer(format!(
+            "asked for a pool of {} MiB; this server allows at most {} MiB (--max-pool)",
+            spec.pool_bytes >> 20,
+            max_pool >> 20
+        )));
+    }
     if qps.len() != spec.qps as usize {
         return Err(DriverError::Peer("QP count differs from the spec".into()));
     }
@@ -365,10 +416,10 @@ async fn serve_kv_client(
         .validate()
         .map_err(|e| DriverError::Peer(e.to_string()))?;
     let local = SocketAddr::new(a.local_ip, a.roce_port);
-    let mut dev = Device::default();
+    let mut dev = secrets.device(0xdec0)?;
     let pd = dev.alloc_pd();
     let mine = create_qps(&mut dev, pd, spec.qps, transport.mtu)?;
-    let psns = start_psns(spec.seed, spec.qps, 0xdec0);
+    let psns = secrets.start_psns(spec.qps, 0xdec0)?;
     // The pool: registered once, for every plan.
     let pool = dev.reg_mr(
         pd,
@@ -454,10 +505,10 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
     let spec = cfg.spec;
     let plans = cfg.all_plans();
 
-    let mut dev = Device::default();
+    let mut dev = cfg.secrets.device(0x9ef1)?;
     let pd = dev.alloc_pd();
     let mine = create_qps(&mut dev, pd, spec.qps, cfg.transport.mtu)?;
-    let psns = start_psns(spec.seed, spec.qps, 0x9ef1);
+    let psns = cfg.secrets.start_psns(spec.qps, 0x9ef1)?;
     let src_len = plans.iter().map(|p| spec.source_len(p)).max().unwrap_or(0);
     let src = dev.reg_mr(pd, src_len as usize, Access::LOCAL_WRITE);
     ctl.send(&KvMsg::Hello {
@@ -596,6 +647,10 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
         mtu: cfg.transport.mtu,
         repeat: cfg.repeat,
         errors,
+        secrets: cfg
+            .secrets
+            .seed()
+            .map_or_else(|| "os-random".into(), |s| format!("seed {s}")),
     })
 }
 
@@ -612,10 +667,21 @@ pub fn loopback(
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
     };
+    let secrets = cfg.secrets;
     in_one_process(
         "roce-kv-decode",
         (server_ip, ROCEV2_UDP_PORT),
-        move |listener| serve(listener, server_impairment),
+        move |listener| {
+            serve(
+                listener,
+                KvServerConfig {
+                    impairment: server_impairment,
+                    secrets,
+                    // The client's own pool, whatever its size: one user runs both ends.
+                    max_pool: u64::MAX,
+                },
+            )
+        },
         |control| {
             run_client(
                 ClientConfig {

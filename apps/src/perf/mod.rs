@@ -183,7 +183,14 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
         }
         v
     } else {
-        vec![o.size.unwrap_or(if o.lat { 8 } else { 65536 })]
+        // A UDP datagram carries at most 65507 bytes, and the baseline needs 16.
+        let default = match (o.test, o.lat) {
+            (PerfTest::Udp, true) => 16,
+            (PerfTest::Udp, false) => 65507,
+            (_, true) => 8,
+            (_, false) => 65536,
+        };
+        vec![o.size.unwrap_or(default)]
     };
     let default_iters = if o.lat { 1000 } else { 5000 };
     sizes
@@ -396,6 +403,10 @@ pub struct PerfResult {
     pub t_p999_us: Option<f64>,
     /// Request packets sent again (RoCE tests; lost UDP datagrams for the baseline blast).
     pub retransmitted_packets: u64,
+    /// Datagrams the server received from anyone but the client and ignored (UDP
+    /// baselines): someone else is sending to its port.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub foreign_datagrams: u64,
     /// The UDP baseline of the same wire size (with `--baseline`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<Box<Self>>,
@@ -417,6 +428,10 @@ pub struct PerfResult {
     pub exchange_ratio: Option<PerfRatio>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl PerfResult {
     pub(crate) fn empty(spec: &PerfSpec) -> Self {
         Self {
@@ -435,6 +450,7 @@ impl PerfResult {
             t_p99_us: None,
             t_p999_us: None,
             retransmitted_packets: 0,
+            foreign_datagrams: 0,
             baseline: None,
             ratio: None,
             request_size: (spec.request > 0).then_some(spec.request),

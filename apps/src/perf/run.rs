@@ -7,12 +7,12 @@ use std::time::Duration;
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{
-    check_protocol, connect_qps, create_qps, qp_infos, start_psns, LocalQp, QpInfo, RemoteBuffer,
-    Wiring, ALL_REMOTE,
+    check_protocol, connect_qps, create_qps, qp_infos, LocalQp, QpInfo, RemoteBuffer, Wiring,
+    ALL_REMOTE,
 };
 use roce_driver::{
     bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError,
-    Listener,
+    Listener, Secrets,
 };
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::{Access, CcConfig, ConnectParams, Device, MrHandle};
@@ -49,6 +49,9 @@ pub(crate) enum PerfMsg {
         received: u64,
         seconds: f64,
         peak_per_s: f64,
+        /// UDP baselines: datagrams from anyone but the client, ignored.
+        #[serde(default)]
+        foreign: u64,
     },
     /// Client → server: no more runs.
     Bye,
@@ -61,9 +64,9 @@ const SILENCE: Duration = Duration::from_secs(5);
 /// sends, and the target of what the peer does.
 type PerfDevice = (Device, Vec<LocalQp>, (MrHandle, MrHandle));
 
-/// The [`PerfDevice`] of `spec`.
-fn perf_device(spec: &PerfSpec) -> Result<PerfDevice, DriverError> {
-    let mut dev = Device::default();
+/// The [`PerfDevice`] of `spec`, its first QPN and keys from `secrets` (`salt`: which end).
+fn perf_device(spec: &PerfSpec, secrets: Secrets, salt: u64) -> Result<PerfDevice, DriverError> {
+    let mut dev = secrets.device(salt)?;
     let pd = dev.alloc_pd();
     let len = (spec.msg_size() as usize).max(8);
     let src = dev.reg_mr(pd, len, Access::LOCAL_WRITE);
@@ -99,6 +102,7 @@ pub fn run_client(
     client: ClientConfig,
     specs: &[PerfSpec],
     baseline: bool,
+    secrets: Secrets,
     mut out: impl FnMut(&PerfResult) -> bool,
 ) -> Result<(), DriverError> {
     for s in specs {
@@ -109,12 +113,12 @@ pub fn run_client(
         let local = SocketAddr::new(local_ip, client.roce_port);
         let peer_ip = client.server.ip();
         for spec in specs {
-            let mut r = run_one(&mut ctl, spec, local, peer_ip).await?;
+            let mut r = run_one(&mut ctl, spec, local, peer_ip, secrets).await?;
             if baseline && spec.test != PerfTest::Udp {
-                let b = run_one(&mut ctl, &spec.baseline(), local, peer_ip).await?;
+                let b = run_one(&mut ctl, &spec.baseline(), local, peer_ip, secrets).await?;
                 r = r.with_baseline(b);
                 if let Some(x) = spec.exchange_baseline() {
-                    let b = run_one(&mut ctl, &x, local, peer_ip).await?;
+                    let b = run_one(&mut ctl, &x, local, peer_ip, secrets).await?;
                     r = r.with_exchange_baseline(b);
                 }
             }
@@ -131,12 +135,13 @@ async fn run_one(
     spec: &PerfSpec,
     local: SocketAddr,
     peer_ip: IpAddr,
+    secrets: Secrets,
 ) -> Result<PerfResult, DriverError> {
     if spec.test == PerfTest::Udp {
         return udp_client(ctl, spec, local, peer_ip).await;
     }
-    let (mut dev, qps, mrs) = perf_device(spec)?;
-    let psns = start_psns(spec.size ^ spec.iters, spec.nqps(), 0xc11e);
+    let (mut dev, qps, mrs) = perf_device(spec, secrets, 0xc11e)?;
+    let psns = secrets.start_psns(spec.nqps(), 0xc11e)?;
     let target = dev.mr(mrs.1).map(RemoteBuffer::of);
     ctl.send(&PerfMsg::Hello {
         protocol: PROTOCOL,
@@ -186,18 +191,31 @@ async fn run_one(
 
 /// Accepts one perf client on `listener` and serves every run it asks for until it says
 /// goodbye. Blocking. Returns the number of runs served.
-pub fn serve(listener: Listener) -> Result<u64, DriverError> {
+pub fn serve(listener: Listener, secrets: Secrets) -> Result<u64, DriverError> {
     listener.serve(|mut ctl, a| async move {
-        let r = serve_session(&mut ctl, a).await;
+        let r = serve_session(&mut ctl, a, secrets).await;
         (ctl, r)
     })
 }
 
-async fn serve_session(ctl: &mut Control, a: Accepted) -> Result<u64, DriverError> {
+/// How long the server waits for the client's next request (its first one, or the next
+/// after a run): the client asks for the next run as soon as it printed the last.
+const NEXT_REQUEST: Duration = Duration::from_secs(30);
+
+async fn serve_session(
+    ctl: &mut Control,
+    a: Accepted,
+    secrets: Secrets,
+) -> Result<u64, DriverError> {
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let mut runs = 0;
     loop {
-        match ctl.recv().await? {
+        let wait = if runs == 0 {
+            ANSWER_TIMEOUT
+        } else {
+            NEXT_REQUEST
+        };
+        match ctl.recv_timeout(wait).await? {
             PerfMsg::Bye => return Ok(runs),
             PerfMsg::Hello {
                 protocol,
@@ -208,7 +226,7 @@ async fn serve_session(ctl: &mut Control, a: Accepted) -> Result<u64, DriverErro
             } => {
                 check_protocol("perf", protocol, PROTOCOL)?;
                 let remote = SocketAddr::new(a.peer.ip(), roce_port);
-                serve_one(ctl, &spec, local, remote, &qps, &buffers).await?;
+                serve_one(ctl, &spec, local, remote, &qps, &buffers, secrets).await?;
             }
             _ => return Err(DriverError::Peer("expected a perf hello".into())),
         }
@@ -223,6 +241,7 @@ async fn serve_one(
     remote: SocketAddr,
     peer_qps: &[QpInfo],
     blocks: &[RemoteBuffer],
+    secrets: Secrets,
 ) -> Result<(), DriverError> {
     spec.validate()
         .map_err(|e| DriverError::Peer(e.to_string()))?;
@@ -232,8 +251,8 @@ async fn serve_one(
     if peer_qps.len() != spec.nqps() as usize || blocks.len() != 1 {
         return Err(DriverError::Peer("QP count differs from the spec".into()));
     }
-    let (mut dev, qps, mrs) = perf_device(spec)?;
-    let psns = start_psns(spec.size ^ spec.iters, spec.nqps(), 0x5e7e);
+    let (mut dev, qps, mrs) = perf_device(spec, secrets, 0x5e7e)?;
+    let psns = secrets.start_psns(spec.nqps(), 0x5e7e)?;
     connect_qps(
         &mut dev,
         &qps,
@@ -260,6 +279,7 @@ async fn serve_one(
         received: ep.stats.received,
         seconds: 0.0,
         peak_per_s: 0.0,
+        foreign: 0,
     })
     .await
 }
@@ -272,6 +292,7 @@ pub fn loopback(
     server_ip: IpAddr,
     specs: &[PerfSpec],
     baseline: bool,
+    secrets: Secrets,
     out: impl FnMut(&PerfResult) -> bool,
 ) -> Result<(), DriverError> {
     for s in specs {
@@ -280,7 +301,7 @@ pub fn loopback(
     in_one_process(
         "roce-perf-server",
         (server_ip, ROCEV2_UDP_PORT),
-        serve,
+        move |l| serve(l, secrets),
         |control| {
             run_client(
                 ClientConfig {
@@ -290,6 +311,7 @@ pub fn loopback(
                 },
                 specs,
                 baseline,
+                secrets,
                 out,
             )
         },

@@ -25,16 +25,20 @@ fn udp_sport() -> u16 {
 /// [`Endpoint`] does); returns its length.
 async fn recv_one(
     sock: &mut RoceSocket,
+    peer: IpAddr,
     spin: Duration,
     silence: Duration,
 ) -> Result<usize, DriverError> {
     let t0 = StdInstant::now();
     loop {
-        let mut len = 0;
-        let n = sock
-            .try_recv(|_, _, d| len = d.len())
-            .map_err(|e| DriverError::Run(RunError::Io(e)))?;
-        if n > 0 {
+        let mut len = None;
+        sock.try_recv(|src, _, _, d| {
+            if src.ip() == peer {
+                len = Some(d.len());
+            }
+        })
+        .map_err(|e| DriverError::Run(RunError::Io(e)))?;
+        if let Some(len) = len {
             return Ok(len);
         }
         let idle = t0.elapsed();
@@ -87,17 +91,20 @@ pub(crate) async fn udp_client(
             sock.send_batch(sport, dst, Ecn::Ect0, &[&dgram])
                 .await
                 .map_err(io)?;
-            recv_one(&mut sock, spin(spec), silence).await?;
+            recv_one(&mut sock, peer_ip, spin(spec), silence).await?;
             samples.push(t0.elapsed().as_nanos() as u64 / 2);
         }
-        finish(ctl).await?;
-        return Ok(PerfResult::lat(spec, &mut samples));
+        let c = finish(ctl).await?;
+        let mut r = PerfResult::lat(spec, &mut samples);
+        r.foreign_datagrams = c.foreign;
+        return Ok(r);
     }
     if spec.request > 0 {
         let (requests, seconds, peak, lost) = udp_exchange(&mut sock, spec, sport, dst).await?;
-        finish(ctl).await?;
+        let c = finish(ctl).await?;
         let mut r = PerfResult::bw(spec, requests, seconds, peak);
         r.retransmitted_packets = lost;
+        r.foreign_datagrams = c.foreign;
         return Ok(r);
     }
     let refs: [&[u8]; SEND_BATCH] = [&dgram; SEND_BATCH];
@@ -112,21 +119,40 @@ pub(crate) async fn udp_client(
             .map_err(io)?;
         sent += k as u64;
     }
-    let (received, seconds, peak_per_s) = finish(ctl).await?;
-    let mut r = PerfResult::bw(spec, received, seconds, peak_per_s);
-    r.retransmitted_packets = sent.saturating_sub(received);
+    let c = finish(ctl).await?;
+    let mut r = PerfResult::bw(spec, c.received, c.seconds, c.peak_per_s);
+    r.retransmitted_packets = sent.saturating_sub(c.received);
+    r.foreign_datagrams = c.foreign;
     Ok(r)
 }
 
-/// Says `done` and takes the server's summary: (datagrams received, seconds, peak per second).
-async fn finish(ctl: &mut Control) -> Result<(u64, f64, f64), DriverError> {
+/// The server's count of a UDP baseline.
+struct Counted {
+    /// Datagrams received from the client.
+    received: u64,
+    /// Seconds from the first to the last.
+    seconds: f64,
+    /// Best rate over 10 ms windows.
+    peak_per_s: f64,
+    /// Datagrams from anyone else, ignored.
+    foreign: u64,
+}
+
+/// Says `done` and takes the server's summary.
+async fn finish(ctl: &mut Control) -> Result<Counted, DriverError> {
     ctl.done(true).await?;
     match ctl.recv_timeout(ANSWER_TIMEOUT).await? {
         PerfMsg::Summary {
             received,
             seconds,
             peak_per_s,
-        } => Ok((received, seconds, peak_per_s)),
+            foreign,
+        } => Ok(Counted {
+            received,
+            seconds,
+            peak_per_s,
+            foreign,
+        }),
         _ => Err(DriverError::Peer("expected a summary".into())),
     }
 }
@@ -178,7 +204,9 @@ async fn udp_exchange(
                 .map_err(io)?;
             sent += k;
         }
-        let n = sock.try_recv(|_, _, _| {}).map_err(io)? as u64;
+        let mut n = 0u64;
+        sock.try_recv(|src, _, _, _| n += u64::from(src.ip() == dst.ip()))
+            .map_err(io)?;
         let now = StdInstant::now();
         if n > 0 {
             replies += n;
@@ -209,6 +237,9 @@ async fn udp_exchange(
     Ok((sent.saturating_sub(lost), seconds, peak, lost))
 }
 
+/// How long the baseline server waits with neither a datagram from its client nor its `done`.
+const SERVER_SILENCE: Duration = Duration::from_secs(30);
+
 pub(crate) async fn udp_server(
     ctl: &mut Control,
     spec: &PerfSpec,
@@ -225,6 +256,9 @@ pub(crate) async fn udp_server(
     ctl.expect_ready().await?;
     let io = |e: std::io::Error| DriverError::Run(RunError::Io(e));
     let sport = udp_sport();
+    // The client sends from its address, from the baseline's source port.
+    let client = SocketAddr::new(remote.ip(), sport);
+    let mut foreign = 0u64;
     let mut received = 0u64;
     let mut first: Option<StdInstant> = None;
     let mut last = StdInstant::now();
@@ -244,16 +278,22 @@ pub(crate) async fn udp_server(
         let mut stopping = false;
         let mut last_io = StdInstant::now();
         loop {
-            let mut got = 0usize;
-            let n = sock
-                .try_recv(|_, _, d| {
-                    if spec.lat && got == 0 {
-                        let k = d.len().min(pong.len());
-                        pong[..k].copy_from_slice(&d[..k]);
-                    }
-                    got += 1;
-                })
-                .map_err(io)?;
+            // Only the client's datagrams count and are answered: anyone else's are dropped,
+            // so that the server cannot be made to send to a port someone else chose (a
+            // reflector) or count what the client did not send.
+            let mut n = 0usize;
+            sock.try_recv(|src, _, _, d| {
+                if src != client {
+                    foreign += 1;
+                    return;
+                }
+                if spec.lat && n == 0 {
+                    let k = d.len().min(pong.len());
+                    pong[..k].copy_from_slice(&d[..k]);
+                }
+                n += 1;
+            })
+            .map_err(io)?;
             if n > 0 {
                 let now = StdInstant::now();
                 last_io = now;
@@ -289,6 +329,9 @@ pub(crate) async fn udp_server(
             if stopping {
                 break;
             }
+            if last_io.elapsed() > SERVER_SILENCE {
+                return Err(DriverError::Run(RunError::PeerSilent(SERVER_SILENCE)));
+            }
             tokio::select! {
                 biased;
                 r = &mut stop => {
@@ -298,6 +341,7 @@ pub(crate) async fn udp_server(
                 }
                 _ = tokio::task::yield_now(), if last_io.elapsed() < spin(spec) => {}
                 r = sock.readable(), if last_io.elapsed() >= spin(spec) => { r.map_err(io)?; }
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             }
         }
     }
@@ -306,6 +350,7 @@ pub(crate) async fn udp_server(
         received,
         seconds,
         peak_per_s: peak,
+        foreign,
     })
     .await
 }

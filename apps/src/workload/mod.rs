@@ -156,13 +156,12 @@ impl WorkloadSpec {
             1 << 30,
         )?;
         ConfigError::check_range("--depth", "1..=1024", u64::from(self.depth), 1, 1024)?;
-        let per_qp = 4 * u64::from(self.max_size.max(4096)) * u64::from(self.depth);
-        let need = per_qp * u64::from(self.qps);
-        if need > 8 << 30 {
+        let need = Layout::new(self).run_bytes(self.qps);
+        if need > MAX_RUN_BYTES {
             return Err(ConfigError::TooBig {
-                what: "qps x depth x size of buffers",
+                what: "the buffers of --qps x --size",
                 need_mib: need >> 20,
-                limit_mib: 8 << 10,
+                limit_mib: MAX_RUN_BYTES >> 20,
             });
         }
         if self.ops.is_empty() {
@@ -175,40 +174,63 @@ impl WorkloadSpec {
 /// Number of 8-byte words in each QP's atomic area.
 pub const ATOMIC_WORDS: usize = 64;
 
-/// The per-QP memory layout both ends agree on.
+/// Bytes of each QP's requester ring when the messages are smaller (the ring always holds at
+/// least one message of the largest size): bytes in flight per QP, plenty for any bandwidth-
+/// delay product a loopback or a LAN has, and what bounds a QP's memory.
+pub const RING_BYTES: u64 = 1 << 20;
+
+/// Most receives the responder keeps posted per QP (the receive queue's depth).
+pub const MAX_POSTED_RECVS: u64 = 1024;
+
+/// Most bytes of buffers a run may need (both ends, every QP).
+pub const MAX_RUN_BYTES: u64 = 4 << 30;
+
+/// The per-QP memory both ends agree on, sized to the workload: message buffers are taken
+/// from rings in posting order (completions come in order, so a ring frees them in order),
+/// sized for a bounded number of bytes in flight rather than `depth` messages of the largest
+/// size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
-    /// Bytes of one requester slot (and one receive slot).
+    /// The largest message, rounded up to 64 bytes.
     pub slot: u64,
-    /// Requester slots per QP.
-    pub slots: u64,
+    /// Bytes of each QP's requester ring (SEND and WRITE sources, READ and atomic
+    /// destinations).
+    pub send_ring: u64,
     /// Responder write area size.
     pub write_area: u64,
     /// Responder read area size.
     pub read_area: u64,
-    /// Responder receive slots per QP.
-    pub recv_slots: u64,
+    /// Bytes of each QP's receive ring (SEND destinations; 0 when the mix has no SEND).
+    pub recv_ring: u64,
+    /// Receives the responder keeps posted per QP.
+    pub recv_depth: u64,
 }
 
 impl Layout {
     /// The layout for a spec.
     pub fn new(spec: &WorkloadSpec) -> Self {
-        let slot = u64::from(spec.max_size.max(8)).next_multiple_of(64);
+        let max = u64::from(spec.max_size);
+        let slot = max.max(8).next_multiple_of(64);
+        let send_ring = (slot * u64::from(spec.depth.max(1))).min(slot.max(RING_BYTES));
+        // Room for a message of the largest size at varied offsets.
+        let area = (max + max.clamp(4096, 64 << 10)).next_multiple_of(64);
+        let sends = spec
+            .ops
+            .iter()
+            .any(|k| matches!(k, OpKind::Send | OpKind::SendImm));
         Self {
             slot,
-            slots: u64::from(spec.depth),
-            write_area: (2 * u64::from(spec.max_size))
-                .max(4096)
-                .next_multiple_of(64),
-            read_area: (2 * u64::from(spec.max_size))
-                .max(4096)
-                .next_multiple_of(64),
-            recv_slots: u64::from(spec.depth) * 2,
+            send_ring,
+            write_area: area,
+            read_area: area,
+            // What the requester can have in flight, and slack for the wrap.
+            recv_ring: if sends { send_ring + slot } else { 0 },
+            recv_depth: (2 * u64::from(spec.depth) + 1).min(MAX_POSTED_RECVS),
         }
     }
     /// Requester bytes per QP.
     pub fn requester_len(&self) -> u64 {
-        self.slot * self.slots
+        self.send_ring
     }
     /// Offset of the read area in a responder QP block.
     pub fn read_off(&self) -> u64 {
@@ -218,19 +240,80 @@ impl Layout {
     pub fn atomic_off(&self) -> u64 {
         self.write_area + self.read_area
     }
-    /// Offset of the receive slots.
+    /// Offset of the receive ring.
     pub fn recv_off(&self) -> u64 {
         self.atomic_off() + (ATOMIC_WORDS as u64) * 8
     }
     /// Responder bytes per QP.
     pub fn responder_len(&self) -> u64 {
-        self.recv_off() + self.slot * self.recv_slots
+        self.recv_off() + self.recv_ring
+    }
+    /// Bytes of buffers both ends of a run of `qps` QPs hold.
+    pub fn run_bytes(&self, qps: u32) -> u64 {
+        (self.requester_len() + self.responder_len()) * u64::from(qps)
+    }
+}
+
+/// A ring of buffer space handed out and given back in the same order (first in, first
+/// out), as work requests complete in order on a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ring {
+    cap: u64,
+    /// Bytes handed out so far (a position that only grows; `% cap` is the offset).
+    head: u64,
+    /// Bytes given back so far.
+    tail: u64,
+}
+
+impl Ring {
+    pub(crate) const fn new(cap: u64) -> Self {
+        Self {
+            cap,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    /// Space for `len` bytes, contiguous (a piece that would straddle the end starts over at
+    /// the beginning): its offset and the position to give back to when it is done, or `None`
+    /// while there is not room.
+    pub(crate) fn take(&mut self, len: u64) -> Option<(u64, u64)> {
+        let len = len.next_multiple_of(64);
+        if len == 0 {
+            return Some((0, self.head));
+        }
+        if self.head == self.tail {
+            // Empty: start over at offset 0, so that a piece as large as the ring fits.
+            self.head = self.head.next_multiple_of(self.cap);
+            self.tail = self.head;
+        }
+        let at = self.head % self.cap;
+        let skip = if at + len > self.cap {
+            self.cap - at
+        } else {
+            0
+        };
+        if len > self.cap || self.head - self.tail + skip + len > self.cap {
+            return None;
+        }
+        self.head += skip;
+        let off = self.head % self.cap;
+        self.head += len;
+        Some((off, self.head))
+    }
+
+    /// Gives back everything up to `end` (what [`Ring::take`] returned for the oldest piece
+    /// still out).
+    pub(crate) fn give_back(&mut self, end: u64) {
+        self.tail = self.tail.max(end.min(self.head));
     }
 }
 
 /// One planned operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlannedOp {
+    /// Its index in the QP's plan.
+    pub index: u32,
     /// Kind.
     pub kind: OpKind,
     /// Message length.
@@ -265,21 +348,45 @@ impl PlannedOp {
 /// The immediate that marks a QP's final message.
 pub const FIN_IMM: u32 = 0xf1f1_0000;
 
-/// Every QP's operations, and the model's final memory, derived from a spec.
+/// What both ends derive from a spec: the layout, and each QP's operations as a stream
+/// ([`Plan::ops`]) generated as it is consumed, so that a plan's memory does not depend on
+/// the operation count.
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// The spec.
     pub spec: WorkloadSpec,
     /// The layout.
     pub layout: Layout,
-    /// Operations per QP.
-    pub ops: Vec<Vec<PlannedOp>>,
 }
 
 /// Fills `buf` with the pattern of `seed` (deterministic, fast, distinct per seed).
 pub fn fill_pattern(seed: u64, buf: &mut [u8]) {
     let mut rng = Rng::new(seed);
     rng.fill(buf);
+}
+
+/// Word `w` of the positional pattern of `seed` (SplitMix64 of the word index).
+fn pattern_word(seed: u64, w: u64) -> u64 {
+    let mut z = seed ^ w.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Fills `buf` with bytes `start..start + buf.len()` of the positional pattern of `seed`: any
+/// piece of a large area can be produced (to check a READ of it) without the whole.
+pub fn fill_positional(seed: u64, start: u64, buf: &mut [u8]) {
+    let mut pos = start;
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let word = pattern_word(seed, pos / 8).to_le_bytes();
+        let from = (pos % 8) as usize;
+        let n = (8 - from).min(rest.len());
+        let (head, tail) = rest.split_at_mut(n);
+        head.copy_from_slice(&word[from..from + n]);
+        rest = tail;
+        pos += n as u64;
+    }
 }
 
 fn pick_len(rng: &mut Rng, min: u32, max: u32) -> u32 {
@@ -302,67 +409,109 @@ fn pick_len(rng: &mut Rng, min: u32, max: u32) -> u32 {
     }
 }
 
-impl Plan {
-    /// Derives the plan of a spec.
-    pub fn new(spec: &WorkloadSpec) -> Self {
-        let layout = Layout::new(spec);
-        let mut ops = Vec::with_capacity(spec.qps as usize);
-        for q in 0..spec.qps {
-            let mut rng =
-                Rng::new(spec.seed ^ (u64::from(q) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            // The in-order model of the QP's atomic words gives every atomic's result.
-            let mut model = Model::new();
-            let atomics = model.add_region(Self::initial_atomics(spec, q).to_vec());
-            let mut list = Vec::with_capacity(spec.count as usize);
-            for i in 0..spec.count {
-                let kind = spec.ops[rng.below(spec.ops.len() as u64) as usize];
-                let len = if kind.is_atomic() {
-                    8
-                } else {
-                    pick_len(&mut rng, spec.min_size, spec.max_size)
-                };
-                let mut op = PlannedOp {
-                    kind,
-                    len,
-                    remote_off: 0,
-                    imm: rng.next_u64() as u32 & 0x7fff_ffff, // never FIN_IMM, whose top bit is set
-                    compare: 0,
-                    operand: rng.next_u64(),
-                    expect_orig: 0,
-                    data_seed: spec.seed ^ (u64::from(q) << 40) ^ (u64::from(i) << 8) ^ 0x5a,
-                };
-                match kind {
-                    OpKind::Write | OpKind::WriteImm => {
-                        op.remote_off = rng.below((layout.write_area - u64::from(len)) / 8 + 1) * 8;
-                    }
-                    OpKind::Read => {
-                        op.remote_off = layout.read_off()
-                            + rng.below((layout.read_area - u64::from(len)) / 8 + 1) * 8;
-                    }
-                    OpKind::CompareSwap | OpKind::FetchAdd => {
-                        let w = rng.below(ATOMIC_WORDS as u64) as usize;
-                        op.remote_off = layout.atomic_off() + 8 * w as u64;
-                        if kind == OpKind::CompareSwap {
-                            // Half succeed, half fail.
-                            let cur = le_word(model.read(atomics, 8 * w, 8));
-                            op.compare = if rng.chance(0.5) {
-                                cur
-                            } else {
-                                cur ^ rng.next_u64() | 1
-                            };
-                        }
-                        op.expect_orig = model.atomic(atomics, 8 * w, op.atomic_op());
-                    }
-                    OpKind::Send | OpKind::SendImm => {}
-                }
-                list.push(op);
-            }
-            ops.push(list);
+/// One QP's operations, generated in order as they are taken: the seeded choices and the
+/// in-order model of the QP's atomic words (which gives every atomic's result). Constant
+/// memory whatever the count.
+#[derive(Debug, Clone)]
+pub struct OpStream {
+    kinds: Vec<OpKind>,
+    min_size: u32,
+    max_size: u32,
+    count: u32,
+    seed: u64,
+    q: u32,
+    layout: Layout,
+    rng: Rng,
+    atomics: [u64; ATOMIC_WORDS],
+    next: u32,
+}
+
+impl OpStream {
+    /// Operations not yet taken.
+    pub fn remaining(&self) -> u32 {
+        self.count - self.next
+    }
+}
+
+impl Iterator for OpStream {
+    type Item = PlannedOp;
+
+    fn next(&mut self) -> Option<PlannedOp> {
+        if self.next >= self.count {
+            return None;
         }
+        let i = self.next;
+        self.next += 1;
+        let (rng, layout) = (&mut self.rng, &self.layout);
+        let kind = self.kinds[rng.below(self.kinds.len() as u64) as usize];
+        let len = if kind.is_atomic() {
+            8
+        } else {
+            pick_len(rng, self.min_size, self.max_size)
+        };
+        let mut op = PlannedOp {
+            index: i,
+            kind,
+            len,
+            remote_off: 0,
+            imm: rng.next_u64() as u32 & 0x7fff_ffff, // never FIN_IMM, whose top bit is set
+            compare: 0,
+            operand: rng.next_u64(),
+            expect_orig: 0,
+            data_seed: self.seed ^ (u64::from(self.q) << 40) ^ (u64::from(i) << 8) ^ 0x5a,
+        };
+        match kind {
+            OpKind::Write | OpKind::WriteImm => {
+                op.remote_off = rng.below((layout.write_area - u64::from(len)) / 8 + 1) * 8;
+            }
+            OpKind::Read => {
+                op.remote_off =
+                    layout.read_off() + rng.below((layout.read_area - u64::from(len)) / 8 + 1) * 8;
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let w = rng.below(ATOMIC_WORDS as u64) as usize;
+                op.remote_off = layout.atomic_off() + 8 * w as u64;
+                let cur = self.atomics[w];
+                if kind == OpKind::CompareSwap {
+                    // Half succeed, half fail.
+                    op.compare = if rng.chance(0.5) {
+                        cur
+                    } else {
+                        cur ^ rng.next_u64() | 1
+                    };
+                }
+                op.expect_orig = cur;
+                self.atomics[w] = op.atomic_op().apply(cur);
+            }
+            OpKind::Send | OpKind::SendImm => {}
+        }
+        Some(op)
+    }
+}
+
+impl Plan {
+    /// The plan of a spec (nothing is generated yet).
+    pub fn new(spec: &WorkloadSpec) -> Self {
         Self {
             spec: spec.clone(),
-            layout,
-            ops,
+            layout: Layout::new(spec),
+        }
+    }
+
+    /// QP `q`'s operations, from the first.
+    pub fn ops(&self, q: u32) -> OpStream {
+        let initial = Self::initial_atomics(&self.spec, q);
+        OpStream {
+            kinds: self.spec.ops.clone(),
+            min_size: self.spec.min_size,
+            max_size: self.spec.max_size,
+            count: self.spec.count,
+            seed: self.spec.seed,
+            q,
+            layout: self.layout,
+            rng: Rng::new(self.spec.seed ^ (u64::from(q) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            atomics: std::array::from_fn(|w| le_word(&initial[8 * w..])),
+            next: 0,
         }
     }
 
@@ -373,24 +522,28 @@ impl Plan {
         bytes
     }
 
-    /// The read area of QP `q`: what every READ of that QP must return.
-    pub fn read_area(&self, q: u32) -> Vec<u8> {
-        let mut area = vec![0u8; self.layout.read_area as usize];
-        fill_pattern(self.spec.seed ^ 0x4ead_0000 ^ u64::from(q), &mut area);
-        area
+    /// Bytes `at..at + buf.len()` of QP `q`'s read area: what a READ of them must return.
+    pub fn read_area(&self, q: u32, at: u64, buf: &mut [u8]) {
+        fill_positional(self.spec.seed ^ 0x4ead_0000 ^ u64::from(q), at, buf);
     }
 
-    /// The responder block of QP `q` as it must be at start (read area and atomic words set;
-    /// zeros elsewhere). `block` may stop at the receive slots ([`Layout::recv_off`]).
+    /// Sets QP `q`'s responder block up as it must be at start: the read area and the atomic
+    /// words. The rest (the write area) must already be zero, as a freshly registered region
+    /// is; it is not written, so that its pages stay untouched until a WRITE lands. `block`
+    /// may stop at the receive ring ([`Layout::recv_off`]).
     pub fn initial_responder_block(&self, q: u32, block: &mut [u8]) {
         let l = &self.layout;
-        block.fill(0);
-        block[l.read_off() as usize..l.atomic_off() as usize].copy_from_slice(&self.read_area(q));
+        self.read_area(
+            q,
+            0,
+            &mut block[l.read_off() as usize..l.atomic_off() as usize],
+        );
         let at = l.atomic_off() as usize;
         block[at..at + ATOMIC_WORDS * 8].copy_from_slice(&Self::initial_atomics(&self.spec, q));
     }
 
-    /// The write and atomic areas of QP `q` after every operation, per the in-order model.
+    /// The write and atomic areas of QP `q` after every operation, per the in-order model
+    /// (a replay of the QP's stream).
     pub fn final_responder_block(&self, q: u32) -> Vec<u8> {
         let l = &self.layout;
         let mut initial = vec![0u8; l.recv_off() as usize];
@@ -398,7 +551,7 @@ impl Plan {
         let mut model = Model::new();
         let block = model.add_region(initial);
         let mut data = Vec::new();
-        for op in &self.ops[q as usize] {
+        for op in self.ops(q) {
             let at = op.remote_off as usize;
             match op.kind {
                 OpKind::Write | OpKind::WriteImm => {
@@ -488,3 +641,75 @@ impl Tally {
 
 /// Bound on mismatches kept (the first ones tell the story).
 pub(crate) const MAX_MISMATCHES: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    proptest! {
+        /// Pieces handed out by a ring and not yet given back never overlap and lie inside
+        /// it, and an empty ring takes any piece up to its size.
+        #[test]
+        fn ring_pieces_never_overlap(
+            cap_units in 1u64..64,
+            steps in proptest::collection::vec((0u64..80, any::<bool>()), 1..300),
+        ) {
+            let cap = cap_units * 64;
+            let mut ring = Ring::new(cap);
+            let mut out: VecDeque<(u64, u64, u64)> = VecDeque::new();
+            for (len, give) in steps {
+                if give {
+                    if let Some((_, _, end)) = out.pop_front() {
+                        ring.give_back(end);
+                    }
+                    continue;
+                }
+                let len = len * 16;
+                let empty = out.is_empty();
+                match ring.take(len) {
+                    Some((off, end)) => {
+                        let l = len.next_multiple_of(64);
+                        prop_assert!(off + l <= cap, "piece {off}+{l} beyond {cap}");
+                        for &(o, ol, _) in &out {
+                            prop_assert!(l == 0 || ol == 0 || off + l <= o || o + ol <= off,
+                                "{off}+{l} overlaps {o}+{ol}");
+                        }
+                        out.push_back((off, l, end));
+                    }
+                    None => prop_assert!(!(empty && len <= cap), "an empty ring refused {len}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn streams_are_lazy_and_repeatable() {
+        let spec = WorkloadSpec {
+            count: u32::MAX,
+            ..WorkloadSpec::default()
+        };
+        let plan = Plan::new(&spec);
+        let a: Vec<PlannedOp> = plan.ops(1).take(100).collect();
+        let b: Vec<PlannedOp> = plan.ops(1).take(100).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, plan.ops(2).take(100).collect::<Vec<_>>());
+        assert_eq!(plan.ops(1).remaining(), u32::MAX);
+        assert!(a.iter().enumerate().all(|(i, o)| o.index == i as u32));
+    }
+
+    #[test]
+    fn positional_pattern_pieces_match_the_whole() {
+        let mut whole = vec![0u8; 1000];
+        fill_positional(7, 0, &mut whole);
+        for (start, len) in [(0usize, 1000usize), (3, 17), (8, 8), (999, 1), (123, 456)] {
+            let mut piece = vec![0u8; len];
+            fill_positional(7, start as u64, &mut piece);
+            assert_eq!(piece, whole[start..start + len]);
+        }
+        let mut other = vec![0u8; 1000];
+        fill_positional(8, 0, &mut other);
+        assert_ne!(other, whole);
+    }
+}

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use roce_driver::impair::ImpairStats;
+use roce_driver::Secrets;
 use roce_stack::{Drops, Naks, QpStats};
 use serde::Serialize;
 
@@ -52,10 +53,19 @@ pub struct Report {
     pub client: QpStats,
     /// Server (responder) device counters.
     pub server: QpStats,
+    /// Where the start PSNs, QPNs and memory keys came from: `"os-random"`, or `"seed N"`
+    /// when the run was asked to be reproducible (and so predictable).
+    pub secrets: String,
 }
 
 impl Report {
-    pub(crate) fn new(tally: &Tally, client: &Side, server: &Side, seconds: f64) -> Self {
+    pub(crate) fn new(
+        tally: &Tally,
+        client: &Side,
+        server: &Side,
+        seconds: f64,
+        secrets: Secrets,
+    ) -> Self {
         let mut ops = BTreeMap::new();
         for (k, n) in OpKind::ALL.iter().zip(tally.ops) {
             ops.insert(k.name().to_string(), n);
@@ -71,6 +81,12 @@ impl Report {
             .map(|m| format!("client: {m}"))
             .collect();
         errors.extend(server.mismatches.iter().map(|m| format!("server: {m}")));
+        if errors.is_empty() && !client.complete {
+            errors.push("client: not every QP's work completed".into());
+        }
+        if errors.is_empty() && !server.complete {
+            errors.push("server: not every QP's memory was verified".into());
+        }
         Self {
             ok: errors.is_empty(),
             ops,
@@ -91,6 +107,10 @@ impl Report {
             errors,
             client: client.stats,
             server: server.stats,
+            secrets: match secrets.seed() {
+                None => "os-random".into(),
+                Some(s) => format!("seed {s}"),
+            },
         }
     }
 }
@@ -149,8 +169,9 @@ impl fmt::Display for Report {
         let d = self.drops;
         writeln!(
             f,
-            "drops           malformed {}, bad_icrc {}, unknown_qp {}, wrong_state {}, out_of_sequence {}, duplicate/stale {}, other {}",
+            "drops           malformed {}, wrong_address {}, bad_icrc {}, unknown_qp {}, wrong_state {}, out_of_sequence {}, duplicate/stale {}, other {}",
             d.malformed,
+            d.wrong_address,
             d.bad_icrc,
             d.unknown_qp,
             d.wrong_state,
@@ -164,6 +185,13 @@ impl fmt::Display for Report {
                 f,
                 "impairment      lost {}, reordered {}, duplicated {}, corrupted {}, ce_marked {}",
                 i.lost, i.reordered, i.duplicated, i.corrupted, i.ce_marked
+            )?;
+        }
+        if self.secrets != "os-random" {
+            writeln!(
+                f,
+                "secrets         {} (PSNs, QPNs and keys are predictable)",
+                self.secrets
             )?;
         }
         for e in &self.errors {

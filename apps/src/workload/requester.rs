@@ -1,5 +1,5 @@
 //! The requester end of the verified workload: posts each QP's plan (at most `depth`
-//! outstanding) and checks every completion against the plan: once, in order, successful,
+//! outstanding, their buffers taken from the QP's ring in order) and checks every completion against the plan: once, in order, successful,
 //! with the right opcode and length; READ data equal to the responder's read area; atomic
 //! results as the in-order model predicts.
 use std::collections::VecDeque;
@@ -14,26 +14,38 @@ use roce_stack::{
 };
 
 use super::{
-    fill_pattern, first_difference, Mismatch, OpKind, Plan, Tally, FIN_IMM, MAX_MISMATCHES,
+    fill_pattern, first_difference, Mismatch, OpKind, OpStream, Plan, PlannedOp, Ring, Tally,
+    FIN_IMM, MAX_MISMATCHES,
 };
+
+/// A posted operation, until it completes.
+struct InFlight {
+    op: PlannedOp,
+    /// Offset of its buffer in the QP's ring, and the ring position it gives back.
+    off: u64,
+    end: u64,
+    /// PSN of its first packet.
+    psn: Psn,
+}
 
 struct ReqQp {
     qpn: Qpn,
     cq: CqHandle,
     remote: RemoteBuffer,
-    next_post: usize,
-    next_complete: usize,
+    ops: OpStream,
+    /// The next operation, taken from the stream but not posted yet (its buffer did not fit).
+    pending: Option<PlannedOp>,
+    ring: Ring,
+    /// Offset of this QP's ring in the region.
+    base: u64,
+    in_flight: VecDeque<InFlight>,
     fin_posted: bool,
     fin_done: bool,
-    /// PSN of each posted op, in flight.
-    psns: VecDeque<Psn>,
 }
 
 /// The requester side: posts the plan on each QP and checks every completion.
 pub struct Requester {
     plan: Plan,
-    /// Each QP's read area, as every READ must return it.
-    read_areas: Vec<Vec<u8>>,
     mr: MrHandle,
     qps: Vec<ReqQp>,
     tally: Tally,
@@ -59,26 +71,28 @@ impl Requester {
         qps: &[(Qpn, CqHandle)],
         remotes: &[RemoteBuffer],
     ) -> Self {
-        let len = plan.layout.requester_len() * plan.spec.qps as u64;
+        let l = plan.layout;
+        let len = l.requester_len() * plan.spec.qps as u64;
         let mr = dev.reg_mr(pd, len as usize, Access::LOCAL_WRITE);
         let qps = qps
             .iter()
             .zip(remotes)
-            .map(|(&(qpn, cq), &remote)| ReqQp {
+            .enumerate()
+            .map(|(q, (&(qpn, cq), &remote))| ReqQp {
                 qpn,
                 cq,
                 remote,
-                next_post: 0,
-                next_complete: 0,
+                ops: plan.ops(q as u32),
+                pending: None,
+                ring: Ring::new(l.send_ring),
+                base: l.requester_len() * q as u64,
+                in_flight: VecDeque::new(),
                 fin_posted: false,
                 fin_done: false,
-                psns: VecDeque::new(),
             })
             .collect();
-        let read_areas = (0..plan.spec.qps).map(|q| plan.read_area(q)).collect();
         Self {
             plan,
-            read_areas,
             mr,
             qps,
             tally: Tally::default(),
@@ -97,11 +111,6 @@ impl Requester {
         &self.mismatches
     }
 
-    fn slot_off(&self, q: usize, i: usize) -> u64 {
-        let l = &self.plan.layout;
-        l.requester_len() * q as u64 + l.slot * (i as u64 % l.slots)
-    }
-
     fn fail(&mut self, m: Mismatch) {
         if self.mismatches.len() < MAX_MISMATCHES {
             self.mismatches.push(m);
@@ -110,33 +119,36 @@ impl Requester {
 
     fn post(&mut self, dev: &mut Device, q: usize) -> Result<(), AppError> {
         let depth = self.plan.spec.depth as usize;
-        let count = self.plan.ops[q].len();
-        while self.qps[q].next_post < count
-            && self.qps[q].next_post - self.qps[q].next_complete < depth
-        {
-            let i = self.qps[q].next_post;
-            let op = self.plan.ops[q][i];
-            let off = self.slot_off(q, i);
-            let len = op.len;
-            let remote = self.qps[q].remote;
-            let raddr = remote.at(op.remote_off);
-            let (mr_va, lkey) = match dev.mr(self.mr) {
-                Some(m) => (m.va(), m.lkey()),
-                None => return Err(AppError::Failed("requester memory region vanished".into())),
+        let (mr_va, lkey) = match dev.mr(self.mr) {
+            Some(m) => (m.va(), m.lkey()),
+            None => return Err(AppError::Failed("requester memory region vanished".into())),
+        };
+        while self.qps[q].in_flight.len() < depth {
+            let qp = &mut self.qps[q];
+            let Some(op) = qp.pending.take().or_else(|| qp.ops.next()) else {
+                break;
             };
+            let Some((ring_off, end)) = qp.ring.take(u64::from(op.len)) else {
+                // Wait for completions to give space back.
+                qp.pending = Some(op);
+                break;
+            };
+            let off = qp.base + ring_off;
+            let len = op.len;
+            let raddr = qp.remote.at(op.remote_off);
+            let qpn = qp.qpn;
+            let i = op.index;
+            let range = off as usize..off as usize + len as usize;
             if matches!(
                 op.kind,
                 OpKind::Send | OpKind::SendImm | OpKind::Write | OpKind::WriteImm
             ) {
-                self.scratch.resize(len as usize, 0);
-                fill_pattern(op.data_seed, &mut self.scratch);
                 if let Some(m) = dev.mr_mut(self.mr) {
-                    m.as_mut_slice()[off as usize..off as usize + len as usize]
-                        .copy_from_slice(&self.scratch);
+                    fill_pattern(op.data_seed, &mut m.as_mut_slice()[range]);
                 }
             } else if let Some(m) = dev.mr_mut(self.mr) {
                 // Poison the destination so a READ or atomic that writes nothing is caught.
-                m.as_mut_slice()[off as usize..off as usize + len as usize].fill(0xee);
+                m.as_mut_slice()[range].fill(0xee);
             }
             let sge = Sge {
                 addr: mr_va + off,
@@ -164,17 +176,19 @@ impl Requester {
                     add: op.operand,
                 },
             };
-            let psn = dev
-                .qp(self.qps[q].qpn)
-                .map(|qp| qp.next_send_psn())
-                .unwrap_or_default();
-            dev.post_send(self.qps[q].qpn, WorkRequest::new(i as u64, wop, sgl))
+            let psn = dev.qp(qpn).map(|qp| qp.next_send_psn()).unwrap_or_default();
+            dev.post_send(qpn, WorkRequest::new(u64::from(i), wop, sgl))
                 .map_err(|e| AppError::post(q, format!("{} #{i}", op.kind.name()), e))?;
-            self.qps[q].psns.push_back(psn);
-            self.qps[q].next_post += 1;
+            self.qps[q]
+                .in_flight
+                .push_back(InFlight { op, off, end, psn });
         }
         let qp = &mut self.qps[q];
-        if qp.next_post == count && qp.next_complete == count && !qp.fin_posted {
+        if qp.pending.is_none()
+            && qp.ops.remaining() == 0
+            && qp.in_flight.is_empty()
+            && !qp.fin_posted
+        {
             let wr = WorkRequest::new(
                 u64::MAX,
                 WrOp::SendWithImm(FIN_IMM | q as u32),
@@ -202,18 +216,18 @@ impl Requester {
             }
             return;
         }
-        let i = self.qps[q].next_complete;
-        let psn = self.qps[q].psns.pop_front();
-        let Some(op) = self.plan.ops[q].get(i).copied() else {
+        let Some(f) = self.qps[q].in_flight.pop_front() else {
             self.fail(Mismatch {
                 op: format!("wr {}", c.wr_id),
                 qp: q as u32,
-                psn,
+                psn: None,
                 offset: None,
-                detail: "completion beyond the plan".into(),
+                detail: "completion with nothing outstanding (beyond the plan, or twice)".into(),
             });
             return;
         };
+        self.qps[q].ring.give_back(f.end);
+        let (op, i, psn) = (f.op, f.op.index, Some(f.psn));
         let name = format!("{} #{i}", op.kind.name());
         let bad = |detail: String, offset: Option<u64>| Mismatch {
             op: name.clone(),
@@ -222,7 +236,7 @@ impl Requester {
             offset,
             detail,
         };
-        if c.wr_id != i as u64 {
+        if c.wr_id != u64::from(i) {
             let m = bad(
                 format!(
                     "completion for wr {} while wr {i} was next (out of order or twice)",
@@ -233,7 +247,6 @@ impl Requester {
             self.fail(m);
             return;
         }
-        self.qps[q].next_complete += 1;
         if c.status != WcStatus::Success {
             let m = bad(format!("status {:?}", c.status), None);
             self.fail(m);
@@ -254,14 +267,16 @@ impl Requester {
             self.fail(m);
             return;
         }
-        let off = self.slot_off(q, i) as usize;
+        let off = f.off as usize;
         let Some(mem) = dev.mr(self.mr).map(|m| m.as_slice()) else {
             return;
         };
         match op.kind {
             OpKind::Read => {
-                let at = (op.remote_off - self.plan.layout.read_off()) as usize;
-                let want = &self.read_areas[q][at..at + op.len as usize];
+                let at = op.remote_off - self.plan.layout.read_off();
+                self.scratch.resize(op.len as usize, 0);
+                self.plan.read_area(q as u32, at, &mut self.scratch);
+                let want = &self.scratch[..];
                 let got = &mem[off..off + op.len as usize];
                 if let Some(d) = first_difference(want, got) {
                     let m = bad(

@@ -1,4 +1,5 @@
-//! The responder end of the verified workload: keeps receives posted, checks every receive
+//! The responder end of the verified workload: keeps receives posted (for the plan's next
+//! SENDs, each with a buffer of its exact length from the QP's receive ring), checks every receive
 //! completion (length, immediate, SEND data), and when a QP's final marker (a zero-length
 //! SEND with immediate) arrives, checks its write and atomic areas against the in-order model:
 //! RC executes in order, so every earlier operation of that QP has landed.
@@ -14,16 +15,32 @@ use roce_stack::{
 };
 
 use super::{
-    fill_pattern, first_difference, Mismatch, OpKind, Plan, Tally, FIN_IMM, MAX_MISMATCHES,
+    fill_pattern, first_difference, Mismatch, OpKind, OpStream, Plan, PlannedOp, Ring, Tally,
+    FIN_IMM, MAX_MISMATCHES,
 };
+
+/// A posted receive, until it completes.
+struct Posted {
+    /// The operation it is for (`None`: the final marker).
+    op: Option<PlannedOp>,
+    /// Offset of its buffer in the region, and the ring position it gives back.
+    off: u64,
+    end: u64,
+}
 
 struct RespQp {
     qpn: Qpn,
     cq: CqHandle,
-    /// Index into the plan of the next receive-consuming op.
-    next_recv_op: usize,
-    /// Receive slot of each posted receive, in order.
-    slots: VecDeque<u64>,
+    /// The plan, read ahead as far as receives are posted.
+    ops: OpStream,
+    /// The next receive-consuming operation, taken from the stream but not posted yet (its
+    /// buffer did not fit).
+    pending: Option<PlannedOp>,
+    ring: Ring,
+    /// Offset of this QP's block in the region.
+    base: u64,
+    posted: VecDeque<Posted>,
+    fin_posted: bool,
     verified: bool,
 }
 
@@ -73,9 +90,10 @@ impl Responder {
         for q in 0..plan.spec.qps {
             let start = (l.responder_len() * u64::from(q)) as usize;
             if let Some(m) = dev.mr_mut(mr) {
+                // A fresh region: zero where the plan wants zeros.
                 plan.initial_responder_block(
                     q,
-                    &mut m.as_mut_slice()[start..start + l.responder_len() as usize],
+                    &mut m.as_mut_slice()[start..start + l.recv_off() as usize],
                 );
             }
             remotes.push(RemoteBuffer {
@@ -85,52 +103,80 @@ impl Responder {
             });
         }
         let mut r = Self {
-            plan,
-            mr,
             qps: qps
                 .iter()
-                .map(|&(qpn, cq)| RespQp {
+                .enumerate()
+                .map(|(q, &(qpn, cq))| RespQp {
                     qpn,
                     cq,
-                    next_recv_op: 0,
-                    slots: VecDeque::new(),
+                    ops: plan.ops(q as u32),
+                    pending: None,
+                    ring: Ring::new(l.recv_ring.max(64)),
+                    base: l.responder_len() * q as u64,
+                    posted: VecDeque::new(),
+                    fin_posted: false,
                     verified: false,
                 })
                 .collect(),
+            plan,
+            mr,
             tally: Tally::default(),
             mismatches: Vec::new(),
             scratch: Vec::new(),
         };
         for q in 0..r.qps.len() {
-            for s in 0..l.recv_slots {
-                r.post_recv(dev, q, s)?;
-            }
+            r.post_recvs(dev, q)?;
         }
         Ok((r, remotes))
     }
 
-    fn post_recv(&mut self, dev: &mut Device, q: usize, slot: u64) -> Result<(), AppError> {
+    /// Posts receives for the plan's next receive-consuming operations (each with a buffer of
+    /// exactly its length) and, after the last, for the final marker: as many as the receive
+    /// depth and the ring allow.
+    fn post_recvs(&mut self, dev: &mut Device, q: usize) -> Result<(), AppError> {
         let l = self.plan.layout;
         let (va, lkey) = dev
             .mr(self.mr)
             .map(|m| (m.va(), m.lkey()))
             .ok_or_else(|| AppError::Failed("responder memory region vanished".into()))?;
-        let off = l.responder_len() * q as u64 + l.recv_off() + slot * l.slot;
-        let sge = Sge {
-            addr: va + off,
-            length: l.slot as u32,
-            lkey,
-        };
-        dev.post_recv(
-            self.qps[q].qpn,
-            RecvRequest {
-                wr_id: slot,
-                sgl: SgList::one(sge),
-            },
-        )
-        .map_err(|e| AppError::post(q, "a receive", e))?;
-        self.qps[q].slots.push_back(slot);
+        let qp = &mut self.qps[q];
+        while (qp.posted.len() as u64) < l.recv_depth && !qp.fin_posted {
+            let next = qp
+                .pending
+                .take()
+                .or_else(|| qp.ops.by_ref().find(|o| o.kind.consumes_receive()));
+            let (op, len) = match next {
+                // A WRITE with immediate places its data in the write area, not here.
+                Some(op) if op.kind == OpKind::WriteImm => (Some(op), 0),
+                Some(op) => (Some(op), op.len),
+                None => (None, 0),
+            };
+            let Some((ring_off, end)) = qp.ring.take(u64::from(len)) else {
+                qp.pending = op;
+                break;
+            };
+            let off = qp.base + l.recv_off() + ring_off;
+            let sgl = if len == 0 {
+                SgList::new()
+            } else {
+                SgList::one(Sge {
+                    addr: va + off,
+                    length: len,
+                    lkey,
+                })
+            };
+            let wr_id = op.map_or(u64::MAX, |o| u64::from(o.index));
+            dev.post_recv(qp.qpn, RecvRequest { wr_id, sgl })
+                .map_err(|e| AppError::post(q, "a receive", e))?;
+            qp.posted.push_back(Posted { op, off, end });
+            qp.fin_posted = op.is_none();
+        }
         Ok(())
+    }
+
+    /// `true` once every QP's memory verified at its final marker, with no mismatch.
+    pub fn verified(&self) -> bool {
+        self.mismatches.is_empty() && self.qps.iter().all(|q| q.verified)
     }
 
     /// Counts so far.
@@ -150,94 +196,68 @@ impl Responder {
     }
 
     fn on_completion(&mut self, dev: &mut Device, q: usize, c: Completion) -> Result<(), AppError> {
-        let slot = self.qps[q].slots.pop_front();
-        if c.status != WcStatus::Success {
-            self.fail(Mismatch {
-                op: "receive".into(),
-                qp: q as u32,
-                psn: None,
-                offset: None,
-                detail: format!("status {:?}", c.status),
-            });
+        let receive = |detail: String| Mismatch {
+            op: "receive".into(),
+            qp: q as u32,
+            psn: None,
+            offset: None,
+            detail,
+        };
+        let Some(posted) = self.qps[q].posted.pop_front() else {
+            self.fail(receive(format!(
+                "completion of receive {} with none posted",
+                c.wr_id
+            )));
             return Ok(());
-        }
-        if slot != Some(c.wr_id) {
-            self.fail(Mismatch {
-                op: "receive".into(),
-                qp: q as u32,
-                psn: None,
-                offset: None,
-                detail: format!("receive {} completed out of order", c.wr_id),
-            });
-            return Ok(());
-        }
-        let l = self.plan.layout;
-        let base = (l.responder_len() * q as u64) as usize;
+        };
+        self.qps[q].ring.give_back(posted.end);
         if c.imm_data.is_some_and(|i| i == FIN_IMM | q as u32) && c.opcode == WcOpcode::Recv {
-            let ops = &self.plan.ops[q];
-            if let Some(rest) = ops[self.qps[q].next_recv_op..]
-                .iter()
-                .find(|o| o.kind.consumes_receive())
-            {
+            if let Some(op) = posted.op {
                 self.fail(Mismatch {
                     op: "final marker".into(),
                     qp: q as u32,
                     psn: None,
                     offset: None,
                     detail: format!(
-                        "arrived before a {} the plan still expects",
-                        rest.kind.name()
+                        "arrived before {} #{} the plan still expects",
+                        op.kind.name(),
+                        op.index
                     ),
                 });
                 return Ok(());
             }
-            let want = self.plan.final_responder_block(q as u32);
-            let got = dev
-                .mr(self.mr)
-                .map(|m| m.as_slice()[base..base + want.len()].to_vec())
-                .unwrap_or_default();
-            if let Some(d) = first_difference(&want, &got) {
-                let area = if d < l.write_area {
-                    "write area"
-                } else if d < l.atomic_off() {
-                    "read area"
-                } else {
-                    "atomic area"
-                };
-                self.fail(Mismatch {
-                    op: "final memory".into(),
-                    qp: q as u32,
-                    psn: None,
-                    offset: Some(d),
-                    detail: format!(
-                        "{area} differs from the in-order model (got {:#04x}, expected {:#04x})",
-                        got[d as usize], want[d as usize]
-                    ),
-                });
-            } else {
-                self.tally.verified_bytes += want.len() as u64;
-                self.qps[q].verified = true;
+            if c.status != WcStatus::Success {
+                self.fail(receive(format!("final marker: status {:?}", c.status)));
+                return Ok(());
             }
+            self.verify_final(dev, q);
             return Ok(());
         }
-        // The next receive-consuming op of the plan.
-        let ops = &self.plan.ops[q];
-        let mut i = self.qps[q].next_recv_op;
-        while i < ops.len() && !ops[i].kind.consumes_receive() {
-            i += 1;
-        }
-        let Some(op) = ops.get(i).copied() else {
+        let Some(op) = posted.op else {
+            self.fail(receive(format!(
+                "more receive completions than the plan has ({:?} len {} imm {:?})",
+                c.opcode, c.byte_len, c.imm_data
+            )));
+            return Ok(());
+        };
+        let name = format!("{} #{}", op.kind.name(), op.index);
+        if c.status != WcStatus::Success {
             self.fail(Mismatch {
-                op: "receive".into(),
+                op: name,
                 qp: q as u32,
                 psn: None,
                 offset: None,
-                detail: "more receive completions than the plan has".into(),
+                detail: format!("receive status {:?}", c.status),
             });
             return Ok(());
-        };
-        self.qps[q].next_recv_op = i + 1;
-        let name = format!("{} #{i}", op.kind.name());
+        }
+        if c.wr_id != u64::from(op.index) {
+            self.fail(receive(format!(
+                "receive {} completed while {} was next",
+                c.wr_id, op.index
+            )));
+            return Ok(());
+        }
         let want_opcode = if op.kind == OpKind::WriteImm {
             WcOpcode::RecvRdmaWithImm
         } else {
@@ -258,7 +278,7 @@ impl Responder {
             return Ok(());
         }
         if op.kind != OpKind::WriteImm {
-            let at = base + (l.recv_off() + c.wr_id * l.slot) as usize;
+            let at = posted.off as usize;
             self.scratch.resize(op.len as usize, 0);
             fill_pattern(op.data_seed, &mut self.scratch);
             let diff = dev.mr(self.mr).and_then(|m| {
@@ -277,7 +297,44 @@ impl Responder {
             self.tally.verified_bytes += u64::from(op.len);
         }
         self.tally.count(op.kind, op.len);
-        self.post_recv(dev, q, c.wr_id)
+        self.post_recvs(dev, q)
+    }
+
+    /// QP `q`'s final marker arrived: RC executed everything before it, so its write and
+    /// atomic areas must equal the in-order model's.
+    fn verify_final(&mut self, dev: &Device, q: usize) {
+        let l = self.plan.layout;
+        let base = self.qps[q].base as usize;
+        let want = self.plan.final_responder_block(q as u32);
+        let Some(got) = dev
+            .mr(self.mr)
+            .map(|m| &m.as_slice()[base..base + want.len()])
+        else {
+            return;
+        };
+        if let Some(d) = first_difference(&want, got) {
+            let area = if d < l.write_area {
+                "write area"
+            } else if d < l.atomic_off() {
+                "read area"
+            } else {
+                "atomic area"
+            };
+            let detail = format!(
+                "{area} differs from the in-order model (got {:#04x}, expected {:#04x})",
+                got[d as usize], want[d as usize]
+            );
+            self.fail(Mismatch {
+                op: "final memory".into(),
+                qp: q as u32,
+                psn: None,
+                offset: Some(d),
+                detail,
+            });
+        } else {
+            self.tally.verified_bytes += want.len() as u64;
+            self.qps[q].verified = true;
+        }
     }
 }
 

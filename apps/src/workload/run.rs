@@ -13,22 +13,22 @@ use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::endpoint::{Endpoint, LoopStats, Tap};
 use roce_driver::impair::{ImpairStats, Impairment};
 use roce_driver::qps::{
-    check_protocol, connect_qps, create_qps, qp_infos, start_psns, QpInfo, RemoteBuffer, Wiring,
-    ALL_REMOTE,
+    check_protocol, connect_qps, create_qps, qp_infos, QpInfo, RemoteBuffer, Wiring, ALL_REMOTE,
 };
+use roce_driver::Application;
 use roce_driver::{
     bind_endpoint, in_one_process, loopback_addrs, runtime, Accepted, ClientConfig, DriverError,
-    Listener,
+    Listener, Secrets,
 };
 use roce_proto::ROCEV2_UDP_PORT;
-use roce_stack::{CcConfig, ConnectParams, CqHandle, Device, QpCaps, QpStats};
+use roce_stack::{CcConfig, ConnectParams, CqHandle, QpCaps, QpStats};
 use serde::{Deserialize, Serialize};
 
 use super::{Mismatch, Plan, Report, Requester, Responder, Tally, WorkloadSpec};
 use crate::ConfigError;
 
 /// Version of the workload's control protocol.
-const PROTOCOL: u32 = 2;
+const PROTOCOL: u32 = 3;
 
 /// What a run does and with which transport settings; the client sends it to the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +46,8 @@ pub struct RunConfig {
     pub line_rate_bps: u64,
     /// How long an end waits with work pending and nothing received before giving up.
     pub silence: Duration,
+    /// Where the start PSNs, QPNs and memory keys come from (in a loopback run, both ends').
+    pub secrets: Secrets,
 }
 
 impl Default for RunConfig {
@@ -57,6 +59,7 @@ impl Default for RunConfig {
             cc: CcConfig::None,
             line_rate_bps: 100_000_000_000,
             silence: Duration::from_secs(5),
+            secrets: Secrets::OsRandom,
         }
     }
 }
@@ -91,12 +94,16 @@ pub(crate) struct Side {
     pub(crate) stats: QpStats,
     pub(crate) impairment: ImpairStats,
     pub(crate) loops: LoopStats,
+    /// Everything this end was to verify verified (requester: every QP's final marker
+    /// completed; responder: every QP's memory matched the model at its final marker).
+    pub(crate) complete: bool,
 }
 
 impl Side {
     /// What an end reports after its run.
-    fn of(mismatches: &[Mismatch], tally: &Tally, ep: &Endpoint) -> Self {
+    fn of(mismatches: &[Mismatch], tally: &Tally, ep: &Endpoint, complete: bool) -> Self {
         Self {
+            complete: complete && mismatches.is_empty(),
             mismatches: mismatches.iter().map(ToString::to_string).collect(),
             verified_bytes: tally.verified_bytes,
             stats: ep.dev.stats(),
@@ -137,6 +144,9 @@ enum WorkloadMsg {
 /// What the server saw, once its client finished.
 #[derive(Debug, Clone)]
 pub struct ServerOutcome {
+    /// Every QP's memory verified at its final marker, with no mismatch: what the server
+    /// was asked to verify verified (a client that stops early leaves this `false`).
+    pub complete: bool,
     /// Mismatches found by the responder.
     pub mismatches: Vec<String>,
     /// Bytes verified by the responder.
@@ -149,10 +159,11 @@ pub struct ServerOutcome {
 pub fn serve(
     listener: Listener,
     impairment: Impairment,
+    secrets: Secrets,
     tap: Option<Tap>,
 ) -> Result<ServerOutcome, DriverError> {
     listener.serve(|mut ctl, a| async move {
-        let r = serve_client(&mut ctl, a, impairment, tap).await;
+        let r = serve_client(&mut ctl, a, impairment, secrets, tap).await;
         (ctl, r)
     })
 }
@@ -161,6 +172,7 @@ async fn serve_client(
     ctl: &mut Control,
     a: Accepted,
     impairment: Impairment,
+    secrets: Secrets,
     tap: Option<Tap>,
 ) -> Result<ServerOutcome, DriverError> {
     let WorkloadMsg::Hello(hello) = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
@@ -191,10 +203,10 @@ async fn serve_client(
     }
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let remote = SocketAddr::new(a.peer.ip(), client_port);
-    let mut dev = Device::default();
+    let mut dev = secrets.device(0x5e7e)?;
     let pd = dev.alloc_pd();
     let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
-    let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0x5e7e);
+    let psns = secrets.start_psns(cfg.spec.qps, 0x5e7e)?;
     let plan = Plan::new(&cfg.spec);
     let recv: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
     let (mut responder, blocks) =
@@ -216,11 +228,17 @@ async fn serve_client(
     let stop = async { ctl.peer_done("client").await.map(|_| ()) };
     let silence = cfg.silence.max(Duration::from_secs(30));
     let result = ep.run(&mut responder, false, stop, silence).await;
-    let side = Side::of(responder.mismatches(), responder.tally(), &ep);
+    let side = Side::of(
+        responder.mismatches(),
+        responder.tally(),
+        &ep,
+        responder.verified(),
+    );
     result?;
     ctl.send(&WorkloadMsg::Summary(Box::new(side.clone())))
         .await?;
     Ok(ServerOutcome {
+        complete: side.complete,
         mismatches: side.mismatches,
         verified_bytes: side.verified_bytes,
         stats: side.stats,
@@ -256,10 +274,10 @@ async fn client_async(
     let (mut ctl, local_ip) = control::connect(client.server, client.bind).await?;
     let peer_ip = client.server.ip();
 
-    let mut dev = Device::default();
+    let mut dev = cfg.secrets.device(0xc11e)?;
     let pd = dev.alloc_pd();
     let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
-    let psns = start_psns(cfg.spec.seed, cfg.spec.qps, 0xc11e);
+    let psns = cfg.secrets.start_psns(cfg.spec.qps, 0xc11e)?;
     ctl.send(&WorkloadMsg::Hello(Box::new(Hello {
         protocol: PROTOCOL,
         spec: cfg.spec.clone(),
@@ -298,14 +316,37 @@ async fn client_async(
     let stop = ctl.peer_interrupts("server");
     let result = ep.run(&mut requester, true, stop, cfg.silence).await;
     let seconds = started.elapsed().as_secs_f64();
-    let mine_side = Side::of(requester.mismatches(), requester.tally(), &ep);
-    result?;
-    ctl.done(mine_side.mismatches.is_empty()).await?;
-    let server = match ctl.recv_timeout(ANSWER_TIMEOUT).await? {
-        WorkloadMsg::Summary(s) => *s,
-        _ => return Err(DriverError::Peer("expected a summary".into())),
+    let mine_side = Side::of(
+        requester.mismatches(),
+        requester.tally(),
+        &ep,
+        requester.done(),
+    );
+    // When this end found the failure (a QP in error, wrong data), that is the root cause:
+    // it leads the report, and what went wrong afterwards (the server silent too, the
+    // control connection gone) follows it instead of hiding it.
+    let report =
+        |server: &Side| Report::new(requester.tally(), &mine_side, server, seconds, cfg.secrets);
+    let after_failure = |e: DriverError| {
+        if mine_side.mismatches.is_empty() {
+            return Err(e);
+        }
+        let mut r = report(&Side::default());
+        r.errors.push(format!("then: {e}"));
+        r.ok = false;
+        Ok(r)
     };
-    Ok(Report::new(requester.tally(), &mine_side, &server, seconds))
+    if let Err(e) = result {
+        return after_failure(e.into());
+    }
+    if let Err(e) = ctl.done(mine_side.mismatches.is_empty()).await {
+        return after_failure(e);
+    }
+    match ctl.recv_timeout(ANSWER_TIMEOUT).await {
+        Ok(WorkloadMsg::Summary(s)) => Ok(report(&s)),
+        Ok(_) => after_failure(DriverError::Peer("expected a summary".into())),
+        Err(e) => after_failure(e),
+    }
 }
 
 /// Runs the workload between two endpoints over loopback in one process: a server thread
@@ -337,10 +378,11 @@ pub fn loopback_between(
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
     };
+    let secrets = cfg.secrets;
     in_one_process(
         "roce-server",
         server,
-        move |listener| serve(listener, server_impairment, None),
+        move |listener| serve(listener, server_impairment, secrets, None),
         |control| {
             run_client(
                 ClientConfig {

@@ -19,7 +19,7 @@ use crate::cc::cnp::{cnp_repr, CnpPacer};
 use crate::cc::{CongestionControl, NoCc};
 use crate::handle::{CqHandle, PdHandle};
 use crate::memory::MrTable;
-use crate::path::{PathConfig, SeedCache};
+use crate::path::{PathConfig, RxMeta, SeedCache};
 use crate::stats::{DropReason, QpStats};
 use crate::time::Instant;
 use crate::wr::{Completion, RecvRequest, WcStatus, WorkRequest, WrOp};
@@ -48,6 +48,19 @@ pub struct Transmit {
     pub ecn: Ecn,
     /// The path (addresses and UDP ports).
     pub path: PathConfig,
+}
+
+impl Transmit {
+    /// What the receiving end knows of this datagram once it crosses the link: from our
+    /// address and source port, to the peer's address, with our ECN codepoint (for links that
+    /// join devices in memory: tests, benchmarks, the fuzz body).
+    pub fn rx_meta(&self) -> RxMeta {
+        RxMeta::new(
+            std::net::SocketAddr::new(self.path.local, self.path.src_port),
+            self.path.remote,
+            self.ecn,
+        )
+    }
 }
 
 /// Why a post was refused (caller misuse; nothing was queued).
@@ -576,43 +589,50 @@ impl Qp {
 
     // ------------------------------------------------------------------ receive
 
+    /// Takes a datagram addressed to this QP; `true` when it passed the transport checks and was
+    /// processed (which is what counts as the peer being alive).
     pub(crate) fn handle_datagram(
         &mut self,
         now: Instant,
-        ecn: Ecn,
+        meta: &RxMeta,
         bytes: &[u8],
         ctx: &mut Ctx<'_>,
-    ) {
-        self.receive(now, ecn, bytes, ctx);
+    ) -> bool {
+        self.receive(now, meta, bytes, ctx)
     }
 
     /// Transport header validation (IBTA Vol 1 §9.6) and dispatch to the requester or the
     /// responder; the congestion-control packets (CE marks, CNPs) are handled here.
-    fn receive(&mut self, now: Instant, ecn: Ecn, bytes: &[u8], ctx: &mut Ctx<'_>) {
+    fn receive(&mut self, now: Instant, meta: &RxMeta, bytes: &[u8], ctx: &mut Ctx<'_>) -> bool {
         let path = &self.attr.path;
+        if !self.state.receives() {
+            self.stats.drops.count(DropReason::WrongState);
+            return false;
+        }
+        if !path.accepts(meta) {
+            // Off-path: whatever it says (ICRC, PSN, keys), it is not the peer's.
+            self.stats.drops.count(DropReason::WrongAddress);
+            return false;
+        }
         if path.verify_icrc && !self.seeds.rx(path, bytes.len()).verify(bytes) {
             self.stats.drops.count(DropReason::BadIcrc);
-            return;
+            return false;
         }
         let pkt = match PacketRepr::parse_bytes(bytes) {
             Ok(p) if p.bth.tver == 0 => p,
             _ => {
                 self.stats.drops.count(DropReason::Malformed);
-                return;
+                return false;
             }
         };
         if pkt.bth.pkey != PKey::DEFAULT {
             self.stats.drops.count(DropReason::BadPkey);
-            return;
-        }
-        if !self.state.receives() {
-            self.stats.drops.count(DropReason::WrongState);
-            return;
+            return false;
         }
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += bytes.len() as u64;
         let op = pkt.bth.opcode;
-        if ecn == Ecn::Ce {
+        if meta.ecn == Ecn::Ce {
             self.stats.ce_received += 1;
             // Notification point: a marked packet of this flow earns the sender a CNP (a
             // marked CNP does not, so two NPs cannot feed each other).
@@ -626,7 +646,7 @@ impl Qp {
             let before = self.cc.rate_bps();
             self.cc.on_cnp(now);
             self.note_rate(before);
-            return;
+            return true;
         }
         if op.0 >= 0x20 || !op.is_defined() {
             self.stats.drops.count(DropReason::BadOpcode);
@@ -639,6 +659,7 @@ impl Qp {
         } else {
             self.stats.drops.count(DropReason::WrongState);
         }
+        true
     }
 }
 

@@ -13,12 +13,12 @@
 use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use roce_proto::{Ecn, Qpn, ROCEV2_UDP_PORT};
 
 use crate::device::{Device, DeviceConfig};
-use crate::path::PathConfig;
+use crate::path::{PathConfig, RxMeta};
 use crate::qp::{ConnectParams, ModifyError};
 use crate::time::Instant;
 
@@ -562,9 +562,10 @@ impl Sim {
             }
             self.stats.delivered += 1;
             self.tap(TapKind::Delivered, &a, now);
+            let meta = RxMeta::new(SocketAddr::new(a.src, a.src_port), a.dst, a.ecn);
             self.endpoints[a.to]
                 .device
-                .handle_datagram(now, a.ecn, &a.data);
+                .handle_datagram(now, &meta, &a.data);
         }
         for e in &mut self.endpoints {
             if e.device.poll_timeout().is_some_and(|d| d <= now) {
