@@ -156,3 +156,63 @@ fn live_capture_without_cap_net_raw_says_so_in_one_line() {
         "{err}"
     );
 }
+
+/// Peak resident memory so far of a running process, MiB (`VmHWM`).
+fn peak_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = s
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+#[test]
+fn parallel_decode_of_16_mib_records_holds_bounded_memory() {
+    // 96 records of 16 MiB each (1.5 GiB) streamed through stdin to 4 decoding threads: the
+    // bytes in flight are bounded, so the peak stays near the budget (64 MiB) plus one
+    // record's buffers, whatever the input's size.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "-", "--threads", "4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut input = child.stdin.take().unwrap();
+    let mut header = Vec::new();
+    header.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    header.extend_from_slice(&2u16.to_le_bytes());
+    header.extend_from_slice(&4u16.to_le_bytes());
+    header.extend_from_slice(&[0; 8]);
+    header.extend_from_slice(&(16u32 << 20).to_le_bytes()); // snaplen
+    header.extend_from_slice(&1u32.to_le_bytes()); // Ethernet
+    input.write_all(&header).unwrap();
+    let len = 16u32 << 20;
+    let record = vec![0x42u8; len as usize];
+    let mut peak = 0f64;
+    for i in 0..96u32 {
+        let mut rh = Vec::new();
+        rh.extend_from_slice(&i.to_le_bytes());
+        rh.extend_from_slice(&0u32.to_le_bytes());
+        rh.extend_from_slice(&len.to_le_bytes());
+        rh.extend_from_slice(&len.to_le_bytes());
+        input.write_all(&rh).unwrap();
+        input.write_all(&record).unwrap();
+        peak = peak.max(peak_mib(pid).unwrap_or(0.0));
+    }
+    drop(input);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("96 packets read"), "{err}");
+    assert!(
+        peak < 128.0,
+        "parallel decode of 16 MiB records peaked at {peak:.0} MiB"
+    );
+}

@@ -26,6 +26,8 @@
 pub mod decode;
 pub mod error;
 pub mod format;
+#[cfg(any(test, fuzzing, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod link;
 pub mod live;
 pub mod parallel;

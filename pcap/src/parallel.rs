@@ -1,8 +1,9 @@
 //! Multi-threaded decoding of a capture: one thread reads records and copies them into
 //! batches, worker threads decode and format whole batches (each with its own [`Decoder`]),
 //! and the calling thread writes the batches' output in input order. The output is byte for
-//! byte what the sequential [`crate::decode()`] writes; channels are bounded, so memory stays
-//! constant however large the input.
+//! byte what the sequential [`crate::decode()`] writes. Batches close at [`BATCH_RECORDS`]
+//! records or [`BATCH_BYTES`] bytes, and the bytes of all batches in flight are bounded by
+//! [`BYTES_IN_FLIGHT`], so memory stays constant however large the input or its records.
 //!
 //! `--count` needs a global count of printed packets, so it (and live capture) stays
 //! sequential.
@@ -14,10 +15,68 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
-/// Records per batch.
+/// Records per batch (at most; see [`BATCH_BYTES`]).
 pub const BATCH_RECORDS: usize = 4096;
+
+/// A batch is closed once its records hold this many bytes.
+pub const BATCH_BYTES: usize = 4 << 20;
+
+/// Bytes of records read and not yet written out, across every batch in flight (queued,
+/// decoding, or decoded and waiting for an earlier batch): what bounds the memory of a
+/// parallel decode whatever the records' sizes. One batch is always let through, however
+/// large its record.
+pub const BYTES_IN_FLIGHT: usize = 64 << 20;
+
+/// What a batch costs of [`BYTES_IN_FLIGHT`]: its record bytes and a share for its output.
+fn cost(b: &Batch) -> usize {
+    b.data.len() + b.recs.len() * 256
+}
+
+/// The budget of [`BYTES_IN_FLIGHT`]: the reader takes a batch's cost before sending it, the
+/// writer gives it back once the batch is written.
+struct Budget {
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Self {
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Waits until `n` fits (or nothing is in flight), then takes it. `false` if stopped.
+    fn take(&self, n: usize, stop: &AtomicBool) -> bool {
+        let Ok(mut used) = self.used.lock() else {
+            return false;
+        };
+        while *used > 0 && *used + n > BYTES_IN_FLIGHT {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            used = match self
+                .freed
+                .wait_timeout(used, std::time::Duration::from_millis(50))
+            {
+                Ok((u, _)) => u,
+                Err(_) => return false,
+            };
+        }
+        *used += n;
+        true
+    }
+
+    fn give_back(&self, n: usize) {
+        if let Ok(mut used) = self.used.lock() {
+            *used = used.saturating_sub(n);
+        }
+        self.freed.notify_all();
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Meta {
@@ -34,6 +93,8 @@ struct Meta {
 #[derive(Debug)]
 struct Batch {
     seq: u64,
+    /// Its share of the in-flight budget.
+    cost: usize,
     frame_base: u64,
     first_ts: Timestamp,
     recs: Vec<Meta>,
@@ -43,6 +104,7 @@ struct Batch {
 #[derive(Debug)]
 struct Done {
     seq: u64,
+    cost: usize,
     out: Vec<u8>,
     stats: Stats,
 }
@@ -60,6 +122,7 @@ fn read_batches<R: Read>(
     reader: &mut CaptureReader<R>,
     batch_records: usize,
     tx: &std::sync::mpsc::SyncSender<Batch>,
+    budget: &Budget,
     progress: Option<&dyn Progress>,
     stop: &AtomicBool,
 ) -> Option<ReadError> {
@@ -72,13 +135,15 @@ fn read_batches<R: Read>(
         }
         let mut b = Batch {
             seq,
+            cost: 0,
             frame_base: frames,
             first_ts: Timestamp::default(),
-            recs: Vec::with_capacity(batch_records),
-            data: Vec::with_capacity(batch_records * 256),
+            recs: Vec::with_capacity(batch_records.min(1024)),
+            data: Vec::new(),
         };
         let mut error = None;
-        while b.recs.len() < batch_records {
+        let mut full = false;
+        while !full {
             match reader.next_record() {
                 Ok(Some(r)) => {
                     let start = b.data.len();
@@ -94,6 +159,7 @@ fn read_batches<R: Read>(
                         end: b.data.len(),
                     });
                     first_ts.get_or_insert(r.ts);
+                    full = b.recs.len() >= batch_records || b.data.len() >= BATCH_BYTES;
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -102,13 +168,14 @@ fn read_batches<R: Read>(
                 }
             }
         }
-        let last = b.recs.len() < batch_records;
+        let last = !full;
         frames += b.recs.len() as u64;
         b.first_ts = first_ts.unwrap_or_default();
+        b.cost = cost(&b);
         if let Some(p) = progress {
             p.advance(reader.offset());
         }
-        if !b.recs.is_empty() && tx.send(b).is_err() {
+        if !b.recs.is_empty() && (!budget.take(b.cost, stop) || tx.send(b).is_err()) {
             return error; // the writer stopped (write error)
         }
         if last || error.is_some() {
@@ -145,6 +212,7 @@ fn work(opts: Options, rx: &Mutex<Receiver<Batch>>, tx: &std::sync::mpsc::SyncSe
         let _ = dec.flush(&mut out);
         let done = Done {
             seq: batch.seq,
+            cost: batch.cost,
             out,
             stats: dec.stats(),
         };
@@ -172,10 +240,20 @@ pub fn decode_parallel<R: Read + Send, W: Write>(
     let mut stats = Stats::default();
     let mut write_error = None;
     let stop = AtomicBool::new(false);
+    let budget = Budget::new();
     let read_error = std::thread::scope(|s| {
         let stop = &stop;
-        let reading =
-            s.spawn(move || read_batches(reader, batch_records.max(1), &batch_tx, progress, stop));
+        let budget = &budget;
+        let reading = s.spawn(move || {
+            read_batches(
+                reader,
+                batch_records.max(1),
+                &batch_tx,
+                budget,
+                progress,
+                stop,
+            )
+        });
         for _ in 0..workers {
             let tx = done_tx.clone();
             let rx = &batch_rx;
@@ -195,6 +273,7 @@ pub fn decode_parallel<R: Read + Send, W: Write>(
                         write_error = Some(e);
                     }
                 }
+                budget.give_back(d.cost);
                 next += 1;
             }
         }

@@ -19,6 +19,10 @@ const CHUNK: usize = 256 * 1024;
 /// cannot make the reader allocate without bound.
 pub const MAX_RECORD: usize = 16 * 1024 * 1024;
 
+/// Most interfaces one pcapng section may describe (an enhanced packet block names its
+/// interface with a 32-bit index, so the table would otherwise grow with the input).
+pub const MAX_INTERFACES: usize = 65536;
+
 /// A packet time stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Timestamp {
@@ -437,6 +441,13 @@ impl<R: Read> CaptureReader<R> {
                     self.interfaces.clear();
                 }
                 Step::Interface(n, iface) => {
+                    if self.interfaces.len() >= MAX_INTERFACES {
+                        return Err(ReadError::Malformed {
+                            name: self.name.clone(),
+                            offset: self.offset(),
+                            reason: "interface description block beyond 65536 in one section",
+                        });
+                    }
                     self.start += n;
                     self.interfaces.push(iface);
                 }
