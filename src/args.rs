@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 use clap::Args;
 use roce_driver::impair::Impairment;
-use roce_driver::{ClientConfig, Listener, ServerConfig, DEFAULT_CONTROL_PORT};
+use roce_driver::{ClientConfig, LinkChoice, Listener, ServerConfig, DEFAULT_CONTROL_PORT};
 use roce_proto::ROCEV2_UDP_PORT;
 
 use crate::units;
@@ -16,6 +16,26 @@ pub(crate) fn flag<T, E: std::fmt::Display>(
     read: impl FnOnce(&str) -> Result<T, E>,
 ) -> anyhow::Result<T> {
     read(value).map_err(|e| anyhow::anyhow!("{flag} {value:?}: {e}"))
+}
+
+/// `--link`: how an endpoint receives RoCE datagrams.
+#[derive(Debug, Args)]
+pub(crate) struct LinkArgs {
+    /// How RoCE datagrams are received: auto (a packet socket, which sees the real IPv4
+    /// header, when the process has CAP_NET_RAW and the address is IPv4; else udp), udp (a
+    /// UDP socket: over IPv4 the ICRC check solves for the identification and DF it does not
+    /// see), packet.
+    #[arg(long, default_value = "auto", value_parser = parse_link)]
+    pub(crate) link: LinkChoice,
+}
+
+fn parse_link(s: &str) -> Result<LinkChoice, String> {
+    match s {
+        "auto" => Ok(LinkChoice::Auto),
+        "udp" => Ok(LinkChoice::Udp),
+        "packet" => Ok(LinkChoice::Packet),
+        _ => Err("use auto, udp or packet".into()),
+    }
 }
 
 /// An optional size flag (see [`units::size`]).

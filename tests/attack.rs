@@ -426,7 +426,8 @@ fn perf_udp_baseline_answers_only_its_client() {
         &specs,
         false,
         Secrets::OsRandom,
-        |r| {
+        roce_driver::LinkChoice::Auto,
+        |r: &perf::PerfResult| {
             results.push(r.clone());
             true
         },

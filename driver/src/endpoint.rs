@@ -7,11 +7,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use roce_proto::{Ecn, ROCEV2_UDP_PORT};
-use roce_stack::{Device, Instant, RxMeta};
+use roce_stack::{Device, Instant};
 
 use crate::app::Application;
 use crate::impair::{ImpairStage, ImpairStats, Impairment};
-use crate::socket::{RoceSocket, RECV_BATCH, SEND_BATCH};
+use crate::socket::{Link, LinkChoice, RoceSocket, RECV_BATCH, SEND_BATCH};
 
 /// Whether a datagram was sent or received, for a capture tap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,9 +116,20 @@ impl std::fmt::Debug for Endpoint {
 const TX_BURST: usize = RECV_BATCH;
 
 impl Endpoint {
-    /// Binds the RoCE socket at `bind` (use port 4791) around `dev`. Inside a tokio runtime.
+    /// Binds the RoCE socket at `bind` (use port 4791) around `dev`, with the UDP link.
+    /// Inside a tokio runtime.
     pub fn bind(dev: Device, bind: SocketAddr, impairment: Impairment) -> std::io::Result<Self> {
-        let sock = RoceSocket::bind(bind)
+        Self::bind_with(dev, bind, impairment, LinkChoice::Udp)
+    }
+
+    /// [`Endpoint::bind`] receiving on the link `link` asks for.
+    pub fn bind_with(
+        dev: Device,
+        bind: SocketAddr,
+        impairment: Impairment,
+        link: LinkChoice,
+    ) -> std::io::Result<Self> {
+        let sock = RoceSocket::bind_with(bind, link)
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot bind UDP {bind}: {e}")))?;
         Ok(Self {
             dev,
@@ -137,6 +148,11 @@ impl Endpoint {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.sock.local_addr()
+    }
+
+    /// The link datagrams are received on.
+    pub fn link(&self) -> Link {
+        self.sock.link()
     }
 
     /// Sends to this UDP port instead of 4791 (two endpoints sharing one address).
@@ -310,21 +326,18 @@ impl Endpoint {
             tap,
             ..
         } = self;
-        let total = sock.try_recv(|src, dst, ecn, data| {
+        let total = sock.try_recv(|meta, data| {
             if let Some(tap) = tap {
                 tap(&TapRecord {
                     time: SystemTime::now(),
                     direction: Direction::Received,
-                    src,
-                    dst: SocketAddr::new(dst, local.port()),
-                    ecn,
+                    src: meta.src,
+                    dst: SocketAddr::new(meta.dst, local.port()),
+                    ecn: meta.ecn,
                     data,
                 });
             }
-            let meta = RxMeta::new(src, dst, ecn);
-            impair.process(now, &meta, data, |meta, d| {
-                dev.handle_datagram(now, meta, d)
-            });
+            impair.process(now, meta, data, |meta, d| dev.handle_datagram(now, meta, d));
         })?;
         self.stats.received += total as u64;
         Ok(total)

@@ -24,6 +24,7 @@ pub mod app;
 pub mod control;
 pub mod endpoint;
 pub mod impair;
+pub mod packet;
 pub mod qps;
 pub mod secrets;
 pub mod socket;
@@ -40,6 +41,7 @@ pub use control::Control;
 pub use endpoint::{Direction, Endpoint, LoopStats, RunError, Tap, TapRecord};
 pub use impair::{ImpairStats, Impairment};
 pub use secrets::Secrets;
+pub use socket::{Link, LinkChoice};
 
 /// TCP port of the control connection (perftest's default).
 pub const DEFAULT_CONTROL_PORT: u16 = 18515;
@@ -81,8 +83,9 @@ pub fn bind_endpoint(
     local: SocketAddr,
     peer_port: u16,
     impairment: Impairment,
+    link: LinkChoice,
 ) -> Result<Endpoint, DriverError> {
-    let mut ep = Endpoint::bind(dev, local, impairment).map_err(setup("RoCE socket"))?;
+    let mut ep = Endpoint::bind_with(dev, local, impairment, link).map_err(setup("RoCE socket"))?;
     ep.set_peer_port(peer_port);
     Ok(ep)
 }

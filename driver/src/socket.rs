@@ -26,6 +26,7 @@ use std::io::IoSlice;
 use nix::sys::socket::{setsockopt, sockopt};
 use quinn_udp::{RecvMeta, UdpSocketState, BATCH_SIZE};
 use roce_proto::Ecn;
+use roce_stack::RxMeta;
 use rustix::net::addr::SocketAddrArg;
 use rustix::net::sockopt::{Ipv4PathMtuDiscovery, Ipv6PathMtuDiscovery};
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
@@ -73,9 +74,54 @@ fn sendmmsg(io: &std::net::UdpSocket, addr: &SocketAddrAny, dgrams: &[&[u8]]) ->
     rustix::net::sendmmsg(io, &mut out[..n], SendFlags::empty()).map_err(io::Error::from)
 }
 
+/// How an endpoint receives (it always sends through UDP sockets, with DF and identification 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkChoice {
+    /// The packet link if the process may open a packet socket (`CAP_NET_RAW`) and the
+    /// address is IPv4, else the UDP link.
+    #[default]
+    Auto,
+    /// A UDP socket: addresses, ports, lengths and ECN of every datagram; over IPv4 not the
+    /// identification and DF, which the ICRC check then solves for (15 of its 32 bits left).
+    Udp,
+    /// A packet socket (`AF_PACKET`): the real IPv4 header, so the ICRC is checked over
+    /// exactly what was on the wire. IPv4 only (over IPv6 the UDP link already knows every
+    /// covered field); needs `CAP_NET_RAW`.
+    Packet,
+}
+
+/// The link an endpoint ended up with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Link {
+    /// Received on the UDP socket.
+    Udp,
+    /// Received on a packet socket.
+    Packet,
+}
+
+impl Link {
+    /// `"udp"` or `"packet"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Packet => "packet",
+        }
+    }
+}
+
+impl std::fmt::Display for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The receiving socket (port 4791) and the per-source-port sending sockets.
 #[derive(Debug)]
 pub struct RoceSocket {
+    /// The packet link's receive side, when it is used.
+    packet: Option<crate::packet::PacketRx>,
     /// Not registered with tokio's epoll while the endpoint is busy (see [`RoceSocket::readable`]).
     io: std::net::UdpSocket,
     state: UdpSocketState,
@@ -91,8 +137,54 @@ pub struct RoceSocket {
 }
 
 impl RoceSocket {
-    /// Binds `addr` (normally `ip:4791`). Must be called inside a tokio runtime.
+    /// Binds `addr` (normally `ip:4791`) with the UDP link. Must be called inside a tokio
+    /// runtime.
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+        Self::bind_with(addr, LinkChoice::Udp)
+    }
+
+    /// Binds `addr` receiving through the link `choice` asks for (see [`LinkChoice`]); an
+    /// explicit `Packet` that cannot be opened is an error. Inside a tokio runtime.
+    pub fn bind_with(addr: SocketAddr, choice: LinkChoice) -> io::Result<Self> {
+        let mut s = Self::bind_udp(addr)?;
+        let want = match choice {
+            LinkChoice::Udp => false,
+            LinkChoice::Packet => true,
+            LinkChoice::Auto => addr.is_ipv4(),
+        };
+        if want && addr.is_ipv4() {
+            match crate::packet::PacketRx::open(s.local) {
+                Ok(p) => {
+                    crate::packet::silence_udp(&s.io)?;
+                    s.packet = Some(p);
+                }
+                Err(e) if choice == LinkChoice::Auto => {
+                    // No CAP_NET_RAW (or no packet sockets here): the UDP link.
+                    let _ = e;
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "cannot open the packet link (needs CAP_NET_RAW; --link udp works without): {e}"
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    /// The link datagrams are received on.
+    pub fn link(&self) -> Link {
+        if self.packet.is_some() {
+            Link::Packet
+        } else {
+            Link::Udp
+        }
+    }
+
+    fn bind_udp(addr: SocketAddr) -> io::Result<Self> {
         let std_sock = std::net::UdpSocket::bind(addr)?;
         let state = UdpSocketState::new((&std_sock).into())?;
         // A larger receive buffer rides out bursts; the kernel caps it at rmem_max.
@@ -113,6 +205,7 @@ impl RoceSocket {
         std_sock.set_nonblocking(true)?;
         let local = std_sock.local_addr()?;
         Ok(Self {
+            packet: None,
             io: std_sock,
             state,
             local,
@@ -226,6 +319,9 @@ impl RoceSocket {
     /// arrived before it is not missed.
     pub async fn readable(&mut self) -> io::Result<()> {
         self.since_wait = 0;
+        if let Some(p) = &self.packet {
+            return p.readable().await;
+        }
         let waiter = match &mut self.waiter {
             Some(w) => w,
             w @ None => w.insert(tokio::net::UdpSocket::from_std(self.io.try_clone()?)?),
@@ -234,12 +330,13 @@ impl RoceSocket {
     }
 
     /// Reads what is queued without waiting (one batch) and hands each datagram to `f` with
-    /// its source, the local address it was sent to, its ECN codepoint and bytes. Returns how
-    /// many datagrams were read.
-    pub fn try_recv(
-        &mut self,
-        mut f: impl FnMut(SocketAddr, IpAddr, Ecn, &[u8]),
-    ) -> io::Result<usize> {
+    /// what the link knows of it (source, the local address it was sent to, ECN and, on the
+    /// packet link, the IPv4 identification and DF) and its bytes (the UDP payload). Returns
+    /// how many datagrams were read.
+    pub fn try_recv(&mut self, mut f: impl FnMut(&RxMeta, &[u8])) -> io::Result<usize> {
+        if let Some(p) = &mut self.packet {
+            return p.try_recv(f);
+        }
         let Self {
             io,
             state,
@@ -295,8 +392,9 @@ impl RoceSocket {
                 local.ip()
             };
             let stride = m.stride.max(1);
+            let meta = RxMeta::new(m.addr, dst, ecn);
             for seg in buf[..m.len].chunks(stride) {
-                f(m.addr, dst, ecn, seg);
+                f(&meta, seg);
                 count += 1;
             }
         }

@@ -45,6 +45,7 @@ pub mod deth;
 pub mod frame;
 pub mod grh;
 pub mod icrc;
+pub mod icrc_solve;
 pub mod lrh;
 pub mod opcode;
 pub mod packet;

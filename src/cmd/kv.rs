@@ -7,7 +7,7 @@ use roce_apps::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
 use roce_driver::Secrets;
 use roce_stack::ConnectParams;
 
-use crate::args::{size_flag, Ends, ImpairArgs};
+use crate::args::{size_flag, Ends, ImpairArgs, LinkArgs};
 use crate::output::report;
 
 #[derive(Debug, Args)]
@@ -52,6 +52,8 @@ pub(crate) struct KvArgs {
     max_pool: String,
     #[command(flatten)]
     impair: ImpairArgs,
+    #[command(flatten)]
+    link: LinkArgs,
     /// Local ACK timeout code: 4.096 us x 2^N (14 = 67 ms).
     #[arg(long, default_value_t = 14)]
     timeout: u8,
@@ -98,6 +100,7 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
                 impairment: imp,
                 secrets,
                 max_pool,
+                link: a.link.link,
             },
         )?;
         for m in &o.mismatches {
@@ -143,6 +146,7 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
         impairment: imp,
         repeat: a.repeat,
         secrets,
+        link: a.link.link,
         ..KvConfig::default()
     };
     cfg.validate()?;

@@ -6,7 +6,7 @@ use clap::Args;
 use roce_apps::perf::{self, PerfResult, PerfTest};
 use roce_driver::Secrets;
 
-use crate::args::{size_flag, Ends};
+use crate::args::{size_flag, Ends, LinkArgs};
 
 #[derive(Debug, Args)]
 pub(crate) struct PerfArgs {
@@ -56,6 +56,8 @@ pub(crate) struct PerfArgs {
     #[arg(long)]
     seed: Option<u64>,
     #[command(flatten)]
+    link: LinkArgs,
+    #[command(flatten)]
     ends: Ends,
 }
 
@@ -95,7 +97,7 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
             "roce perf: waiting for a client on {}",
             listener.local_addr()
         );
-        let runs = perf::serve(listener, secrets)?;
+        let runs = perf::serve(listener, secrets, a.link.link)?;
         eprintln!("roce perf: client finished after {runs} runs");
         return Ok(ExitCode::SUCCESS);
     }
@@ -119,6 +121,7 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
             &specs,
             a.baseline,
             secrets,
+            a.link.link,
             out,
         )?,
         None => perf::loopback(
@@ -127,6 +130,7 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
             &specs,
             a.baseline,
             secrets,
+            a.link.link,
             out,
         )?,
     }

@@ -9,7 +9,7 @@ use roce_driver::{Secrets, DEFAULT_CONTROL_PORT};
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::ConnectParams;
 
-use crate::args::{flag, listener, resolve, ImpairArgs};
+use crate::args::{flag, listener, resolve, ImpairArgs, LinkArgs};
 use crate::output::{pcap_tap, report};
 use crate::{cc, units};
 
@@ -41,6 +41,8 @@ pub(crate) struct RunArgs {
     seed: Option<u64>,
     #[command(flatten)]
     impair: ImpairArgs,
+    #[command(flatten)]
+    link: LinkArgs,
     /// Congestion control: none, dcqcn (= paper), nvidia, fixed:rate=10Gbps, with
     /// `:key=value,...` overrides.
     #[arg(long, default_value = "none")]
@@ -81,6 +83,8 @@ pub(crate) struct ServerArgs {
     port: u16,
     #[command(flatten)]
     impair: ImpairArgs,
+    #[command(flatten)]
+    link: LinkArgs,
     /// Seed of the impairments (default 2) and of the secrets (start PSNs, QPNs, memory
     /// keys; without it they come from the OS random generator).
     #[arg(long)]
@@ -153,6 +157,7 @@ fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
         impairment: a.impair.impairment(seed)?,
         cc: flag("--cc", &a.cc, cc::parse)?,
         secrets: Secrets::from_seed(a.seed),
+        link: a.link.link,
         ..RunConfig::default()
     };
     cfg.validate()?;
@@ -179,7 +184,7 @@ pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
         listener.local_addr()
     );
     let secrets = Secrets::from_seed(a.seed);
-    let o = workload::serve(listener, imp, secrets, pcap_tap(&a.pcap)?)?;
+    let o = workload::serve(listener, imp, secrets, a.link.link, pcap_tap(&a.pcap)?)?;
     for m in &o.mismatches {
         eprintln!("roce server: {m}");
     }

@@ -26,13 +26,64 @@ pub struct RxMeta {
     pub dst: IpAddr,
     /// IP ECN codepoint.
     pub ecn: Ecn,
+    /// What the link saw of the IPv4 identification and DF bit (ignored for IPv6, whose
+    /// covered fields are all known from the addresses, ports and length).
+    pub ipv4: Ipv4Seen,
+}
+
+/// The two covered IPv4 header fields a UDP socket does not show: the identification and
+/// the DF bit. Senders choose them freely (Linux's UDP sockets write 0 with DF, rxe and NICs a
+/// counter), and the ICRC covers both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ipv4Seen {
+    /// As they were on the wire (a packet link, a capture, the simulator).
+    Seen {
+        /// IPv4 identification.
+        identification: u16,
+        /// The DF flag.
+        dont_fragment: bool,
+    },
+    /// Not seen (a UDP socket): the ICRC check finds the values that make it valid, if any
+    /// ([`roce_proto::icrc_solve`]), a check of 15 bits instead of 32.
+    Unseen,
+}
+
+impl Ipv4Seen {
+    /// What `roce`'s own senders write: identification 0 with DF.
+    pub const ROCE: Self = Self::Seen {
+        identification: 0,
+        dont_fragment: true,
+    };
 }
 
 impl RxMeta {
-    /// A datagram from `src` to `dst` with codepoint `ecn`.
+    /// A datagram from `src` to `dst` with codepoint `ecn`, its IPv4 identification and DF
+    /// not seen.
     pub const fn new(src: SocketAddr, dst: IpAddr, ecn: Ecn) -> Self {
-        Self { src, dst, ecn }
+        Self {
+            src,
+            dst,
+            ecn,
+            ipv4: Ipv4Seen::Unseen,
+        }
     }
+
+    /// The same with the IPv4 identification and DF bit as the link saw them.
+    pub const fn with_ipv4(self, ipv4: Ipv4Seen) -> Self {
+        Self { ipv4, ..self }
+    }
+}
+
+/// Which check a received datagram's ICRC passed ([`PathConfig::check_icrc`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcrcVerdict {
+    /// Over every covered header field as it was on the wire (IPv6; IPv4 whose identification
+    /// and DF were seen).
+    Full,
+    /// IPv4 without the identification and DF: valid for some value of them.
+    Solved,
+    /// Invalid.
+    Bad,
 }
 
 /// Where a QP's datagrams go and come from.
@@ -94,13 +145,23 @@ impl PathConfig {
         meta.src.ip() == self.remote && (meta.dst.is_unspecified() || meta.dst == self.local)
     }
 
-    /// The metadata of a datagram the peer sends us on this path (for tests and simulations).
+    /// The metadata of a datagram the peer sends us on this path with `roce`'s own IPv4
+    /// header (for tests and simulations).
     pub fn from_peer(&self, ecn: Ecn) -> RxMeta {
         RxMeta::new(
             SocketAddr::new(self.remote, self.remote_src_port),
             self.local,
             ecn,
         )
+        .with_ipv4(Ipv4Seen::ROCE)
+    }
+
+    /// Checks the ICRC of a datagram received on this path as every QP does before anything
+    /// else looks at it: over the headers `meta` says it came with (its real source port;
+    /// over IPv4 the identification and DF as seen, or, when the link did not see them, any
+    /// that make it valid).
+    pub fn check_icrc(&self, meta: &RxMeta, bytes: &[u8]) -> IcrcVerdict {
+        SeedCache::default().check_rx(self, meta, bytes)
     }
 
     /// ICRC seed for a datagram we send whose UDP payload is `transport_len` bytes.
@@ -111,10 +172,12 @@ impl PathConfig {
             self.src_port,
             self.remote_port,
             transport_len,
+            Ipv4Seen::ROCE,
         )
     }
 
-    /// ICRC seed for a datagram the peer sends us with `transport_len` bytes.
+    /// ICRC seed for a datagram the peer sends us with `transport_len` bytes, from its
+    /// expected source port with `roce`'s own IPv4 header (identification 0, DF).
     pub fn rx_icrc(&self, transport_len: usize) -> Icrc {
         seed(
             self.remote,
@@ -122,6 +185,7 @@ impl PathConfig {
             self.remote_src_port,
             self.local_port,
             transport_len,
+            Ipv4Seen::ROCE,
         )
     }
 }
@@ -132,7 +196,15 @@ impl PathConfig {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SeedCache {
     tx: Option<(usize, Icrc)>,
-    rx: Option<(usize, Icrc)>,
+    rx: Option<(RxKey, Icrc)>,
+}
+
+/// What a received datagram's ICRC seed depends on besides the path's addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RxKey {
+    len: usize,
+    src_port: u16,
+    ipv4: Ipv4Seen,
 }
 
 impl SeedCache {
@@ -141,9 +213,65 @@ impl SeedCache {
         remembered(&mut self.tx, transport_len, || path.tx_icrc(transport_len))
     }
 
-    /// [`PathConfig::rx_icrc`], remembered.
-    pub(crate) fn rx(&mut self, path: &PathConfig, transport_len: usize) -> Icrc {
-        remembered(&mut self.rx, transport_len, || path.rx_icrc(transport_len))
+    /// Checks the ICRC of a datagram received on `path` over the headers it came with: its
+    /// real source port and, for IPv4, the identification and DF as `meta` has them; when
+    /// the link did not see those, first `roce`'s own (0, DF), then whichever values make the
+    /// ICRC valid. The seed of the last key is remembered (a flow mostly repeats one).
+    pub(crate) fn check_rx(
+        &mut self,
+        path: &PathConfig,
+        meta: &RxMeta,
+        bytes: &[u8],
+    ) -> IcrcVerdict {
+        let v6 = path.remote.is_ipv6();
+        let key = RxKey {
+            len: bytes.len(),
+            src_port: meta.src.port(),
+            ipv4: match meta.ipv4 {
+                _ if v6 => Ipv4Seen::ROCE,
+                Ipv4Seen::Unseen => Ipv4Seen::ROCE,
+                seen => seen,
+            },
+        };
+        let seed = match &self.rx {
+            Some((k, s)) if *k == key => s.clone(),
+            _ => {
+                let s = seed(
+                    path.remote,
+                    path.local,
+                    key.src_port,
+                    path.local_port,
+                    key.len,
+                    key.ipv4,
+                );
+                self.rx.insert((key, s)).1.clone()
+            }
+        };
+        let unseen = !v6 && meta.ipv4 == Ipv4Seen::Unseen;
+        if seed.verify(bytes) {
+            return if unseen {
+                IcrcVerdict::Solved
+            } else {
+                IcrcVerdict::Full
+            };
+        }
+        if !unseen {
+            return IcrcVerdict::Bad;
+        }
+        let ip = Ipv4Fields {
+            src: v4_octets(path.remote),
+            dst: v4_octets(path.local),
+            identification: 0,
+            dont_fragment: false,
+        };
+        let udp = UdpFields {
+            src_port: key.src_port,
+            dst_port: path.local_port,
+        };
+        match roce_proto::icrc_solve::solve_ipv4_id_df(&ip, &udp, bytes) {
+            Some(_) => IcrcVerdict::Solved,
+            None => IcrcVerdict::Bad,
+        }
     }
 }
 
@@ -155,7 +283,14 @@ fn remembered(slot: &mut Option<(usize, Icrc)>, len: usize, make: impl FnOnce() 
     }
 }
 
-fn seed(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize) -> Icrc {
+fn v4_octets(a: IpAddr) -> [u8; 4] {
+    match a {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or([0; 4], |x| x.octets()),
+    }
+}
+
+fn seed(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize, ipv4: Ipv4Seen) -> Icrc {
     let udp = UdpFields {
         src_port: sport,
         dst_port: dport,
@@ -165,16 +300,19 @@ fn seed(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize) -> Icrc {
             Icrc::rocev2_ipv6_fields(&s.octets(), &d.octets(), &udp, len)
         }
         (s, d) => {
-            let v4 = |a: IpAddr| match a {
-                IpAddr::V4(a) => a.octets(),
-                IpAddr::V6(a) => a.to_ipv4_mapped().map_or([0; 4], |x| x.octets()),
+            let (identification, dont_fragment) = match ipv4 {
+                Ipv4Seen::Seen {
+                    identification,
+                    dont_fragment,
+                } => (identification, dont_fragment),
+                Ipv4Seen::Unseen => (0, true),
             };
             Icrc::rocev2_ipv4_fields(
                 &Ipv4Fields {
-                    src: v4(s),
-                    dst: v4(d),
-                    identification: 0,
-                    dont_fragment: true,
+                    src: v4_octets(s),
+                    dst: v4_octets(d),
+                    identification,
+                    dont_fragment,
                 },
                 &udp,
                 len,
@@ -226,20 +364,70 @@ mod tests {
     fn seed_cache_gives_the_seed_of_the_length_asked_for() {
         let path = ten_0_0_1();
         let mut cache = SeedCache::default();
-        let pkt = [0x3cu8; 120];
+        let meta = path.from_peer(Ecn::Ect0);
         // Repeats, changes and returns to a length, in both directions.
         for len in [32, 32, 84, 32, 120, 120, 84] {
-            let bytes = &pkt[..len];
+            let mut pkt = vec![0x3cu8; len];
             assert_eq!(
-                cache.tx(&path, len).compute(bytes),
-                path.tx_icrc(len).compute(bytes),
+                cache.tx(&path, len).compute(&pkt),
+                path.tx_icrc(len).compute(&pkt),
                 "tx, {len} B"
             );
+            path.rx_icrc(len).fill(&mut pkt);
             assert_eq!(
-                cache.rx(&path, len).compute(bytes),
-                path.rx_icrc(len).compute(bytes),
-                "rx, {len} B"
+                cache.check_rx(&path, &meta, &pkt),
+                IcrcVerdict::Full,
+                "{len} B"
+            );
+            pkt[20] ^= 1;
+            assert_eq!(
+                cache.check_rx(&path, &meta, &pkt),
+                IcrcVerdict::Bad,
+                "{len} B"
             );
         }
+    }
+
+    /// A datagram with another sender's IPv4 header: rxe's (DF, a counting identification)
+    /// from source port 2, as a packet link sees it and as a UDP socket does.
+    #[test]
+    fn the_icrc_is_checked_over_the_header_that_came() {
+        let path = ten_0_0_1();
+        let mut cache = SeedCache::default();
+        let len = 60;
+        let mut pkt = vec![0x5au8; len];
+        let v4 = |a: IpAddr| match a {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        Icrc::rocev2_ipv4_fields(
+            &Ipv4Fields {
+                src: v4(path.remote),
+                dst: v4(path.local),
+                identification: 14849,
+                dont_fragment: true,
+            },
+            &UdpFields {
+                src_port: 2,
+                dst_port: ROCEV2_UDP_PORT,
+            },
+            len,
+        )
+        .fill(&mut pkt);
+        let from = SocketAddr::new(path.remote, 2);
+        let seen = RxMeta::new(from, path.local, Ecn::Ect0).with_ipv4(Ipv4Seen::Seen {
+            identification: 14849,
+            dont_fragment: true,
+        });
+        assert_eq!(cache.check_rx(&path, &seen, &pkt), IcrcVerdict::Full);
+        let unseen = RxMeta::new(from, path.local, Ecn::Ect0);
+        assert_eq!(cache.check_rx(&path, &unseen, &pkt), IcrcVerdict::Solved);
+        let assumed = unseen.with_ipv4(Ipv4Seen::ROCE);
+        assert_eq!(cache.check_rx(&path, &assumed, &pkt), IcrcVerdict::Bad);
+        let other_port = RxMeta::new(SocketAddr::new(path.remote, 3), path.local, Ecn::Ect0);
+        assert_eq!(cache.check_rx(&path, &other_port, &pkt), IcrcVerdict::Bad);
+        pkt[30] ^= 0x10;
+        assert_eq!(cache.check_rx(&path, &seen, &pkt), IcrcVerdict::Bad);
+        assert_eq!(cache.check_rx(&path, &unseen, &pkt), IcrcVerdict::Bad);
     }
 }

@@ -182,11 +182,21 @@ pub struct QpStats {
     pub min_rate_bps: u64,
     /// Received datagrams dropped, by reason.
     pub drops: Drops,
+    /// Received datagrams whose ICRC was checked over every covered header field as it was
+    /// on the wire (IPv6, or IPv4 from a link that sees the header).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub icrc_full: u64,
+    /// Received IPv4 datagrams whose identification and DF the link did not see (a UDP
+    /// socket), accepted because some value of them makes the ICRC valid: a 15-bit check.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub icrc_solved: u64,
 }
 
 impl QpStats {
     /// Adds `other` into `self` (device totals).
     pub fn add(&mut self, o: &Self) {
+        self.icrc_full += o.icrc_full;
+        self.icrc_solved += o.icrc_solved;
         self.tx_packets += o.tx_packets;
         self.tx_bytes += o.tx_bytes;
         self.rx_packets += o.rx_packets;

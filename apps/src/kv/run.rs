@@ -25,7 +25,7 @@ use roce_driver::qps::{
 };
 use roce_driver::{
     bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, Application, ClientConfig,
-    DriverError, Listener, Secrets,
+    DriverError, Link, LinkChoice, Listener, Secrets,
 };
 use roce_proto::{Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, CcConfig, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
@@ -94,6 +94,8 @@ pub struct KvConfig {
     pub repeat: u32,
     /// Where the start PSNs, QPNs and keys come from (in a loopback run, both ends').
     pub secrets: Secrets,
+    /// How this end receives (in a loopback run, both ends).
+    pub link: LinkChoice,
 }
 
 impl Default for KvConfig {
@@ -115,6 +117,7 @@ impl Default for KvConfig {
             silence: Duration::from_secs(5),
             repeat: 1,
             secrets: Secrets::OsRandom,
+            link: LinkChoice::Auto,
         }
     }
 }
@@ -244,6 +247,8 @@ pub struct KvReport {
     pub errors: Vec<String>,
     /// Where the start PSNs, QPNs and keys came from: `"os-random"`, or `"seed N"`.
     pub secrets: String,
+    /// How the prefill (client) end received.
+    pub link: Link,
 }
 
 impl fmt::Display for KvReport {
@@ -268,6 +273,7 @@ impl fmt::Display for KvReport {
         if self.repeat > 1 {
             writeln!(f, "fastest of {} runs of each plan", self.repeat)?;
         }
+        writeln!(f, "link: {} (the prefill end's receive side)", self.link)?;
         if self.secrets != "os-random" {
             writeln!(
                 f,
@@ -350,6 +356,8 @@ pub struct KvServerConfig {
     /// the operating system as WRITEs land (and reset between plans by zeroing only what was
     /// written), so this bounds what a client can make the server hold.
     pub max_pool: u64,
+    /// How it receives.
+    pub link: LinkChoice,
 }
 
 impl Default for KvServerConfig {
@@ -358,6 +366,7 @@ impl Default for KvServerConfig {
             impairment: Impairment::default(),
             secrets: Secrets::OsRandom,
             max_pool: DEFAULT_MAX_POOL,
+            link: LinkChoice::Auto,
         }
     }
 }
@@ -379,6 +388,7 @@ async fn serve_kv_client(
         impairment,
         secrets,
         max_pool,
+        link,
     } = server;
     let KvMsg::Hello {
         protocol,
@@ -432,7 +442,7 @@ async fn serve_kv_client(
         .ok_or_else(|| DriverError::Setup("pool region vanished".into()))?;
     let remote = SocketAddr::new(a.peer.ip(), client_port);
     connect_qps(&mut dev, &mine, &qps, &psns, &cfg.wiring(local, remote))?;
-    let mut ep = bind_endpoint(dev, local, client_port, impairment)?;
+    let mut ep = bind_endpoint(dev, local, client_port, impairment, link)?;
     ctl.send(&KvMsg::Welcome {
         qps: qp_infos(&mine, &psns),
         roce_port: local.port(),
@@ -536,7 +546,7 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
     let local = SocketAddr::new(local_ip, client.roce_port);
     let remote = SocketAddr::new(client.server.ip(), roce_port);
     connect_qps(&mut dev, &mine, &qps, &psns, &cfg.wiring(local, remote))?;
-    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment)?;
+    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment, cfg.link)?;
     let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
     let mut rows = Vec::new();
     let mut errors = Vec::new();
@@ -651,6 +661,7 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
             .secrets
             .seed()
             .map_or_else(|| "os-random".into(), |s| format!("seed {s}")),
+        link: ep.link(),
     })
 }
 
@@ -667,7 +678,7 @@ pub fn loopback(
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
     };
-    let secrets = cfg.secrets;
+    let (secrets, link) = (cfg.secrets, cfg.link);
     in_one_process(
         "roce-kv-decode",
         (server_ip, ROCEV2_UDP_PORT),
@@ -679,6 +690,7 @@ pub fn loopback(
                     secrets,
                     // The client's own pool, whatever its size: one user runs both ends.
                     max_pool: u64::MAX,
+                    link,
                 },
             )
         },

@@ -403,6 +403,9 @@ pub struct PerfResult {
     pub t_p999_us: Option<f64>,
     /// Request packets sent again (RoCE tests; lost UDP datagrams for the baseline blast).
     pub retransmitted_packets: u64,
+    /// How the client received (`"udp"` or `"packet"`; RoCE tests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<&'static str>,
     /// Datagrams the server received from anyone but the client and ignored (UDP
     /// baselines): someone else is sending to its port.
     #[serde(skip_serializing_if = "is_zero")]
@@ -451,6 +454,7 @@ impl PerfResult {
             t_p999_us: None,
             retransmitted_packets: 0,
             foreign_datagrams: 0,
+            link: None,
             baseline: None,
             ratio: None,
             request_size: (spec.request > 0).then_some(spec.request),

@@ -12,7 +12,7 @@ use roce_driver::qps::{
 };
 use roce_driver::{
     bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError,
-    Listener, Secrets,
+    LinkChoice, Listener, Secrets,
 };
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::{Access, CcConfig, ConnectParams, Device, MrHandle};
@@ -103,6 +103,7 @@ pub fn run_client(
     specs: &[PerfSpec],
     baseline: bool,
     secrets: Secrets,
+    link: LinkChoice,
     mut out: impl FnMut(&PerfResult) -> bool,
 ) -> Result<(), DriverError> {
     for s in specs {
@@ -113,12 +114,13 @@ pub fn run_client(
         let local = SocketAddr::new(local_ip, client.roce_port);
         let peer_ip = client.server.ip();
         for spec in specs {
-            let mut r = run_one(&mut ctl, spec, local, peer_ip, secrets).await?;
+            let ends = (local, peer_ip, secrets, link);
+            let mut r = run_one(&mut ctl, spec, ends).await?;
             if baseline && spec.test != PerfTest::Udp {
-                let b = run_one(&mut ctl, &spec.baseline(), local, peer_ip, secrets).await?;
+                let b = run_one(&mut ctl, &spec.baseline(), ends).await?;
                 r = r.with_baseline(b);
                 if let Some(x) = spec.exchange_baseline() {
-                    let b = run_one(&mut ctl, &x, local, peer_ip, secrets).await?;
+                    let b = run_one(&mut ctl, &x, ends).await?;
                     r = r.with_exchange_baseline(b);
                 }
             }
@@ -133,9 +135,7 @@ pub fn run_client(
 async fn run_one(
     ctl: &mut Control,
     spec: &PerfSpec,
-    local: SocketAddr,
-    peer_ip: IpAddr,
-    secrets: Secrets,
+    (local, peer_ip, secrets, link): (SocketAddr, IpAddr, Secrets, LinkChoice),
 ) -> Result<PerfResult, DriverError> {
     if spec.test == PerfTest::Udp {
         return udp_client(ctl, spec, local, peer_ip).await;
@@ -174,7 +174,7 @@ async fn run_one(
     )?;
     let mut app = PerfApp::new(&mut dev, *spec, true, &qps, mrs, b.at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
-    let mut ep = bind_endpoint(dev, local, roce_port, Impairment::default())?;
+    let mut ep = bind_endpoint(dev, local, roce_port, Impairment::default(), link)?;
     ep.set_busy_poll(spin(spec));
     ctl.ready().await?;
     let stop = ctl.peer_interrupts("server");
@@ -186,14 +186,15 @@ async fn run_one(
     };
     let mut r = app.result();
     r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
+    r.link = Some(ep.link().name());
     Ok(r)
 }
 
 /// Accepts one perf client on `listener` and serves every run it asks for until it says
 /// goodbye. Blocking. Returns the number of runs served.
-pub fn serve(listener: Listener, secrets: Secrets) -> Result<u64, DriverError> {
+pub fn serve(listener: Listener, secrets: Secrets, link: LinkChoice) -> Result<u64, DriverError> {
     listener.serve(|mut ctl, a| async move {
-        let r = serve_session(&mut ctl, a, secrets).await;
+        let r = serve_session(&mut ctl, a, secrets, link).await;
         (ctl, r)
     })
 }
@@ -206,6 +207,7 @@ async fn serve_session(
     ctl: &mut Control,
     a: Accepted,
     secrets: Secrets,
+    link: LinkChoice,
 ) -> Result<u64, DriverError> {
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let mut runs = 0;
@@ -226,7 +228,8 @@ async fn serve_session(
             } => {
                 check_protocol("perf", protocol, PROTOCOL)?;
                 let remote = SocketAddr::new(a.peer.ip(), roce_port);
-                serve_one(ctl, &spec, local, remote, &qps, &buffers, secrets).await?;
+                let peer = (&qps[..], &buffers[..]);
+                serve_one(ctl, &spec, (local, remote), peer, secrets, link).await?;
             }
             _ => return Err(DriverError::Peer("expected a perf hello".into())),
         }
@@ -237,11 +240,10 @@ async fn serve_session(
 async fn serve_one(
     ctl: &mut Control,
     spec: &PerfSpec,
-    local: SocketAddr,
-    remote: SocketAddr,
-    peer_qps: &[QpInfo],
-    blocks: &[RemoteBuffer],
+    (local, remote): (SocketAddr, SocketAddr),
+    (peer_qps, blocks): (&[QpInfo], &[RemoteBuffer]),
     secrets: Secrets,
+    link: LinkChoice,
 ) -> Result<(), DriverError> {
     spec.validate()
         .map_err(|e| DriverError::Peer(e.to_string()))?;
@@ -262,7 +264,7 @@ async fn serve_one(
     )?;
     let mut app = PerfApp::new(&mut dev, *spec, false, &qps, mrs, blocks[0].at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
-    let mut ep = bind_endpoint(dev, local, remote.port(), Impairment::default())?;
+    let mut ep = bind_endpoint(dev, local, remote.port(), Impairment::default(), link)?;
     ep.set_busy_poll(spin(spec));
     let target = ep.dev.mr(mrs.1).map(RemoteBuffer::of);
     ctl.send(&PerfMsg::Welcome {
@@ -293,6 +295,7 @@ pub fn loopback(
     specs: &[PerfSpec],
     baseline: bool,
     secrets: Secrets,
+    link: LinkChoice,
     out: impl FnMut(&PerfResult) -> bool,
 ) -> Result<(), DriverError> {
     for s in specs {
@@ -301,7 +304,7 @@ pub fn loopback(
     in_one_process(
         "roce-perf-server",
         (server_ip, ROCEV2_UDP_PORT),
-        move |l| serve(l, secrets),
+        move |l| serve(l, secrets, link),
         |control| {
             run_client(
                 ClientConfig {
@@ -312,6 +315,7 @@ pub fn loopback(
                 specs,
                 baseline,
                 secrets,
+                link,
                 out,
             )
         },

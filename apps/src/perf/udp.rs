@@ -32,8 +32,8 @@ async fn recv_one(
     let t0 = StdInstant::now();
     loop {
         let mut len = None;
-        sock.try_recv(|src, _, _, d| {
-            if src.ip() == peer {
+        sock.try_recv(|m, d| {
+            if m.src.ip() == peer {
                 len = Some(d.len());
             }
         })
@@ -205,7 +205,7 @@ async fn udp_exchange(
             sent += k;
         }
         let mut n = 0u64;
-        sock.try_recv(|src, _, _, _| n += u64::from(src.ip() == dst.ip()))
+        sock.try_recv(|m, _| n += u64::from(m.src.ip() == dst.ip()))
             .map_err(io)?;
         let now = StdInstant::now();
         if n > 0 {
@@ -282,8 +282,8 @@ pub(crate) async fn udp_server(
             // so that the server cannot be made to send to a port someone else chose (a
             // reflector) or count what the client did not send.
             let mut n = 0usize;
-            sock.try_recv(|src, _, _, d| {
-                if src != client {
+            sock.try_recv(|m, d| {
+                if m.src != client {
                     foreign += 1;
                     return;
                 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use roce_driver::impair::ImpairStats;
-use roce_driver::Secrets;
+use roce_driver::{Link, Secrets};
 use roce_stack::{Drops, Naks, QpStats};
 use serde::Serialize;
 
@@ -56,6 +56,22 @@ pub struct Report {
     /// Where the start PSNs, QPNs and memory keys came from: `"os-random"`, or `"seed N"`
     /// when the run was asked to be reproducible (and so predictable).
     pub secrets: String,
+    /// How each end received: `"udp"` or `"packet"` (`null` when an end did not report).
+    pub link: Links,
+    /// Received datagrams whose ICRC was checked over every covered header field (both ends).
+    pub icrc_full: u64,
+    /// Received IPv4 datagrams whose identification and DF were not seen, accepted because
+    /// some value of them makes the ICRC valid (both ends).
+    pub icrc_solved: u64,
+}
+
+/// The link of each end.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Links {
+    /// The client's (requester's).
+    pub client: Option<Link>,
+    /// The server's (responder's).
+    pub server: Option<Link>,
 }
 
 impl Report {
@@ -107,6 +123,12 @@ impl Report {
             errors,
             client: client.stats,
             server: server.stats,
+            link: Links {
+                client: client.link,
+                server: server.link,
+            },
+            icrc_full: all.icrc_full,
+            icrc_solved: all.icrc_solved,
             secrets: match secrets.seed() {
                 None => "os-random".into(),
                 Some(s) => format!("seed {s}"),
@@ -187,6 +209,15 @@ impl fmt::Display for Report {
                 i.lost, i.reordered, i.duplicated, i.corrupted, i.ce_marked
             )?;
         }
+        let name = |l: Option<Link>| l.map_or("?", Link::name);
+        writeln!(
+            f,
+            "link            client {}, server {}; ICRC checked over the full headers {}, with the IPv4 identification/DF solved {}",
+            name(self.link.client),
+            name(self.link.server),
+            self.icrc_full,
+            self.icrc_solved
+        )?;
         if self.secrets != "os-random" {
             writeln!(
                 f,

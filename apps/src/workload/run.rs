@@ -18,7 +18,7 @@ use roce_driver::qps::{
 use roce_driver::Application;
 use roce_driver::{
     bind_endpoint, in_one_process, loopback_addrs, runtime, Accepted, ClientConfig, DriverError,
-    Listener, Secrets,
+    Link, LinkChoice, Listener, Secrets,
 };
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::{CcConfig, ConnectParams, CqHandle, QpCaps, QpStats};
@@ -48,6 +48,8 @@ pub struct RunConfig {
     pub silence: Duration,
     /// Where the start PSNs, QPNs and memory keys come from (in a loopback run, both ends').
     pub secrets: Secrets,
+    /// How this end receives (in a loopback run, both ends).
+    pub link: LinkChoice,
 }
 
 impl Default for RunConfig {
@@ -60,6 +62,7 @@ impl Default for RunConfig {
             line_rate_bps: 100_000_000_000,
             silence: Duration::from_secs(5),
             secrets: Secrets::OsRandom,
+            link: LinkChoice::Auto,
         }
     }
 }
@@ -97,12 +100,15 @@ pub(crate) struct Side {
     /// Everything this end was to verify verified (requester: every QP's final marker
     /// completed; responder: every QP's memory matched the model at its final marker).
     pub(crate) complete: bool,
+    /// How this end received.
+    pub(crate) link: Option<Link>,
 }
 
 impl Side {
     /// What an end reports after its run.
     fn of(mismatches: &[Mismatch], tally: &Tally, ep: &Endpoint, complete: bool) -> Self {
         Self {
+            link: Some(ep.link()),
             complete: complete && mismatches.is_empty(),
             mismatches: mismatches.iter().map(ToString::to_string).collect(),
             verified_bytes: tally.verified_bytes,
@@ -153,6 +159,8 @@ pub struct ServerOutcome {
     pub verified_bytes: u64,
     /// Device counters.
     pub stats: QpStats,
+    /// How the server received.
+    pub link: Option<Link>,
 }
 
 /// Accepts one client on `listener` and serves its workload as the responder. Blocking.
@@ -160,10 +168,11 @@ pub fn serve(
     listener: Listener,
     impairment: Impairment,
     secrets: Secrets,
+    link: LinkChoice,
     tap: Option<Tap>,
 ) -> Result<ServerOutcome, DriverError> {
     listener.serve(|mut ctl, a| async move {
-        let r = serve_client(&mut ctl, a, impairment, secrets, tap).await;
+        let r = serve_client(&mut ctl, a, impairment, secrets, link, tap).await;
         (ctl, r)
     })
 }
@@ -173,6 +182,7 @@ async fn serve_client(
     a: Accepted,
     impairment: Impairment,
     secrets: Secrets,
+    link: LinkChoice,
     tap: Option<Tap>,
 ) -> Result<ServerOutcome, DriverError> {
     let WorkloadMsg::Hello(hello) = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
@@ -213,7 +223,7 @@ async fn serve_client(
         Responder::new(&mut dev, pd, plan, &recv).map_err(|e| DriverError::Setup(e.to_string()))?;
     let wiring = wiring(local, remote, &cfg);
     connect_qps(&mut dev, &mine, &qps, &psns, &wiring)?;
-    let mut ep = bind_endpoint(dev, local, client_port, cfg.impairment)?;
+    let mut ep = bind_endpoint(dev, local, client_port, cfg.impairment, link)?;
     if let Some(t) = tap {
         ep.set_tap(t);
     }
@@ -238,6 +248,7 @@ async fn serve_client(
     ctl.send(&WorkloadMsg::Summary(Box::new(side.clone())))
         .await?;
     Ok(ServerOutcome {
+        link: side.link,
         complete: side.complete,
         mismatches: side.mismatches,
         verified_bytes: side.verified_bytes,
@@ -307,7 +318,7 @@ async fn client_async(
     let plan = Plan::new(&cfg.spec);
     let send: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
     let mut requester = Requester::new(&mut dev, pd, plan, &send, &blocks);
-    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment)?;
+    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment, cfg.link)?;
     if let Some(t) = tap {
         ep.set_tap(t);
     }
@@ -378,11 +389,11 @@ pub fn loopback_between(
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
     };
-    let secrets = cfg.secrets;
+    let (secrets, link) = (cfg.secrets, cfg.link);
     in_one_process(
         "roce-server",
         server,
-        move |listener| serve(listener, server_impairment, secrets, None),
+        move |listener| serve(listener, server_impairment, secrets, link, None),
         |control| {
             run_client(
                 ClientConfig {

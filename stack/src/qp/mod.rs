@@ -19,7 +19,7 @@ use crate::cc::cnp::{cnp_repr, CnpPacer};
 use crate::cc::{CongestionControl, NoCc};
 use crate::handle::{CqHandle, PdHandle};
 use crate::memory::MrTable;
-use crate::path::{PathConfig, RxMeta, SeedCache};
+use crate::path::{IcrcVerdict, PathConfig, RxMeta, SeedCache};
 use crate::stats::{DropReason, QpStats};
 use crate::time::Instant;
 use crate::wr::{Completion, RecvRequest, WcStatus, WorkRequest, WrOp};
@@ -614,9 +614,15 @@ impl Qp {
             self.stats.drops.count(DropReason::WrongAddress);
             return false;
         }
-        if path.verify_icrc && !self.seeds.rx(path, bytes.len()).verify(bytes) {
-            self.stats.drops.count(DropReason::BadIcrc);
-            return false;
+        if path.verify_icrc {
+            match self.seeds.check_rx(path, meta, bytes) {
+                IcrcVerdict::Full => self.stats.icrc_full += 1,
+                IcrcVerdict::Solved => self.stats.icrc_solved += 1,
+                IcrcVerdict::Bad => {
+                    self.stats.drops.count(DropReason::BadIcrc);
+                    return false;
+                }
+            }
         }
         let pkt = match PacketRepr::parse_bytes(bytes) {
             Ok(p) if p.bth.tver == 0 => p,

@@ -562,7 +562,9 @@ impl Sim {
             }
             self.stats.delivered += 1;
             self.tap(TapKind::Delivered, &a, now);
-            let meta = RxMeta::new(SocketAddr::new(a.src, a.src_port), a.dst, a.ecn);
+            // The simulated senders write roce's own IPv4 header, and the simulator sees it.
+            let meta = RxMeta::new(SocketAddr::new(a.src, a.src_port), a.dst, a.ecn)
+                .with_ipv4(crate::path::Ipv4Seen::ROCE);
             self.endpoints[a.to]
                 .device
                 .handle_datagram(now, &meta, &a.data);
