@@ -77,8 +77,9 @@ impl RxMeta {
 /// Which check a received datagram's ICRC passed ([`PathConfig::check_icrc`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IcrcVerdict {
-    /// Over every covered header field as it was on the wire (IPv6; IPv4 whose identification
-    /// and DF were seen).
+    /// The full 32-bit check: over every covered header field as it was on the wire (IPv6;
+    /// IPv4 whose identification and DF were seen), or an exact match with `roce`'s own
+    /// IPv4 header (identification 0, DF) when they were not seen.
     Full,
     /// IPv4 without the identification and DF: valid for some value of them.
     Solved,
@@ -197,7 +198,18 @@ impl PathConfig {
 pub(crate) struct SeedCache {
     tx: Option<(usize, Icrc)>,
     rx: Option<(RxKey, Icrc)>,
+    /// IPv4 datagrams in a row whose identification and DF were not seen and whose ICRC
+    /// matched `roce`'s own header (0, DF) exactly.
+    plain_streak: u8,
+    /// The peer writes identification 0 with DF (checked [`LOCK_AFTER`] times in a row): from
+    /// now on only that header is accepted, with the full 32-bit check.
+    plain_locked: bool,
 }
+
+/// Exact matches in a row of identification 0 and DF after which a QP stops solving for
+/// other values. A counting sender (rxe) passes 0 once per 65,536 datagrams, never 8 times
+/// in a row.
+pub(crate) const LOCK_AFTER: u8 = 8;
 
 /// What a received datagram's ICRC seed depends on besides the path's addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +228,8 @@ impl SeedCache {
     /// Checks the ICRC of a datagram received on `path` over the headers it came with: its
     /// real source port and, for IPv4, the identification and DF as `meta` has them; when
     /// the link did not see those, first `roce`'s own (0, DF), then whichever values make the
-    /// ICRC valid. The seed of the last key is remembered (a flow mostly repeats one).
+    /// ICRC valid, unless the peer has sent (0, DF) [`LOCK_AFTER`] times in a row (then only
+    /// that). The seed of the last key is remembered (a flow mostly repeats one).
     pub(crate) fn check_rx(
         &mut self,
         path: &PathConfig,
@@ -249,15 +262,18 @@ impl SeedCache {
         };
         let unseen = !v6 && meta.ipv4 == Ipv4Seen::Unseen;
         if seed.verify(bytes) {
-            return if unseen {
-                IcrcVerdict::Solved
-            } else {
-                IcrcVerdict::Full
-            };
+            // Over IPv4 without the header: an exact match of the 32-bit ICRC with (0, DF)
+            // is as strong as a check over the seen header.
+            if unseen && !self.plain_locked {
+                self.plain_streak += 1;
+                self.plain_locked = self.plain_streak >= LOCK_AFTER;
+            }
+            return IcrcVerdict::Full;
         }
-        if !unseen {
+        if !unseen || self.plain_locked {
             return IcrcVerdict::Bad;
         }
+        self.plain_streak = 0;
         let ip = Ipv4Fields {
             src: v4_octets(path.remote),
             dst: v4_octets(path.local),
@@ -422,6 +438,20 @@ mod tests {
         assert_eq!(cache.check_rx(&path, &seen, &pkt), IcrcVerdict::Full);
         let unseen = RxMeta::new(from, path.local, Ecn::Ect0);
         assert_eq!(cache.check_rx(&path, &unseen, &pkt), IcrcVerdict::Solved);
+        // A counting sender passing identification 0 now and then does not lock the QP.
+        let mut zero = vec![0x5au8; len];
+        let from_peer = RxMeta::new(SocketAddr::new(path.remote, 2), path.local, Ecn::Ect0);
+        seed(
+            path.remote,
+            path.local,
+            2,
+            path.local_port,
+            len,
+            Ipv4Seen::ROCE,
+        )
+        .fill(&mut zero);
+        assert_eq!(cache.check_rx(&path, &from_peer, &zero), IcrcVerdict::Full);
+        assert_eq!(cache.check_rx(&path, &unseen, &pkt), IcrcVerdict::Solved);
         let assumed = unseen.with_ipv4(Ipv4Seen::ROCE);
         assert_eq!(cache.check_rx(&path, &assumed, &pkt), IcrcVerdict::Bad);
         let other_port = RxMeta::new(SocketAddr::new(path.remote, 3), path.local, Ecn::Ect0);
@@ -429,5 +459,13 @@ mod tests {
         pkt[30] ^= 0x10;
         assert_eq!(cache.check_rx(&path, &seen, &pkt), IcrcVerdict::Bad);
         assert_eq!(cache.check_rx(&path, &unseen, &pkt), IcrcVerdict::Bad);
+        pkt[30] ^= 0x10;
+        // A peer that writes (0, DF) every time locks the QP to that header: after
+        // LOCK_AFTER exact matches, nothing else is solved for.
+        for _ in 0..LOCK_AFTER {
+            assert_eq!(cache.check_rx(&path, &from_peer, &zero), IcrcVerdict::Full);
+        }
+        assert_eq!(cache.check_rx(&path, &unseen, &pkt), IcrcVerdict::Bad);
+        assert_eq!(cache.check_rx(&path, &from_peer, &zero), IcrcVerdict::Full);
     }
 }

@@ -182,12 +182,14 @@ pub struct QpStats {
     pub min_rate_bps: u64,
     /// Received datagrams dropped, by reason.
     pub drops: Drops,
-    /// Received datagrams whose ICRC was checked over every covered header field as it was
-    /// on the wire (IPv6, or IPv4 from a link that sees the header).
+    /// Received datagrams whose ICRC passed the full 32-bit check: over every covered header
+    /// field as it was on the wire (IPv6, or IPv4 from a link that sees the header), or, over
+    /// IPv4 on a UDP socket, an exact match with identification 0 and DF.
     #[cfg_attr(feature = "serde", serde(default))]
     pub icrc_full: u64,
     /// Received IPv4 datagrams whose identification and DF the link did not see (a UDP
-    /// socket), accepted because some value of them makes the ICRC valid: a 15-bit check.
+    /// socket), accepted because some other value of them makes the ICRC valid: a 15-bit
+    /// check.
     #[cfg_attr(feature = "serde", serde(default))]
     pub icrc_solved: u64,
 }
