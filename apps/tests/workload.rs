@@ -234,13 +234,8 @@ fn simulated_traffic_as_pcap_decodes_with_valid_icrcs() {
     check(&req, &resp, &spec);
     drop(sim); // flushes the capture
     let opts = roce_pcap::Options {
-        format: roce_pcap::decode::OutputFormat::Summary,
-        qp: None,
-        opcode: None,
-        errors: false,
-        count: None,
-        all: false,
         quiet: true,
+        ..roce_pcap::Options::default()
     };
     let mut sink = Vec::new();
     let out = roce_pcap::decode_path(path.to_str().unwrap(), opts, &mut sink);

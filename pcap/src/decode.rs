@@ -40,6 +40,11 @@ pub struct Options {
     pub all: bool,
     /// Print nothing per packet (counters only).
     pub quiet: bool,
+    /// Only MADs of this management class (`--mad-class`; `smp` takes both subnet-management
+    /// classes).
+    pub mad_class: Option<roce_proto::mad::MgmtClass>,
+    /// Only CM messages of this communication ID, local or remote (`--cm-comm-id`).
+    pub cm_comm_id: Option<u32>,
 }
 
 /// Parses an opcode filter: a name as printed (`RC_SEND_ONLY`, `cnp`, `UNKNOWN_0x18`,
@@ -68,6 +73,9 @@ pub struct Stats {
     pub icrc_failures: u64,
     /// RoCE packets that could not be fully decoded.
     pub malformed: u64,
+    /// RoCE packets cut by the capture's snap length: every header that was captured is
+    /// decoded, the ICRC is not captured; neither malformed nor an ICRC failure.
+    pub snap_truncated: u64,
     /// Packets that are not RoCE.
     pub skipped: u64,
     /// Packets printed.
@@ -77,8 +85,13 @@ pub struct Stats {
 impl Stats {
     /// The closing summary line (for stderr).
     pub fn line(&self) -> String {
+        let snap = if self.snap_truncated > 0 {
+            format!(", {} cut by the snap length", self.snap_truncated)
+        } else {
+            String::new()
+        };
         format!(
-            "{} packets read, {} RoCE, {} ICRC failures, {} malformed, {} skipped (not RoCE)",
+            "{} packets read, {} RoCE, {} ICRC failures, {} malformed{snap}, {} skipped (not RoCE)",
             self.packets, self.roce, self.icrc_failures, self.malformed, self.skipped
         )
     }
@@ -97,6 +110,7 @@ impl Outcome {
     /// 0 when the input was read to its end (and, with `check`, every RoCE packet was
     /// well-formed with a good ICRC); 1 otherwise.
     pub fn exit_code(&self, check: bool) -> i32 {
+        // Frames cut by the snap length are neither: their ICRC was never captured.
         let bad = check && (self.stats.malformed > 0 || self.stats.icrc_failures > 0);
         i32::from(self.error.is_some() || bad)
     }
@@ -217,6 +231,10 @@ impl Decoder {
             ),
             _ => (None, None),
         };
+        let snap = match (&frame, &packet) {
+            (Some(f), Err(_)) => snap_cut(f, rec),
+            _ => None,
+        };
         let d = Decoded {
             frame_no,
             ts: rec.ts,
@@ -229,8 +247,11 @@ impl Decoder {
             packet,
             icrc_ok,
             conformance,
+            snap,
         };
-        if d.is_malformed() {
+        if d.snap.is_some() {
+            self.stats.snap_truncated += 1;
+        } else if d.is_malformed() {
             self.stats.malformed += 1;
         } else if d.icrc_bad() {
             self.stats.icrc_failures += 1;
@@ -247,7 +268,12 @@ impl Decoder {
     }
 
     fn matches(&self, d: &Decoded<'_>) -> bool {
-        if self.opts.errors && !(d.is_malformed() || d.icrc_bad()) {
+        if self.opts.errors && !((d.is_malformed() && d.snap.is_none()) || d.icrc_bad()) {
+            return false;
+        }
+        if (self.opts.mad_class.is_some() || self.opts.cm_comm_id.is_some())
+            && !format::mad_matches(d, self.opts.mad_class, self.opts.cm_comm_id)
+        {
             return false;
         }
         if self.opts.qp.is_none() && self.opts.opcode.is_none() {
@@ -259,6 +285,34 @@ impl Decoder {
         self.opts.qp.is_none_or(|q| bth.dest_qp.0 == q)
             && self.opts.opcode.is_none_or(|o| bth.opcode == o)
     }
+}
+
+/// When a frame that did not decode was cut by the capture's snap length (the record is
+/// shorter than the frame was on the wire, and the frame's own IP/UDP (or LRH/GRH) lengths are
+/// consistent: they leave room for the headers the opcode calls for and the ICRC), how much
+/// was there. A frame whose own lengths disagree is malformed, cut or not.
+fn snap_cut(f: &Frame<'_>, rec: &Record<'_>) -> Option<format::SnapCut> {
+    if !f.truncated || (rec.orig_len as usize) <= rec.data.len() {
+        return None;
+    }
+    let implied = match f.transport.first() {
+        Some(&op) => {
+            let op = Opcode(op);
+            let hl = op.header_len();
+            if f.claimed_len < hl + roce_proto::ICRC_LEN {
+                return None;
+            }
+            let pad = f.transport.get(1).map_or(0, |b| usize::from((b >> 4) & 3));
+            Some(
+                f.claimed_len
+                    .saturating_sub(hl + roce_proto::ICRC_LEN + pad),
+            )
+        }
+        None => None,
+    };
+    Some(format::SnapCut {
+        implied_payload_len: implied,
+    })
 }
 
 /// Decodes a whole capture from `reader` into `out`; the output of every record read before an

@@ -35,12 +35,50 @@ pub struct Decoded<'a> {
     pub icrc_ok: Option<bool>,
     /// A non-fatal conformance problem (TVer ≠ 0, length not a multiple of 4, pad ≠ 0).
     pub conformance: Option<Error>,
+    /// The frame was cut by the capture's snap length (`packet` is then the error saying
+    /// where): every header captured is decoded, the ICRC is not captured.
+    pub snap: Option<SnapCut>,
 }
 
-impl Decoded<'_> {
-    /// `true` when the packet is malformed or cut (could not be fully decoded).
+/// What is known of a frame cut by the snap length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapCut {
+    /// The payload length the frame's own headers imply (IP/UDP or LRH/GRH lengths, minus
+    /// the transport headers, pad and ICRC), when its BTH was captured.
+    pub implied_payload_len: Option<usize>,
+}
+
+impl<'a> Decoded<'a> {
+    /// `true` when the packet is malformed (could not be fully decoded, and not because the
+    /// snap length cut it).
     pub fn is_malformed(&self) -> bool {
-        self.packet.is_err()
+        self.packet.is_err() && self.snap.is_none()
+    }
+
+    /// The payload bytes that were captured (all of them for a whole packet).
+    fn captured_payload(&self) -> Option<&'a [u8]> {
+        match &self.packet {
+            Ok(p) => Some(p.payload_ref()),
+            Err(_) => {
+                let f = self.frame?;
+                let t = f.transport;
+                let op = Opcode(*t.first()?);
+                let hl = op.header_len();
+                let pad = usize::from((*t.get(1)? >> 4) & 3);
+                let end = f
+                    .claimed_len
+                    .saturating_sub(roce_proto::ICRC_LEN + pad)
+                    .min(t.len());
+                t.get(hl..end.max(hl))
+            }
+        }
+    }
+
+    /// The MAD this packet carries (QP0/QP1), as much of it as was captured.
+    fn mad(&self) -> Option<crate::madfmt::Mad<'a>> {
+        let p = header_view(self)?;
+        let bytes = crate::madfmt::mad_bytes(&p, self.captured_payload()?)?;
+        crate::madfmt::Mad::parse(bytes)
     }
     /// `true` when the ICRC was checked and is wrong.
     pub fn icrc_bad(&self) -> bool {
@@ -388,6 +426,9 @@ pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
             hex(out, u64::from(h.rkey.0), 8);
         }
     }
+    if let Some(m) = d.mad() {
+        crate::madfmt::summary(out, &m);
+    }
     match &d.packet {
         Ok(p) => {
             out.extend_from_slice(b" len=");
@@ -395,6 +436,20 @@ pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
             if d.icrc_bad() {
                 out.extend_from_slice(b" [ICRC BAD]");
             }
+        }
+        Err(_) if d.snap.is_some() => {
+            let captured = d.captured_payload().map_or(0, <[u8]>::len);
+            if let Some(n) = d.snap.and_then(|s| s.implied_payload_len) {
+                out.extend_from_slice(b" len=");
+                dec(out, n as u64);
+            }
+            out.extend_from_slice(b" [snap: ");
+            dec(out, d.caplen as u64);
+            out.extend_from_slice(b" of ");
+            dec(out, u64::from(d.orig_len));
+            out.extend_from_slice(b" bytes captured, payload ");
+            dec(out, captured as u64);
+            out.push(b']');
         }
         Err(e) => {
             out.extend_from_slice(b" [malformed: ");
@@ -568,6 +623,9 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
             }
         }
     }
+    if let Some(m) = d.mad() {
+        crate::madfmt::json(&mut o, &m);
+    }
     match &d.packet {
         Ok(p) => {
             o.num("payload_len", p.payload().len() as u64);
@@ -575,6 +633,17 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
             if let Some(ok) = d.icrc_ok {
                 o.boolean("icrc_ok", ok);
             }
+        }
+        Err(_) if d.snap.is_some() => {
+            if let Some(n) = d.snap.and_then(|s| s.implied_payload_len) {
+                o.num("payload_len", n as u64);
+            }
+            o.num(
+                "captured_payload_len",
+                d.captured_payload().map_or(0, <[u8]>::len) as u64,
+            );
+            o.string("icrc", "not_captured");
+            o.boolean("snap_truncated", true);
         }
         Err(e) => string_with(&mut o, "error", |b| {
             let at = b.len();
@@ -598,6 +667,29 @@ pub fn json_other(out: &mut Vec<u8>, frame_no: u64, ts: Timestamp, digits: u8, w
     string_with(&mut o, "error", |b| error_text(b, why));
     o.close();
     out.push(b'\n');
+}
+
+impl crate::madfmt::JsonObj for Obj<'_> {
+    fn num(&mut self, k: &str, v: u64) {
+        Obj::num(self, k, v);
+    }
+    fn string(&mut self, k: &str, v: &str) {
+        Obj::string(self, k, v);
+    }
+    fn object(&mut self, k: &str, f: &mut dyn FnMut(&mut dyn crate::madfmt::JsonObj)) {
+        let mut c = self.child(k);
+        f(&mut c);
+        c.close();
+    }
+}
+
+/// `--mad-class` / `--cm-comm-id` on a decoded packet.
+pub(crate) fn mad_matches(
+    d: &Decoded<'_>,
+    class: Option<roce_proto::mad::MgmtClass>,
+    comm_id: Option<u32>,
+) -> bool {
+    crate::madfmt::matches(d.mad().as_ref(), class, comm_id)
 }
 
 // ---------------------------------------------------------------- verbose tree
@@ -869,7 +961,26 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
             writeln!(out, "  IETH\n    rkey: {:#010x}", h.rkey.0)?;
         }
     }
+    if let Some(m) = d.mad() {
+        crate::madfmt::verbose(out, &m)?;
+    }
     match &d.packet {
+        Err(_) if d.snap.is_some() => {
+            let captured = d.captured_payload().map_or(0, <[u8]>::len);
+            match d.snap.and_then(|s| s.implied_payload_len) {
+                Some(n) => writeln!(
+                    out,
+                    "  Payload: {n} bytes ({captured} captured: the frame was cut by the snap length, {} of {} bytes)",
+                    d.caplen, d.orig_len
+                )?,
+                None => writeln!(
+                    out,
+                    "  Cut by the snap length: {} of {} bytes captured",
+                    d.caplen, d.orig_len
+                )?,
+            }
+            writeln!(out, "  ICRC: not captured")?;
+        }
         Ok(p) => {
             writeln!(out, "  Payload: {} bytes", p.payload().len())?;
             if !p.pad().is_empty() {

@@ -30,6 +30,7 @@ pub mod format;
 pub mod fuzzing;
 pub mod link;
 pub mod live;
+mod madfmt;
 pub mod parallel;
 pub mod reader;
 pub mod source;

@@ -114,6 +114,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.roce += s.roce;
     total.icrc_failures += s.icrc_failures;
     total.malformed += s.malformed;
+    total.snap_truncated += s.snap_truncated;
     total.skipped += s.skipped;
     total.printed += s.printed;
 }

@@ -181,6 +181,12 @@ fn json_has_exactly_the_contract_keys() {
         "icrc",
         "icrc_ok",
         "error",
+        "captured_payload_len",
+        "snap_truncated",
+        "mad",
+        "smp",
+        "sa",
+        "cm",
     ];
     const BTH: &[&str] = &[
         "opcode",
@@ -211,14 +217,18 @@ fn json_has_exactly_the_contract_keys() {
                 keys.sort_unstable();
                 assert_eq!(keys, want, "{name}");
             }
+            let snap = m.get("snap_truncated") == Some(&Value::Bool(true));
             if let Some(icrc) = m.get("icrc") {
                 let s = icrc.as_str().unwrap();
-                assert!(s.len() == 8 && s.chars().all(|c| c.is_ascii_hexdigit()));
+                if snap {
+                    assert_eq!(s, "not_captured", "{name}: {o}");
+                } else {
+                    assert!(s.len() == 8 && s.chars().all(|c| c.is_ascii_hexdigit()));
+                }
             }
-            assert!(
-                m.contains_key("icrc_ok") ^ m.contains_key("error"),
-                "{name}: {o}"
-            );
+            // Exactly one of: an ICRC verdict, an error, or a cut by the snap length.
+            let kinds = [m.contains_key("icrc_ok"), m.contains_key("error"), snap];
+            assert_eq!(kinds.iter().filter(|&&k| k).count(), 1, "{name}: {o}");
         }
     }
 }
@@ -312,15 +322,34 @@ fn cut_and_malformed_headers_name_the_layer() {
 
 #[test]
 fn snaplen_cut_frames_keep_their_headers() {
+    // Frames cut by the snap length are neither malformed nor ICRC failures: every captured
+    // header decodes, the payload length comes from the IP/UDP lengths, the ICRC was not
+    // captured, and --check passes.
     let (objs, o) = json("snaplen.pcap");
-    assert_eq!(o.stats.malformed, 3);
-    assert_eq!(objs[1]["icrc_ok"], true);
-    assert_eq!(
-        objs[0]["error"],
-        "payload: truncated, needs 232 bytes, got 54"
+    assert_eq!(o.stats.malformed, 1, "{:?}", o.stats);
+    assert_eq!(o.stats.icrc_failures, 0);
+    assert_eq!(o.stats.snap_truncated, 3, "{:?}", o.stats);
+    // The frame whose own lengths are too short for its headers is malformed (--check fails).
+    assert!(
+        objs[4]["error"].as_str().unwrap().contains("reth"),
+        "{}",
+        objs[4]
     );
+    assert!(objs[4].get("snap_truncated").is_none());
+    assert_eq!(o.exit_code(true), 1);
+    assert_eq!(objs[1]["icrc_ok"], true);
+    assert!(objs[0].get("error").is_none(), "{}", objs[0]);
+    assert_eq!(objs[0]["snap_truncated"], true);
+    assert_eq!(objs[0]["icrc"], "not_captured");
+    // 232 transport bytes on the wire: 28 of BTH and RETH, 200 of payload, 4 of ICRC; the
+    // capture kept 54 of them.
+    assert_eq!(objs[0]["payload_len"], 200, "{}", objs[0]);
+    assert_eq!(objs[0]["captured_payload_len"], 26);
     assert_eq!(objs[0]["reth"]["dma_len"], 3000);
     assert_eq!(objs[3]["aeth"]["kind"], "nak");
+    let (text, _) = run("snaplen.pcap", Options::default());
+    assert_eq!(text.matches("[snap: ").count(), 3, "{text}");
+    assert_eq!(text.matches("[malformed: ").count(), 1, "{text}");
 }
 
 #[test]

@@ -49,6 +49,10 @@ pub enum Layer {
     Icrc,
     /// The caller's output buffer (when building).
     Buffer,
+    /// A management datagram (MAD) carried on QP0 or QP1.
+    Mad,
+    /// A communication-management message inside a MAD.
+    Cm,
 }
 
 impl Layer {
@@ -77,6 +81,8 @@ impl Layer {
             Self::Pad => "pad",
             Self::Icrc => "icrc",
             Self::Buffer => "buffer",
+            Self::Mad => "mad",
+            Self::Cm => "cm",
         }
     }
 }

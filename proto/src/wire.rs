@@ -42,6 +42,34 @@ pub(crate) fn put64(b: &mut [u8], v: u64) {
     b[..8].copy_from_slice(&v.to_be_bytes());
 }
 
+/// The `width`-bit field (at most 64) starting at bit `bit` (0 = the most significant) of byte
+/// `byte`, read big-endian across byte boundaries: the field convention of IBTA Vol 1 ch. 13
+/// and 16 (and Linux's `IBA_FIELD*_LOC`). Callers have checked the length.
+pub(crate) fn get_bits(b: &[u8], byte: usize, bit: u32, width: u32) -> u64 {
+    let first = byte * 8 + bit as usize;
+    let mut v = 0u64;
+    for i in 0..width as usize {
+        let at = first + i;
+        v = v << 1 | u64::from(b[at / 8] >> (7 - at % 8) & 1);
+    }
+    v
+}
+
+/// Writes the low `width` bits of `v` into the field [`get_bits`] reads.
+pub(crate) fn set_bits(b: &mut [u8], byte: usize, bit: u32, width: u32, v: u64) {
+    let first = byte * 8 + bit as usize;
+    for i in 0..width as usize {
+        let at = first + i;
+        let on = v >> (width as usize - 1 - i) & 1 == 1;
+        let mask = 1u8 << (7 - at % 8);
+        if on {
+            b[at / 8] |= mask;
+        } else {
+            b[at / 8] &= !mask;
+        }
+    }
+}
+
 /// The boilerplate every fixed-size header view shares: construction, the length check and
 /// access to the buffer. `$layer` names the header in errors, `$len` is its wire length.
 macro_rules! fixed_view {

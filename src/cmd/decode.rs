@@ -38,6 +38,13 @@ pub(crate) struct DecodeArgs {
     /// Only packets with a bad ICRC or that are malformed.
     #[arg(long)]
     errors: bool,
+    /// Only MADs of this management class: cm, sa, smp (both subnet-management classes),
+    /// smp_dr, perf, bm, dev_mgt, snmp, vendor, ...
+    #[arg(long, value_name = "CLASS")]
+    mad_class: Option<String>,
+    /// Only CM messages with this communication ID, local or remote (decimal or 0x hex).
+    #[arg(long, value_parser = units::number_u32, value_name = "ID")]
+    cm_comm_id: Option<u32>,
     /// Stop after N packets are printed.
     #[arg(short, long, value_name = "N")]
     count: Option<u64>,
@@ -73,6 +80,15 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         count: a.count,
         all: a.all,
         quiet: false,
+        mad_class: match &a.mad_class {
+            Some(c) => Some(roce_proto::mad::MgmtClass::from_key(c).with_context(|| {
+                format!(
+                    "--mad-class {c:?}: use cm, sa, smp, smp_dr, perf, bm, dev_mgt, snmp, dev_adm, boot_mgt, bis or cong_mgt"
+                )
+            })?),
+            None => None,
+        },
+        cm_comm_id: a.cm_comm_id,
     };
     // The decoder buffers its output and writes it in large chunks: no second buffer here.
     let mut out = std::io::stdout().lock();

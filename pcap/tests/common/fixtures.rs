@@ -77,8 +77,14 @@ const IP: usize = 14;
 /// Cuts an untagged IPv4 frame to `transport_len` bytes of UDP payload and fixes the IPv4
 /// total length, header checksum and UDP length, so only the RoCE layer is short.
 fn shrink_v4(mut f: Vec<u8>, transport_len: usize) -> Vec<u8> {
+    f.truncate(IP + 20 + 8 + transport_len);
+    claim_v4(f, transport_len)
+}
+
+/// Makes an untagged IPv4 frame's IPv4 total length, header checksum and UDP length claim
+/// `transport_len` bytes of UDP payload, whatever follows (trailing bytes stay).
+fn claim_v4(mut f: Vec<u8>, transport_len: usize) -> Vec<u8> {
     let udp = IP + 20;
-    f.truncate(udp + 8 + transport_len);
     let total = (20 + 8 + transport_len) as u16;
     f[IP + 2..IP + 4].copy_from_slice(&total.to_be_bytes());
     f[IP + 10..IP + 12].fill(0);
@@ -340,6 +346,12 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         build(
             &v4(),
             &packet_for(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 3, &pl),
+        ),
+        // Cut by the snap length too, but its own IP/UDP lengths leave 20 bytes for a
+        // WRITE FIRST that needs 32 (BTH, RETH, ICRC): malformed, not merely cut.
+        claim_v4(
+            build(&v4(), &packet_for(Opcode::RC_RDMA_WRITE_FIRST, 4, &pl)),
+            20,
         ),
     ];
     out.push((
