@@ -129,6 +129,15 @@ impl PacketRx {
         sock.attach_filter(&program(&filter(local)))?;
         let _ = sock.set_recv_buffer_size(8 << 20);
         sock.set_nonblocking(true)?;
+        // The socket received every IPv4 datagram of the host between its creation and the
+        // filter: throw those away (as libpcap does after setting a filter). Nobody sends to
+        // this endpoint yet: it has not told a peer where it is.
+        let mut junk = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+        for _ in 0..100_000 {
+            if sock.recv(&mut junk).is_err() {
+                break;
+            }
+        }
         Ok(Self {
             io: tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(sock))?,
             local,

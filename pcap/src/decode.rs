@@ -8,7 +8,7 @@ use crate::format::{self, Decoded};
 use crate::link;
 use crate::reader::{CaptureReader, Record, Timestamp};
 use crate::source::Progress;
-use roce_proto::{Frame, Opcode};
+use roce_proto::{Frame, Opcode, RocePacket};
 use std::io::{self, Read, Write};
 
 /// Output format.
@@ -45,6 +45,10 @@ pub struct Options {
     pub mad_class: Option<roce_proto::mad::MgmtClass>,
     /// Only CM messages of this communication ID, local or remote (`--cm-comm-id`).
     pub cm_comm_id: Option<u32>,
+    /// Read opcodes 0x40-0x5f as IBTA Reliable Datagram (`--rd`) instead of Mellanox/NVIDIA
+    /// Dynamically Connected, which reuses them (and is what such captures hold: RD was never
+    /// deployed).
+    pub rd: bool,
 }
 
 /// Parses an opcode filter: a name as printed (`RC_SEND_ONLY`, `cnp`, `UNKNOWN_0x18`,
@@ -130,6 +134,8 @@ pub struct Decoder {
     frame_base: u64,
     line: Vec<u8>,
     endpoints: format::EndpointCache,
+    /// A DC packet without its DC bytes, read with the RD layout.
+    dc_scratch: Vec<u8>,
 }
 
 impl Decoder {
@@ -142,6 +148,7 @@ impl Decoder {
             frame_base: 0,
             line: Vec::with_capacity(FLUSH_AT + 8192),
             endpoints: format::EndpointCache::default(),
+            dc_scratch: Vec::new(),
         }
     }
 
@@ -192,8 +199,34 @@ impl Decoder {
         let first = *self.first_ts.get_or_insert(rec.ts);
         let rel = rec.ts.since(first);
         let parsed = link::parse(rec.link_type, rec.data);
+        let mut scratch = std::mem::take(&mut self.dc_scratch);
+        let r = self.record_parsed(rec, &parsed, &mut scratch, frame_no, rel, out);
+        self.dc_scratch = scratch;
+        r
+    }
+
+    fn record_parsed<W: Write>(
+        &mut self,
+        rec: &Record<'_>,
+        parsed: &roce_proto::Result<Frame<'_>>,
+        scratch: &mut Vec<u8>,
+        frame_no: u64,
+        rel: Timestamp,
+        out: &mut W,
+    ) -> io::Result<()> {
+        // A DC packet: its DC bytes are set aside and the rest read with the RD layout.
+        let dc = match parsed {
+            Ok(f) if !self.opts.rd && !f.truncated => dc_split(f.transport),
+            _ => None,
+        };
+        if let (Some((_, skip)), Ok(f)) = (&dc, parsed) {
+            scratch.clear();
+            scratch.extend_from_slice(&f.transport[..roce_proto::bth::HEADER_LEN]);
+            scratch.extend_from_slice(&f.transport[*skip..]);
+        }
         // The frame stays where `link::parse` put it; `Decoded` borrows it (no copy).
-        let (frame, packet) = match &parsed {
+        let (frame, packet) = match parsed {
+            Ok(f) if dc.is_some() => (Some(f), RocePacket::new_checked(&scratch[..])),
             Ok(f) => (Some(f), f.packet()),
             Err(e) if link::is_roce_error(e) => (None, Err(*e)),
             Err(e) => {
@@ -225,6 +258,10 @@ impl Decoder {
         };
         self.stats.roce += 1;
         let (icrc_ok, conformance) = match (&frame, &packet) {
+            // The ICRC covers every byte on the wire, the DC bytes included.
+            (Some(f), Ok(_)) if dc.is_some() => {
+                (f.icrc_seed().ok().map(|s| s.verify(f.transport)), None)
+            }
             (Some(f), Ok(p)) => (
                 f.icrc_seed().ok().map(|s| p.verify_icrc(&s)),
                 p.conformance().err(),
@@ -248,6 +285,13 @@ impl Decoder {
             icrc_ok,
             conformance,
             snap,
+            dc: dc.and_then(|(connect, skip)| {
+                let t = frame?.transport;
+                Some(format::DcBytes {
+                    dceth: &t[12..20],
+                    connect: connect.then(|| &t[20..skip]),
+                })
+            }),
         };
         if d.snap.is_some() {
             self.stats.snap_truncated += 1;
@@ -285,6 +329,18 @@ impl Decoder {
         self.opts.qp.is_none_or(|q| bth.dest_qp.0 == q)
             && self.opts.opcode.is_none_or(|o| bth.opcode == o)
     }
+}
+
+/// The DC split of a transport packet with an opcode in 0x40-0x5f: whether it carries the
+/// 16-byte connect header (opcode 0x55 without SE), and where the RD-layout headers start.
+fn dc_split(t: &[u8]) -> Option<(bool, usize)> {
+    let op = *t.first()?;
+    if op >> 5 != 0x2 {
+        return None;
+    }
+    let connect = op == 0x55 && t.get(1).is_some_and(|b| b & 0x80 == 0);
+    let skip = roce_proto::bth::HEADER_LEN + 8 + if connect { 16 } else { 0 };
+    (t.len() >= skip + roce_proto::ICRC_LEN).then_some((connect, skip))
 }
 
 /// When a frame that did not decode was cut by the capture's snap length (the record is

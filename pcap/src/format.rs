@@ -38,6 +38,22 @@ pub struct Decoded<'a> {
     /// The frame was cut by the capture's snap length (`packet` is then the error saying
     /// where): every header captured is decoded, the ICRC is not captured.
     pub snap: Option<SnapCut>,
+    /// A Mellanox/NVIDIA Dynamically Connected packet (opcodes 0x40-0x5f unless `--rd`):
+    /// `packet` is then the packet without the DC bytes after the BTH, read with the RD
+    /// header layout, and this holds those bytes.
+    pub dc: Option<DcBytes<'a>>,
+}
+
+/// The bytes a DC packet carries between its BTH and the RD-layout extended headers (the
+/// layout Wireshark decodes DC with: 8 bytes, and 16 more on a "DC connect" opcode 0x55
+/// without SE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DcBytes<'a> {
+    /// The 8 bytes after the BTH (mlx5 addresses a DC target with a 64-bit DC access key
+    /// and a DCT number; which of them these are is not published).
+    pub dceth: &'a [u8],
+    /// The 16-byte connect header of opcode 0x55 without SE.
+    pub connect: Option<&'a [u8]>,
 }
 
 /// What is known of a frame cut by the snap length.
@@ -292,14 +308,15 @@ impl EndpointCache {
 }
 
 /// Writes the opcode name (`RC_SEND_FIRST`, `CNP`, `UNKNOWN_0x18`).
-fn opcode_name(out: &mut Vec<u8>, op: Opcode) {
+fn opcode_name(out: &mut Vec<u8>, op: Opcode, dc: bool) {
     if op == Opcode::CNP {
         out.extend_from_slice(b"CNP");
         return;
     }
     match op.operation_name() {
         Some(n) => {
-            out.extend_from_slice(op.transport().name().as_bytes());
+            let t = if dc { "DC" } else { op.transport().name() };
+            out.extend_from_slice(t.as_bytes());
             out.push(b'_');
             out.extend_from_slice(n.as_bytes());
         }
@@ -353,7 +370,7 @@ pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
     }
     if let Some(bth) = f.bth() {
         out.push(b' ');
-        opcode_name(out, bth.opcode);
+        opcode_name(out, bth.opcode, d.dc.is_some());
         out.extend_from_slice(b" qp=");
         hex(out, u64::from(bth.dest_qp.0), 6);
         out.extend_from_slice(b" psn=");
@@ -373,6 +390,13 @@ pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
     }
     if f.ecn() == roce_proto::Ecn::Ce {
         out.extend_from_slice(b" CE");
+    }
+    if let Some(dc) = d.dc {
+        out.extend_from_slice(b" dceth=");
+        hex_bytes(out, dc.dceth);
+        if dc.connect.is_some() {
+            out.extend_from_slice(b" connect");
+        }
     }
     if let Some(p) = header_view(d) {
         if let Some(h) = p.deth() {
@@ -564,7 +588,9 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
         if let Some(bth) = f.bth() {
             let mut b = o.child("bth");
             b.num("opcode", u64::from(bth.opcode.0));
-            string_with(&mut b, "opcode_name", |x| opcode_name(x, bth.opcode));
+            string_with(&mut b, "opcode_name", |x| {
+                opcode_name(x, bth.opcode, d.dc.is_some())
+            });
             b.boolean("se", bth.solicited);
             b.boolean("migreq", bth.migreq);
             b.num("pad_count", u64::from(bth.pad_count));
@@ -577,7 +603,20 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
             b.num("psn", u64::from(bth.psn.value()));
             b.close();
         }
+        if let Some(dc) = d.dc {
+            let mut c = o.child("dc");
+            string_with(&mut c, "dceth", |b| hex_bytes(b, dc.dceth));
+            if let Some(x) = dc.connect {
+                string_with(&mut c, "connect", |b| hex_bytes(b, x));
+            }
+            c.close();
+        }
         if let Some(p) = header_view(d) {
+            if let Some(h) = p.rdeth() {
+                let mut c = o.child("rdeth");
+                c.num("ee_context", u64::from(h.ee_context));
+                c.close();
+            }
             if let Some(h) = p.reth() {
                 let mut c = o.child("reth");
                 c.num("va", h.va());
@@ -850,7 +889,7 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
         out.extend_from_slice(b"    opcode: ");
         hex(out, u64::from(op.0), 2);
         out.extend_from_slice(b" (");
-        opcode_name(out, op);
+        opcode_name(out, op, d.dc.is_some());
         out.extend_from_slice(b")\n");
         writeln!(out, "    se: {} (solicited event)", flag(b.solicited()))?;
         writeln!(out, "    migreq: {} (migration request)", flag(b.migreq()))?;
@@ -874,6 +913,18 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
             b.psn().value(),
             b.psn().value()
         )?;
+    }
+    if let Some(dc) = d.dc {
+        out.extend_from_slice(
+            b"  DC (Mellanox Dynamically Connected; --rd reads these opcodes as RD)\n    dceth: ",
+        );
+        hex_bytes(out, dc.dceth);
+        out.extend_from_slice(b" (8 bytes after the BTH)\n");
+        if let Some(x) = dc.connect {
+            out.extend_from_slice(b"    connect: ");
+            hex_bytes(out, x);
+            out.extend_from_slice(b" (16 bytes: DC connect, opcode 0x55 without SE)\n");
+        }
     }
     if let Some(p) = header_view(d) {
         if let Some(h) = p.rdeth() {

@@ -133,9 +133,13 @@ pub(crate) fn summary(out: &mut Vec<u8>, m: &Mad<'_>) {
 }
 
 fn summary_cm(out: &mut Vec<u8>, msg: &Message) {
+    let id = match msg {
+        Message::SidrReq(_) | Message::SidrRep(_) => "request_id",
+        _ => "comm_id",
+    };
     let _ = write!(
         out,
-        "CM {} comm_id={:#010x}",
+        "CM {} {id}={:#010x}",
         msg.kind().name(),
         msg.local_comm_id()
     );

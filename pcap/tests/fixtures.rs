@@ -97,6 +97,8 @@ fn golden_outputs() {
             let opts = Options {
                 format,
                 all: true,
+                // The RD fixture is read as RD; everything else with the defaults.
+                rd: name.starts_with("rd_"),
                 ..Default::default()
             };
             let (mut out, outcome) = decode_bytes(&bytes, name, opts);
@@ -109,6 +111,65 @@ fn golden_outputs() {
             check_file(&data_dir().join(format!("{name}.{ext}")), &out);
         }
     }
+}
+
+#[test]
+fn rd_opcodes_read_as_dc_by_default_and_as_rd_with_rd() {
+    let (text, o) = run(
+        "rd_opcodes.pcap",
+        Options {
+            format: OutputFormat::Json,
+            rd: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!((o.stats.malformed, o.stats.icrc_failures), (0, 0));
+    let objs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(objs.len(), fixtures::rd_opcodes().len());
+    for obj in &objs {
+        assert!(obj["bth"]["opcode_name"]
+            .as_str()
+            .unwrap()
+            .starts_with("RD_"));
+        assert!(
+            obj.get("rdeth").is_some() && obj.get("dc").is_none(),
+            "{obj}"
+        );
+    }
+    // The DC fixture: every packet decodes with its DC bytes set aside and a good ICRC.
+    let (objs, o) = json("dc.pcap");
+    assert_eq!(
+        (o.stats.malformed, o.stats.icrc_failures),
+        (0, 0),
+        "{:?}",
+        o.stats
+    );
+    for obj in &objs {
+        assert!(
+            obj["bth"]["opcode_name"]
+                .as_str()
+                .unwrap()
+                .starts_with("DC_"),
+            "{obj}"
+        );
+        assert_eq!(
+            &obj["dc"]["dceth"].as_str().unwrap()[..6],
+            "dc0bad",
+            "{obj}"
+        );
+        assert_eq!(obj["icrc_ok"], true);
+    }
+    let connects = objs
+        .iter()
+        .filter(|o| o["dc"].get("connect").is_some())
+        .count();
+    assert_eq!(connects, 1, "one opcode 0x55 without SE");
+    let send = objs.iter().find(|o| o["bth"]["opcode"] == 0x44).unwrap();
+    assert_eq!(send["payload_len"], 16, "{send}");
+    assert!(send.get("deth").is_some() && send.get("rdeth").is_some());
 }
 
 #[test]
@@ -184,6 +245,8 @@ fn json_has_exactly_the_contract_keys() {
         "captured_payload_len",
         "snap_truncated",
         "mad",
+        "rdeth",
+        "dc",
         "smp",
         "sa",
         "cm",

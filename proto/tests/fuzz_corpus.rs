@@ -34,3 +34,8 @@ fn frame_corpus() {
 fn roundtrip_corpus() {
     assert!(replay("roundtrip", roce_proto::fuzzing::roundtrip) >= 40);
 }
+
+#[test]
+fn mad_corpus() {
+    assert!(replay("mad", roce_proto::fuzzing::mad) >= 20);
+}

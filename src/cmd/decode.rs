@@ -42,6 +42,10 @@ pub(crate) struct DecodeArgs {
     /// smp_dr, perf, bm, dev_mgt, snmp, vendor, ...
     #[arg(long, value_name = "CLASS")]
     mad_class: Option<String>,
+    /// Read opcodes 0x40-0x5f as IBTA Reliable Datagram instead of Mellanox/NVIDIA
+    /// Dynamically Connected (the default: RD was never deployed, DC reuses its opcodes).
+    #[arg(long)]
+    rd: bool,
     /// Only CM messages with this communication ID, local or remote (decimal or 0x hex).
     #[arg(long, value_parser = units::number_u32, value_name = "ID")]
     cm_comm_id: Option<u32>,
@@ -89,6 +93,7 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
             None => None,
         },
         cm_comm_id: a.cm_comm_id,
+        rd: a.rd,
     };
     // The decoder buffers its output and writes it in large chunks: no second buffer here.
     let mut out = std::io::stdout().lock();

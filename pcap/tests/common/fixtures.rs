@@ -9,17 +9,55 @@ use roce_pcap::link;
 use roce_pcap::reader::Timestamp;
 use roce_pcap::synth::{packet_for, payload, v4};
 use roce_pcap::writer::PcapWriter;
+use roce_proto::cm::MessageKind;
 use roce_proto::frame::{IpParams, VlanTag};
+use roce_proto::mad::{Method, MgmtClass, Repr as MadRepr, MAD_LEN};
 use roce_proto::{Ecn, FrameBuilder, Opcode, PacketRepr};
 
-/// Every opcode the table defines, then the CNP and two unknown ones.
+/// Every opcode the table defines but RD's (0x40-0x5f, which decode as DC by default: see
+/// [`rd_opcodes`]), then the CNP and two unknown ones.
 pub fn all_opcodes() -> Vec<Opcode> {
     let mut v: Vec<Opcode> = (0..=255u8)
         .map(Opcode)
-        .filter(|o| o.is_defined() && *o != Opcode::CNP)
+        .filter(|o| o.is_defined() && *o != Opcode::CNP && o.0 >> 5 != 2)
         .collect();
     v.extend([Opcode::CNP, Opcode(0x18), Opcode(0xc0)]);
     v
+}
+
+/// The opcodes IBTA gives to RD (0x40-0x5f) that its table defines.
+pub fn rd_opcodes() -> Vec<Opcode> {
+    (0x40..=0x5fu8)
+        .map(Opcode)
+        .filter(|o| o.is_defined())
+        .collect()
+}
+
+/// A DC packet in the layout Wireshark decodes (and roce by default): the BTH, 8 DC bytes, then
+/// the RD extended headers of the opcode and the payload; opcode 0x55 without SE carries a
+/// 16-byte connect header after the 8.
+fn dc_frame(op: Opcode, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let mut p = packet_for(op, seq, payload);
+    if op.0 == 0x55 {
+        p.bth.solicited = seq % 2 == 1;
+    }
+    let mut rd = vec![0u8; p.buffer_len()];
+    let n = p.emit(&mut rd).expect("RD packet builds");
+    rd.truncate(n);
+    let connect = op.0 == 0x55 && !p.bth.solicited;
+    let mut t = rd[..12].to_vec();
+    t.extend_from_slice(&[0xdc, 0x0b, 0xad, 0x00, 0x00, 0x00, 0x00, 0x40 + seq as u8]);
+    if connect {
+        t.extend((0..16).map(|i| 0xc0 + i as u8));
+    }
+    t.extend_from_slice(&rd[12..]);
+    let b = v4();
+    let len = t.len();
+    b.icrc_seed(len).fill(&mut t);
+    let mut frame = vec![0u8; b.frame_len_for(len)];
+    let n = b.wrap(&t, &mut frame).expect("wraps");
+    frame.truncate(n);
+    frame
 }
 
 fn v6() -> FrameBuilder {
@@ -211,8 +249,368 @@ fn to_big_endian(le: &[u8]) -> Vec<u8> {
 }
 
 /// Every fixture: file name and bytes.
+/// A MAD frame: a UD SEND ONLY to QP1 from QP1 (Q_Key 0x80010000) carrying the 256-byte MAD
+/// made of `header` and the `body` written after it.
+fn mad_frame(b: &FrameBuilder, seq: u32, header: MadRepr, body: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let mut mad = [0u8; MAD_LEN];
+    header.emit(&mut mad);
+    body(&mut mad);
+    let mut p = packet_for(Opcode::UD_SEND_ONLY, seq, &mad);
+    p.bth.dest_qp = roce_proto::Qpn(1);
+    p.bth.pad_count = 0;
+    p.deth = Some(roce_proto::DethRepr {
+        qkey: roce_proto::deth::GSI_QKEY,
+        resv: 0,
+        src_qp: roce_proto::Qpn(1),
+    });
+    build(b, &p)
+}
+
+fn cm_header(kind: MessageKind, tid: u64) -> MadRepr {
+    MadRepr {
+        base_version: 1,
+        mgmt_class: MgmtClass::CM,
+        class_version: 2,
+        method: Method::SEND,
+        transaction_id: tid,
+        attribute_id: kind.attribute_id(),
+        ..MadRepr::default()
+    }
+}
+
+fn v4_gid(a: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+/// One of every CM message (REJ with several reason classes, an RDMA-CM REQ over IPv4 and one
+/// over IPv6 with an alternate path), ClassPortInfo, a directed-route SMP and an SA query.
+fn cm_frames() -> Vec<Vec<u8>> {
+    use roce_proto::cm::*;
+    let b4 = v4();
+    let b6 = v6();
+    let mut frames = Vec::new();
+    let mut seq = 0;
+    let mut push = |b: &FrameBuilder, h: MadRepr, m: Option<Message>, extra: &dyn Fn(&mut [u8])| {
+        frames.push(mad_frame(b, seq, h, |mad| {
+            if let Some(m) = m {
+                m.emit(&mut mad[24..]);
+            }
+            extra(mad);
+        }));
+        seq += 1;
+    };
+    let path4 = CmPath {
+        local_port_lid: 0xffff,
+        remote_port_lid: 0xffff,
+        local_port_gid: v4_gid([192, 168, 10, 1]),
+        remote_port_gid: v4_gid([192, 168, 10, 2]),
+        flow_label: 0x91a3c,
+        packet_rate: 16,
+        traffic_class: 0x68,
+        hop_limit: 64,
+        sl: 3,
+        subnet_local: 0,
+        local_ack_timeout: 17,
+    };
+    let mut req = Req {
+        local_comm_id: 0x64c0_c56d,
+        service_id: roce_proto::rdma_cm::service_id(roce_proto::rdma_cm::PortSpace::TCP, 18515),
+        local_ca_guid: 0x0250_56ff_fea7_7d03,
+        local_qpn: 0x3d,
+        responder_resources: 4,
+        initiator_depth: 4,
+        remote_cm_response_timeout: 20,
+        starting_psn: 0x7c_c204,
+        local_cm_response_timeout: 20,
+        retry_count: 7,
+        partition_key: 0xffff,
+        path_packet_payload_mtu: 3,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        primary_path: path4,
+        ..Req::default()
+    };
+    roce_proto::rdma_cm::CmaHdr {
+        version: 0,
+        ip_version: 4,
+        port: 52471,
+        src: "192.168.10.1".parse().unwrap(),
+        dst: "192.168.10.2".parse().unwrap(),
+    }
+    .emit(&mut req.private_data);
+    req.private_data[36..40].copy_from_slice(b"user");
+    push(
+        &b4,
+        cm_header(MessageKind::Req, 0x2_6dc5_c064),
+        Some(Message::Req(req)),
+        &|_| {},
+    );
+    push(
+        &b4,
+        cm_header(MessageKind::Mra, 0x2_6dc5_c064),
+        Some(Message::Mra(Mra {
+            local_comm_id: 0x8988_f456,
+            remote_comm_id: 0x64c0_c56d,
+            message_mraed: 0,
+            service_timeout: 24,
+            ..Mra::default()
+        })),
+        &|_| {},
+    );
+    let rep = Rep {
+        local_comm_id: 0x8988_f456,
+        remote_comm_id: 0x64c0_c56d,
+        local_qpn: 0x3b,
+        starting_psn: 0x72_7d6d,
+        responder_resources: 4,
+        initiator_depth: 4,
+        target_ack_delay: 15,
+        rnr_retry_count: 7,
+        local_ca_guid: 0x0250_56ff_fea7_129f,
+        ..Rep::default()
+    };
+    push(
+        &b4,
+        cm_header(MessageKind::Rep, 0x2_6dc5_c064),
+        Some(Message::Rep(rep)),
+        &|_| {},
+    );
+    push(
+        &b4,
+        cm_header(MessageKind::Rtu, 0x2_6dc5_c064),
+        Some(Message::Rtu(Rtu {
+            local_comm_id: 0x64c0_c56d,
+            remote_comm_id: 0x8988_f456,
+            ..Rtu::default()
+        })),
+        &|_| {},
+    );
+    // REJ of a REQ for each reason class: no resources, bad parameters, redirect, consumer.
+    for (i, (reason, rejected)) in [
+        (1u16, 0u8),
+        (8, 0),
+        (26, 0),
+        (24, 0),
+        (28, 1),
+        (10, 2),
+        (33, 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rej = Rej {
+            local_comm_id: 0x1000 + i as u32,
+            remote_comm_id: 0x2000 + i as u32,
+            message_rejected: rejected,
+            reason,
+            ..Rej::default()
+        };
+        if reason == 24 {
+            rej.reject_info_length = 16; // the ARI holds the redirect GID
+            rej.ari[..16].copy_from_slice(&v4_gid([10, 0, 0, 9]));
+        }
+        push(
+            &b4,
+            cm_header(MessageKind::Rej, 0x3_0000 + i as u64),
+            Some(Message::Rej(rej)),
+            &|_| {},
+        );
+    }
+    push(
+        &b4,
+        cm_header(MessageKind::Dreq, 0x2_6dc5_c065),
+        Some(Message::Dreq(Dreq {
+            local_comm_id: 0x64c0_c56d,
+            remote_comm_id: 0x8988_f456,
+            remote_qpn_eecn: 0x3b,
+            ..Dreq::default()
+        })),
+        &|_| {},
+    );
+    push(
+        &b4,
+        cm_header(MessageKind::Drep, 0x2_6dc5_c065),
+        Some(Message::Drep(Drep {
+            local_comm_id: 0x8988_f456,
+            remote_comm_id: 0x64c0_c56d,
+            ..Drep::default()
+        })),
+        &|_| {},
+    );
+    let mut sidr = SidrReq {
+        request_id: 0x5151,
+        partition_key: 0xffff,
+        service_id: roce_proto::rdma_cm::service_id(roce_proto::rdma_cm::PortSpace::UDP, 7471),
+        ..SidrReq::default()
+    };
+    roce_proto::rdma_cm::CmaHdr {
+        version: 0,
+        ip_version: 4,
+        port: 40000,
+        src: "192.168.10.1".parse().unwrap(),
+        dst: "192.168.10.2".parse().unwrap(),
+    }
+    .emit(&mut sidr.private_data);
+    push(
+        &b4,
+        cm_header(MessageKind::SidrReq, 0x4_0001),
+        Some(Message::SidrReq(sidr)),
+        &|_| {},
+    );
+    push(
+        &b4,
+        cm_header(MessageKind::SidrRep, 0x4_0001),
+        Some(Message::SidrRep(SidrRep {
+            request_id: 0x5151,
+            status: 0,
+            qpn: 0x99,
+            service_id: sidr.service_id,
+            q_key: 0x0123_4567,
+            ..SidrRep::default()
+        })),
+        &|_| {},
+    );
+    push(
+        &b4,
+        cm_header(MessageKind::Lap, 0x5_0001),
+        Some(Message::Lap(Lap {
+            local_comm_id: 0x64c0_c56d,
+            remote_comm_id: 0x8988_f456,
+            remote_qpn_eecn: 0x3b,
+            remote_cm_response_timeout: 20,
+            alternate_path: CmPath {
+                flow_label: 0x12345,
+                traffic_class: 0x20,
+                hop_limit: 64,
+                packet_rate: 3,
+                sl: 1,
+                local_ack_timeout: 16,
+                ..path4
+            },
+            ..Lap::default()
+        })),
+        &|_| {},
+    );
+    push(
+        &b4,
+        cm_header(MessageKind::Apr, 0x5_0001),
+        Some(Message::Apr(Apr {
+            local_comm_id: 0x8988_f456,
+            remote_comm_id: 0x64c0_c56d,
+            ap_status: 3,
+            ..Apr::default()
+        })),
+        &|_| {},
+    );
+    push(
+        &b4,
+        MadRepr {
+            method: Method::GET,
+            ..cm_header(MessageKind::ClassPortInfo, 0x6_0001)
+        },
+        None,
+        &|_| {},
+    );
+    // An RDMA-CM REQ over IPv6 with an alternate path and a consumer-rejected answer.
+    let g6 = |last: u8| {
+        let mut g = [0u8; 16];
+        g[0] = 0xfd;
+        g[15] = last;
+        g
+    };
+    let mut req6 = Req {
+        local_comm_id: 0x7777_0001,
+        primary_path: CmPath {
+            local_port_gid: g6(1),
+            remote_port_gid: g6(2),
+            flow_label: 0x0badc,
+            ..path4
+        },
+        alternate_path: CmPath {
+            local_port_lid: 5,
+            remote_port_lid: 6,
+            local_port_gid: g6(3),
+            remote_port_gid: g6(4),
+            flow_label: 0x54321,
+            ..path4
+        },
+        ..req
+    };
+    req6.private_data = [0; 92];
+    roce_proto::rdma_cm::CmaHdr {
+        version: 0,
+        ip_version: 6,
+        port: 51000,
+        src: "fd00::1".parse().unwrap(),
+        dst: "fd00::2".parse().unwrap(),
+    }
+    .emit(&mut req6.private_data);
+    push(
+        &b6,
+        cm_header(MessageKind::Req, 0x7_0001),
+        Some(Message::Req(req6)),
+        &|_| {},
+    );
+    // Subnet management: a directed-route SubnGet(NodeInfo) and an SA GetTable(PathRecord).
+    push(
+        &b4,
+        MadRepr {
+            base_version: 1,
+            mgmt_class: MgmtClass::SUBN_DIRECTED_ROUTE,
+            class_version: 1,
+            method: Method::GET,
+            class_specific: 0x0102,
+            transaction_id: 0x0001_509c_0001_25c8,
+            attribute_id: 0x0011,
+            ..MadRepr::default()
+        },
+        None,
+        &|mad| {
+            roce_proto::mad::SmpRepr {
+                directed: true,
+                m_key: 0,
+                direction: false,
+                hop_pointer: 1,
+                hop_count: 2,
+                dr_slid: 0xffff,
+                dr_dlid: 0xffff,
+            }
+            .emit(mad);
+            mad[128..131].copy_from_slice(&[0, 2, 3]);
+        },
+    );
+    push(
+        &b4,
+        MadRepr {
+            base_version: 1,
+            mgmt_class: MgmtClass::SUBN_ADM,
+            class_version: 2,
+            method: Method::GET_TABLE,
+            transaction_id: 0x0000_000b_b964_7f9e,
+            attribute_id: 0x0035,
+            ..MadRepr::default()
+        },
+        None,
+        &|mad| {
+            roce_proto::mad::SaRepr {
+                component_mask: 0x340c,
+                ..roce_proto::mad::SaRepr::default()
+            }
+            .emit(mad);
+        },
+    );
+    frames
+}
+
 pub fn all() -> Vec<(&'static str, Vec<u8>)> {
     let mut out = Vec::new();
+
+    // Every CM message, ClassPortInfo, a directed-route SMP and an SA query, on QP1.
+    out.push(("cm.pcap", pcap(link::ETHERNET, false, &cm_frames())));
 
     // Every opcode over IPv4, payload lengths cycling through all four pad counts.
     let ops = all_opcodes();
@@ -225,6 +623,24 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         })
         .collect();
     out.push(("opcodes.pcap", pcap(link::ETHERNET, false, &frames)));
+
+    // The RD opcodes in IBTA's RD layout (decoded with --rd), and the same opcodes as
+    // Mellanox DC packets (the default reading).
+    let rd: Vec<Vec<u8>> = rd_opcodes()
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| build(&v4(), &packet_for(op, i as u32, &payload(8 + i, i as u32))))
+        .collect();
+    out.push(("rd_opcodes.pcap", pcap(link::ETHERNET, false, &rd)));
+    let mut dc_ops = rd_opcodes();
+    dc_ops.push(Opcode(0x55));
+    dc_ops.push(Opcode(0x55));
+    let dc: Vec<Vec<u8>> = dc_ops
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| dc_frame(op, i as u32, &payload(16, i as u32)))
+        .collect();
+    out.push(("dc.pcap", pcap(link::ETHERNET, false, &dc)));
 
     // IPv6, with a flow label and CE marking, and a UDP checksum on one of them.
     let pl = payload(33, 6);
