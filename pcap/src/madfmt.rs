@@ -137,12 +137,10 @@ fn summary_cm(out: &mut Vec<u8>, msg: &Message) {
         Message::SidrReq(_) | Message::SidrRep(_) => "request_id",
         _ => "comm_id",
     };
-    let _ = write!(
-        out,
-        "CM {} {id}={:#010x}",
-        msg.kind().name(),
-        msg.local_comm_id()
-    );
+    let _ = write!(out, "CM {}", msg.kind().name());
+    if !matches!(msg, Message::ClassPortInfo(_)) {
+        let _ = write!(out, " {id}={:#010x}", msg.local_comm_id());
+    }
     if let Some(r) = msg.remote_comm_id() {
         let _ = write!(out, " remote_comm_id={r:#010x}");
     }
@@ -205,6 +203,13 @@ fn summary_cm(out: &mut Vec<u8>, msg: &Message) {
             }
         }
         Message::Rtu(_) | Message::Drep(_) | Message::Lap(_) => {}
+        Message::ClassPortInfo(c) => {
+            let _ = write!(
+                out,
+                " capability_mask={:#06x} resp_time_value={}",
+                c.capability_mask, c.resp_time_value
+            );
+        }
     }
 }
 

@@ -481,6 +481,57 @@ cm_message! {
     private_data: [u8; 148] = bytes(84, 148);
 }
 
+cm_message! {
+    /// ClassPortInfo (IBTA Vol 1 §13.4.8.1, Table 144): the class's capabilities and where to
+    /// redirect requests or send traps; common to every management class (here read from the
+    /// bytes after the common header, as the CM class carries it).
+    ClassPortInfo = 0x0001;
+    /// Base version.
+    base_version: u8 = bits(0, 0, 8);
+    /// Class version.
+    class_version: u8 = bits(1, 0, 8);
+    /// Capability mask.
+    capability_mask: u16 = bits(2, 0, 16);
+    /// Capability mask 2 (27 bits).
+    capability_mask2: u32 = bits(4, 0, 27);
+    /// Response time value (5 bits; [`timeout_ns`]).
+    resp_time_value: u8 = bits(7, 3, 5);
+    /// Redirect GID.
+    redirect_gid: [u8; 16] = gid(8);
+    /// Redirect traffic class.
+    redirect_tc: u8 = bits(24, 0, 8);
+    /// Redirect service level (4 bits).
+    redirect_sl: u8 = bits(25, 0, 4);
+    /// Redirect flow label (20 bits).
+    redirect_fl: u32 = bits(25, 4, 20);
+    /// Redirect LID.
+    redirect_lid: u16 = bits(28, 0, 16);
+    /// Redirect P_Key.
+    redirect_p_key: u16 = bits(30, 0, 16);
+    /// Redirect QP (24 bits).
+    redirect_qp: u32 = bits(33, 0, 24);
+    /// Redirect Q_Key.
+    redirect_q_key: u32 = bits(36, 0, 32);
+    /// Trap GID.
+    trap_gid: [u8; 16] = gid(40);
+    /// Trap traffic class.
+    trap_tc: u8 = bits(56, 0, 8);
+    /// Trap service level (4 bits).
+    trap_sl: u8 = bits(57, 0, 4);
+    /// Trap flow label (20 bits).
+    trap_fl: u32 = bits(57, 4, 20);
+    /// Trap LID.
+    trap_lid: u16 = bits(60, 0, 16);
+    /// Trap P_Key.
+    trap_p_key: u16 = bits(62, 0, 16);
+    /// Trap hop limit.
+    trap_hl: u8 = bits(64, 0, 8);
+    /// Trap QP (24 bits).
+    trap_qp: u32 = bits(65, 0, 24);
+    /// Trap Q_Key.
+    trap_q_key: u32 = bits(68, 0, 32);
+}
+
 /// Which CM message an attribute ID names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MessageKind {
@@ -530,7 +581,7 @@ impl MessageKind {
     /// The attribute ID.
     pub const fn attribute_id(self) -> u16 {
         match self {
-            Self::ClassPortInfo => 0x0001,
+            Self::ClassPortInfo => ClassPortInfo::ATTRIBUTE_ID,
             Self::Req => Req::ATTRIBUTE_ID,
             Self::Mra => Mra::ATTRIBUTE_ID,
             Self::Rej => Rej::ATTRIBUTE_ID,
@@ -590,6 +641,8 @@ impl MessageKind {
 /// A CM message of any kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message {
+    /// ClassPortInfo.
+    ClassPortInfo(ClassPortInfo),
     /// REQ.
     Req(Req),
     /// MRA.
@@ -616,10 +669,10 @@ pub enum Message {
 
 impl Message {
     /// Parses the message an attribute ID names from the 232 bytes after the MAD common
-    /// header; `None` for ClassPortInfo and IDs the CM class does not define.
+    /// header; `None` for IDs the CM class does not define.
     pub fn parse(attribute_id: u16, data: &[u8]) -> Option<Result<Self>> {
         Some(match MessageKind::from_attribute(attribute_id)? {
-            MessageKind::ClassPortInfo => return None,
+            MessageKind::ClassPortInfo => ClassPortInfo::parse(data).map(Self::ClassPortInfo),
             MessageKind::Req => Req::parse(data).map(Self::Req),
             MessageKind::Mra => Mra::parse(data).map(Self::Mra),
             MessageKind::Rej => Rej::parse(data).map(Self::Rej),
@@ -637,6 +690,7 @@ impl Message {
     /// Its kind.
     pub const fn kind(&self) -> MessageKind {
         match self {
+            Self::ClassPortInfo(_) => MessageKind::ClassPortInfo,
             Self::Req(_) => MessageKind::Req,
             Self::Mra(_) => MessageKind::Mra,
             Self::Rej(_) => MessageKind::Rej,
@@ -658,6 +712,7 @@ impl Message {
     pub fn emit(&self, data: &mut [u8]) {
         data[..DATA_LEN].fill(0);
         match self {
+            Self::ClassPortInfo(m) => m.emit(data),
             Self::Req(m) => m.emit(data),
             Self::Mra(m) => m.emit(data),
             Self::Rej(m) => m.emit(data),
@@ -675,6 +730,7 @@ impl Message {
     /// Every field by its IBTA name.
     pub fn visit(&self, v: &mut dyn FnMut(&'static str, Value<'_>)) {
         match self {
+            Self::ClassPortInfo(m) => m.visit(v),
             Self::Req(m) => m.visit(v),
             Self::Mra(m) => m.visit(v),
             Self::Rej(m) => m.visit(v),
@@ -689,9 +745,10 @@ impl Message {
         }
     }
 
-    /// The sender's communication ID (SIDR: the request ID).
+    /// The sender's communication ID (SIDR: the request ID; ClassPortInfo: 0).
     pub const fn local_comm_id(&self) -> u32 {
         match self {
+            Self::ClassPortInfo(_) => 0,
             Self::Req(m) => m.local_comm_id,
             Self::Mra(m) => m.local_comm_id,
             Self::Rej(m) => m.local_comm_id,
@@ -709,7 +766,7 @@ impl Message {
     /// The receiver's communication ID, for the messages that carry one.
     pub const fn remote_comm_id(&self) -> Option<u32> {
         match self {
-            Self::Req(_) | Self::SidrReq(_) | Self::SidrRep(_) => None,
+            Self::ClassPortInfo(_) | Self::Req(_) | Self::SidrReq(_) | Self::SidrRep(_) => None,
             Self::Mra(m) => Some(m.remote_comm_id),
             Self::Rej(m) => Some(m.remote_comm_id),
             Self::Rep(m) => Some(m.remote_comm_id),
@@ -924,10 +981,7 @@ mod tests {
             for (i, b) in data.iter_mut().enumerate() {
                 *b = (i as u8).wrapping_mul(37) ^ 0x5a;
             }
-            let Some(m) = Message::parse(kind.attribute_id(), &data) else {
-                assert_eq!(kind, MessageKind::ClassPortInfo);
-                continue;
-            };
+            let m = Message::parse(kind.attribute_id(), &data).expect("every kind parses");
             let m = m.unwrap();
             assert_eq!(m.kind(), kind);
             let mut out = [0u8; DATA_LEN];

@@ -509,10 +509,20 @@ fn cm_frames() -> Vec<Vec<u8>> {
     push(
         &b4,
         MadRepr {
-            method: Method::GET,
+            method: Method::GET_RESP,
             ..cm_header(MessageKind::ClassPortInfo, 0x6_0001)
         },
-        None,
+        Some(Message::ClassPortInfo(ClassPortInfo {
+            base_version: 1,
+            class_version: 2,
+            capability_mask: 0x0080,
+            resp_time_value: 18,
+            redirect_lid: 7,
+            redirect_qp: 1,
+            redirect_q_key: 0x8001_0000,
+            trap_hl: 64,
+            ..ClassPortInfo::default()
+        })),
         &|_| {},
     );
     // An RDMA-CM REQ over IPv6 with an alternate path and a consumer-rejected answer.
