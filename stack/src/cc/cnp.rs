@@ -133,6 +133,15 @@ impl CnpPacer {
         true
     }
 
+    /// The CNP asked for went on the wire at `at` (later than asked, when the egress was
+    /// busy): the interval counts from there, so that CNPs are at least one interval apart
+    /// on the wire too.
+    pub fn on_sent(&mut self, at: Instant) {
+        if self.last_cnp.is_some_and(|t| t < at) {
+            self.last_cnp = Some(at);
+        }
+    }
+
     /// A CE-marked packet for this QP arrived at `now`. Returns `true` when a CNP must be
     /// sent now.
     pub fn on_ce_mark(&mut self, now: Instant) -> bool {

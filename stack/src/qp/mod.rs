@@ -531,6 +531,9 @@ impl Qp {
             // CNPs are not paced and not scheduled with the rest (RoCEv2 Annex A17.9.3).
             self.cnp_pending = false;
             self.stats.cnps_sent += 1;
+            if let Some(pacer) = self.cnp_pacer.as_mut() {
+                pacer.on_sent(now);
+            }
             let repr = cnp_repr(self.attr.dest_qpn);
             return build::emit(&repr, &self.attr.path, &mut self.seeds, buf).ok();
         }
@@ -583,6 +586,19 @@ impl Qp {
         buf: &mut Vec<u8>,
     ) -> Option<usize> {
         self.stats.acks_sent += 1;
+        // NAKs count as they go on the wire: a queued sequence NAK that a newer ACK replaced
+        // was never sent.
+        let n = &mut self.stats.naks_sent;
+        match syndrome.kind() {
+            roce_proto::AethKind::RnrNak { .. } => n.rnr += 1,
+            roce_proto::AethKind::Nak(code) => match code {
+                roce_proto::NakCode::PsnSequenceError => n.seq_err += 1,
+                roce_proto::NakCode::InvalidRequest => n.invalid_request += 1,
+                roce_proto::NakCode::RemoteAccessError => n.remote_access += 1,
+                _ => n.remote_op += 1,
+            },
+            _ => {}
+        }
         let repr = build::ack(self.attr.dest_qpn, psn, syndrome, msn, orig_data);
         build::emit(&repr, &self.attr.path, &mut self.seeds, buf).ok()
     }

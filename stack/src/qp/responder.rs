@@ -74,6 +74,10 @@ struct ReadJob {
     remaining: u32,
     /// A response of this job was sent (later ones are MIDDLE or LAST).
     started: bool,
+    /// The MSN its responses carry: the responder's when the READ was queued. Requests
+    /// executed while the responses wait must not show in them, or the requester would see
+    /// the MSN go back at the next ACK (C9-148: the MSN never decreases).
+    msn: Msn,
 }
 
 /// What the responder owes the requester, in order.
@@ -203,12 +207,6 @@ impl Qp {
 
     fn responder_fatal(&mut self, ctx: &mut Ctx<'_>, psn: Psn, f: Fatal) {
         let Fatal(code, recv_status) = f;
-        let n = &mut self.stats.naks_sent;
-        match code {
-            NakCode::InvalidRequest => n.invalid_request += 1,
-            NakCode::RemoteAccessError => n.remote_access += 1,
-            _ => n.remote_op += 1,
-        }
         if let Some(st) = recv_status {
             let wqe = match core::mem::replace(&mut self.resp.in_msg, InMsg::None) {
                 InMsg::Send { wqe, .. } => Some(wqe),
@@ -241,7 +239,6 @@ impl Qp {
             match self.execute(now, pkt, ctx) {
                 Exec::Done => {}
                 Exec::Rnr => {
-                    self.stats.naks_sent.rnr += 1;
                     self.push_ack(p, Syndrome::rnr_nak(self.attr.min_rnr_timer));
                 }
                 Exec::Fatal(f) => self.responder_fatal(ctx, p, f),
@@ -252,7 +249,6 @@ impl Qp {
                 self.stats.drops.count(DropReason::OutOfSequence);
             } else {
                 self.resp.nak_sent = true;
-                self.stats.naks_sent.seq_err += 1;
                 self.push_ack(self.resp.epsn, Syndrome::nak(NakCode::PsnSequenceError));
             }
         } else {
@@ -297,6 +293,7 @@ impl Qp {
                 rkey: reth.rkey,
                 remaining: reth.dma_len,
                 started: false,
+                msn: self.resp.msn,
             }));
         } else if op.is_atomic() {
             let found = self.resp.resources.iter().rev().find_map(|r| match *r {
@@ -542,6 +539,7 @@ impl Qp {
             rkey: reth.rkey,
             remaining: reth.dma_len,
             started: false,
+            msn: self.resp.msn,
         }));
         self.resp.epsn = last.next();
         Exec::Done
@@ -656,7 +654,7 @@ impl Qp {
             aeth: (opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE).then_some(
                 roce_proto::AethRepr {
                     syndrome: Syndrome::ACK_UNLIMITED,
-                    msn: self.resp.msn,
+                    msn: job.msn,
                 },
             ),
             payload,
