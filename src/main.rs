@@ -1,7 +1,7 @@
 //! The `roce` command line: argument parsing ([`cmd`], one module per command; [`units`] and
 //! [`cc`] read flag values), what surrounds the libraries ([`output`]: report printing, the
 //! capture tap, the progress bar, Ctrl-C), and dispatch. Every behaviour lives in the library
-//! crates: `roce-pcap` (decode), `roce-apps` over `roce-driver` and `roce-stack` (loopback,
+//! crates: `roce-pcap` (decode, analyze), `roce-apps` over `roce-driver` and `roce-stack` (loopback,
 //! server, client, perf, kv, sim).
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +30,9 @@ enum Command {
     Client(cmd::workload::ClientArgs),
     /// Decode RoCE packets from a capture file, stdin (`-`) or a live interface.
     Decode(cmd::decode::DecodeArgs),
+    /// Explain what every RC connection of a capture did: pairing, messages, retransmission
+    /// episodes and their causes, NAKs, CNPs, latencies and go-back-N verdicts.
+    Analyze(cmd::analyze::AnalyzeArgs),
     /// perftest-style bandwidth, message rate and latency (write, read, send, atomic), and the
     /// plain-UDP baseline (udp) of the same wire size through the same sockets.
     Perf(cmd::perf::PerfArgs),
@@ -59,6 +62,7 @@ impl Command {
             Self::Server(_) => "server",
             Self::Client(_) => "client",
             Self::Decode(_) => "decode",
+            Self::Analyze(_) => "analyze",
             Self::Perf(_) => "perf",
             Self::Kv(_) => "kv",
             Self::Sim(_) => "sim",
@@ -72,6 +76,7 @@ impl Command {
             Self::Server(a) => cmd::workload::server(a),
             Self::Client(a) => cmd::workload::client(a),
             Self::Decode(a) => cmd::decode::run(a),
+            Self::Analyze(a) => cmd::analyze::run(a),
             Self::Perf(a) => cmd::perf::run(a),
             Self::Kv(a) => cmd::kv::run(a),
             Self::Sim(c) => cmd::sim::run(c),

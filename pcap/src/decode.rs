@@ -49,6 +49,10 @@ pub struct Options {
     /// Dynamically Connected, which reuses them (and is what such captures hold: RD was never
     /// deployed).
     pub rd: bool,
+    /// Run the connection analysis alongside ([`crate::analyze`]) and add each packet's
+    /// events (retransmission, nak, psn_gap, ...) to its summary line, tree and JSON
+    /// (`--analyze`; sequential).
+    pub analyze: bool,
 }
 
 /// Parses an opcode filter: a name as printed (`RC_SEND_ONLY`, `cnp`, `UNKNOWN_0x18`,
@@ -136,6 +140,10 @@ pub struct Decoder {
     endpoints: format::EndpointCache,
     /// A DC packet without its DC bytes, read with the RD layout.
     dc_scratch: Vec<u8>,
+    /// The analysis, with `--analyze`.
+    analyzer: Option<Box<crate::analyze::Analyzer>>,
+    /// The current packet's events.
+    flags: Vec<crate::analyze::Event>,
 }
 
 impl Decoder {
@@ -149,6 +157,10 @@ impl Decoder {
             line: Vec::with_capacity(FLUSH_AT + 8192),
             endpoints: format::EndpointCache::default(),
             dc_scratch: Vec::new(),
+            analyzer: opts
+                .analyze
+                .then(|| Box::new(crate::analyze::Analyzer::new(Default::default()))),
+            flags: Vec::new(),
         }
     }
 
@@ -160,6 +172,18 @@ impl Decoder {
             frame_base,
             ..Self::new(opts)
         }
+    }
+
+    /// Sets the analysis options (with [`Options::analyze`]; before the first record).
+    pub fn set_analysis_options(&mut self, opts: crate::analyze::Options) {
+        if self.analyzer.is_some() {
+            self.analyzer = Some(Box::new(crate::analyze::Analyzer::new(opts)));
+        }
+    }
+
+    /// The analysis (with [`Options::analyze`]): ends it and returns it.
+    pub fn take_analysis(&mut self) -> Option<crate::analyze::Analysis> {
+        self.analyzer.take().map(|a| a.into_analysis(&mut |_| {}))
     }
 
     /// The counters so far.
@@ -198,11 +222,74 @@ impl Decoder {
         let frame_no = self.frame_base + self.stats.packets;
         let first = *self.first_ts.get_or_insert(rec.ts);
         let rel = rec.ts.since(first);
+        if let Some(a) = self.analyzer.as_mut() {
+            self.flags.clear();
+            let flags = &mut self.flags;
+            a.record(frame_no, rec.ts, rec.link_type, rec.data, &mut |e| {
+                flags.push(e.clone());
+            });
+        }
         let parsed = link::parse(rec.link_type, rec.data);
         let mut scratch = std::mem::take(&mut self.dc_scratch);
         let r = self.record_parsed(rec, &parsed, &mut scratch, frame_no, rel, out);
         self.dc_scratch = scratch;
         r
+    }
+
+    /// Adds the current packet's analysis events to the output just written from `start`.
+    fn add_flags(&mut self, start: usize) {
+        if self.flags.is_empty() || self.line.len() <= start {
+            return;
+        }
+        let name = |e: &crate::analyze::Event| match e.cause {
+            Some(c) => format!("{}({})", e.kind.name(), c.name()),
+            None => e.kind.name().to_string(),
+        };
+        match self.opts.format {
+            OutputFormat::Summary => {
+                if self.line.last() == Some(&b'\n') {
+                    self.line.pop();
+                }
+                let names: Vec<String> = self.flags.iter().map(name).collect();
+                self.line.extend_from_slice(b"  [");
+                self.line.extend_from_slice(names.join(", ").as_bytes());
+                self.line.extend_from_slice(b"]\n");
+            }
+            OutputFormat::Json => {
+                // `...}\n` becomes `...,"analysis":[...]}\n`.
+                if self.line.ends_with(b"}\n") {
+                    self.line.truncate(self.line.len() - 2);
+                    let v: Vec<serde_json::Value> = self
+                        .flags
+                        .iter()
+                        .map(crate::analyze::event_flag_json)
+                        .collect();
+                    self.line.extend_from_slice(b",\"analysis\":");
+                    self.line
+                        .extend_from_slice(serde_json::Value::Array(v).to_string().as_bytes());
+                    self.line.extend_from_slice(b"}\n");
+                }
+            }
+            OutputFormat::Verbose => {
+                let blank = self.line.ends_with(b"\n\n");
+                if blank {
+                    self.line.pop();
+                }
+                self.line.extend_from_slice(b"Analysis\n");
+                for e in &self.flags {
+                    let d = if e.detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", e.detail)
+                    };
+                    let l = format!("    {} (PSN {}){d}\n", name(e), e.psn);
+                    self.line.extend_from_slice(l.as_bytes());
+                }
+                if blank {
+                    self.line.push(b'\n');
+                }
+            }
+        }
     }
 
     fn record_parsed<W: Write>(
@@ -303,11 +390,13 @@ impl Decoder {
         if self.opts.quiet || self.done() || !self.matches(&d) {
             return Ok(());
         }
+        let start = self.line.len();
         match self.opts.format {
             OutputFormat::Summary => format::summary(&mut self.line, &d, &mut self.endpoints),
             OutputFormat::Verbose => format::verbose(&mut self.line, &d),
             OutputFormat::Json => format::json(&mut self.line, &d, &mut self.endpoints),
         }
+        self.add_flags(start);
         self.emitted(out)
     }
 

@@ -46,7 +46,8 @@ pub fn capture<W: Write>(lo: &LiveOptions, opts: Options, out: &mut W) -> Outcom
     }
 }
 
-fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result<(), DecodeError> {
+/// Opens the interface and feeds every frame to `dec` (see [`capture`]).
+pub fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result<(), DecodeError> {
     let live = |m: String| DecodeError::Live(m);
     let iface = pnet_datalink::interfaces()
         .into_iter()

@@ -39,7 +39,7 @@ pub fn decode_auto<R: Read + Send, W: Write>(
     progress: Option<&dyn Progress>,
     workers: usize,
 ) -> Outcome {
-    if opts.count.is_none() && workers > 1 {
+    if opts.count.is_none() && workers > 1 && !opts.analyze {
         crate::parallel::decode_parallel(
             reader,
             opts,

@@ -55,6 +55,10 @@ pub(crate) struct DecodeArgs {
     /// Also list packets that are not RoCE, one line each.
     #[arg(long)]
     all: bool,
+    /// Add each packet's connection-analysis events (retransmission, nak_seq, psn_gap, cnp,
+    /// ...; see `roce analyze`) to its line, tree or JSON (`analysis`). Sequential.
+    #[arg(long)]
+    analyze: bool,
     /// Exit 1 also when a RoCE packet is malformed or fails its ICRC.
     #[arg(long)]
     check: bool,
@@ -94,6 +98,7 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         },
         cm_comm_id: a.cm_comm_id,
         rd: a.rd,
+        analyze: a.analyze,
     };
     // The decoder buffers its output and writes it in large chunks: no second buffer here.
     let mut out = std::io::stdout().lock();

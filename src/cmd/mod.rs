@@ -1,4 +1,5 @@
 //! One module per command: its arguments (clap) and how it calls the libraries.
+pub(crate) mod analyze;
 pub(crate) mod decode;
 pub(crate) mod kv;
 pub(crate) mod perf;

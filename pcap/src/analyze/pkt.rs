@@ -1,0 +1,143 @@
+//! What the analysis needs of one captured packet, taken from the decoded frame.
+use std::net::IpAddr;
+
+use roce_proto::aeth::AethKind;
+use roce_proto::cm::Message;
+use roce_proto::{Ecn, Frame, Opcode, RocePacket};
+
+/// A CM message's connection facts (for pairing the two directions of a connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CmFacts {
+    /// REQ or REP.
+    pub(crate) rep: bool,
+    pub(crate) local_comm_id: u32,
+    pub(crate) remote_comm_id: u32,
+    pub(crate) local_qpn: u32,
+    pub(crate) starting_psn: u32,
+}
+
+/// One RoCE packet, as the analysis sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pkt {
+    pub(crate) frame: u64,
+    /// Nanoseconds since the first packet of the capture.
+    pub(crate) t: u64,
+    pub(crate) src: IpAddr,
+    pub(crate) dst: IpAddr,
+    pub(crate) sport: u16,
+    pub(crate) ecn: Ecn,
+    pub(crate) opcode: Opcode,
+    pub(crate) dest_qp: u32,
+    pub(crate) psn: u32,
+    pub(crate) ack_req: bool,
+    pub(crate) aeth: Option<AethKind>,
+    pub(crate) msn: u32,
+    /// READ request length (RETH DMA length).
+    pub(crate) dma_len: Option<u32>,
+    /// A READ request's end address (VA + length): a READ re-issued from the middle of its
+    /// span ends where the original did.
+    pub(crate) read_end: Option<u64>,
+    pub(crate) payload_len: u32,
+    /// `Some(false)` when the ICRC was checked and is wrong.
+    pub(crate) icrc_ok: Option<bool>,
+    /// A hash of the transport bytes (duplicates are byte-identical).
+    pub(crate) hash: u64,
+    pub(crate) cm: Option<CmFacts>,
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in b {
+        h = (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+impl Pkt {
+    /// The packet of a decoded frame, or `None` when it has no BTH.
+    pub(crate) fn of(frame_no: u64, t: u64, f: &Frame<'_>) -> Option<Self> {
+        let bth = f.bth()?;
+        let (src, dst, sport) = match (&f.ip, &f.udp) {
+            (Some(i), Some(u)) => (i.src, i.dst, u.src_port),
+            _ => (
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                0,
+            ),
+        };
+        let p = f.packet().ok();
+        let icrc_ok = match (&p, f.icrc_seed()) {
+            (Some(p), Ok(s)) => Some(p.verify_icrc(&s)),
+            _ => None,
+        };
+        let header = p.or_else(|| {
+            let op = bth.opcode;
+            (f.transport.len() >= op.header_len()).then(|| RocePacket::new_unchecked(f.transport))
+        });
+        let (aeth, msn) = match header.as_ref().and_then(|h| h.aeth()) {
+            Some(a) => (Some(a.syndrome().kind()), a.msn().0),
+            None => (None, 0),
+        };
+        let dma_len = header
+            .as_ref()
+            .filter(|_| bth.opcode.operation() == 0x0c)
+            .and_then(|h| h.reth())
+            .map(|r| (r.dma_len(), r.va().wrapping_add(u64::from(r.dma_len()))));
+        let (dma_len, read_end) = (dma_len.map(|d| d.0), dma_len.map(|d| d.1));
+        let payload_len = match &p {
+            Some(p) => p.payload().len() as u32,
+            None => f
+                .claimed_len
+                .saturating_sub(bth.opcode.header_len() + roce_proto::ICRC_LEN)
+                as u32,
+        };
+        let cm = p.and_then(|p| {
+            let deth = p.deth()?;
+            if bth.dest_qp.0 > 1 && deth.src_qp().0 > 1 {
+                return None;
+            }
+            let m = p.payload_ref();
+            if m.len() < 256 || m[1] != 0x07 {
+                return None;
+            }
+            let attr = u16::from_be_bytes([m[16], m[17]]);
+            match Message::parse(attr, &m[24..])?.ok()? {
+                Message::Req(r) => Some(CmFacts {
+                    rep: false,
+                    local_comm_id: r.local_comm_id,
+                    remote_comm_id: 0,
+                    local_qpn: r.local_qpn,
+                    starting_psn: r.starting_psn,
+                }),
+                Message::Rep(r) => Some(CmFacts {
+                    rep: true,
+                    local_comm_id: r.local_comm_id,
+                    remote_comm_id: r.remote_comm_id,
+                    local_qpn: r.local_qpn,
+                    starting_psn: r.starting_psn,
+                }),
+                _ => None,
+            }
+        });
+        Some(Self {
+            frame: frame_no,
+            t,
+            src,
+            dst,
+            sport,
+            ecn: f.ecn(),
+            opcode: bth.opcode,
+            dest_qp: bth.dest_qp.0,
+            psn: bth.psn.value(),
+            ack_req: bth.ack_req,
+            aeth,
+            msn,
+            dma_len,
+            read_end,
+            payload_len,
+            icrc_ok,
+            hash: fnv(f.transport),
+            cm,
+        })
+    }
+}

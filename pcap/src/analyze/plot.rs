@@ -1,0 +1,252 @@
+//! Pictures of a connection, drawn with plotters into SVG: PSN against time (tcptrace
+//! style: requests, retransmissions, ACKs, NAKs and CNPs marked) and the sender's rate over
+//! time with the CNPs it received.
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use super::{Analysis, Connection, Side, RATE_WINDOW_NS};
+
+/// Marks of the PSN plot, by the kind code of [`Side::trace`].
+const MARKS: [(&str, RGBColor); 5] = [
+    ("request", RGBColor(31, 119, 180)),
+    ("retransmission", RGBColor(214, 39, 40)),
+    ("ACK", RGBColor(44, 160, 44)),
+    ("NAK", RGBColor(255, 127, 14)),
+    ("CNP", RGBColor(148, 103, 189)),
+];
+
+/// Unwraps 24-bit PSNs in order of appearance into a line (the first one is 0).
+struct Unwrap {
+    base: Option<u32>,
+    last: i64,
+}
+
+impl Unwrap {
+    fn y(&mut self, psn: u32) -> i64 {
+        let base = *self.base.get_or_insert(psn);
+        let raw = i64::from(psn.wrapping_sub(base) & 0xff_ffff);
+        // The nearest value to the previous one, modulo 2^24.
+        let m = 1i64 << 24;
+        let k = (self.last - raw + m / 2).div_euclid(m);
+        let v = raw + k * m;
+        self.last = v;
+        v
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The PSN-versus-time plot of one connection, or `None` when it has no PSN points.
+fn psn_plot(c: &Connection) -> Option<String> {
+    // Requests of either side, with the other side's responses on the same PSN line.
+    let mut pts: Vec<(f64, f64, u8)> = Vec::new();
+    for (i, s) in c.sides.iter().enumerate() {
+        if s.requests == 0 {
+            continue;
+        }
+        let other = &c.sides[1 - i];
+        let mut u = Unwrap {
+            base: s.psn_first,
+            last: 0,
+        };
+        let mut merged: Vec<(u64, u32, u8)> = s
+            .trace
+            .iter()
+            .copied()
+            .filter(|p| p.2 <= 1)
+            .chain(other.trace.iter().copied().filter(|p| p.2 >= 2))
+            .collect();
+        merged.sort_by_key(|p| p.0);
+        pts.extend(
+            merged
+                .into_iter()
+                .map(|(t, psn, k)| (ms(t), u.y(psn) as f64, k)),
+        );
+    }
+    if pts.is_empty() {
+        return None;
+    }
+    let (x0, x1) = bounds(pts.iter().map(|p| p.0));
+    let (y0, y1) = bounds(pts.iter().map(|p| p.1));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (960, 540)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("connection {}: PSN over time", c.id),
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("time (ms)")
+            .y_desc("PSN (from the first)")
+            .draw()
+            .ok()?;
+        for (k, (name, color)) in MARKS.iter().enumerate() {
+            let color = *color;
+            let these: Vec<(f64, f64)> = pts
+                .iter()
+                .filter(|p| usize::from(p.2) == k)
+                .map(|p| (p.0, p.1))
+                .collect();
+            if these.is_empty() {
+                continue;
+            }
+            let size = if k == 0 { 2 } else { 4 };
+            chart
+                .draw_series(these.iter().map(|&p| Circle::new(p, size, color.filled())))
+                .ok()?
+                .label(format!("{name} ({})", these.len()))
+                .legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+/// The rate-over-time plot of one connection, or `None` when nothing was sent.
+fn rate_plot(c: &Connection) -> Option<String> {
+    let window_s = RATE_WINDOW_NS as f64 / 1e9;
+    let series: Vec<(usize, Vec<(f64, f64)>)> = c
+        .sides
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.rate.is_empty())
+        .map(|(i, s)| {
+            let v = s
+                .rate
+                .iter()
+                .map(|&(w, b)| (ms(w), b as f64 * 8.0 / window_s / 1e9))
+                .collect();
+            (i, v)
+        })
+        .collect();
+    if series.is_empty() {
+        return None;
+    }
+    let (x0, x1) = bounds(series.iter().flat_map(|s| s.1.iter().map(|p| p.0)));
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max)
+        .max(1e-3)
+        * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (960, 400)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "connection {}: sender rate ({} ms windows)",
+                    c.id,
+                    RATE_WINDOW_NS / 1_000_000
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, 0.0..ymax)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("time (ms)")
+            .y_desc("Gb/s")
+            .draw()
+            .ok()?;
+        let colors = [RGBColor(31, 119, 180), RGBColor(255, 127, 14)];
+        for (i, pts) in &series {
+            let color = colors[*i];
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+                .ok()?
+                .label(format!("side {} {}", i, endpoint(&c.sides[*i])))
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+        }
+        let cnps: Vec<f64> = c
+            .sides
+            .iter()
+            .flat_map(|s| s.cnps_received_at.iter().map(|&t| ms(t)))
+            .collect();
+        if !cnps.is_empty() {
+            let red = RGBColor(214, 39, 40);
+            chart
+                .draw_series(
+                    cnps.iter()
+                        .map(|&x| PathElement::new([(x, 0.0), (x, ymax)], red.mix(0.5))),
+                )
+                .ok()?
+                .label(format!("CNP ({})", cnps.len()))
+                .legend(move |(x, y)| PathElement::new([(x, y - 6), (x, y + 6)], red));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+fn endpoint(s: &Side) -> String {
+    match (s.addr, s.qpn) {
+        (Some(a), Some(q)) => format!("{a} qp {q:#x}"),
+        (Some(a), None) => a.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A non-empty range around the values.
+fn bounds(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = v.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.03).max(0.5e-3);
+    (lo - pad, hi + pad)
+}
+
+/// The plots of one connection as SVG documents: PSN over time, then rate over time.
+pub(crate) fn svgs(c: &Connection) -> Vec<String> {
+    [psn_plot(c), rate_plot(c)].into_iter().flatten().collect()
+}
+
+/// Writes `conn-<id>-psn.svg` and `conn-<id>-rate.svg` per connection into `dir`.
+pub(crate) fn write_all(a: &Analysis, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    for c in &a.connections {
+        for (name, svg) in [("psn", psn_plot(c)), ("rate", rate_plot(c))] {
+            if let Some(svg) = svg {
+                let path = dir.join(format!("conn-{}-{name}.svg", c.id));
+                std::fs::write(&path, svg)?;
+                written.push(path);
+            }
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,526 @@
+//! The analysis as text (a table of connections, then each connection's verdicts and event
+//! episodes), JSON lines (stable keys, documented in the README), and one HTML page.
+use std::fmt::Write as _;
+use std::io::Write;
+
+use serde_json::{json, Map, Value};
+
+use super::stats::Dist;
+use super::{Analysis, Cause, Connection, Event, Side, NAK_KINDS, OPS};
+
+fn endpoint(s: &Side) -> String {
+    let a = s.addr.map_or_else(|| "?".to_string(), |a| a.to_string());
+    match s.qpn {
+        Some(q) => format!("{a} qp {q:#x}"),
+        None => a,
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+fn goodput_gbps(s: &Side) -> f64 {
+    let bytes: u64 = s.message_bytes.iter().sum();
+    let dt = s.last_t.saturating_sub(s.first_t);
+    if dt == 0 {
+        0.0
+    } else {
+        bytes as f64 * 8.0 / dt as f64
+    }
+}
+
+/// A rate with a unit that keeps three digits.
+fn rate_text(gbps: f64) -> String {
+    if gbps >= 1.0 {
+        format!("{gbps:.2}G")
+    } else if gbps >= 1e-3 {
+        format!("{:.2}M", gbps * 1e3)
+    } else {
+        format!("{:.2}K", gbps * 1e6)
+    }
+}
+
+fn episodes_text(s: &Side) -> String {
+    let parts: Vec<String> = Cause::ALL
+        .iter()
+        .zip(s.episodes)
+        .filter(|(_, n)| *n > 0)
+        .map(|(c, n)| format!("{} {n}", c.name()))
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn naks_text(s: &Side) -> String {
+    let parts: Vec<String> = NAK_KINDS
+        .iter()
+        .zip(s.naks)
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The text report.
+pub fn text(a: &Analysis, events: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} packets, {} RoCE, {} connections",
+        a.packets,
+        a.roce,
+        a.connections.len()
+    );
+    let _ = writeln!(
+        o,
+        "{:>4} {:<44} {:<9} {:>8} {:>11} {:>8} {:>6} {:<22} {:<18} {:>5} {:>9} {:>8}",
+        "conn",
+        "endpoints (a <-> b)",
+        "paired",
+        "packets",
+        "bytes",
+        "goodput",
+        "retx",
+        "episodes",
+        "NAKs",
+        "CNPs",
+        "p99 RTT",
+        "verdict"
+    );
+    for c in &a.connections {
+        let [x, y] = &c.sides;
+        let retx = x.retransmitted_packets + y.retransmitted_packets;
+        let mut both = x.clone();
+        for i in 0..5 {
+            both.episodes[i] += y.episodes[i];
+        }
+        for i in 0..6 {
+            both.naks[i] += y.naks[i];
+        }
+        let rtt = if x.ack_rtt.count() >= y.ack_rtt.count() {
+            &x.ack_rtt
+        } else {
+            &y.ack_rtt
+        };
+        let violated: Vec<&str> = c
+            .verdicts()
+            .into_iter()
+            .filter(|v| v.result == "violated")
+            .map(|v| v.rule)
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:>4} {:<44} {:<9} {:>8} {:>11} {:>8} {:>6} {:<22} {:<18} {:>5} {:>7.1}us {}",
+            c.id,
+            format!("{} <-> {}", endpoint(x), endpoint(y)),
+            c.paired_by,
+            x.packets + y.packets,
+            x.bytes + y.bytes,
+            rate_text(goodput_gbps(x).max(goodput_gbps(y))),
+            retx,
+            episodes_text(&both),
+            naks_text(&both),
+            x.cnps + y.cnps,
+            us(rtt.quantile(0.99)),
+            if violated.is_empty() {
+                "ok".to_string()
+            } else {
+                format!("VIOLATED: {}", violated.join(", "))
+            }
+        );
+    }
+    for c in &a.connections {
+        let _ = writeln!(
+            o,
+            "\nconnection {} ({}, paired by {})",
+            c.id,
+            {
+                let [x, y] = &c.sides;
+                format!("{} <-> {}", endpoint(x), endpoint(y))
+            },
+            c.paired_by
+        );
+        for (i, s) in c.sides.iter().enumerate() {
+            if s.packets == 0 {
+                let _ = writeln!(o, "  side {}: nothing captured", ["a", "b"][i]);
+                continue;
+            }
+            let msgs: Vec<String> = OPS
+                .iter()
+                .zip(s.messages.iter().zip(s.message_bytes))
+                .filter(|(_, (n, _))| **n > 0)
+                .map(|(k, (n, b))| format!("{k} {n} ({b} B)"))
+                .collect();
+            let _ = writeln!(
+                o,
+                "  side {} {}: {} packets ({} requests, {} responses), messages: {}",
+                ["a", "b"][i],
+                endpoint(s),
+                s.packets,
+                s.requests,
+                s.responses,
+                if msgs.is_empty() {
+                    "-".into()
+                } else {
+                    msgs.join(", ")
+                }
+            );
+            let _ = writeln!(
+                o,
+                "    retransmitted {} packets in episodes {}; NAKs sent {}; gaps {} (never seen {}), out of order {}, duplicates {}, ghost ACKs {}, stale ACKs {}, CNPs {}, CE {}, bad ICRC {}, stalls {}, READ mismatches {}",
+                s.retransmitted_packets,
+                episodes_text(s),
+                naks_text(s),
+                s.psn_gaps,
+                s.never_seen_psns,
+                s.out_of_order,
+                s.duplicates,
+                s.ghost_acks,
+                s.stale_acks,
+                s.cnps,
+                s.ecn_ce,
+                s.icrc_bad,
+                s.stalls,
+                s.read_response_mismatches
+            );
+            for (name, d) in measures(s) {
+                if d.count() > 0 {
+                    let _ = writeln!(
+                        o,
+                        "    {name}: p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} samples)",
+                        us(d.quantile(0.5)),
+                        us(d.quantile(0.99)),
+                        us(d.max()),
+                        d.count()
+                    );
+                }
+            }
+        }
+        for v in c.verdicts() {
+            let frames = if v.frames.is_empty() {
+                String::new()
+            } else {
+                format!(" frames {:?}", v.frames)
+            };
+            let _ = writeln!(
+                o,
+                "  verdict {:<46} {:<14} {}{frames}",
+                v.rule, v.result, v.detail
+            );
+        }
+        // Events collapsed into runs of one kind (or every one with `events`).
+        let mut runs: Vec<(&Event, u64, u64)> = Vec::new();
+        for e in &c.events {
+            match runs.last_mut() {
+                Some((first, n, last))
+                    if !events
+                        && first.kind == e.kind
+                        && first.side == e.side
+                        && e.cause.is_none() =>
+                {
+                    *n += 1;
+                    *last = e.frame;
+                }
+                _ => runs.push((e, 1, e.frame)),
+            }
+        }
+        for (e, n, last) in runs {
+            let cause = e
+                .cause
+                .map_or(String::new(), |c| format!(" ({})", c.name()));
+            let frames = if n > 1 {
+                format!("frames {}..{} ({n} packets)", e.frame, last)
+            } else {
+                format!("frame {}", e.frame)
+            };
+            let line = format!(
+                "  event {:>12.9}s side {} {:<22} psn {:<8} {frames}{cause} {}",
+                e.t as f64 / 1e9,
+                ["a", "b"][e.side],
+                e.kind.name(),
+                e.psn,
+                e.detail
+            );
+            let _ = writeln!(o, "{}", line.trim_end());
+        }
+        if c.events_dropped > 0 {
+            let _ = writeln!(o, "  ({} more events not listed)", c.events_dropped);
+        }
+    }
+    o
+}
+
+fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
+    [
+        ("ack_rtt", &s.ack_rtt),
+        ("read", &s.read_latency),
+        ("nak_generation", &s.nak_generation),
+        ("nak_response", &s.nak_response),
+        ("retransmission_timeout", &s.retransmission_timeout),
+        ("rnr_wait", &s.rnr_wait),
+        ("cnp_interval", &s.cnp_interval),
+        ("ce_to_cnp", &s.ce_to_cnp),
+    ]
+}
+
+fn dist_json(d: &Dist) -> Value {
+    json!({
+        "p50": us(d.quantile(0.5)),
+        "p99": us(d.quantile(0.99)),
+        "max": us(d.max()),
+        "count": d.count(),
+    })
+}
+
+fn side_json(s: &Side) -> Value {
+    let mut m = Map::new();
+    m.insert("addr".into(), json!(s.addr.map(|a| a.to_string())));
+    m.insert("qpn".into(), json!(s.qpn));
+    m.insert("packets".into(), json!(s.packets));
+    m.insert("bytes".into(), json!(s.bytes));
+    m.insert("requests".into(), json!(s.requests));
+    m.insert("responses".into(), json!(s.responses));
+    let mut msgs = Map::new();
+    for (i, k) in OPS.iter().enumerate() {
+        if s.messages[i] > 0 {
+            msgs.insert(
+                (*k).into(),
+                json!({"count": s.messages[i], "bytes": s.message_bytes[i]}),
+            );
+        }
+    }
+    m.insert("messages".into(), Value::Object(msgs));
+    m.insert("first_s".into(), json!(s.first_t as f64 / 1e9));
+    m.insert("last_s".into(), json!(s.last_t as f64 / 1e9));
+    m.insert("goodput_gbps".into(), json!(goodput_gbps(s)));
+    m.insert("psn_first".into(), json!(s.psn_first));
+    m.insert("psn_last".into(), json!(s.psn_last));
+    m.insert("psn_wraps".into(), json!(s.psn_wraps));
+    m.insert(
+        "retransmitted_packets".into(),
+        json!(s.retransmitted_packets),
+    );
+    let mut ep = Map::new();
+    for (c, n) in Cause::ALL.iter().zip(s.episodes) {
+        ep.insert(c.name().into(), json!(n));
+    }
+    m.insert("retransmission_episodes".into(), Value::Object(ep));
+    let mut naks = Map::new();
+    for (k, n) in NAK_KINDS.iter().zip(s.naks) {
+        naks.insert((*k).into(), json!(n));
+    }
+    m.insert("naks".into(), Value::Object(naks));
+    for (k, v) in [
+        ("psn_gaps", s.psn_gaps),
+        ("never_seen_psns", s.never_seen_psns),
+        ("out_of_order", s.out_of_order),
+        ("duplicates", s.duplicates),
+        ("ghost_acks", s.ghost_acks),
+        ("stale_acks", s.stale_acks),
+        ("cnps", s.cnps),
+        ("ecn_ce", s.ecn_ce),
+        ("icrc_bad", s.icrc_bad),
+        ("stalls", s.stalls),
+        ("read_response_mismatches", s.read_response_mismatches),
+    ] {
+        m.insert(k.into(), json!(v));
+    }
+    let mut lat = Map::new();
+    for (name, d) in measures(s) {
+        if d.count() > 0 {
+            lat.insert(name.into(), dist_json(d));
+        }
+    }
+    m.insert("latency_us".into(), Value::Object(lat));
+    Value::Object(m)
+}
+
+/// The JSON object of a connection (`type: connection`).
+pub fn connection_json(c: &Connection) -> Value {
+    let [x, y] = &c.sides;
+    let sum = |f: &dyn Fn(&Side) -> u64| f(x) + f(y);
+    let mut episodes = Map::new();
+    for (i, cause) in Cause::ALL.iter().enumerate() {
+        episodes.insert(cause.name().into(), json!(x.episodes[i] + y.episodes[i]));
+    }
+    let mut naks = Map::new();
+    for (i, k) in NAK_KINDS.iter().enumerate() {
+        naks.insert((*k).into(), json!(x.naks[i] + y.naks[i]));
+    }
+    let verdicts: Vec<Value> = c
+        .verdicts()
+        .into_iter()
+        .map(
+            |v| json!({"rule": v.rule, "result": v.result, "frames": v.frames, "detail": v.detail}),
+        )
+        .collect();
+    let messages: u64 = x.messages.iter().chain(&y.messages).sum();
+    let mut lat = Map::new();
+    for (name, _) in measures(x) {
+        let (dx, dy) = (
+            measures(x).into_iter().find(|m| m.0 == name).map(|m| m.1),
+            measures(y).into_iter().find(|m| m.0 == name).map(|m| m.1),
+        );
+        let d = match (dx, dy) {
+            (Some(a), Some(b)) if a.count() >= b.count() => a,
+            (Some(_), Some(b)) => b,
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => continue,
+        };
+        if d.count() > 0 {
+            lat.insert(name.into(), dist_json(d));
+        }
+    }
+    json!({
+        "type": "connection",
+        "id": c.id,
+        "endpoints": [endpoint(x), endpoint(y)],
+        "paired_by": c.paired_by,
+        "packets": sum(&|s| s.packets),
+        "bytes": sum(&|s| s.bytes),
+        "messages": messages,
+        "retransmitted_packets": sum(&|s| s.retransmitted_packets),
+        "retransmission_episodes": episodes,
+        "naks": naks,
+        "psn_gaps": sum(&|s| s.psn_gaps),
+        "never_seen_psns": sum(&|s| s.never_seen_psns),
+        "out_of_order": sum(&|s| s.out_of_order),
+        "duplicates": sum(&|s| s.duplicates),
+        "ghost_acks": sum(&|s| s.ghost_acks),
+        "stale_acks": sum(&|s| s.stale_acks),
+        "cnps": sum(&|s| s.cnps),
+        "ecn_ce": sum(&|s| s.ecn_ce),
+        "icrc_bad": sum(&|s| s.icrc_bad),
+        "stalls": sum(&|s| s.stalls),
+        "read_response_mismatches": sum(&|s| s.read_response_mismatches),
+        "latency_us": lat,
+        "verdicts": verdicts,
+        "sides": [side_json(x), side_json(y)],
+    })
+}
+
+/// The JSON object of an event (`type: event`).
+pub fn event_json(e: &Event) -> Value {
+    json!({
+        "type": "event",
+        "frame": e.frame,
+        "t": e.t as f64 / 1e9,
+        "connection": e.connection + 1,
+        "side": e.side,
+        "kind": e.kind.name(),
+        "psn": e.psn,
+        "cause": e.cause.map(Cause::name),
+        "detail": e.detail,
+    })
+}
+
+/// The JSON of an event as a packet flag (`roce decode --analyze`): `event`, and `cause`
+/// and `detail` when it has them.
+pub fn event_flag_json(e: &Event) -> Value {
+    let mut v = json!({"event": e.kind.name()});
+    if let Some(c) = e.cause {
+        v["cause"] = json!(c.name());
+    }
+    if !e.detail.is_empty() {
+        v["detail"] = json!(e.detail);
+    }
+    v
+}
+
+/// One JSON object per line: a connection per connection, then (with `events`) every event.
+pub fn json_lines(a: &Analysis, events: bool) -> String {
+    let mut o = String::new();
+    for c in &a.connections {
+        let _ = writeln!(o, "{}", connection_json(c));
+    }
+    if events {
+        for c in &a.connections {
+            for e in &c.events {
+                let _ = writeln!(o, "{}", event_json(e));
+            }
+        }
+    }
+    o
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// One self-contained HTML page: the text report's tables and every connection's plots inline.
+pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>roce analyze</title>\n<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}.violated{{color:#b00;font-weight:bold}}.ok{{color:#070}}pre{{font-size:12px}}</style></head><body>"
+    )?;
+    writeln!(
+        out,
+        "<h1>roce analyze</h1><p>{} packets, {} RoCE, {} connections</p>",
+        a.packets,
+        a.roce,
+        a.connections.len()
+    )?;
+    writeln!(out, "<table><tr><th>conn</th><th>endpoints</th><th>paired by</th><th>packets</th><th>retransmitted</th><th>NAKs</th><th>CNPs</th><th>verdict</th></tr>")?;
+    for c in &a.connections {
+        let v = if c.violated() {
+            "<span class=\"violated\">violated</span>"
+        } else {
+            "<span class=\"ok\">ok</span>"
+        };
+        let [x, y] = &c.sides;
+        writeln!(
+            out,
+            "<tr><td><a href=\"#c{}\">{}</a></td><td>{} &harr; {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{v}</td></tr>",
+            c.id,
+            c.id,
+            escape(&endpoint(x)),
+            escape(&endpoint(y)),
+            c.paired_by,
+            x.packets + y.packets,
+            x.retransmitted_packets + y.retransmitted_packets,
+            x.naks.iter().chain(&y.naks).sum::<u64>(),
+            x.cnps + y.cnps
+        )?;
+    }
+    writeln!(out, "</table>")?;
+    for c in &a.connections {
+        writeln!(out, "<h2 id=\"c{}\">Connection {}</h2><table><tr><th>rule</th><th>result</th><th>detail</th><th>frames</th></tr>", c.id, c.id)?;
+        for v in c.verdicts() {
+            writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{:?}</td></tr>",
+                v.rule,
+                if v.result == "violated" {
+                    "violated"
+                } else {
+                    "ok"
+                },
+                v.result,
+                escape(&v.detail),
+                v.frames
+            )?;
+        }
+        writeln!(out, "</table>")?;
+        for svg in super::plot::svgs(c) {
+            // Inline: no external fetches.
+            out.write_all(svg.as_bytes())?;
+            writeln!(out)?;
+        }
+    }
+    writeln!(
+        out,
+        "<h2>Text report</h2><pre>{}</pre></body></html>",
+        escape(&text(a, false))
+    )
+}

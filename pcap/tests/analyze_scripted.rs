@@ -1,0 +1,714 @@
+//! `roce analyze` on scripted captures, built with `roce_proto`: one per event and one per
+//! verdict (each violation included). Each checks the facts it is about, and its whole text
+//! report against a golden file in `tests/golden/analyze/` (`UPDATE_GOLDEN=1` rewrites them;
+//! review the diff).
+use roce_pcap::analyze::{self, Analysis, Connection, Options};
+use roce_pcap::synth::packet_for;
+use roce_pcap::{link, CaptureReader, PcapWriter, Timestamp};
+use roce_proto::aeth::NakCode;
+use roce_proto::frame::IpParams;
+use roce_proto::{AethRepr, Ecn, FrameBuilder, Msn, Opcode, PacketRepr, Psn, Qpn, RKey, Syndrome};
+
+/// A's QPN (the requester) and B's (the responder).
+const QA: u32 = 0x11;
+const QB: u32 = 0x22;
+const PAYLOAD: [u8; 4096] = [0x5a; 4096];
+
+#[derive(Default)]
+struct Script {
+    frames: Vec<(u64, Vec<u8>)>,
+}
+
+fn builder(from_a: bool, ce: bool) -> FrameBuilder {
+    let (src, dst) = if from_a {
+        ([10, 0, 0, 1], [10, 0, 0, 2])
+    } else {
+        ([10, 0, 0, 2], [10, 0, 0, 1])
+    };
+    // Both ends of an RC connection use the same entropy port.
+    let mut b = FrameBuilder::ipv4(src, dst, 0xc123);
+    if let IpParams::V4 { ecn, .. } = &mut b.ip {
+        *ecn = if ce { Ecn::Ce } else { Ecn::Ect0 };
+    }
+    b
+}
+
+impl Script {
+    fn push(&mut self, t_us: f64, from_a: bool, p: &PacketRepr<'_>, ce: bool, corrupt: bool) {
+        let b = builder(from_a, ce);
+        let mut buf = vec![0u8; b.frame_len(p)];
+        let n = b.build(p, &mut buf).expect("builds");
+        buf.truncate(n);
+        if corrupt {
+            let i = buf.len() - 8;
+            buf[i] ^= 0x40;
+        }
+        self.frames.push(((t_us * 1000.0) as u64, buf));
+    }
+
+    /// A request from A: `op` at `psn` with `len` payload bytes (READ: `len` is the DMA
+    /// length), CE-marked or with a broken ICRC when asked.
+    fn req_with(
+        &mut self,
+        t: f64,
+        op: Opcode,
+        psn: u32,
+        len: u32,
+        ce: bool,
+        corrupt: bool,
+    ) -> &mut Self {
+        self.req_full(t, op, psn, len, len, ce, corrupt)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn req_full(
+        &mut self,
+        t: f64,
+        op: Opcode,
+        psn: u32,
+        len: u32,
+        dma_len: u32,
+        ce: bool,
+        corrupt: bool,
+    ) -> &mut Self {
+        let n = if op.has_payload() { len as usize } else { 0 };
+        let mut p = packet_for(op, 0, &PAYLOAD[..n]);
+        p.bth.dest_qp = Qpn(QB);
+        p.bth.psn = Psn::new(psn);
+        p.bth.ack_req = op.ends_message();
+        p.bth.solicited = false;
+        p.bth.migreq = false;
+        if let Some(r) = p.reth.as_mut() {
+            r.va = 0x1000;
+            r.rkey = RKey(0x77);
+            r.dma_len = dma_len;
+        }
+        self.push(t, true, &p, ce, corrupt);
+        self
+    }
+    fn req(&mut self, t: f64, op: Opcode, psn: u32, len: u32) -> &mut Self {
+        self.req_with(t, op, psn, len, false, false)
+    }
+    /// A WRITE of `n` packets of 1024 bytes from `psn`, one microsecond apart.
+    fn write(&mut self, t: f64, psn: u32, n: u32) -> &mut Self {
+        for i in 0..n {
+            let op = match (i, n) {
+                (_, 1) => Opcode::RC_RDMA_WRITE_ONLY,
+                (0, _) => Opcode::RC_RDMA_WRITE_FIRST,
+                (i, n) if i + 1 == n => Opcode::RC_RDMA_WRITE_LAST,
+                _ => Opcode::RC_RDMA_WRITE_MIDDLE,
+            };
+            self.req_full(t + f64::from(i), op, psn + i, 1024, 1024 * n, false, false);
+        }
+        self
+    }
+    /// A response from B: `op` at `psn` with `syndrome`, MSN `msn`, `len` payload bytes.
+    fn resp(
+        &mut self,
+        t: f64,
+        op: Opcode,
+        psn: u32,
+        syndrome: Syndrome,
+        msn: u32,
+        len: u32,
+    ) -> &mut Self {
+        let mut p = packet_for(op, 0, &PAYLOAD[..len as usize]);
+        p.bth.dest_qp = Qpn(QA);
+        p.bth.psn = Psn::new(psn);
+        p.bth.ack_req = false;
+        p.bth.solicited = false;
+        p.bth.migreq = false;
+        if p.aeth.is_some() {
+            p.aeth = Some(AethRepr {
+                syndrome,
+                msn: Msn(msn),
+            });
+        }
+        self.push(t, false, &p, false, false);
+        self
+    }
+    fn ack(&mut self, t: f64, psn: u32, msn: u32) -> &mut Self {
+        self.resp(
+            t,
+            Opcode::RC_ACKNOWLEDGE,
+            psn,
+            Syndrome::ACK_UNLIMITED,
+            msn,
+            0,
+        )
+    }
+    fn nak(&mut self, t: f64, psn: u32, code: NakCode, msn: u32) -> &mut Self {
+        self.resp(t, Opcode::RC_ACKNOWLEDGE, psn, Syndrome::nak(code), msn, 0)
+    }
+    fn rnr(&mut self, t: f64, psn: u32, timer: u8, msn: u32) -> &mut Self {
+        self.resp(
+            t,
+            Opcode::RC_ACKNOWLEDGE,
+            psn,
+            Syndrome::rnr_nak(timer),
+            msn,
+            0,
+        )
+    }
+    fn read_resp(&mut self, t: f64, op: Opcode, psn: u32, len: u32, msn: u32) -> &mut Self {
+        self.resp(t, op, psn, Syndrome::ACK_UNLIMITED, msn, len)
+    }
+    /// A CNP from B to A's QP.
+    fn cnp(&mut self, t: f64) -> &mut Self {
+        let mut p = packet_for(Opcode::CNP, 0, &[]);
+        p.bth.dest_qp = Qpn(QA);
+        p.bth.psn = Psn::new(0);
+        self.push(t, false, &p, false, false);
+        self
+    }
+
+    fn pcap(&self) -> Vec<u8> {
+        let mut w = PcapWriter::new(Vec::new(), link::ETHERNET, true, 262_144).unwrap();
+        for (t, f) in &self.frames {
+            let ts = Timestamp {
+                secs: 1_800_000_000 + (t / 1_000_000_000) as i64,
+                nanos: (t % 1_000_000_000) as u32,
+            };
+            w.write_packet(ts, f, f.len() as u32).unwrap();
+        }
+        w.flush().unwrap();
+        w.into_inner()
+    }
+
+    fn analyze(&self) -> Analysis {
+        self.analyze_with(Options::default())
+    }
+    fn analyze_with(&self, opts: Options) -> Analysis {
+        let bytes = self.pcap();
+        let mut r = CaptureReader::new(&bytes[..], "scripted").unwrap();
+        let a = analyze::analyze(&mut r, opts, &mut |_| {});
+        assert!(a.error.is_none(), "{:?}", a.error);
+        a
+    }
+}
+
+/// Compares the full text report with the golden file `name`.
+fn golden(name: &str, a: &Analysis) {
+    let text = analyze::text(a, true);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/analyze")
+        .join(format!("{name}.txt"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert_eq!(
+        text,
+        want,
+        "{name}: the report differs from {}",
+        path.display()
+    );
+}
+
+fn one(a: &Analysis) -> &Connection {
+    assert_eq!(a.connections.len(), 1, "{}", analyze::text(a, true));
+    &a.connections[0]
+}
+
+/// The requester's side (A) and the responder's (B).
+fn sides(c: &Connection) -> (&analyze::Side, &analyze::Side) {
+    let a = c.sides.iter().find(|s| s.qpn == Some(QA)).expect("side A");
+    let b = c.sides.iter().find(|s| s.qpn == Some(QB)).expect("side B");
+    (a, b)
+}
+
+fn verdict(c: &Connection, rule: &str) -> analyze::Verdict {
+    c.verdicts()
+        .into_iter()
+        .find(|v| v.rule == rule)
+        .unwrap_or_else(|| panic!("no rule {rule}"))
+}
+
+fn kinds(c: &Connection) -> Vec<(&'static str, u64)> {
+    c.events.iter().map(|e| (e.kind.name(), e.frame)).collect()
+}
+
+/// Every rule `ok` or `not_applicable`.
+fn clean(c: &Connection) {
+    let bad: Vec<_> = c
+        .verdicts()
+        .into_iter()
+        .filter(|v| v.result == "violated")
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn clean_connection_has_no_events_and_keeps_every_rule() {
+    let mut s = Script::default();
+    s.write(0.0, 100, 3).ack(5.0, 102, 1);
+    s.req(10.0, Opcode::RC_SEND_ONLY, 103, 100)
+        .ack(12.0, 103, 2);
+    s.req(20.0, Opcode::RC_RDMA_READ_REQUEST, 104, 2048)
+        .read_resp(22.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 104, 1024, 3)
+        .read_resp(23.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 105, 1024, 3);
+    s.req(30.0, Opcode::RC_SEND_ONLY, 106, 10).ack(31.0, 106, 4);
+    let a = s.analyze();
+    let c = one(&a);
+    assert_eq!(c.paired_by, "udp_sport");
+    assert!(c.events.is_empty(), "{:?}", kinds(c));
+    let (ra, _) = sides(c);
+    assert_eq!(ra.messages, [2, 0, 1, 0, 1, 0, 0]);
+    assert_eq!(ra.message_bytes[4], 2048);
+    assert_eq!(ra.ack_rtt.count(), 3);
+    assert_eq!(ra.read_latency.count(), 1);
+    assert_eq!(verdict(c, "read_responses_cover_request").result, "ok");
+    assert_eq!(verdict(c, "monotonic_msn_and_ack_psn").result, "ok");
+    assert_eq!(
+        verdict(c, "gbn_restart_at_naked_psn").result,
+        "not_applicable"
+    );
+    clean(c);
+    golden("clean", &a);
+}
+
+#[test]
+fn nak_sequence_error_episode_restarts_at_the_naked_psn() {
+    let mut s = Script::default();
+    // PSN 2 is lost before the capture point: 3 and 4 arrive out of sequence.
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(3.0, Opcode::RC_SEND_ONLY, 3, 64)
+        .req(4.0, Opcode::RC_SEND_ONLY, 4, 64)
+        .nak(5.0, 2, NakCode::PsnSequenceError, 2)
+        .req(7.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .req(8.0, Opcode::RC_SEND_ONLY, 3, 64)
+        .req(9.0, Opcode::RC_SEND_ONLY, 4, 64)
+        .ack(11.0, 4, 5);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, rb) = sides(c);
+    assert_eq!(ra.psn_gaps, 1);
+    assert_eq!(ra.never_seen_psns, 0, "the resent PSN 2 filled the gap");
+    assert_eq!(ra.retransmitted_packets, 3);
+    assert_eq!(ra.episodes, [1, 0, 0, 0, 0]);
+    assert_eq!(rb.naks, [1, 0, 0, 0, 0, 0]);
+    assert_eq!(ra.nak_response.count(), 1);
+    assert_eq!(rb.nak_generation.count(), 1);
+    assert_eq!(verdict(c, "gbn_restart_at_naked_psn").result, "ok");
+    assert_eq!(verdict(c, "one_nak_per_sequence_error").result, "ok");
+    clean(c);
+    golden("nak_seq", &a);
+}
+
+#[test]
+fn timeout_episode_restarts_at_the_oldest_unacknowledged_psn() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 10, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 12, 64)
+        .ack(4.0, 10, 1)
+        // Silence: the ACKs for 11 and 12 are lost; A's timer (about 16 ms) fires.
+        .req(16_800.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .req(16_801.0, Opcode::RC_SEND_ONLY, 12, 64)
+        .ack(16_803.0, 12, 3);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.episodes, [0, 0, 1, 0, 0]);
+    assert_eq!(ra.retransmitted_packets, 2);
+    let rto = ra.retransmission_timeout.quantile(0.5);
+    assert!(
+        (16_700_000..16_900_000).contains(&rto),
+        "observed timeout {rto} ns"
+    );
+    assert_eq!(verdict(c, "timeout_restart_at_oldest_unacked").result, "ok");
+    clean(c);
+    golden("timeout", &a);
+}
+
+#[test]
+fn rnr_episode_reports_the_wait_beside_the_naks_timer() {
+    let mut s = Script::default();
+    // Timer code 14: 1.28 ms.
+    s.req(0.0, Opcode::RC_SEND_ONLY, 5, 64)
+        .rnr(2.0, 5, 14, 0)
+        .req(1_400.0, Opcode::RC_SEND_ONLY, 5, 64)
+        .ack(1_402.0, 5, 1);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, rb) = sides(c);
+    assert_eq!(rb.naks, [0, 1, 0, 0, 0, 0]);
+    assert_eq!(ra.episodes, [0, 1, 0, 0, 0]);
+    assert_eq!(ra.rnr_wait.quantile(0.5), 1_398_000);
+    let e = c
+        .events
+        .iter()
+        .find(|e| e.kind.name() == "retransmission")
+        .unwrap();
+    assert!(
+        e.detail.contains("1398.0 us") && e.detail.contains("1280.0 us"),
+        "{}",
+        e.detail
+    );
+    clean(c);
+    golden("rnr", &a);
+}
+
+#[test]
+fn implied_nak_episode_after_an_ack_past_an_unanswered_read() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_RDMA_READ_REQUEST, 20, 512)
+        .req(1.0, Opcode::RC_SEND_ONLY, 21, 64)
+        // The READ response is lost before the capture point; the ACK for 21 implies it.
+        .ack(3.0, 21, 2)
+        .req(4.0, Opcode::RC_RDMA_READ_REQUEST, 20, 512)
+        .read_resp(6.0, Opcode::RC_RDMA_READ_RESPONSE_ONLY, 20, 512, 2);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.episodes, [0, 0, 0, 1, 0]);
+    assert_eq!(ra.retransmitted_packets, 1);
+    assert_eq!(
+        verdict(c, "duplicate_read_reexecuted_from_requested_psn").result,
+        "ok"
+    );
+    assert_eq!(verdict(c, "read_responses_cover_request").result, "ok");
+    clean(c);
+    golden("implied_nak", &a);
+}
+
+#[test]
+fn unknown_cause_when_only_one_direction_is_captured() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(3.0, Opcode::RC_SEND_ONLY, 1, 64);
+    let a = s.analyze();
+    let c = one(&a);
+    assert_eq!(c.paired_by, "none");
+    let ra = c.sides.iter().find(|s| s.requests > 0).unwrap();
+    assert_eq!(ra.retransmitted_packets, 2);
+    assert_eq!(ra.episodes, [0, 0, 0, 0, 1]);
+    golden("unknown", &a);
+}
+
+#[test]
+fn out_of_order_gap_and_never_seen() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 1, 64)
+        // 4 and 5 never appear.
+        .req(3.0, Opcode::RC_SEND_ONLY, 3, 64)
+        .req(4.0, Opcode::RC_SEND_ONLY, 6, 64);
+    let a = s.analyze();
+    let c = one(&a);
+    let ra = &c.sides[0];
+    assert_eq!(ra.out_of_order, 1);
+    assert_eq!(ra.psn_gaps, 2);
+    assert_eq!(ra.never_seen_psns, 2);
+    assert_eq!(ra.retransmitted_packets, 0);
+    golden("out_of_order", &a);
+}
+
+#[test]
+fn network_duplicate_is_not_a_retransmission() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(1.2, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .ack(4.0, 2, 3);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!((ra.duplicates, ra.retransmitted_packets), (1, 0));
+    clean(c);
+    golden("duplicate", &a);
+}
+
+#[test]
+fn naks_by_code() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .nak(1.0, 0, NakCode::InvalidRequest, 0)
+        .req(2.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .nak(3.0, 1, NakCode::RemoteAccessError, 0)
+        .req(4.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .nak(5.0, 2, NakCode::RemoteOperationalError, 0);
+    let a = s.analyze();
+    let c = one(&a);
+    let (_, rb) = sides(c);
+    assert_eq!(rb.naks, [0, 0, 1, 1, 1, 0]);
+    let names: Vec<_> = kinds(c).into_iter().map(|k| k.0).collect();
+    assert_eq!(
+        names,
+        ["nak_invalid_request", "nak_remote_access", "nak_remote_op"]
+    );
+    golden("naks", &a);
+}
+
+#[test]
+fn ghost_and_stale_acks() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .ack(2.0, 1, 2)
+        .ack(3.0, 0, 2)
+        .ack(4.0, 9, 2);
+    let a = s.analyze();
+    let c = one(&a);
+    let (_, rb) = sides(c);
+    assert_eq!((rb.ghost_acks, rb.stale_acks), (1, 1));
+    let v = verdict(c, "monotonic_msn_and_ack_psn");
+    assert_eq!((v.result, v.frames.as_slice()), ("violated", &[4u64][..]));
+    golden("ghost_stale", &a);
+}
+
+#[test]
+fn ecn_marks_cnps_and_their_latency() {
+    let mut s = Script::default();
+    s.req_with(0.0, Opcode::RC_SEND_ONLY, 0, 64, true, false)
+        .cnp(3.0)
+        .req(60.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req_with(61.0, Opcode::RC_SEND_ONLY, 2, 64, true, false)
+        .cnp(62.0)
+        .ack(63.0, 2, 3);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, rb) = sides(c);
+    assert_eq!((ra.ecn_ce, rb.cnps), (2, 2));
+    assert_eq!(rb.ce_to_cnp.count(), 2);
+    assert_eq!(rb.ce_to_cnp.quantile(1.0), 3_000);
+    assert_eq!(rb.cnp_interval.quantile(0.5), 59_000);
+    assert_eq!(ra.cnps_received_at.len(), 2);
+    let v = verdict(c, "cnp_min_interval");
+    assert_eq!(v.result, "ok");
+    assert!(
+        v.detail.contains("observed minimum 59.0 us"),
+        "{}",
+        v.detail
+    );
+    golden("cnp", &a);
+}
+
+#[test]
+fn bad_icrc_is_flagged() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req_with(1.0, Opcode::RC_SEND_ONLY, 1, 64, false, true)
+        .ack(2.0, 1, 2);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.icrc_bad, 1);
+    assert_eq!(kinds(c), [("icrc_bad", 2)]);
+    golden("icrc_bad", &a);
+}
+
+#[test]
+fn stall_mid_capture_and_at_the_end() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        // 150 ms without an ACK, then more requests, and no ACK until the end.
+        .req(150_000.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .ack(150_002.0, 0, 1)
+        .req(150_003.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .ack(400_000.0, 0, 1);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.stalls, 2, "{:?}", kinds(c));
+    golden("stall", &a);
+}
+
+#[test]
+fn short_read_response_violates_the_read_rule() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_RDMA_READ_REQUEST, 50, 3000)
+        .read_resp(2.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 50, 1024, 1)
+        .read_resp(3.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 51, 500, 1);
+    let a = s.analyze();
+    let c = one(&a);
+    let (_, rb) = sides(c);
+    assert_eq!(rb.read_response_mismatches, 1);
+    let v = verdict(c, "read_responses_cover_request");
+    assert_eq!((v.result, v.frames.as_slice()), ("violated", &[3u64][..]));
+    golden("read_short", &a);
+}
+
+#[test]
+fn restart_at_the_wrong_psn_after_a_nak_is_a_violation() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .req(3.0, Opcode::RC_SEND_ONLY, 3, 64)
+        .nak(4.0, 1, NakCode::PsnSequenceError, 1)
+        // Restarts at 2, skipping the NAKed PSN 1.
+        .req(6.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .req(7.0, Opcode::RC_SEND_ONLY, 3, 64);
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "gbn_restart_at_naked_psn");
+    assert_eq!((v.result, v.frames.as_slice()), ("violated", &[6u64][..]));
+    assert!(
+        v.detail.contains("restarted at PSN 2, the NAK asked for 1"),
+        "{}",
+        v.detail
+    );
+    assert!(a.violated());
+    golden("violation_wrong_restart", &a);
+}
+
+#[test]
+fn restart_past_the_oldest_unacknowledged_after_a_timeout_is_a_violation() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .ack(3.0, 0, 1)
+        .req(20_000.0, Opcode::RC_SEND_ONLY, 2, 64);
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "timeout_restart_at_oldest_unacked");
+    assert_eq!((v.result, v.frames.as_slice()), ("violated", &[5u64][..]));
+    golden("violation_timeout_restart", &a);
+}
+
+#[test]
+fn nak_storm_is_a_violation() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .nak(2.0, 1, NakCode::PsnSequenceError, 1)
+        .req(3.0, Opcode::RC_SEND_ONLY, 3, 64)
+        .nak(4.0, 1, NakCode::PsnSequenceError, 1)
+        .req(5.0, Opcode::RC_SEND_ONLY, 4, 64)
+        .nak(6.0, 1, NakCode::PsnSequenceError, 1);
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "one_nak_per_sequence_error");
+    assert_eq!(
+        (v.result, v.frames.as_slice()),
+        ("violated", &[5u64, 7][..])
+    );
+    golden("violation_nak_storm", &a);
+}
+
+#[test]
+fn ack_past_a_hole_is_a_violation() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 3, 64)
+        .ack(3.0, 3, 3);
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "no_ack_past_hole");
+    assert_eq!((v.result, v.frames.as_slice()), ("violated", &[4u64][..]));
+    golden("violation_ack_past_hole", &a);
+}
+
+#[test]
+fn msn_going_back_is_a_violation() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .ack(1.0, 0, 5)
+        .req(2.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .ack(3.0, 1, 4);
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "monotonic_msn_and_ack_psn");
+    assert_eq!((v.result, v.frames.as_slice()), ("violated", &[4u64][..]));
+    assert!(v.detail.contains("MSN 4 after 5"), "{}", v.detail);
+    golden("violation_msn", &a);
+}
+
+#[test]
+fn duplicate_read_answered_from_another_psn_is_a_violation() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_RDMA_READ_REQUEST, 30, 3072)
+        .read_resp(2.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 30, 1024, 1)
+        .read_resp(3.0, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 31, 1024, 1)
+        .read_resp(4.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 32, 1024, 1)
+        // The same READ again (its responses lost after the capture point)...
+        .req(20_000.0, Opcode::RC_RDMA_READ_REQUEST, 30, 3072)
+        // ... answered from PSN 31, not from the requested 30.
+        .read_resp(20_002.0, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 31, 1024, 1)
+        .read_resp(20_003.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 32, 1024, 1);
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "duplicate_read_reexecuted_from_requested_psn");
+    assert_eq!(v.result, "violated", "{v:?}");
+    assert_eq!(v.frames.first(), Some(&6));
+    golden("violation_duplicate_read", &a);
+}
+
+#[test]
+fn cnps_too_close_are_a_violation() {
+    let mut s = Script::default();
+    s.req_with(0.0, Opcode::RC_SEND_ONLY, 0, 64, true, false)
+        .cnp(1.0)
+        .req_with(2.0, Opcode::RC_SEND_ONLY, 1, 64, true, false)
+        .cnp(11.0)
+        .ack(12.0, 1, 2);
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "cnp_min_interval");
+    assert_eq!((v.result, v.frames.as_slice()), ("violated", &[4u64][..]));
+    assert!(
+        v.detail.contains("observed minimum 10.0 us"),
+        "{}",
+        v.detail
+    );
+    // --cnp-interval lower than what was seen: no violation.
+    let relaxed = s.analyze_with(Options {
+        cnp_interval_ns: 5_000,
+        ..Options::default()
+    });
+    assert_eq!(verdict(one(&relaxed), "cnp_min_interval").result, "ok");
+    golden("violation_cnp_interval", &a);
+}
+
+#[test]
+fn psn_wrap_is_not_a_gap() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0xff_fffe, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 0xff_ffff, 64)
+        .req(2.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(3.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .ack(4.0, 1, 4);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(
+        (ra.psn_gaps, ra.psn_wraps, ra.retransmitted_packets),
+        (0, 1, 0)
+    );
+    assert_eq!((ra.psn_first, ra.psn_last), (Some(0xff_fffe), Some(1)));
+    clean(c);
+}
+
+#[test]
+fn time_and_qp_filters() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1_000.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(2_000.0, Opcode::RC_SEND_ONLY, 2, 64);
+    let a = s.analyze_with(Options {
+        from: Some(0.0005),
+        to: Some(0.0015),
+        ..Options::default()
+    });
+    assert_eq!(one(&a).sides[0].requests, 1);
+    let none = s.analyze_with(Options {
+        qp: Some(0x999),
+        ..Options::default()
+    });
+    assert!(none.connections.is_empty());
+    let b = s.analyze_with(Options {
+        qp: Some(QB),
+        ..Options::default()
+    });
+    assert_eq!(b.connections.len(), 1);
+}

@@ -1,0 +1,158 @@
+//! `roce analyze`: what happened on every connection of a capture (file, stdin or live).
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use roce_pcap::analyze::{self, Analysis, Options};
+use roce_pcap::{live, DecodeError};
+
+use crate::output::interrupt_flag;
+use crate::units;
+
+#[derive(Debug, Args)]
+pub(crate) struct AnalyzeArgs {
+    /// Capture file (pcap or pcapng); `-` for stdin.
+    #[arg(required_unless_present = "interface", conflicts_with = "interface")]
+    file: Option<String>,
+    /// Capture live from this interface until Ctrl-C or --duration (needs root or CAP_NET_RAW).
+    #[arg(short, long)]
+    interface: Option<String>,
+    /// Live capture: stop after this many seconds.
+    #[arg(long, requires = "interface")]
+    duration: Option<f64>,
+    /// One JSON object per line: a `connection` object per connection (and with --events an
+    /// `event` object per event).
+    #[arg(long)]
+    json: bool,
+    /// List every packet event, not only the episodes.
+    #[arg(long)]
+    events: bool,
+    /// Only connections with this QPN on either side (decimal or 0x hex).
+    #[arg(long, value_parser = units::number_u32)]
+    qp: Option<u32>,
+    /// Only packets from this many seconds after the first packet.
+    #[arg(long, value_name = "SECONDS")]
+    from: Option<f64>,
+    /// Only packets before this many seconds after the first packet.
+    #[arg(long, value_name = "SECONDS")]
+    to: Option<f64>,
+    /// No progress for longer than this while requests are outstanding is a stall.
+    #[arg(long, value_parser = units::duration, default_value = "100ms")]
+    stall: std::time::Duration,
+    /// CNPs of one QP closer than this violate the CNP interval rule.
+    #[arg(long, value_parser = units::duration, default_value = "50us")]
+    cnp_interval: std::time::Duration,
+    /// Write per connection an SVG of PSN over time and one of the sender rate into DIR.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Write one self-contained HTML report (tables and the plots inline).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace-event JSON (one track per QP).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Exit 1 when any connection violates a rule.
+    #[arg(long)]
+    check: bool,
+}
+
+fn write_file(
+    path: &PathBuf,
+    f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    f(&mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    for (name, v) in [("--from", a.from), ("--to", a.to)] {
+        if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
+            bail!("{name} takes a number of seconds ≥ 0");
+        }
+    }
+    if let (Some(f), Some(t)) = (a.from, a.to) {
+        if t <= f {
+            bail!("--to ({t}) must be after --from ({f})");
+        }
+    }
+    let opts = Options {
+        qp: a.qp,
+        from: a.from,
+        to: a.to,
+        stall_ns: a.stall.as_nanos().min(u128::from(u64::MAX)) as u64,
+        cnp_interval_ns: a.cnp_interval.as_nanos().min(u128::from(u64::MAX)) as u64,
+        ..Options::default()
+    };
+    let analysis: Analysis = match (&a.interface, &a.file) {
+        (Some(iface), _) => {
+            let live_opts = live::LiveOptions {
+                interface: iface.clone(),
+                duration: a.duration.map(std::time::Duration::from_secs_f64),
+                write: None,
+                stop: Some(interrupt_flag()?),
+            };
+            let dec_opts = roce_pcap::Options {
+                quiet: true,
+                analyze: true,
+                ..Default::default()
+            };
+            let mut dec = roce_pcap::Decoder::new(dec_opts);
+            dec.set_analysis_options(opts);
+            let r = live::run(&live_opts, &mut dec, &mut std::io::sink());
+            let mut an = dec.take_analysis().context("no analysis")?;
+            if let Err(e) = r {
+                // Nothing captured can be reported when the interface never opened.
+                if an.packets == 0 {
+                    bail!("{e}");
+                }
+                an.error = Some(e);
+            }
+            an
+        }
+        (None, Some(path)) => analyze::analyze_path(path, opts, &mut |_| {})?,
+        (None, None) => bail!("give a capture file, `-`, or --interface"),
+    };
+    let mut out = std::io::stdout().lock();
+    let printed = if a.json {
+        out.write_all(analyze::json_lines(&analysis, a.events).as_bytes())
+    } else {
+        out.write_all(analyze::text(&analysis, a.events).as_bytes())
+    };
+    match printed.and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r.context("writing the report")?,
+    }
+    drop(out);
+    if let Some(dir) = &a.plot {
+        let files = analyze::write_plots(&analysis, dir)
+            .with_context(|| format!("writing plots into {}", dir.display()))?;
+        eprintln!("roce analyze: {} plots in {}", files.len(), dir.display());
+    }
+    if let Some(path) = &a.html {
+        write_file(path, |w| analyze::write_html(&analysis, w))?;
+    }
+    if let Some(path) = &a.trace {
+        write_file(path, |w| analyze::write_trace(&analysis, w))?;
+    }
+    if let Some(e) = &analysis.error {
+        match e {
+            DecodeError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            e => {
+                eprintln!("roce analyze: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    if a.check && analysis.violated() {
+        let n = analysis.connections.iter().filter(|c| c.violated()).count();
+        eprintln!("roce analyze: {n} connection(s) violate a rule");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
