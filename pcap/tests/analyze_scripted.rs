@@ -480,7 +480,17 @@ fn ecn_marks_cnps_and_their_latency() {
     assert_eq!(rb.ce_to_cnp.count(), 2);
     assert_eq!(rb.ce_to_cnp.quantile(1.0), 3_000);
     assert_eq!(rb.cnp_interval.quantile(0.5), 59_000);
-    assert_eq!(ra.cnps_received_at.len(), 2);
+    assert!(ra.cnps_received_at.is_empty(), "kept for pictures only");
+    let pictured = s.analyze_with(Options {
+        pictures: true,
+        ..Options::default()
+    });
+    let (pa, _) = sides(one(&pictured));
+    assert_eq!(pa.cnps_received_at.len(), 2);
+    assert!(
+        pa.trace.iter().filter(|p| p.2 == 4).count() == 2,
+        "CNP marks on A's PSN line"
+    );
     let v = verdict(c, "cnp_min_interval");
     assert_eq!(v.result, "ok");
     assert!(

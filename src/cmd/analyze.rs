@@ -87,6 +87,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         to: a.to,
         stall_ns: a.stall.as_nanos().min(u128::from(u64::MAX)) as u64,
         cnp_interval_ns: a.cnp_interval.as_nanos().min(u128::from(u64::MAX)) as u64,
+        pictures: a.plot.is_some() || a.html.is_some() || a.trace.is_some(),
         ..Options::default()
     };
     let analysis: Analysis = match (&a.interface, &a.file) {

@@ -54,6 +54,9 @@ pub struct Options {
     pub reorder_ns: u64,
     /// CNPs of one QP closer than this violate the CNP interval rule (ns).
     pub cnp_interval_ns: u64,
+    /// Keep what the plots, the HTML page and the trace draw (PSN points, rate windows,
+    /// message slices; bounded per side). Off, the analysis keeps counters only.
+    pub pictures: bool,
     /// A retransmission this soon after a NAK (or an implied NAK; after an RNR NAK: after its
     /// timer) answers it; later, the requester never got it and its timer fired (ns).
     pub nak_window_ns: u64,
@@ -70,6 +73,7 @@ impl Default for Options {
             reorder_ns: 1_000_000,
             cnp_interval_ns: 50_000,
             nak_window_ns: 500_000,
+            pictures: false,
         }
     }
 }
@@ -325,8 +329,11 @@ pub struct Side {
     pub cnp_interval: Dist,
     /// Time from a CE-marked packet it received to the CNP it sent.
     pub ce_to_cnp: Dist,
-    /// Request bytes per rate window (for the rate plot), ns window start → bytes.
+    /// Request bytes per rate window (for the rate plot), ns window start → bytes, with
+    /// pictures ([`Options::pictures`]).
     pub rate: Vec<(u64, u64)>,
+    /// The rate windows' length, ns.
+    pub rate_window_ns: u64,
     /// Times of the CNPs it received.
     pub cnps_received_at: Vec<u64>,
     /// (time, PSN, kind) of its packets for the PSN plot: 0 request, 1 retransmission,
@@ -334,6 +341,47 @@ pub struct Side {
     pub trace: Vec<(u64, u32, u8)>,
     /// Messages as (start, end, operation index of [`OPS`]) for the trace (bounded).
     pub slices: Vec<(u64, u64, u8)>,
+    /// Requests and ACKs go into `trace` one in `trace_stride` (it doubles when `trace`
+    /// fills; marks are all kept).
+    trace_stride: u64,
+    trace_seen: u64,
+}
+
+impl Side {
+    /// Adds `bytes` sent at `t` to the rate windows (halving their number, by merging
+    /// neighbours, whenever [`RATE_MAX`] are kept).
+    fn add_rate(&mut self, t: u64, bytes: u64) {
+        if self.rate_window_ns == 0 {
+            self.rate_window_ns = RATE_WINDOW_NS;
+        }
+        loop {
+            let w = t / self.rate_window_ns * self.rate_window_ns;
+            let n = self.rate.len();
+            match self.rate.last_mut() {
+                Some(last) if last.0 == w => {
+                    last.1 += bytes;
+                    return;
+                }
+                _ if n < RATE_MAX => {
+                    self.rate.push((w, bytes));
+                    return;
+                }
+                _ => {
+                    self.rate_window_ns *= 2;
+                    let win = self.rate_window_ns;
+                    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(RATE_MAX);
+                    for &(start, b) in &self.rate {
+                        let ws = start / win * win;
+                        match merged.last_mut() {
+                            Some(m) if m.0 == ws => m.1 += b,
+                            _ => merged.push((ws, b)),
+                        }
+                    }
+                    self.rate = merged;
+                }
+            }
+        }
+    }
 }
 
 /// Operation index of [`Side::messages`].
@@ -420,10 +468,14 @@ const ATOMIC: u32 = u32::MAX;
 /// A network duplicate comes within this many request packets of its original.
 const DUPLICATE_SPAN: u64 = 8;
 
-/// Bytes per rate window: 1 ms.
-pub const RATE_WINDOW_NS: u64 = 1_000_000;
+/// The first rate window: 10 us (it doubles whenever [`RATE_MAX`] windows are kept).
+pub const RATE_WINDOW_NS: u64 = 10_000;
+/// Rate windows kept per side.
+const RATE_MAX: usize = 512;
+/// Message slices kept per side for the trace.
+const SLICES_MAX: usize = 2_048;
 /// Points kept per side for the PSN plot.
-const TRACE_MAX: usize = 20_000;
+const TRACE_MAX: usize = 4_096;
 
 /// One outstanding request (for RTT, READ latency and restart checks).
 #[derive(Debug, Clone, Copy)]
@@ -487,7 +539,7 @@ struct ReqState {
     last_cnp_received: u64,
 }
 
-const RING: usize = 1024;
+const RING: usize = 256;
 
 impl ReqState {
     fn unwrap(&self, psn: u32) -> u64 {
@@ -686,6 +738,7 @@ impl Analyzer {
             side,
             conns: &mut self.conns,
             on_event,
+            pictures: opts.pictures,
         };
         {
             let s = &mut ev.conns[conn].sides[side];
@@ -1555,9 +1608,16 @@ fn cnp(dirs: &mut [Dir], d: usize, opts: &Options, p: &Pkt, ev: &mut Emitter<'_,
             ev.side_mut().ce_to_cnp.add(p.t.saturating_sub(ce));
         }
         dirs[pr].req.last_cnp_received = p.t;
-        ev.side_other_mut().cnps_received_at.push(p.t);
+        let pictures = ev.pictures;
+        let s = ev.side_other_mut();
+        if pictures && s.cnps_received_at.len() < TRACE_MAX {
+            s.cnps_received_at.push(p.t);
+        }
     }
-    ev.trace(p.t, p.psn, 4);
+    // Marked at the PSN the notified requester had reached (a CNP's own PSN means nothing).
+    if let Some(pr) = dirs[d].peer.filter(|&pr| dirs[pr].req.started) {
+        ev.trace_other(p.t, dirs[pr].req.highest as u32 & 0xff_ffff, 4);
+    }
     ev.emit(p, EventKind::Cnp, None, String::new());
 }
 
@@ -1582,13 +1642,10 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
     let atomic = op.is_atomic();
     r.msg_bytes += u64::from(p.payload_len);
     let start = *r.msg_start.get_or_insert(p.t);
+    let pictures = ev.pictures;
     let s = ev.side_mut();
-    let w = p.t / RATE_WINDOW_NS * RATE_WINDOW_NS;
-    let n = s.rate.len();
-    match s.rate.last_mut() {
-        Some(last) if last.0 == w => last.1 += u64::from(p.payload_len),
-        _ if n < 1_000_000 => s.rate.push((w, u64::from(p.payload_len))),
-        _ => {}
+    if pictures {
+        s.add_rate(p.t, u64::from(p.payload_len));
     }
     if op.ends_message() {
         let k = if read {
@@ -1612,7 +1669,7 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
         };
         r.msg_bytes = 0;
         r.msg_start = None;
-        if s.slices.len() < TRACE_MAX {
+        if pictures && s.slices.len() < SLICES_MAX {
             s.slices.push((start, p.t, k as u8));
         }
     }
@@ -1669,6 +1726,8 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
 struct Emitter<'a, 'b> {
     conn: usize,
     side: usize,
+    /// Keep the plot and trace data ([`Options::pictures`]).
+    pictures: bool,
     conns: &'a mut Vec<Connection>,
     on_event: &'b mut dyn FnMut(&Event),
 }
@@ -1706,11 +1765,42 @@ impl Emitter<'_, '_> {
             e.kind = to;
         }
     }
+    /// A CNP mark on the PSN line of the other side (the requester it notifies).
+    fn trace_other(&mut self, t: u64, psn: u32, kind: u8) {
+        self.side = 1 - self.side;
+        self.trace(t, psn, kind);
+        self.side = 1 - self.side;
+    }
+    /// A point of the PSN plot: the whole capture, thinned (every mark, one request or ACK
+    /// in a stride that doubles whenever the points fill up).
     fn trace(&mut self, t: u64, psn: u32, kind: u8) {
-        let s = self.side_mut();
-        if s.trace.len() < TRACE_MAX {
-            s.trace.push((t, psn, kind));
+        if !self.pictures {
+            return;
         }
+        let s = self.side_mut();
+        let thin = kind == 0 || kind == 2;
+        if thin {
+            s.trace_seen += 1;
+            if s.trace_seen % s.trace_stride.max(1) != 0 {
+                return;
+            }
+        }
+        if s.trace.len() >= TRACE_MAX {
+            let mut keep = false;
+            s.trace.retain(|p| {
+                if p.2 == 0 || p.2 == 2 {
+                    keep = !keep;
+                    keep
+                } else {
+                    true
+                }
+            });
+            s.trace_stride = s.trace_stride.max(1) * 2;
+            if s.trace.len() >= TRACE_MAX {
+                return;
+            }
+        }
+        s.trace.push((t, psn, kind));
     }
     fn emit(&mut self, p: &Pkt, kind: EventKind, cause: Option<Cause>, detail: String) {
         let e = Event {
@@ -1806,7 +1896,8 @@ pub fn analyze_path(
     Ok(analyze(&mut r, opts, on_event))
 }
 
-/// Writes the per-connection PSN and rate plots of `a` into `dir` (SVG).
+/// Writes the per-connection PSN and rate plots of `a` into `dir` (SVG); the analysis must
+/// have kept them ([`Options::pictures`]).
 pub fn write_plots(
     a: &Analysis,
     dir: &std::path::Path,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::{Analysis, Connection, Side, RATE_WINDOW_NS};
+use super::{Analysis, Connection, Side};
 
 /// Marks of the PSN plot, by the kind code of [`Side::trace`].
 const MARKS: [(&str, RGBColor); 5] = [
@@ -56,8 +56,10 @@ fn psn_plot(c: &Connection) -> Option<String> {
             .trace
             .iter()
             .copied()
-            .filter(|p| p.2 <= 1)
-            .chain(other.trace.iter().copied().filter(|p| p.2 >= 2))
+            // Its requests, retransmissions and the CNPs it was sent; the other side's
+            // ACKs and NAKs.
+            .filter(|p| p.2 <= 1 || p.2 == 4)
+            .chain(other.trace.iter().copied().filter(|p| p.2 == 2 || p.2 == 3))
             .collect();
         merged.sort_by_key(|p| p.0);
         pts.extend(
@@ -89,6 +91,7 @@ fn psn_plot(c: &Connection) -> Option<String> {
             .configure_mesh()
             .x_desc("time (ms)")
             .y_desc("PSN (from the first)")
+            .y_label_formatter(&|v| format!("{v:.0}"))
             .draw()
             .ok()?;
         for (k, (name, color)) in MARKS.iter().enumerate() {
@@ -122,18 +125,26 @@ fn psn_plot(c: &Connection) -> Option<String> {
 
 /// The rate-over-time plot of one connection, or `None` when nothing was sent.
 fn rate_plot(c: &Connection) -> Option<String> {
-    let window_s = RATE_WINDOW_NS as f64 / 1e9;
     let series: Vec<(usize, Vec<(f64, f64)>)> = c
         .sides
         .iter()
         .enumerate()
         .filter(|(_, s)| !s.rate.is_empty())
         .map(|(i, s)| {
-            let v = s
-                .rate
-                .iter()
-                .map(|&(w, b)| (ms(w), b as f64 * 8.0 / window_s / 1e9))
-                .collect();
+            let win = s.rate_window_ns.max(1);
+            let mut v: Vec<(f64, f64)> = Vec::with_capacity(s.rate.len() * 2);
+            for (i, &(w, b)) in s.rate.iter().enumerate() {
+                // Idle windows are not kept: draw them as zero.
+                if let Some(&(prev, _)) = i.checked_sub(1).and_then(|j| s.rate.get(j)) {
+                    if w > prev + win {
+                        v.push((ms(prev + win), 0.0));
+                        if w > prev + 2 * win {
+                            v.push((ms(w - win), 0.0));
+                        }
+                    }
+                }
+                v.push((ms(w), b as f64 * 8.0 / win as f64));
+            }
             (i, v)
         })
         .collect();
@@ -154,9 +165,9 @@ fn rate_plot(c: &Connection) -> Option<String> {
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!(
-                    "connection {}: sender rate ({} ms windows)",
+                    "connection {}: sender rate ({:.0} us windows)",
                     c.id,
-                    RATE_WINDOW_NS / 1_000_000
+                    c.sides.iter().map(|s| s.rate_window_ns).max().unwrap_or(0) as f64 / 1e3
                 ),
                 ("sans-serif", 20),
             )

@@ -362,7 +362,17 @@ pub fn connection_json(c: &Connection) -> Value {
             |v| json!({"rule": v.rule, "result": v.result, "frames": v.frames, "detail": v.detail}),
         )
         .collect();
-    let messages: u64 = x.messages.iter().chain(&y.messages).sum();
+    let mut messages = Map::new();
+    for (i, op) in OPS.iter().enumerate() {
+        messages.insert(
+            (*op).into(),
+            json!({
+                "count": x.messages[i] + y.messages[i],
+                "bytes": x.message_bytes[i] + y.message_bytes[i],
+            }),
+        );
+    }
+    let message_count: u64 = x.messages.iter().chain(&y.messages).sum();
     let mut lat = Map::new();
     for (name, _) in measures(x) {
         let (dx, dy) = (
@@ -388,6 +398,7 @@ pub fn connection_json(c: &Connection) -> Value {
         "packets": sum(&|s| s.packets),
         "bytes": sum(&|s| s.bytes),
         "messages": messages,
+        "message_count": message_count,
         "retransmitted_packets": sum(&|s| s.retransmitted_packets),
         "retransmission_episodes": episodes,
         "naks": naks,
@@ -462,7 +473,7 @@ fn escape(s: &str) -> String {
 pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Result<()> {
     writeln!(
         out,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>roce analyze</title>\n<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}.violated{{color:#b00;font-weight:bold}}.ok{{color:#070}}pre{{font-size:12px}}</style></head><body>"
+        "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\"><head><meta charset=\"utf-8\"/><title>roce analyze</title>\n<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}.violated{{color:#b00;font-weight:bold}}.ok{{color:#070}}pre{{font-size:12px}}</style></head><body>"
     )?;
     writeln!(
         out,
@@ -481,7 +492,7 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
         let [x, y] = &c.sides;
         writeln!(
             out,
-            "<tr><td><a href=\"#c{}\">{}</a></td><td>{} &harr; {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{v}</td></tr>",
+            "<tr><td><a href=\"#c{}\">{}</a></td><td>{} &#8596; {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{v}</td></tr>",
             c.id,
             c.id,
             escape(&endpoint(x)),

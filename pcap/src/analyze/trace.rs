@@ -6,7 +6,7 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use super::{Analysis, OPS, RATE_WINDOW_NS};
+use super::{Analysis, OPS};
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
@@ -35,7 +35,7 @@ pub(crate) fn write<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Re
                     "pid": pid, "tid": tid, "ts": us(start), "dur": us(end.saturating_sub(start))}),
                 );
             }
-            let window_s = RATE_WINDOW_NS as f64 / 1e9;
+            let window_s = s.rate_window_ns.max(1) as f64 / 1e9;
             for &(w, b) in &s.rate {
                 ev.push(
                     json!({"ph": "C", "name": format!("rate side {tid} (Gb/s)"), "pid": pid,
