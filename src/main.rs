@@ -49,6 +49,13 @@ enum Command {
         /// Number of packets.
         #[arg(long, default_value_t = 1_000_000)]
         packets: u64,
+        /// RC conversations instead of the decoder's opcode mix: this many QPs taking turns,
+        /// with losses, NAKs and go-back-N (the analysis benchmark).
+        #[arg(long, value_name = "QPS")]
+        rc: Option<u32>,
+        /// With --rc: one request packet in N is lost before the capture point.
+        #[arg(long, default_value_t = 200, value_name = "N")]
+        loss_every: u64,
         /// Output pcap file.
         file: String,
     },
@@ -80,7 +87,12 @@ impl Command {
             Self::Perf(a) => cmd::perf::run(a),
             Self::Kv(a) => cmd::kv::run(a),
             Self::Sim(c) => cmd::sim::run(c),
-            Self::GenCapture { packets, file } => cmd::decode::gen_capture(packets, &file),
+            Self::GenCapture {
+                packets,
+                rc,
+                loss_every,
+                file,
+            } => cmd::decode::gen_capture(packets, rc, loss_every, &file),
         }
     }
 }

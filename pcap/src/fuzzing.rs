@@ -61,3 +61,49 @@ fn run(
         Err(e) => (out, (Default::default(), Some(e.to_string()))),
     }
 }
+
+/// The body of the `analyze` fuzz target: analyzing arbitrary bytes as a capture must never
+/// panic or grow without bound, every report must render (text, JSON, HTML with its plots,
+/// the trace), and the sequential analysis inside `decode --analyze` must see the same
+/// packets. The first byte picks the options; the rest is the capture.
+pub fn analysis(data: &[u8]) {
+    use crate::analyze;
+    let Some((&knobs, capture)) = data.split_first() else {
+        return;
+    };
+    let opts = analyze::Options {
+        pictures: knobs & 1 != 0,
+        stall_ns: 1 << (knobs >> 4),
+        cnp_interval_ns: u64::from(knobs & 0x0e) * 1000,
+        ..analyze::Options::default()
+    };
+    let Ok(mut r) = CaptureReader::new(capture, "fuzz") else {
+        return;
+    };
+    let mut events = 0u64;
+    let a = analyze::analyze(&mut r, opts, &mut |_| events += 1);
+    let kept: u64 = a
+        .connections
+        .iter()
+        .map(|c| c.events.len() as u64 + c.events_dropped)
+        .sum();
+    assert!(kept <= events, "{kept} events stored, {events} emitted");
+    let _ = analyze::text(&a, knobs & 2 != 0);
+    let _ = analyze::json_lines(&a, true);
+    let mut sink = Vec::new();
+    analyze::write_html(&a, &mut sink).expect("into memory");
+    sink.clear();
+    analyze::write_trace(&a, &mut sink).expect("into memory");
+    // decode --analyze runs the same analysis, record by record.
+    let _ = run(capture, |r, out| {
+        decode(
+            r,
+            Options {
+                analyze: true,
+                ..Options::default()
+            },
+            out,
+            None,
+        )
+    });
+}

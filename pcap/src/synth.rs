@@ -129,3 +129,137 @@ pub fn write_benchmark_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
     }
     w.flush()
 }
+
+/// Writes a pcap of `n` frames of `qps` RC connections taking turns (the analysis
+/// benchmark, `roce gen-capture --rc`): each QP WRITEs 8-packet messages of 256-byte packets
+/// (the last with AckReq, answered by an ACK), and one request packet in `loss_every` is lost
+/// before the capture point: the responder NAKs it (PSN sequence error) and the requester
+/// goes back to it (go-back-N), so the capture holds gaps, NAKs and retransmission episodes.
+/// Captured in the middle of the path: both directions, 100 ns apart.
+pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> io::Result<()> {
+    struct Qp {
+        /// Next new PSN, the PSN of the message being sent, packets of it sent.
+        psn: u32,
+        /// Resending from here up to `psn` (go-back-N), after a NAK.
+        resend: Option<u32>,
+        /// A NAK is owed for this PSN, after this many more packets out of sequence.
+        nak: Option<(u32, u8)>,
+        sent: u64,
+        msn: u32,
+    }
+    const MSG: u32 = 8;
+    let qps = qps.max(1);
+    let loss_every = loss_every.max(2);
+    let mut w = PcapWriter::new(out, link::ETHERNET, true, 262_144)?;
+    let pl = payload(256, 7);
+    let mut frame = vec![0u8; 2048];
+    let mut state: Vec<Qp> = (0..qps)
+        .map(|q| Qp {
+            psn: q.wrapping_mul(0x9e37_79b1) & 0xff_fff8,
+            resend: None,
+            nak: None,
+            sent: 0,
+            msn: 0,
+        })
+        .collect();
+    let mut written = 0u64;
+    let mut i = 0u64;
+    let mut emit =
+        |w: &mut PcapWriter<W>, q: u32, to_b: bool, p: &PacketRepr<'_>| -> io::Result<()> {
+            let (a, b) = (
+                [10, 1, (q >> 8) as u8, q as u8],
+                [10, 2, (q >> 8) as u8, q as u8],
+            );
+            let fb = if to_b {
+                FrameBuilder::ipv4(a, b, 0xc000 | (q as u16 & 0x3fff))
+            } else {
+                FrameBuilder::ipv4(b, a, 0xc000 | (q as u16 & 0x3fff))
+            };
+            let len = fb
+                .build(p, &mut frame)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            let t = 1_700_000_000_000_000_000u64 + i * 100;
+            i += 1;
+            let ts = Timestamp {
+                secs: (t / 1_000_000_000) as i64,
+                nanos: (t % 1_000_000_000) as u32,
+            };
+            w.write_packet(ts, &frame[..len], len as u32)
+        };
+    let mut turn = 0u32;
+    while written < n {
+        let q = turn % qps;
+        turn = turn.wrapping_add(1);
+        let s = &mut state[q as usize];
+        let (qa, qb) = (Qpn(0x100 + q), Qpn(0x10_0000 + q));
+        // The responder's NAK, then the requester's go-back-N.
+        if let Some((np, 0)) = s.nak {
+            s.nak = None;
+            let mut p = packet_for(Opcode::RC_ACKNOWLEDGE, 0, &[]);
+            p.bth.dest_qp = qa;
+            p.bth.psn = Psn::new(np);
+            p.bth.ack_req = false;
+            p.aeth = Some(AethRepr {
+                syndrome: Syndrome::nak(NakCode::PsnSequenceError),
+                msn: Msn(s.msn),
+            });
+            emit(&mut w, q, false, &p)?;
+            written += 1;
+            s.resend = Some(np);
+            continue;
+        }
+        let psn = match s.resend {
+            Some(r) if r != s.psn => {
+                s.resend = Some((r + 1) & 0xff_ffff);
+                r
+            }
+            _ => {
+                s.resend = None;
+                let p = s.psn;
+                s.psn = (s.psn + 1) & 0xff_ffff;
+                p
+            }
+        };
+        let resending = s.resend.is_some();
+        let k = psn % MSG;
+        let op = match k {
+            0 => Opcode::RC_RDMA_WRITE_FIRST,
+            k if k == MSG - 1 => Opcode::RC_RDMA_WRITE_LAST,
+            _ => Opcode::RC_RDMA_WRITE_MIDDLE,
+        };
+        let mut p = packet_for(op, 0, &pl);
+        p.bth.dest_qp = qb;
+        p.bth.psn = Psn::new(psn);
+        p.bth.ack_req = k == MSG - 1;
+        p.bth.solicited = false;
+        p.bth.migreq = false;
+        if let Some(r) = p.reth.as_mut() {
+            r.dma_len = 256 * MSG;
+        }
+        s.sent += 1;
+        if let Some((_, left)) = s.nak.as_mut() {
+            // The requester keeps sending until the NAK reaches it.
+            *left -= 1;
+        } else if !resending && s.sent.is_multiple_of(loss_every) {
+            // Lost before the capture point: the next packets arrive out of sequence.
+            s.nak = Some((psn, 3));
+            continue;
+        }
+        emit(&mut w, q, true, &p)?;
+        written += 1;
+        if k == MSG - 1 && s.nak.is_none() && written < n {
+            s.msn = s.msn.wrapping_add(1);
+            let mut a = packet_for(Opcode::RC_ACKNOWLEDGE, 0, &[]);
+            a.bth.dest_qp = qa;
+            a.bth.psn = Psn::new(psn);
+            a.bth.ack_req = false;
+            a.aeth = Some(AethRepr {
+                syndrome: Syndrome::ACK_UNLIMITED,
+                msn: Msn(s.msn),
+            });
+            emit(&mut w, q, false, &a)?;
+            written += 1;
+        }
+    }
+    w.flush()
+}

@@ -119,11 +119,11 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         (None, Some(path)) => analyze::analyze_path(path, opts, &mut |_| {})?,
         (None, None) => bail!("give a capture file, `-`, or --interface"),
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let printed = if a.json {
-        out.write_all(analyze::json_lines(&analysis, a.events).as_bytes())
+        analyze::write_json_lines(&analysis, a.events, &mut out)
     } else {
-        out.write_all(analyze::text(&analysis, a.events).as_bytes())
+        analyze::write_text(&analysis, a.events, &mut out)
     };
     match printed.and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}

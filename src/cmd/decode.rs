@@ -133,11 +133,19 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `roce gen-capture`: a synthetic capture of `packets` RoCE packets (for benchmarks).
-pub(crate) fn gen_capture(packets: u64, file: &str) -> anyhow::Result<ExitCode> {
+pub(crate) fn gen_capture(
+    packets: u64,
+    rc: Option<u32>,
+    loss_every: u64,
+    file: &str,
+) -> anyhow::Result<ExitCode> {
     let f = std::fs::File::create(file).with_context(|| format!("creating {file}"))?;
     let mut w = BufWriter::new(f);
-    roce_pcap::synth::write_benchmark_capture(&mut w, packets)
-        .with_context(|| format!("writing {file}"))?;
+    match rc {
+        Some(qps) => roce_pcap::synth::write_rc_capture(&mut w, packets, qps, loss_every),
+        None => roce_pcap::synth::write_benchmark_capture(&mut w, packets),
+    }
+    .with_context(|| format!("writing {file}"))?;
     w.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -22,7 +22,11 @@ mod report;
 pub mod stats;
 mod trace;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+/// Maps keyed by what a capture names (addresses, QPNs): a fast hash with a per-process
+/// random seed, so that a crafted capture cannot choose colliding keys.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::io::{Read, Write};
 use std::net::IpAddr;
 
@@ -32,7 +36,9 @@ use roce_proto::Opcode;
 use crate::reader::{CaptureReader, Timestamp};
 use crate::{link, DecodeError};
 pub(crate) use pkt::Pkt;
-pub use report::{connection_json, event_flag_json, event_json, json_lines, text};
+pub use report::{
+    connection_json, event_flag_json, event_json, json_lines, text, write_json_lines, write_text,
+};
 use stats::Dist;
 
 /// What to analyze and the thresholds.
@@ -412,7 +418,10 @@ pub struct Connection {
 }
 
 /// Events kept per connection for the report (every event still goes to the callback).
-pub const MAX_EVENTS: usize = 4096;
+pub const MAX_EVENTS: usize = 1024;
+/// Events kept for the report in all (each event still goes to the callback, and is
+/// counted).
+pub const MAX_EVENTS_TOTAL: usize = 200_000;
 
 impl Connection {
     /// The verdict of every rule.
@@ -468,7 +477,7 @@ const ATOMIC: u32 = u32::MAX;
 /// A network duplicate comes within this many request packets of its original.
 const DUPLICATE_SPAN: u64 = 8;
 
-/// The first rate window: 10 us (it doubles whenever [`RATE_MAX`] windows are kept).
+/// The first rate window: 10 us (it doubles whenever 512 windows are kept).
 pub const RATE_WINDOW_NS: u64 = 10_000;
 /// Rate windows kept per side.
 const RATE_MAX: usize = 512;
@@ -498,7 +507,7 @@ struct ReqState {
     highest: u64,
     /// PSNs [first, highest] seen: a ring of the last `RING` (psn, t, hash, times sent,
     /// request number) by psn.
-    ring: Vec<(u64, u64, u64, u32, u64)>,
+    ring: Vec<(u64, u64, u64, u16, u32)>,
     /// Request packets of this direction so far (the ring's last field: which one it was).
     count: u64,
     /// Open gaps: (first missing, last missing, time seen, frame).
@@ -534,19 +543,19 @@ struct ReqState {
     read_extra: Option<(u64, u64)>,
     /// READs answered recently: (PSN, span, length), for duplicate READs and READ restarts.
     done_reads: VecDeque<(u64, u64, u32)>,
-    /// Recent READ requests: (PSN, most PSNs its span can take, end address).
-    read_ends: VecDeque<(u64, u64, u64)>,
+    /// Recent READ requests: (PSN, most PSNs its span can take, end address, length).
+    read_ends: VecDeque<(u64, u64, u64, u32)>,
     last_cnp_received: u64,
 }
 
-const RING: usize = 256;
+const RING: usize = 128;
 
 impl ReqState {
     fn unwrap(&self, psn: u32) -> u64 {
         let d = (((psn.wrapping_sub(self.highest as u32)) << 8) as i32) >> 8;
         self.highest.wrapping_add(d as i64 as u64)
     }
-    fn slot(&mut self, psn: u64) -> &mut (u64, u64, u64, u32, u64) {
+    fn slot(&mut self, psn: u64) -> &mut (u64, u64, u64, u16, u32) {
         if self.ring.is_empty() {
             self.ring = vec![(u64::MAX, 0, 0, 0, 0); RING];
         }
@@ -604,19 +613,19 @@ impl ReqState {
     }
     /// Notes request PSN `psn` sent at `t` with bytes hashing to `hash`.
     fn sent(&mut self, psn: u64, t: u64, hash: u64) {
-        let count = self.count;
+        let count = self.count as u32;
         let s = self.slot(psn);
         let n = if s.0 == psn { s.3.saturating_add(1) } else { 1 };
         *s = (psn, t, hash, n, count);
     }
     /// Request packets since PSN `psn` was last seen.
     fn packets_since(&mut self, psn: u64) -> u64 {
-        let count = self.count;
+        let count = self.count as u32;
         let s = *self.slot(psn);
-        count - s.4
+        u64::from(count.wrapping_sub(s.4))
     }
     /// How many times request PSN `psn` was sent (0: not in the ring).
-    fn times_sent(&mut self, psn: u64) -> u32 {
+    fn times_sent(&mut self, psn: u64) -> u16 {
         let s = *self.slot(psn);
         if s.0 == psn {
             s.3
@@ -655,23 +664,76 @@ struct Dir {
     mtu: u32,
 }
 
+/// What a record contributes, worked out from its bytes (the part of the analysis that can
+/// run on another thread: link parsing, the ICRC check, the time filter).
+#[derive(Debug)]
+struct Prep {
+    first_ts: Option<Timestamp>,
+    from: Option<f64>,
+    to: Option<f64>,
+}
+
+impl Prep {
+    fn new(opts: Options) -> Self {
+        Self {
+            first_ts: None,
+            from: opts.from,
+            to: opts.to,
+        }
+    }
+
+    fn prepare(
+        &mut self,
+        frame_no: u64,
+        ts: Timestamp,
+        link_type: u32,
+        data: &[u8],
+    ) -> Option<Pkt> {
+        let first = *self.first_ts.get_or_insert(ts);
+        let rel = ts.since(first);
+        let t = rel.secs as u64 * 1_000_000_000 + u64::from(rel.nanos);
+        let secs = t as f64 / 1e9;
+        if self.from.is_some_and(|f| secs < f) || self.to.is_some_and(|to| secs >= to) {
+            return None;
+        }
+        let f = link::parse(link_type, data).ok()?;
+        Pkt::of(frame_no, t, &f)
+    }
+}
+
+/// Packets handed from the reading thread to the analyzing one at a time.
+const BATCH: usize = 2048;
+
 /// The streaming analyzer.
 #[derive(Debug)]
 pub struct Analyzer {
     opts: Options,
     dirs: Vec<Dir>,
     by_key: HashMap<(IpAddr, IpAddr, u32), usize>,
+    /// (sender, receiver) → its directions not paired yet.
+    by_hosts: HashMap<(IpAddr, IpAddr), Vec<usize>>,
     /// CM: (address, QPN) → the peer's (address, QPN).
     cm_peer: HashMap<(IpAddr, u32), (IpAddr, u32)>,
     cm_req: HashMap<u32, (IpAddr, u32)>,
     conns: Vec<Connection>,
-    first_ts: Option<Timestamp>,
+    prep: Prep,
     last_t: u64,
     /// Packets read, RoCE packets analyzed.
     pub packets: u64,
     /// RoCE packets analyzed.
     pub roce: u64,
+    /// RoCE packets of directions past [`MAX_DIRECTIONS`], not analyzed.
+    pub untracked: u64,
+    /// UD packets (datagrams, not connections: not analyzed).
+    pub datagrams: u64,
+    events_kept: usize,
 }
+
+/// Directions (sender, receiver, destination QP) followed; a capture naming more gets the
+/// rest counted as untracked: memory is bounded by this, not by the capture.
+pub const MAX_DIRECTIONS: usize = 1 << 15;
+/// CM requests remembered for pairing.
+const MAX_CM: usize = 1 << 16;
 
 impl Analyzer {
     /// An analyzer with `opts`.
@@ -679,11 +741,15 @@ impl Analyzer {
         Self {
             opts,
             dirs: Vec::new(),
-            by_key: HashMap::new(),
-            cm_peer: HashMap::new(),
-            cm_req: HashMap::new(),
+            by_key: HashMap::default(),
+            by_hosts: HashMap::default(),
+            cm_peer: HashMap::default(),
+            cm_req: HashMap::default(),
+            untracked: 0,
+            datagrams: 0,
+            events_kept: 0,
             conns: Vec::new(),
-            first_ts: None,
+            prep: Prep::new(opts),
             last_t: 0,
             packets: 0,
             roce: 0,
@@ -700,20 +766,9 @@ impl Analyzer {
         on_event: &mut dyn FnMut(&Event),
     ) {
         self.packets += 1;
-        let first = *self.first_ts.get_or_insert(ts);
-        let rel = ts.since(first);
-        let t = rel.secs as u64 * 1_000_000_000 + u64::from(rel.nanos);
-        let secs = t as f64 / 1e9;
-        if self.opts.from.is_some_and(|f| secs < f) || self.opts.to.is_some_and(|to| secs >= to) {
-            return;
+        if let Some(p) = self.prep.prepare(frame_no, ts, link_type, data) {
+            self.packet(&p, on_event);
         }
-        let Ok(f) = link::parse(link_type, data) else {
-            return;
-        };
-        let Some(p) = Pkt::of(frame_no, t, &f) else {
-            return;
-        };
-        self.packet(&p, on_event);
     }
 
     pub(crate) fn packet(&mut self, p: &Pkt, on_event: &mut dyn FnMut(&Event)) {
@@ -722,11 +777,15 @@ impl Analyzer {
         if let Some(cm) = p.cm {
             self.note_cm(p, cm);
         }
-        // QP0/QP1 traffic (MADs) is not an RC connection.
-        if p.dest_qp <= 1 && p.opcode.transport() == roce_proto::Transport::Ud {
+        // Datagrams (UD: MADs on QP0/QP1 and the rest) are not connections.
+        if p.opcode.transport() == roce_proto::Transport::Ud {
+            self.datagrams += 1;
             return;
         }
-        let d = self.dir(p);
+        let Some(d) = self.dir(p) else {
+            self.untracked += 1;
+            return;
+        };
         if p.opcode.is_response() && self.dirs[d].peer.is_none() {
             self.pair_by_psn(d, p.psn);
         }
@@ -739,6 +798,7 @@ impl Analyzer {
             conns: &mut self.conns,
             on_event,
             pictures: opts.pictures,
+            kept: &mut self.events_kept,
         };
         {
             let s = &mut ev.conns[conn].sides[side];
@@ -769,6 +829,9 @@ impl Analyzer {
     }
 
     fn note_cm(&mut self, p: &Pkt, cm: pkt::CmFacts) {
+        if self.cm_req.len() >= MAX_CM || self.cm_peer.len() >= 2 * MAX_CM {
+            return;
+        }
         if !cm.rep {
             self.cm_req.insert(cm.local_comm_id, (p.src, cm.local_qpn));
         } else if let Some(&(req_addr, req_qpn)) = self.cm_req.get(&cm.remote_comm_id) {
@@ -779,11 +842,14 @@ impl Analyzer {
     }
 
     /// The direction of `p`, created (and paired if it can be) on its first packet.
-    fn dir(&mut self, p: &Pkt) -> usize {
+    fn dir(&mut self, p: &Pkt) -> Option<usize> {
         if let Some(&d) = self.by_key.get(&(p.src, p.dst, p.dest_qp)) {
-            return d;
+            return Some(d);
         }
         let d = self.dirs.len();
+        if d >= MAX_DIRECTIONS {
+            return None;
+        }
         // The reverse direction: by the CM, else by the UDP source port.
         let mut peer = None;
         let mut by = "none";
@@ -798,11 +864,17 @@ impl Analyzer {
             }
         }
         if peer.is_none() && p.sport != 0 {
-            let cands: Vec<usize> = (0..self.dirs.len())
+            let cands: Vec<usize> = self
+                .by_hosts
+                .get(&(p.dst, p.src))
+                .into_iter()
+                .flatten()
+                .copied()
                 .filter(|&r| {
                     let x = &self.dirs[r];
-                    x.peer.is_none() && x.src == p.dst && x.dst == p.src && x.sport == p.sport
+                    x.peer.is_none() && x.sport == p.sport
                 })
+                .take(2)
                 .collect();
             if cands.len() == 1 {
                 peer = Some(cands[0]);
@@ -842,7 +914,23 @@ impl Analyzer {
             mtu: 0,
         });
         self.by_key.insert((p.src, p.dst, p.dest_qp), d);
-        d
+        match peer {
+            Some(r) => self.unlist(r),
+            None => self.by_hosts.entry((p.src, p.dst)).or_default().push(d),
+        }
+        Some(d)
+    }
+
+    /// Takes a direction that found its pair out of [`Analyzer::by_hosts`] (which lists the
+    /// unpaired ones).
+    fn unlist(&mut self, d: usize) {
+        let key = (self.dirs[d].src, self.dirs[d].dst);
+        if let Some(v) = self.by_hosts.get_mut(&key) {
+            v.retain(|&x| x != d);
+            if v.is_empty() {
+                self.by_hosts.remove(&key);
+            }
+        }
     }
 
     /// Pairs an unpaired response direction with the request direction whose PSNs it
@@ -852,9 +940,14 @@ impl Analyzer {
             return;
         }
         let (src, dst) = (self.dirs[d].src, self.dirs[d].dst);
-        let cand = (0..self.dirs.len()).find(|&r| {
+        let Some(back) = self.by_hosts.get(&(dst, src)) else {
+            return;
+        };
+        // The first few unpaired candidates only: a crafted capture with many QPs between two
+        // hosts must not make every response a scan.
+        let cand = back.iter().copied().take(64).find(|&r| {
             let x = &self.dirs[r];
-            if r == d || x.peer.is_some() || x.src != dst || x.dst != src || !x.req.started {
+            if r == d || x.peer.is_some() || !x.req.started {
                 return false;
             }
             let u = x.req.unwrap(psn);
@@ -886,6 +979,8 @@ impl Analyzer {
         self.dirs[d].side = side;
         self.dirs[d].peer = Some(r);
         self.dirs[r].peer = Some(d);
+        self.unlist(r);
+        self.unlist(d);
         self.conns[new].paired_by = "psn";
     }
 
@@ -917,7 +1012,7 @@ impl Analyzer {
                     ),
                 };
                 on_event(&e);
-                push_event(&mut self.conns[conn], e);
+                push_event(&mut self.conns[conn], e, &mut self.events_kept);
             }
         }
         let mut conns: Vec<Connection> = self
@@ -1002,9 +1097,10 @@ fn request(dirs: &mut [Dir], d: usize, opts: &Options, p: &Pkt, ev: &mut Emitter
     // retransmission even when its PSN is past the highest request PSN seen.
     let resumed_read = p.opcode.operation() == 0x0c
         && p.read_end.is_some_and(|end| {
-            r.read_ends
-                .iter()
-                .any(|&(psn, most, e)| e == end && u > psn && u < psn + most)
+            r.read_ends.iter().any(|&(psn, most, e, len)| {
+                // Shorter, from further in, to the same end.
+                e == end && u > psn && u < psn + most && p.dma_len.is_some_and(|l| l < len)
+            })
         });
     if u > r.highest && !resumed_read {
         r.last_dup = None;
@@ -1683,7 +1779,7 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
     }
     if let (true, Some(l), Some(end)) = (read, p.dma_len, p.read_end) {
         r.read_ends
-            .push_back((u, u64::from(l.div_ceil(256).max(1)), end));
+            .push_back((u, u64::from(l.div_ceil(256).max(1)), end, l));
         if r.read_ends.len() > 64 {
             r.read_ends.pop_front();
         }
@@ -1728,13 +1824,16 @@ struct Emitter<'a, 'b> {
     side: usize,
     /// Keep the plot and trace data ([`Options::pictures`]).
     pictures: bool,
+    /// Events kept so far, all connections.
+    kept: &'a mut usize,
     conns: &'a mut Vec<Connection>,
     on_event: &'b mut dyn FnMut(&Event),
 }
 
-fn push_event(c: &mut Connection, e: Event) {
-    if c.events.len() < MAX_EVENTS {
+fn push_event(c: &mut Connection, e: Event, kept: &mut usize) {
+    if c.events.len() < MAX_EVENTS && *kept < MAX_EVENTS_TOTAL {
         c.events.push(e);
+        *kept += 1;
     } else {
         c.events_dropped += 1;
     }
@@ -1781,7 +1880,7 @@ impl Emitter<'_, '_> {
         let thin = kind == 0 || kind == 2;
         if thin {
             s.trace_seen += 1;
-            if s.trace_seen % s.trace_stride.max(1) != 0 {
+            if !s.trace_seen.is_multiple_of(s.trace_stride.max(1)) {
                 return;
             }
         }
@@ -1814,7 +1913,7 @@ impl Emitter<'_, '_> {
             detail,
         };
         (self.on_event)(&e);
-        push_event(&mut self.conns[self.conn], e);
+        push_event(&mut self.conns[self.conn], e, self.kept);
     }
 }
 
@@ -1827,6 +1926,10 @@ pub struct Analysis {
     pub packets: u64,
     /// RoCE packets analyzed.
     pub roce: u64,
+    /// RoCE packets of directions past [`MAX_DIRECTIONS`], not analyzed.
+    pub untracked: u64,
+    /// UD packets (datagrams, not connections: not analyzed).
+    pub datagrams: u64,
     /// The read error that ended the input early (what was read before it is analyzed).
     pub error: Option<DecodeError>,
 }
@@ -1841,11 +1944,14 @@ impl Analysis {
 impl Analyzer {
     /// Ends the analysis ([`Analyzer::finish`]) and wraps it up.
     pub fn into_analysis(self, on_event: &mut dyn FnMut(&Event)) -> Analysis {
-        let (packets, roce) = (self.packets, self.roce);
+        let (packets, roce, untracked, datagrams) =
+            (self.packets, self.roce, self.untracked, self.datagrams);
         Analysis {
             connections: self.finish(on_event),
             packets,
             roce,
+            untracked,
+            datagrams,
             error: None,
         }
     }
@@ -1853,24 +1959,54 @@ impl Analyzer {
 
 /// Analyzes a capture read from `reader`; every event also goes to `on_event`. A read error
 /// ends the input: the records before it are analyzed and the error is in
-/// [`Analysis::error`].
-pub fn analyze<R: Read>(
+/// [`Analysis::error`]. Reading and parsing run on a second thread, the analysis on this one
+/// (the order of packets is kept: batches go through a bounded channel).
+pub fn analyze<R: Read + Send>(
     reader: &mut CaptureReader<R>,
     opts: Options,
     on_event: &mut dyn FnMut(&Event),
 ) -> Analysis {
     let mut a = Analyzer::new(opts);
-    let mut n = 0u64;
-    let error = loop {
-        match reader.next_record() {
-            Ok(Some(rec)) => {
-                n += 1;
-                a.record(n, rec.ts, rec.link_type, rec.data, on_event);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Pkt>>(4);
+    let (records, error) = std::thread::scope(|scope| {
+        let producer = scope.spawn(move || {
+            let mut prep = Prep::new(opts);
+            let mut batch = Vec::with_capacity(BATCH);
+            let mut n = 0u64;
+            let error = loop {
+                match reader.next_record() {
+                    Ok(Some(rec)) => {
+                        n += 1;
+                        if let Some(p) = prep.prepare(n, rec.ts, rec.link_type, rec.data) {
+                            batch.push(p);
+                            if batch.len() == BATCH {
+                                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                                if tx.send(full).is_err() {
+                                    break None;
+                                }
+                            }
+                        }
+                    }
+                    Ok(None) => break None,
+                    Err(e) => break Some(DecodeError::Read(e)),
+                }
+            };
+            if !batch.is_empty() {
+                let _ = tx.send(batch);
             }
-            Ok(None) => break None,
-            Err(e) => break Some(DecodeError::Read(e)),
+            (n, error)
+        });
+        for batch in rx {
+            for p in &batch {
+                a.packet(p, on_event);
+            }
         }
-    };
+        match producer.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    });
+    a.packets = records;
     Analysis {
         error,
         ..a.into_analysis(on_event)

@@ -40,25 +40,45 @@ pub(crate) struct Pkt {
     pub(crate) payload_len: u32,
     /// `Some(false)` when the ICRC was checked and is wrong.
     pub(crate) icrc_ok: Option<bool>,
-    /// A hash of the transport bytes (duplicates are byte-identical).
+    /// The transport bytes' identity (duplicates are byte-identical): [`content_key`].
     pub(crate) hash: u64,
     pub(crate) cm: Option<CmFacts>,
 }
 
-fn fnv(b: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &x in b {
-        h = (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
+/// What tells byte-identical packets apart: the ICRC field (a CRC over every byte it
+/// covers) and the length; free, where a hash over the bytes would cost more than the rest
+/// of the analysis.
+fn content_key(t: &[u8]) -> u64 {
+    match t.len().checked_sub(4) {
+        Some(i) => {
+            let icrc = u32::from_le_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
+            (t.len() as u64) << 32 | u64::from(icrc)
+        }
+        None => t.len() as u64,
     }
-    h
 }
 
 impl Pkt {
     /// The packet of a decoded frame, or `None` when it has no BTH.
     pub(crate) fn of(frame_no: u64, t: u64, f: &Frame<'_>) -> Option<Self> {
         let bth = f.bth()?;
-        let (src, dst, sport) = match (&f.ip, &f.udp) {
-            (Some(i), Some(u)) => (i.src, i.dst, u.src_port),
+        // Endpoints: the IP addresses; on native InfiniBand (and RoCEv1) the GRH's GIDs, else
+        // the LRH's LIDs as ::LID.
+        let gid = |b: &[u8]| -> IpAddr {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(b);
+            IpAddr::V6(std::net::Ipv6Addr::from(a))
+        };
+        let lid = |l: u16| IpAddr::V6(std::net::Ipv6Addr::from(u128::from(l)));
+        let (src, dst, sport) = match (&f.ip, &f.udp, f.grh, f.lrh) {
+            (Some(i), Some(u), _, _) => (i.src, i.dst, u.src_port),
+            (Some(i), None, _, _) => (i.src, i.dst, 0),
+            (None, _, Some(g), _) if g.len() >= 40 => (gid(&g[8..24]), gid(&g[24..40]), 0),
+            (None, _, _, Some(l)) if l.len() >= 8 => (
+                lid(u16::from_be_bytes([l[6], l[7]])),
+                lid(u16::from_be_bytes([l[2], l[3]])),
+                0,
+            ),
             _ => (
                 IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
                 IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
@@ -136,7 +156,7 @@ impl Pkt {
             read_end,
             payload_len,
             icrc_ok,
-            hash: fnv(f.transport),
+            hash: content_key(f.transport),
             cm,
         })
     }

@@ -70,15 +70,24 @@ fn naks_text(s: &Side) -> String {
 }
 
 /// The text report.
-pub fn text(a: &Analysis, events: bool) -> String {
+fn table(a: &Analysis) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{} packets, {} RoCE, {} connections",
+        "{} packets, {} RoCE ({} UD datagrams, not connections), {} connections",
         a.packets,
         a.roce,
+        a.datagrams,
         a.connections.len()
     );
+    if a.untracked > 0 {
+        let _ = writeln!(
+            o,
+            "{} packets of directions past the first {} not analyzed",
+            a.untracked,
+            super::MAX_DIRECTIONS
+        );
+    }
     let _ = writeln!(
         o,
         "{:>4} {:<44} {:<9} {:>8} {:>11} {:>8} {:>6} {:<22} {:<18} {:>5} {:>9} {:>8}",
@@ -137,125 +146,165 @@ pub fn text(a: &Analysis, events: bool) -> String {
             }
         );
     }
-    for c in &a.connections {
+    o
+}
+
+/// One connection's section of the text report.
+fn section(c: &Connection, events: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "\nconnection {} ({}, paired by {})",
+        c.id,
+        {
+            let [x, y] = &c.sides;
+            format!("{} <-> {}", endpoint(x), endpoint(y))
+        },
+        c.paired_by
+    );
+    for (i, s) in c.sides.iter().enumerate() {
+        if s.packets == 0 {
+            let _ = writeln!(o, "  side {}: nothing captured", ["a", "b"][i]);
+            continue;
+        }
+        let msgs: Vec<String> = OPS
+            .iter()
+            .zip(s.messages.iter().zip(s.message_bytes))
+            .filter(|(_, (n, _))| **n > 0)
+            .map(|(k, (n, b))| format!("{k} {n} ({b} B)"))
+            .collect();
         let _ = writeln!(
             o,
-            "\nconnection {} ({}, paired by {})",
-            c.id,
-            {
-                let [x, y] = &c.sides;
-                format!("{} <-> {}", endpoint(x), endpoint(y))
-            },
-            c.paired_by
+            "  side {} {}: {} packets ({} requests, {} responses), messages: {}",
+            ["a", "b"][i],
+            endpoint(s),
+            s.packets,
+            s.requests,
+            s.responses,
+            if msgs.is_empty() {
+                "-".into()
+            } else {
+                msgs.join(", ")
+            }
         );
-        for (i, s) in c.sides.iter().enumerate() {
-            if s.packets == 0 {
-                let _ = writeln!(o, "  side {}: nothing captured", ["a", "b"][i]);
-                continue;
+        let _ = writeln!(
+            o,
+            "    retransmitted {} packets in episodes {}; NAKs sent {}; gaps {} (never seen {}), out of order {}, duplicates {}, ghost ACKs {}, stale ACKs {}, CNPs {}, CE {}, bad ICRC {}, stalls {}, READ mismatches {}",
+            s.retransmitted_packets,
+            episodes_text(s),
+            naks_text(s),
+            s.psn_gaps,
+            s.never_seen_psns,
+            s.out_of_order,
+            s.duplicates,
+            s.ghost_acks,
+            s.stale_acks,
+            s.cnps,
+            s.ecn_ce,
+            s.icrc_bad,
+            s.stalls,
+            s.read_response_mismatches
+        );
+        for (name, d) in measures(s) {
+            if d.count() > 0 {
+                let _ = writeln!(
+                    o,
+                    "    {name}: p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} samples)",
+                    us(d.quantile(0.5)),
+                    us(d.quantile(0.99)),
+                    us(d.max()),
+                    d.count()
+                );
             }
-            let msgs: Vec<String> = OPS
-                .iter()
-                .zip(s.messages.iter().zip(s.message_bytes))
-                .filter(|(_, (n, _))| **n > 0)
-                .map(|(k, (n, b))| format!("{k} {n} ({b} B)"))
-                .collect();
-            let _ = writeln!(
-                o,
-                "  side {} {}: {} packets ({} requests, {} responses), messages: {}",
-                ["a", "b"][i],
-                endpoint(s),
-                s.packets,
-                s.requests,
-                s.responses,
-                if msgs.is_empty() {
-                    "-".into()
-                } else {
-                    msgs.join(", ")
-                }
-            );
-            let _ = writeln!(
-                o,
-                "    retransmitted {} packets in episodes {}; NAKs sent {}; gaps {} (never seen {}), out of order {}, duplicates {}, ghost ACKs {}, stale ACKs {}, CNPs {}, CE {}, bad ICRC {}, stalls {}, READ mismatches {}",
-                s.retransmitted_packets,
-                episodes_text(s),
-                naks_text(s),
-                s.psn_gaps,
-                s.never_seen_psns,
-                s.out_of_order,
-                s.duplicates,
-                s.ghost_acks,
-                s.stale_acks,
-                s.cnps,
-                s.ecn_ce,
-                s.icrc_bad,
-                s.stalls,
-                s.read_response_mismatches
-            );
-            for (name, d) in measures(s) {
-                if d.count() > 0 {
-                    let _ = writeln!(
-                        o,
-                        "    {name}: p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} samples)",
-                        us(d.quantile(0.5)),
-                        us(d.quantile(0.99)),
-                        us(d.max()),
-                        d.count()
-                    );
-                }
-            }
-        }
-        for v in c.verdicts() {
-            let frames = if v.frames.is_empty() {
-                String::new()
-            } else {
-                format!(" frames {:?}", v.frames)
-            };
-            let _ = writeln!(
-                o,
-                "  verdict {:<46} {:<14} {}{frames}",
-                v.rule, v.result, v.detail
-            );
-        }
-        // Events collapsed into runs of one kind (or every one with `events`).
-        let mut runs: Vec<(&Event, u64, u64)> = Vec::new();
-        for e in &c.events {
-            match runs.last_mut() {
-                Some((first, n, last))
-                    if !events
-                        && first.kind == e.kind
-                        && first.side == e.side
-                        && e.cause.is_none() =>
-                {
-                    *n += 1;
-                    *last = e.frame;
-                }
-                _ => runs.push((e, 1, e.frame)),
-            }
-        }
-        for (e, n, last) in runs {
-            let cause = e
-                .cause
-                .map_or(String::new(), |c| format!(" ({})", c.name()));
-            let frames = if n > 1 {
-                format!("frames {}..{} ({n} packets)", e.frame, last)
-            } else {
-                format!("frame {}", e.frame)
-            };
-            let line = format!(
-                "  event {:>12.9}s side {} {:<22} psn {:<8} {frames}{cause} {}",
-                e.t as f64 / 1e9,
-                ["a", "b"][e.side],
-                e.kind.name(),
-                e.psn,
-                e.detail
-            );
-            let _ = writeln!(o, "{}", line.trim_end());
-        }
-        if c.events_dropped > 0 {
-            let _ = writeln!(o, "  ({} more events not listed)", c.events_dropped);
         }
     }
+    for v in c.verdicts() {
+        let frames = if v.frames.is_empty() {
+            String::new()
+        } else {
+            format!(" frames {:?}", v.frames)
+        };
+        let _ = writeln!(
+            o,
+            "  verdict {:<46} {:<14} {}{frames}",
+            v.rule, v.result, v.detail
+        );
+    }
+    // Events collapsed into runs of one kind (or every one with `events`).
+    let mut runs: Vec<(&Event, u64, u64)> = Vec::new();
+    for e in &c.events {
+        match runs.last_mut() {
+            Some((first, n, last))
+                if !events && first.kind == e.kind && first.side == e.side && e.cause.is_none() =>
+            {
+                *n += 1;
+                *last = e.frame;
+            }
+            _ => runs.push((e, 1, e.frame)),
+        }
+    }
+    for (e, n, last) in runs {
+        let cause = e
+            .cause
+            .map_or(String::new(), |c| format!(" ({})", c.name()));
+        let frames = if n > 1 {
+            format!("frames {}..{} ({n} packets)", e.frame, last)
+        } else {
+            format!("frame {}", e.frame)
+        };
+        let line = format!(
+            "  event {:>12.9}s side {} {:<22} psn {:<8} {frames}{cause} {}",
+            e.t as f64 / 1e9,
+            ["a", "b"][e.side],
+            e.kind.name(),
+            e.psn,
+            e.detail
+        );
+        let _ = writeln!(o, "{}", line.trim_end());
+    }
+    if c.events_dropped > 0 {
+        let _ = writeln!(o, "  ({} more events not listed)", c.events_dropped);
+    }
     o
+}
+
+/// The text report.
+pub fn text(a: &Analysis, events: bool) -> String {
+    let mut o = Vec::new();
+    let _ = write_text(a, events, &mut o);
+    String::from_utf8(o).unwrap_or_default()
+}
+
+/// Writes the text report to `out`, a connection at a time.
+pub fn write_text<W: Write + ?Sized>(
+    a: &Analysis,
+    events: bool,
+    out: &mut W,
+) -> std::io::Result<()> {
+    out.write_all(table(a).as_bytes())?;
+    for c in &a.connections {
+        out.write_all(section(c, events).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Writes the JSON lines to `out`, a line at a time.
+pub fn write_json_lines<W: Write + ?Sized>(
+    a: &Analysis,
+    events: bool,
+    out: &mut W,
+) -> std::io::Result<()> {
+    for c in &a.connections {
+        writeln!(out, "{}", connection_json(c))?;
+    }
+    if events {
+        for c in &a.connections {
+            for e in &c.events {
+                writeln!(out, "{}", event_json(e))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
@@ -415,6 +464,7 @@ pub fn connection_json(c: &Connection) -> Value {
         "read_response_mismatches": sum(&|s| s.read_response_mismatches),
         "latency_us": lat,
         "verdicts": verdicts,
+        "events_dropped": c.events_dropped,
         "sides": [side_json(x), side_json(y)],
     })
 }

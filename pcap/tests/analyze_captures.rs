@@ -1,0 +1,142 @@
+//! `roce analyze` on every shared capture (../shared/captures): each analyzes to its end, and
+//! what the README says it finds there is checked here.
+mod common;
+use common::*;
+
+use roce_pcap::analyze::{self, Analysis, Connection, Options};
+
+fn analyze_capture(rel: &str) -> Analysis {
+    let path = captures_dir().join(rel);
+    let a = analyze::analyze_path(path.to_str().unwrap(), Options::default(), &mut |_| {})
+        .unwrap_or_else(|e| panic!("{rel}: {e}"));
+    assert!(a.error.is_none(), "{rel}: {:?}", a.error);
+    a
+}
+
+fn qpns(c: &Connection) -> [Option<u32>; 2] {
+    [c.sides[0].qpn, c.sides[1].qpn]
+}
+
+fn total(a: &Analysis, f: impl Fn(&analyze::Side) -> u64) -> u64 {
+    a.connections
+        .iter()
+        .flat_map(|c| c.sides.iter())
+        .map(f)
+        .sum()
+}
+
+#[test]
+fn every_shared_capture_analyzes_and_none_breaks_a_rule() {
+    let mut n = 0;
+    for path in all_captures() {
+        let rel = path
+            .strip_prefix(captures_dir())
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let a = analyze_capture(&rel);
+        assert!(a.roce > 0, "{rel}");
+        // Every RoCE packet is in a connection or is a datagram.
+        let in_conns = total(&a, |s| s.packets);
+        assert_eq!(in_conns + a.datagrams + a.untracked, a.roce, "{rel}");
+        for c in &a.connections {
+            assert!(!c.violated(), "{rel}: {}", analyze::text(&a, false));
+        }
+        // The soft-RoCE and perftest runs here are clean: no loss, no retransmission.
+        assert_eq!(total(&a, |s| s.retransmitted_packets), 0, "{rel}");
+        assert_eq!(total(&a, |s| s.naks.iter().sum()), 0, "{rel}");
+        // Every report renders.
+        assert!(analyze::text(&a, true).contains("connections"));
+        assert!(analyze::json_lines(&a, true).lines().count() >= a.connections.len());
+        n += 1;
+    }
+    assert!(n >= 25, "{n} captures");
+}
+
+#[test]
+fn connections_are_paired_the_way_the_readme_says() {
+    // The CM exchange pairs rdma_cm.pcap's two connections (QPs 0x3d/0x3b and 0x3e/0x3c)...
+    let a = analyze_capture("linlinw5-rdma_ib_tutorial/rdma_cm.pcap");
+    assert_eq!(a.connections.len(), 2);
+    for c in &a.connections {
+        assert_eq!(c.paired_by, "cm");
+    }
+    let mut pairs: Vec<_> = a.connections.iter().map(qpns).collect();
+    pairs.sort();
+    assert_eq!(pairs, [[Some(0x3d), Some(0x3b)], [Some(0x3e), Some(0x3c)]]);
+    // ... and rping.pcap's, and the native InfiniBand capture's three (endpoints by LID).
+    let a = analyze_capture("linlinw5-rdma_ib_tutorial/rping.pcap");
+    assert_eq!((a.connections.len(), a.connections[0].paired_by), (1, "cm"));
+    let ib = analyze_capture("rdma-softroce-demo/infiniband.pcap");
+    assert_eq!(ib.connections.len(), 3);
+    assert!(ib.connections.iter().all(|c| c.paired_by == "cm"));
+    assert_eq!(ib.datagrams, 24, "the MADs and the UD traffic");
+    // perftest over rxe: both directions use one UDP source port.
+    for rel in [
+        "linlinw5-rdma_ib_tutorial/rdma_write_bw.pcap",
+        "linlinw5-rdma_ib_tutorial/rdma_read_bw.pcap",
+        "linlinw5-rdma_ib_tutorial/rdma_atomic_bw.pcap",
+        "linlinw5-rdma_ib_tutorial/pingpong_rc.pcap",
+    ] {
+        let a = analyze_capture(rel);
+        assert_eq!(a.connections.len(), 1, "{rel}");
+        assert_eq!(a.connections[0].paired_by, "udp_sport", "{rel}");
+    }
+    // The proxy capture uses other ports each way: paired by the PSNs its responses echo.
+    let a = analyze_capture("oferby-proxy/roce.pcap");
+    assert_eq!(
+        (a.connections.len(), a.connections[0].paired_by),
+        (1, "psn")
+    );
+    // UD only: datagrams, no connection.
+    let a = analyze_capture("linlinw5-rdma_ib_tutorial/pingpong_ud.pcap");
+    assert_eq!((a.connections.len(), a.datagrams), (0, 10));
+}
+
+#[test]
+fn what_the_captures_did() {
+    // rdma_read_bw: 5 READs of 3,000 bytes, 3 response packets each (MTU 1024), all answered.
+    let a = analyze_capture("linlinw5-rdma_ib_tutorial/rdma_read_bw.pcap");
+    let c = &a.connections[0];
+    let req = c.sides.iter().find(|s| s.requests > 0).unwrap();
+    assert_eq!((req.messages[4], req.message_bytes[4]), (5, 15_000));
+    assert_eq!(req.read_latency.count(), 5);
+    let v = c.verdicts();
+    assert!(v
+        .iter()
+        .any(|v| v.rule == "read_responses_cover_request" && v.result == "ok"));
+    // NCCL all-reduce (ring of 3): each node's capture holds its two ring neighbours'
+    // connections, 32 messages each.
+    for node in 0..3 {
+        let a = analyze_capture(&format!(
+            "linlinw5-rdma_ib_tutorial/nccl/ring2_node{node}.pcap"
+        ));
+        assert_eq!(a.connections.len(), 2);
+        for c in &a.connections {
+            assert_eq!(c.paired_by, "udp_sport");
+            assert_eq!(
+                c.sides
+                    .iter()
+                    .map(|s| s.messages.iter().sum::<u64>())
+                    .sum::<u64>(),
+                32
+            );
+        }
+    }
+    // The atomic capture: 5 atomics, each answered (ACK RTT is not measured for atomics).
+    let a = analyze_capture("linlinw5-rdma_ib_tutorial/rdma_atomic_bw.pcap");
+    let req = a.connections[0]
+        .sides
+        .iter()
+        .find(|s| s.requests > 0)
+        .unwrap();
+    assert_eq!(req.messages[5], 5);
+    // The hex vectors: one CNP among unrelated packets.
+    let a = analyze_capture("hexvectors/hexvectors-derived.pcap");
+    assert_eq!(total(&a, |s| s.cnps), 1);
+    // The ECN lab capture: ECT-capable, nothing marked CE.
+    let a = analyze_capture("rdma-roce-lab/roce_capture_read-write-ecn.pcap");
+    assert_eq!(total(&a, |s| s.ecn_ce), 0);
+    assert_eq!(a.connections[0].paired_by, "cm");
+}
