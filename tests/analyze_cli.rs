@@ -279,7 +279,10 @@ fn events_plots_html_and_trace() {
     for e in evs.iter().filter(|e| e["ph"] == "X") {
         assert!(e["dur"].as_f64().unwrap() >= 0.0 && e["ts"].as_f64().is_some());
     }
-    let _ = std::fs::remove_dir_all(tmp(""));
+    let _ = std::fs::remove_dir_all(&dir);
+    for f in [&html, &trace, &pcap] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 #[test]
@@ -413,4 +416,48 @@ fn bad_input_gets_one_clear_line() {
     assert_eq!(code, 2, "clap's usage error: {err}");
     let _ = std::fs::remove_file(&pcap);
     let _ = std::fs::remove_file(&not);
+}
+
+#[test]
+fn fit_dcqcn_names_a_preset_for_each_notified_sender() {
+    let pcap = tmp("lb-fit.pcap");
+    {
+        let _one = LOOPBACK.lock().unwrap_or_else(|e| e.into_inner());
+        let (code, _, err) = roce(&[
+            "loopback",
+            "--qps",
+            "2",
+            "--count",
+            "200",
+            "--size",
+            "16K-64K",
+            "--ce",
+            "0.05",
+            "--cc",
+            "dcqcn",
+            "--seed",
+            "3",
+            "--pcap",
+            pcap.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, out, _) = roce(&["analyze", "--json", "--fit-dcqcn", pcap.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let fits: Vec<Value> = json_lines(&out)
+        .into_iter()
+        .filter(|l| l["type"] == "dcqcn_fit")
+        .collect();
+    assert!(!fits.is_empty(), "{out}");
+    for f in &fits {
+        let best = f["best"].as_str().unwrap();
+        assert!(best == "paper" || best == "nvidia");
+        for p in ["paper", "nvidia"] {
+            let e = f["error_pct"][p].as_f64().unwrap();
+            assert!((0.0..=100.0).contains(&e), "{f}");
+        }
+    }
+    let (_, text, _) = roce(&["analyze", "--fit-dcqcn", pcap.to_str().unwrap()]);
+    assert!(text.contains("DCQCN fit"), "{text}");
+    let _ = std::fs::remove_file(&pcap);
 }

@@ -56,6 +56,10 @@ pub(crate) struct AnalyzeArgs {
     /// Exit 1 when any connection violates a rule.
     #[arg(long)]
     check: bool,
+    /// Replay the CNPs each sender received through the DCQCN reaction-point model (the
+    /// paper's and NVIDIA's presets) and say how closely its measured rate follows each.
+    #[arg(long)]
+    fit_dcqcn: bool,
 }
 
 fn write_file(
@@ -87,7 +91,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         to: a.to,
         stall_ns: a.stall.as_nanos().min(u128::from(u64::MAX)) as u64,
         cnp_interval_ns: a.cnp_interval.as_nanos().min(u128::from(u64::MAX)) as u64,
-        pictures: a.plot.is_some() || a.html.is_some() || a.trace.is_some(),
+        pictures: a.plot.is_some() || a.html.is_some() || a.trace.is_some() || a.fit_dcqcn,
         ..Options::default()
     };
     let analysis: Analysis = match (&a.interface, &a.file) {
@@ -125,6 +129,13 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     } else {
         analyze::write_text(&analysis, a.events, &mut out)
     };
+    let printed = printed.and_then(|()| {
+        if a.fit_dcqcn {
+            write_fits(&analysis, a.json, &mut out)
+        } else {
+            Ok(())
+        }
+    });
     match printed.and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         r => r.context("writing the report")?,
@@ -156,4 +167,67 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The DCQCN fit of every sender that received CNPs (`--fit-dcqcn`).
+fn write_fits(a: &Analysis, json: bool, out: &mut dyn Write) -> std::io::Result<()> {
+    use roce_apps::congestion::fit::fit;
+    let mut any = false;
+    for c in &a.connections {
+        for (i, s) in c.sides.iter().enumerate() {
+            let Some(f) = fit(&s.cnps_received_at, &s.rate, s.rate_window_ns) else {
+                continue;
+            };
+            if json {
+                let errors: serde_json::Map<String, serde_json::Value> = f
+                    .error_pct
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), serde_json::json!(v)))
+                    .collect();
+                let line = serde_json::json!({
+                    "type": "dcqcn_fit",
+                    "connection": c.id,
+                    "side": i,
+                    "qpn": s.qpn,
+                    "cnps": s.cnps_received_at.len(),
+                    "line_rate_gbps": f.line_rate_bps as f64 / 1e9,
+                    "windows": f.windows,
+                    "error_pct": errors,
+                    "best": f.best(),
+                });
+                writeln!(out, "{line}")?;
+            } else {
+                if !any {
+                    writeln!(
+                        out,
+                        "\nDCQCN fit (the sender's rate against the model's allowed rate after its CNPs, mean |difference| in % of the line rate)"
+                    )?;
+                }
+                let errs: Vec<String> = f
+                    .error_pct
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.1} %"))
+                    .collect();
+                writeln!(
+                    out,
+                    "  connection {} side {}: {} CNPs, line rate {:.2} Gb/s, {} windows: {} -> {}",
+                    c.id,
+                    ["a", "b"][i],
+                    s.cnps_received_at.len(),
+                    f.line_rate_bps as f64 / 1e9,
+                    f.windows,
+                    errs.join(", "),
+                    f.best()
+                )?;
+            }
+            any = true;
+        }
+    }
+    if !any && !json {
+        writeln!(
+            out,
+            "\nDCQCN fit: no sender received CNPs over enough of the capture"
+        )?;
+    }
+    Ok(())
 }

@@ -25,6 +25,7 @@ use roce_stack::{
     WorkRequest, WrOp,
 };
 
+pub mod fit;
 pub mod render;
 
 pub use render::{table, to_json, to_svg};

@@ -654,9 +654,73 @@ impl CongestionControl for Dcqcn {
     }
 }
 
+/// The reaction point's allowed rate over time, replayed from what a capture shows: the
+/// CNPs the sender received (`cnps`, ns, ascending), the bytes it sent (`sent`: (ns, bytes),
+/// ascending, e.g. per window), sampled at `samples` (ns, ascending). Timers run as they
+/// would; the byte counter counts `sent`. For comparing a sender's measured rate with this
+/// model (`roce analyze --fit-dcqcn`).
+pub fn replay(
+    params: DcqcnParams,
+    line_rate_bps: u64,
+    cnps: &[u64],
+    sent: &[(u64, u64)],
+    samples: &[u64],
+) -> Vec<u64> {
+    let mut d = Dcqcn::new(params, line_rate_bps.max(1));
+    let (mut c, mut b) = (0, 0);
+    let mut out = Vec::with_capacity(samples.len());
+    for &at in samples {
+        // Everything up to this sample, in time order: CNPs, sends, and the timers between.
+        loop {
+            let next_cnp = cnps.get(c).copied().filter(|&t| t <= at);
+            let next_sent = sent.get(b).map(|s| s.0).filter(|&t| t <= at);
+            let next = match (next_cnp, next_sent) {
+                (Some(x), Some(y)) => x.min(y),
+                (Some(x), None) | (None, Some(x)) => x,
+                (None, None) => break,
+            };
+            while let Some(t) = d.poll_timeout().filter(|t| t.as_nanos() <= next) {
+                d.handle_timeout(t);
+            }
+            if next_cnp == Some(next) {
+                d.on_cnp(Instant::from_nanos(next));
+                c += 1;
+            } else {
+                let bytes = usize::try_from(sent[b].1).unwrap_or(usize::MAX);
+                d.on_packet_sent(Instant::from_nanos(next), bytes);
+                b += 1;
+            }
+        }
+        while let Some(t) = d.poll_timeout().filter(|t| t.as_nanos() <= at) {
+            d.handle_timeout(t);
+        }
+        out.push(d.current_rate_bps());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replay_cuts_on_cnps_and_recovers_without_them() {
+        let line = 100_000_000_000;
+        let ms = 1_000_000;
+        let samples: Vec<u64> = (0..40).map(|i| i * ms / 4).collect();
+        let sent: Vec<(u64, u64)> = (0..400).map(|i| (i * ms / 40, 100_000)).collect();
+        let quiet = replay(DcqcnParams::paper(), line, &[], &sent, &samples);
+        assert!(
+            quiet.iter().all(|&r| r == line),
+            "no CNP, no cut: {quiet:?}"
+        );
+        let cnps = [ms, ms + 60_000, ms + 120_000];
+        let r = replay(DcqcnParams::paper(), line, &cnps, &sent, &samples);
+        let at = |t: u64| r[(t / (ms / 4)) as usize];
+        assert_eq!(at(ms / 2), line, "before the first CNP");
+        assert!(at(ms + ms / 4) < line * 3 / 4, "cut: {r:?}");
+        assert!(at(9 * ms + ms / 2) > at(ms + ms / 4), "recovering: {r:?}");
+    }
 
     #[test]
     fn midpoint_rounds_up_and_never_overflows() {
