@@ -722,3 +722,30 @@ fn time_and_qp_filters() {
     });
     assert_eq!(b.connections.len(), 1);
 }
+
+#[test]
+fn naks_followed_by_cnps_are_counted() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .nak(2.0, 1, NakCode::PsnSequenceError, 1)
+        // This NIC's notification point answers the NAK with a CNP...
+        .cnp(3.0)
+        .req(4.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .req(5.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .ack(6.0, 2, 3)
+        .req(300.0, Opcode::RC_SEND_ONLY, 4, 64)
+        .nak(301.0, 3, NakCode::PsnSequenceError, 3)
+        // ... but not this one (the CNP comes 200 us later).
+        .cnp(501.0);
+    let a = s.analyze();
+    let c = one(&a);
+    assert_eq!(c.naks_and_cnps, (2, 1));
+    let v = verdict(c, "cnp_min_interval");
+    assert!(
+        v.detail
+            .contains("1 of 2 NAKs followed by a CNP within 100 us"),
+        "{}",
+        v.detail
+    );
+}

@@ -333,6 +333,9 @@ pub struct Side {
     pub rnr_wait: Dist,
     /// Intervals between the CNPs it sent.
     pub cnp_interval: Dist,
+    /// Its rate in the window after each CNP it received, in percent of the rate in the
+    /// window before (with pictures: from the rate windows).
+    pub rate_after_cnp_pct: Dist,
     /// Time from a CE-marked packet it received to the CNP it sent.
     pub ce_to_cnp: Dist,
     /// Request bytes per rate window (for the rate plot), ns window start → bytes, with
@@ -354,6 +357,25 @@ pub struct Side {
 }
 
 impl Side {
+    /// Fills [`Side::rate_after_cnp_pct`] from the rate windows and the CNPs received.
+    fn note_rate_around_cnps(&mut self) {
+        let win = self.rate_window_ns.max(1);
+        let bytes_at = |rate: &[(u64, u64)], w: u64| {
+            rate.binary_search_by_key(&w, |r| r.0)
+                .map_or(0, |i| rate[i].1)
+        };
+        for &t in &self.cnps_received_at {
+            let w = t / win * win;
+            let (Some(before_w), after_w) = (w.checked_sub(win), w + win) else {
+                continue;
+            };
+            let before = bytes_at(&self.rate, before_w);
+            if let Some(pct) = (bytes_at(&self.rate, after_w) * 100).checked_div(before) {
+                self.rate_after_cnp_pct.add(pct);
+            }
+        }
+    }
+
     /// Adds `bytes` sent at `t` to the rate windows (halving their number, by merging
     /// neighbours, whenever [`RATE_MAX`] are kept).
     fn add_rate(&mut self, t: u64, bytes: u64) {
@@ -415,7 +437,13 @@ pub struct Connection {
     pub events: Vec<Event>,
     /// Events not kept.
     pub events_dropped: u64,
+    /// NAKs sent (either side), and how many of them a CNP from the same side followed within
+    /// [`NAK_CNP_NS`] (does this NIC's notification point send CNPs on NAKs?).
+    pub naks_and_cnps: (u64, u64),
 }
+
+/// A CNP this soon after a NAK from the same side counts as following it.
+pub const NAK_CNP_NS: u64 = 100_000;
 
 /// Events kept per connection for the report (every event still goes to the callback).
 pub const MAX_EVENTS: usize = 1024;
@@ -648,6 +676,8 @@ struct RespState {
     last_nak_psn: Option<(u64, u64)>,
     reads: VecDeque<(u64, u32, u64, u64, u64)>, // (psn, len, expected next psn, bytes so far, frame)
     last_cnp_t: Option<u64>,
+    /// A NAK this side sent that no CNP has followed yet.
+    nak_waiting_cnp: Option<u64>,
 }
 
 /// One direction: requests and responses from one sender to one QP.
@@ -1036,6 +1066,17 @@ impl Analyzer {
                 .min()
             {
                 c.rules[7].note = format!("observed minimum {:.1} us", m as f64 / 1e3);
+            }
+            let (naks, followed) = c.naks_and_cnps;
+            if naks > 0 && c.sides.iter().any(|s| s.cnps > 0) {
+                let sep = if c.rules[7].note.is_empty() { "" } else { "; " };
+                c.rules[7].note += &format!(
+                    "{sep}{followed} of {naks} NAKs followed by a CNP within {} us",
+                    NAK_CNP_NS / 1000
+                );
+            }
+            for s in &mut c.sides {
+                s.note_rate_around_cnps();
             }
         }
         conns
@@ -1498,6 +1539,10 @@ fn response(dirs: &mut [Dir], d: usize, p: &Pkt, ev: &mut Emitter<'_, '_>) {
             r.outstanding.pop_front();
         }
     }
+    if matches!(p.aeth, Some(AethKind::Nak(_) | AethKind::RnrNak { .. })) {
+        resp.nak_waiting_cnp = Some(p.t);
+        ev.conns[ev.conn].naks_and_cnps.0 += 1;
+    }
     match p.aeth {
         Some(AethKind::Nak(code)) => {
             let k = nak_index(Some(code));
@@ -1699,6 +1744,11 @@ fn cnp(dirs: &mut [Dir], d: usize, opts: &Options, p: &Pkt, ev: &mut Emitter<'_,
         ev.rule(7).check(gap >= opts.cnp_interval_ns, p.frame);
     }
     dirs[d].resp.last_cnp_t = Some(p.t);
+    if let Some(nt) = dirs[d].resp.nak_waiting_cnp.take() {
+        if p.t.saturating_sub(nt) <= NAK_CNP_NS {
+            ev.conns[ev.conn].naks_and_cnps.1 += 1;
+        }
+    }
     if let Some(pr) = dirs[d].peer {
         if let Some(ce) = dirs[pr].req.first_ce_since_cnp.take() {
             ev.side_mut().ce_to_cnp.add(p.t.saturating_sub(ce));

@@ -217,6 +217,17 @@ fn section(c: &Connection, events: bool) -> String {
                 );
             }
         }
+        let r = &s.rate_after_cnp_pct;
+        if r.count() > 0 {
+            let _ = writeln!(
+                o,
+                "    rate after a CNP, % of the rate before: p50 {}, p99 {}, max {} ({} CNPs)",
+                r.quantile(0.5),
+                r.quantile(0.99),
+                r.max(),
+                r.count()
+            );
+        }
     }
     for v in c.verdicts() {
         let frames = if v.frames.is_empty() {
@@ -389,6 +400,13 @@ fn side_json(s: &Side) -> Value {
         }
     }
     m.insert("latency_us".into(), Value::Object(lat));
+    let r = &s.rate_after_cnp_pct;
+    if r.count() > 0 {
+        m.insert(
+            "rate_after_cnp_pct".into(),
+            json!({"p50": r.quantile(0.5), "p99": r.quantile(0.99), "max": r.max(), "count": r.count()}),
+        );
+    }
     Value::Object(m)
 }
 
@@ -465,6 +483,7 @@ pub fn connection_json(c: &Connection) -> Value {
         "latency_us": lat,
         "verdicts": verdicts,
         "events_dropped": c.events_dropped,
+        "naks_followed_by_cnp": c.naks_and_cnps.1,
         "sides": [side_json(x), side_json(y)],
     })
 }
