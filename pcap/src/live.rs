@@ -23,6 +23,10 @@ pub struct LiveOptions {
     /// Stop (normally: flush, summarise, exit 0) once this becomes `true` (the command line
     /// sets it on Ctrl-C).
     pub stop: Option<Arc<AtomicBool>>,
+    /// On a loopback interface the packet socket gets every packet twice, as sent and as
+    /// received, back to back: keep one (the analysis wants each packet once, as tcpdump
+    /// shows it). Off, both copies are decoded.
+    pub one_copy_on_loopback: bool,
 }
 
 fn now() -> Timestamp {
@@ -87,6 +91,8 @@ pub fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result
         }
         None => None,
     };
+    let skip_copies = lo.one_copy_on_loopback && iface.is_loopback();
+    let mut prev: Vec<u8> = Vec::new();
     let start = Instant::now();
     let result = loop {
         let stopped = lo.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
@@ -95,6 +101,15 @@ pub fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result
         }
         match rx.next() {
             Ok(frame) => {
+                if skip_copies {
+                    if prev.as_slice() == frame {
+                        // The second copy of the packet just seen.
+                        prev.clear();
+                        continue;
+                    }
+                    prev.clear();
+                    prev.extend_from_slice(frame);
+                }
                 let rec = Record {
                     ts: now(),
                     ts_digits: 9,

@@ -41,6 +41,7 @@ fn live_capture_on_loopback_sees_every_packet_with_a_valid_icrc() {
         duration: Some(Duration::from_secs(10)),
         write: Some(saved.to_str().unwrap().into()),
         stop: None,
+        one_copy_on_loopback: false,
     };
     let opts = Options {
         format: OutputFormat::Json,
@@ -111,6 +112,7 @@ fn missing_interface_is_a_clear_error() {
         duration: Some(Duration::from_millis(100)),
         write: None,
         stop: None,
+        one_copy_on_loopback: false,
     };
     let o = live::capture(&lo, Options::default(), &mut Vec::new());
     assert_eq!(
@@ -134,6 +136,7 @@ fn the_stop_flag_ends_a_capture_cleanly() {
         duration: Some(Duration::from_secs(20)),
         write: None,
         stop: Some(stop.clone()),
+        one_copy_on_loopback: false,
     };
     let t = std::time::Instant::now();
     let capture =

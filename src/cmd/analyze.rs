@@ -101,6 +101,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 duration: a.duration.map(std::time::Duration::from_secs_f64),
                 write: None,
                 stop: Some(interrupt_flag()?),
+                one_copy_on_loopback: true,
             };
             let dec_opts = roce_pcap::Options {
                 quiet: true,

@@ -109,6 +109,7 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
                 duration: a.duration.map(std::time::Duration::from_secs_f64),
                 write: a.write.clone(),
                 stop: Some(interrupt_flag()?),
+                one_copy_on_loopback: false,
             };
             live::capture(&live_opts, opts, &mut out)
         }
