@@ -749,3 +749,26 @@ fn naks_followed_by_cnps_are_counted() {
         v.detail
     );
 }
+
+#[test]
+fn time_going_back_and_far_jumps_are_survived() {
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .nak(50.0, 1, NakCode::PsnSequenceError, 1)
+        // Earlier than the NAK: a capture merged from two taps, or a hostile one.
+        .req(10.0, Opcode::RC_SEND_ONLY, 1, 64)
+        .rnr(60.0, 2, 31, 1)
+        .req(5.0, Opcode::RC_SEND_ONLY, 2, 64)
+        .cnp(3.0)
+        .ack(1.0e15, 2, 3)
+        .req(2.0, Opcode::RC_SEND_ONLY, 3, 64);
+    let a = s.analyze_with(Options {
+        pictures: true,
+        ..Options::default()
+    });
+    assert_eq!(a.connections.len(), 1);
+    let _ = analyze::text(&a, true);
+    let mut html = Vec::new();
+    analyze::write_html(&a, &mut html).unwrap();
+}

@@ -721,7 +721,10 @@ impl Prep {
     ) -> Option<Pkt> {
         let first = *self.first_ts.get_or_insert(ts);
         let rel = ts.since(first);
-        let t = rel.secs as u64 * 1_000_000_000 + u64::from(rel.nanos);
+        // Saturating: a capture may claim any time stamp.
+        let t = (rel.secs as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(rel.nanos));
         let secs = t as f64 / 1e9;
         if self.from.is_some_and(|f| secs < f) || self.to.is_some_and(|to| secs >= to) {
             return None;
@@ -1126,7 +1129,7 @@ fn request(dirs: &mut [Dir], d: usize, opts: &Options, p: &Pkt, ev: &mut Emitter
     // A stall: nothing moved for too long while requests were outstanding.
     if !r.outstanding.is_empty() && p.t.saturating_sub(r.last_progress_t) > opts.stall_ns {
         ev.side_mut().stalls += 1;
-        let gap = p.t - r.last_progress_t;
+        let gap = p.t.saturating_sub(r.last_progress_t);
         ev.emit(
             p,
             EventKind::Stall,
@@ -1292,20 +1295,20 @@ fn request(dirs: &mut [Dir], d: usize, opts: &Options, p: &Pkt, ev: &mut Emitter
         // sequence: a requester that waited out the RNR timer answers the RNR NAK.
         let waited_rnr = r.last_rnr.is_some_and(|(rt, timer)| {
             rt > r.last_episode_t
-                && p.t - rt >= timer / 2
-                && p.t - rt <= 2 * timer + opts.nak_window_ns
+                && p.t.saturating_sub(rt) >= timer / 2
+                && p.t.saturating_sub(rt) <= 2 * timer + opts.nak_window_ns
         });
         let c = match (r.last_nak_seq, r.last_rnr, r.last_implied) {
             (_, Some((rt, timer)), _) if waited_rnr => {
-                let wait = p.t - rt;
+                let wait = p.t.saturating_sub(rt);
                 ev.side_mut().rnr_wait.add(wait);
                 rnr_note = Some((wait, timer));
                 Cause::Rnr
             }
             (Some((npsn, nt, _)), _, _)
-                if nt > r.last_episode_t && p.t - nt <= opts.nak_window_ns =>
+                if nt > r.last_episode_t && p.t.saturating_sub(nt) <= opts.nak_window_ns =>
             {
-                ev.side_mut().nak_response.add(p.t - nt);
+                ev.side_mut().nak_response.add(p.t.saturating_sub(nt));
                 // At the NAKed PSN, or earlier inside a READ whose responses the requester
                 // may not have got (lost after the capture point).
                 // Or inside a READ (or at an atomic) that starts at or before it: the
@@ -1329,14 +1332,17 @@ fn request(dirs: &mut [Dir], d: usize, opts: &Options, p: &Pkt, ev: &mut Emitter
                 Cause::NakSeq
             }
             (_, Some((rt, timer)), _)
-                if rt > r.last_episode_t && p.t - rt <= 2 * timer + opts.nak_window_ns =>
+                if rt > r.last_episode_t
+                    && p.t.saturating_sub(rt) <= 2 * timer + opts.nak_window_ns =>
             {
-                let wait = p.t - rt;
+                let wait = p.t.saturating_sub(rt);
                 ev.side_mut().rnr_wait.add(wait);
                 rnr_note = Some((wait, timer));
                 Cause::Rnr
             }
-            (_, _, Some(it)) if it > r.last_episode_t && p.t - it <= opts.nak_window_ns => {
+            (_, _, Some(it))
+                if it > r.last_episode_t && p.t.saturating_sub(it) <= opts.nak_window_ns =>
+            {
                 Cause::ImpliedNak
             }
             // No NAK: a timeout if the requester had gone quiet, waiting (silent for at
