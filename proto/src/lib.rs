@@ -51,6 +51,7 @@ pub mod lrh;
 pub mod mad;
 pub mod opcode;
 pub mod packet;
+pub mod perftest;
 pub mod rdma_cm;
 pub mod reth;
 pub mod small;
