@@ -85,6 +85,15 @@ pub fn roundtrip(data: &[u8]) {
 pub fn mad(data: &[u8]) {
     use crate::cm::{Message, MessageKind};
     use crate::mad::{self, SaRepr, SmpRepr};
+    // The connection bootstrap outside the CM: perftest's key records parse strictly and
+    // round-trip.
+    if let Some(v) = crate::perftest::Variant::from_len(data.len()) {
+        if let Ok(d) = crate::perftest::Dest::parse(data, v) {
+            let mut out = [0u8; 125];
+            let n = d.emit(&mut out).expect("a parsed record writes");
+            assert_eq!(crate::perftest::Dest::parse(&out[..n], v), Ok(d));
+        }
+    }
     let Ok(p) = mad::Packet::new_checked(data) else {
         return;
     };
