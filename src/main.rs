@@ -56,6 +56,10 @@ enum Command {
         /// With --rc: one request packet in N is lost before the capture point.
         #[arg(long, default_value_t = 200, value_name = "N")]
         loss_every: u64,
+        /// All CM MADs instead: cycle through the CM MADs of this capture (the MAD decode
+        /// benchmark).
+        #[arg(long, value_name = "FILE", conflicts_with = "rc")]
+        cm_from: Option<String>,
         /// Output pcap file.
         file: String,
     },
@@ -91,8 +95,9 @@ impl Command {
                 packets,
                 rc,
                 loss_every,
+                cm_from,
                 file,
-            } => cmd::decode::gen_capture(packets, rc, loss_every, &file),
+            } => cmd::decode::gen_capture(packets, rc, loss_every, cm_from.as_deref(), &file),
         }
     }
 }

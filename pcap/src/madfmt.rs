@@ -232,19 +232,15 @@ pub(crate) trait JsonObj {
     fn string(&mut self, k: &str, v: &str);
     /// `"k":{...}` filled by `f`.
     fn object(&mut self, k: &str, f: &mut dyn FnMut(&mut dyn JsonObj));
+    /// `"k":"…"` with `b` as lowercase hex.
+    fn hex(&mut self, k: &str, b: &[u8]);
 }
 
 fn json_value(o: &mut dyn JsonObj, k: &'static str, v: Value<'_>) {
     match v {
         Value::Uint { value, .. } => o.num(k, value),
         Value::Gid(g) => o.string(k, &gid_text(g)),
-        Value::Bytes(b) => {
-            let mut s = String::with_capacity(b.len() * 2);
-            for x in b {
-                s.push_str(&format!("{x:02x}"));
-            }
-            o.string(k, &s);
-        }
+        Value::Bytes(b) => o.hex(k, b),
         Value::Path(p) => o.object(k, &mut |c| path_json(c, p)),
     }
 }

@@ -263,3 +263,43 @@ pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> 
     }
     w.flush()
 }
+
+/// Writes `n` records cycling through the records of `input` that are CM MADs (a UD packet
+/// whose MAD has management class 0x07), 1 µs apart: the all-CM capture of the MAD decode
+/// benchmark (`roce gen-capture --cm-from FILE`). Fails when `input` holds no CM MAD.
+pub fn write_cm_capture<R: io::Read, W: Write>(
+    input: &mut crate::reader::CaptureReader<R>,
+    out: W,
+    n: u64,
+) -> io::Result<()> {
+    let mut cm: Vec<(u32, Vec<u8>)> = Vec::new();
+    while let Some(rec) = input
+        .next_record()
+        .map_err(|e| io::Error::other(e.to_string()))?
+    {
+        let is_cm = link::parse(rec.link_type, rec.data)
+            .ok()
+            .and_then(|f| {
+                f.packet()
+                    .ok()
+                    .map(|p| p.payload_ref().get(1) == Some(&0x07))
+            })
+            .unwrap_or(false);
+        if is_cm && cm.len() < 4096 {
+            cm.push((rec.link_type, rec.data.to_vec()));
+        }
+    }
+    let Some(&(link_type, _)) = cm.first() else {
+        return Err(io::Error::other("no CM MAD in the input"));
+    };
+    let mut w = PcapWriter::new(out, link_type, true, 262_144)?;
+    for i in 0..n {
+        let (_, data) = &cm[(i % cm.len() as u64) as usize];
+        let ts = Timestamp {
+            secs: 1_700_000_000 + (i / 1_000_000) as i64,
+            nanos: ((i % 1_000_000) * 1000) as u32,
+        };
+        w.write_packet(ts, data, data.len() as u32)?;
+    }
+    w.flush()
+}

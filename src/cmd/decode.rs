@@ -138,13 +138,25 @@ pub(crate) fn gen_capture(
     packets: u64,
     rc: Option<u32>,
     loss_every: u64,
+    cm_from: Option<&str>,
     file: &str,
 ) -> anyhow::Result<ExitCode> {
+    let mut input = match cm_from {
+        Some(src) => {
+            let f = std::fs::File::open(src).with_context(|| format!("opening {src}"))?;
+            Some(roce_pcap::CaptureReader::new(
+                std::io::BufReader::new(f),
+                src,
+            )?)
+        }
+        None => None,
+    };
     let f = std::fs::File::create(file).with_context(|| format!("creating {file}"))?;
     let mut w = BufWriter::new(f);
-    match rc {
-        Some(qps) => roce_pcap::synth::write_rc_capture(&mut w, packets, qps, loss_every),
-        None => roce_pcap::synth::write_benchmark_capture(&mut w, packets),
+    match (rc, input.as_mut()) {
+        (_, Some(r)) => roce_pcap::synth::write_cm_capture(r, &mut w, packets),
+        (Some(qps), None) => roce_pcap::synth::write_rc_capture(&mut w, packets, qps, loss_every),
+        (None, None) => roce_pcap::synth::write_benchmark_capture(&mut w, packets),
     }
     .with_context(|| format!("writing {file}"))?;
     w.flush()?;
