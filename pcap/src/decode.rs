@@ -222,14 +222,14 @@ impl Decoder {
         let frame_no = self.frame_base + self.stats.packets;
         let first = *self.first_ts.get_or_insert(rec.ts);
         let rel = rec.ts.since(first);
+        let parsed = link::parse(rec.link_type, rec.data);
         if let Some(a) = self.analyzer.as_mut() {
             self.flags.clear();
             let flags = &mut self.flags;
-            a.record(frame_no, rec.ts, rec.link_type, rec.data, &mut |e| {
+            a.record_frame(frame_no, rec.ts, parsed.as_ref().ok(), &mut |e| {
                 flags.push(e.clone());
             });
         }
-        let parsed = link::parse(rec.link_type, rec.data);
         let mut scratch = std::mem::take(&mut self.dc_scratch);
         let r = self.record_parsed(rec, &parsed, &mut scratch, frame_no, rel, out);
         self.dc_scratch = scratch;

@@ -150,20 +150,6 @@ fn finish(r: &mut Run, seed: u64) {
     }
 }
 
-/// Captures every datagram of `kind` into a pcap at `path`.
-fn capture(sim: &mut Sim, path: &std::path::Path, kind: TapKind) {
-    use std::time::{Duration, UNIX_EPOCH};
-    let mut cap = roce_pcap::tap::DatagramCapture::create(path).expect("capture file");
-    sim.set_tap(Box::new(move |ev: &TapEvent<'_>| {
-        if ev.kind == kind {
-            let t = UNIX_EPOCH + Duration::from_nanos(ev.time.as_nanos());
-            let src = std::net::SocketAddr::new(ev.src, ev.src_port);
-            let dst = std::net::SocketAddr::new(ev.dst, ev.dst_port);
-            let _ = cap.record(t, src, dst, ev.ecn, ev.datagram);
-        }
-    }));
-}
-
 fn analyze_file(path: &std::path::Path) -> Analysis {
     let a = analyze::analyze_path(path.to_str().unwrap(), Options::default(), &mut |_| {})
         .expect("the capture opens");
@@ -246,7 +232,7 @@ fn counters_equal_the_simulators_at_the_senders() {
         opts.path.ecn = roce_proto::Ecn::Ect0;
         let mut r = setup(seed, link, opts);
         let path = tmp("send", seed);
-        capture(&mut r.sim, &path, TapKind::Sent);
+        assert!(common::write_pcap_of(&mut r.sim, &path, TapKind::Sent));
         post(&mut r, 0, 30, &mut pick, seed % 3 == 0);
         if seed % 2 == 0 {
             post(&mut r, 1, 12, &mut pick, false);
@@ -342,7 +328,7 @@ fn duplicates_and_ce_marks_equal_the_simulators_at_the_receivers() {
         opts.path.ecn = roce_proto::Ecn::Ect0;
         let mut r = setup(seed, link, opts);
         let path = tmp("recv", seed);
-        capture(&mut r.sim, &path, TapKind::Delivered);
+        assert!(common::write_pcap_of(&mut r.sim, &path, TapKind::Delivered));
         post(&mut r, 0, 30, &mut pick, false);
         post(&mut r, 1, 10, &mut pick, false);
         finish(&mut r, seed);

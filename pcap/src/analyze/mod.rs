@@ -560,7 +560,6 @@ struct ReqState {
     last_episode_t: u64,
     outstanding: VecDeque<Out>,
     last_progress_t: u64,
-    stalled: bool,
     first_ce_since_cnp: Option<u64>,
     /// Bytes of the current message.
     msg_bytes: u64,
@@ -573,7 +572,6 @@ struct ReqState {
     done_reads: VecDeque<(u64, u64, u32)>,
     /// Recent READ requests: (PSN, most PSNs its span can take, end address, length).
     read_ends: VecDeque<(u64, u64, u64, u32)>,
-    last_cnp_received: u64,
 }
 
 const RING: usize = 128;
@@ -719,6 +717,13 @@ impl Prep {
         link_type: u32,
         data: &[u8],
     ) -> Option<Pkt> {
+        let t = self.time(ts)?;
+        let f = link::parse(link_type, data).ok()?;
+        Pkt::of(frame_no, t, &f)
+    }
+
+    /// The record's time since the first record, ns; `None` outside `--from`/`--to`.
+    fn time(&mut self, ts: Timestamp) -> Option<u64> {
         let first = *self.first_ts.get_or_insert(ts);
         let rel = ts.since(first);
         // Saturating: a capture may claim any time stamp.
@@ -729,8 +734,7 @@ impl Prep {
         if self.from.is_some_and(|f| secs < f) || self.to.is_some_and(|to| secs >= to) {
             return None;
         }
-        let f = link::parse(link_type, data).ok()?;
-        Pkt::of(frame_no, t, &f)
+        Some(t)
     }
 }
 
@@ -800,6 +804,24 @@ impl Analyzer {
     ) {
         self.packets += 1;
         if let Some(p) = self.prep.prepare(frame_no, ts, link_type, data) {
+            self.packet(&p, on_event);
+        }
+    }
+
+    /// [`Analyzer::record`] for a record its caller already parsed (`None`: not a frame the
+    /// link layer reads), so that `decode --analyze` parses each record once.
+    pub(crate) fn record_frame(
+        &mut self,
+        frame_no: u64,
+        ts: Timestamp,
+        frame: Option<&roce_proto::Frame<'_>>,
+        on_event: &mut dyn FnMut(&Event),
+    ) {
+        self.packets += 1;
+        let Some(t) = self.prep.time(ts) else {
+            return;
+        };
+        if let Some(p) = frame.and_then(|f| Pkt::of(frame_no, t, f)) {
             self.packet(&p, on_event);
         }
     }
@@ -1483,7 +1505,6 @@ fn response(dirs: &mut [Dir], d: usize, p: &Pkt, ev: &mut Emitter<'_, '_>) {
                 r.acked = Some(u);
                 r.last_ack_t = p.t;
                 r.last_progress_t = p.t;
-                r.stalled = false;
             }
             // A READ response acknowledges what precedes its READ; the READ itself is
             // done at its last response (in `read_response`).
@@ -1759,7 +1780,6 @@ fn cnp(dirs: &mut [Dir], d: usize, opts: &Options, p: &Pkt, ev: &mut Emitter<'_,
         if let Some(ce) = dirs[pr].req.first_ce_since_cnp.take() {
             ev.side_mut().ce_to_cnp.add(p.t.saturating_sub(ce));
         }
-        dirs[pr].req.last_cnp_received = p.t;
         let pictures = ev.pictures;
         let s = ev.side_other_mut();
         if pictures && s.cnps_received_at.len() < TRACE_MAX {

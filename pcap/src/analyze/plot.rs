@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::{Analysis, Connection, Side};
+use super::report::endpoint;
+use super::{Analysis, Connection};
 
-/// Marks of the PSN plot, by the kind code of [`Side::trace`].
+/// Marks of the PSN plot, by the kind code of [`super::Side::trace`].
 const MARKS: [(&str, RGBColor); 5] = [
     ("request", RGBColor(31, 119, 180)),
     ("retransmission", RGBColor(214, 39, 40)),
@@ -219,14 +220,6 @@ fn rate_plot(c: &Connection) -> Option<String> {
         root.present().ok()?;
     }
     Some(svg)
-}
-
-fn endpoint(s: &Side) -> String {
-    match (s.addr, s.qpn) {
-        (Some(a), Some(q)) => format!("{a} qp {q:#x}"),
-        (Some(a), None) => a.to_string(),
-        _ => String::new(),
-    }
 }
 
 /// A non-empty range around the values.

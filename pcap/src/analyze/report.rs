@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 use super::stats::Dist;
 use super::{Analysis, Cause, Connection, Event, Side, NAK_KINDS, OPS};
 
-fn endpoint(s: &Side) -> String {
+/// A side as `addr qp 0x…` (`?` for an address never seen).
+pub(super) fn endpoint(s: &Side) -> String {
     let a = s.addr.map_or_else(|| "?".to_string(), |a| a.to_string());
     match s.qpn {
         Some(q) => format!("{a} qp {q:#x}"),

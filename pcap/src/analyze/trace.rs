@@ -20,10 +20,9 @@ pub(crate) fn write<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Re
         ev.push(json!({"ph": "M", "name": "process_name", "pid": pid,
             "args": {"name": format!("connection {} ({})", c.id, c.paired_by)}}));
         for (tid, s) in c.sides.iter().enumerate() {
-            let name = match (s.addr, s.qpn) {
-                (Some(a), Some(q)) => format!("{a} qp {q:#x}"),
-                (Some(a), None) => format!("{a}"),
-                _ => format!("side {tid}"),
+            let name = match s.addr {
+                Some(_) => super::report::endpoint(s),
+                None => format!("side {tid}"),
             };
             ev.push(
                 json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,

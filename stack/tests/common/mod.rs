@@ -10,11 +10,17 @@ use roce_stack::sim::{Sim, TapEvent, TapKind};
 /// Ethernet/IP/UDP frames with the headers the ICRC was computed over, time stamped with the
 /// virtual clock. Returns `false` if the file cannot be created.
 pub fn write_pcap(sim: &mut Sim, path: &Path) -> bool {
+    write_pcap_of(sim, path, TapKind::Sent)
+}
+
+/// [`write_pcap`] of the datagrams of `kind`: `Sent` is a capture where packets leave their
+/// sender, `Delivered` one where they arrive.
+pub fn write_pcap_of(sim: &mut Sim, path: &Path, kind: TapKind) -> bool {
     let Ok(mut cap) = roce_pcap::tap::DatagramCapture::create(path) else {
         return false;
     };
     sim.set_tap(Box::new(move |ev: &TapEvent<'_>| {
-        if ev.kind == TapKind::Sent {
+        if ev.kind == kind {
             let t = UNIX_EPOCH + Duration::from_nanos(ev.time.as_nanos());
             let src = std::net::SocketAddr::new(ev.src, ev.src_port);
             let dst = std::net::SocketAddr::new(ev.dst, ev.dst_port);
