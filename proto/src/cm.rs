@@ -11,7 +11,6 @@
 //! IBTA name, for printers.
 //!
 //! RDMA-CM (Annex A11) conventions are in [`crate::rdma_cm`].
-use crate::error::need;
 use crate::mad::DATA_LEN;
 use crate::wire::{get_bits, set_bits};
 use crate::{Layer, Result};
@@ -155,13 +154,19 @@ impl CmPath {
     }
 }
 
+/// The GID at `at` of a message's bytes.
+fn gid_at(d: &[u8; DATA_LEN], at: usize) -> &[u8; 16] {
+    const NONE: &[u8; 16] = &[0; 16];
+    d.get(at..).and_then(<[u8]>::first_chunk).unwrap_or(NONE)
+}
+
 /// Defines one CM message: its struct with every field, and `parse`, `emit`, `visit`.
 /// Field kinds: `bits(byte, bit, width)`, `bytes(byte, len)`, `gid(byte)`, `req_path(base)`,
 /// `lap_path()`.
 macro_rules! cm_message {
     (
         $(#[$doc:meta])*
-        $name:ident = $attr:literal;
+        $name:ident, $view:ident = $attr:literal;
         $( $(#[$fdoc:meta])* $field:ident : $ty:ty = $kind:ident $args:tt; )*
     ) => {
         $(#[$doc])*
@@ -182,8 +187,7 @@ macro_rules! cm_message {
 
             /// Reads it from the 232 bytes after the MAD common header.
             pub fn parse(data: &[u8]) -> Result<Self> {
-                need(Layer::Cm, data, DATA_LEN)?;
-                Ok(Self { $( $field: cm_message!(@get data, $kind $args, $ty), )* })
+                Ok($view::new(data)?.to_repr())
             }
 
             /// Writes every field into the 232 bytes after the MAD common header (bytes no
@@ -201,7 +205,69 @@ macro_rules! cm_message {
                 $( v(stringify!($field), cm_message!(@value self.$field, $kind $args)); )*
             }
         }
+
+        #[doc = concat!("A zero-copy view of a [`", stringify!($name), "`]: each field read ",
+            "from the message's bytes when asked for, nothing copied (private data is a slice).")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $view<'a>(&'a [u8; DATA_LEN]);
+
+        impl<'a> $view<'a> {
+            /// A view of the 232 bytes after the MAD common header (longer input is cut).
+            pub fn new(data: &'a [u8]) -> Result<Self> {
+                match data.first_chunk() {
+                    Some(d) => Ok(Self(d)),
+                    None => Err(crate::Error::Truncated {
+                        layer: Layer::Cm,
+                        needed: DATA_LEN,
+                        got: data.len(),
+                    }),
+                }
+            }
+
+            /// The bytes it reads.
+            pub const fn bytes(&self) -> &'a [u8; DATA_LEN] {
+                self.0
+            }
+
+            /// Every field copied into the owned message.
+            pub fn to_repr(&self) -> $name {
+                let data = self.0;
+                $name { $( $field: cm_message!(@get data, $kind $args, $ty), )* }
+            }
+
+            $(
+                $(#[$fdoc])*
+                pub fn $field(&self) -> cm_message!(@view_ty $kind, $ty) {
+                    cm_message!(@view self.0, $kind $args, $ty)
+                }
+            )*
+
+            #[doc = concat!("Every field, in wire order, by its IBTA name (as [`",
+                stringify!($name), "::visit`]).")]
+            pub fn visit(&self, v: &mut dyn FnMut(&'static str, Value<'_>)) {
+                $( v(stringify!($field), cm_message!(@view_value self.$field(), $kind $args)); )*
+            }
+        }
     };
+    (@view_ty bits, $ty:ty) => { $ty };
+    (@view_ty bytes, $ty:ty) => { &'a [u8] };
+    (@view_ty gid, $ty:ty) => { &'a [u8; 16] };
+    (@view_ty req_path, $ty:ty) => { CmPath };
+    (@view_ty lap_path, $ty:ty) => { CmPath };
+    (@view $d:expr, bits ($byte:expr, $bit:expr, $w:expr), $ty:ty) => {
+        get_bits($d, $byte, $bit, $w) as $ty
+    };
+    (@view $d:expr, bytes ($byte:expr, $len:expr), $ty:ty) => { &$d[$byte..$byte + $len] };
+    (@view $d:expr, gid ($byte:expr), $ty:ty) => { gid_at($d, $byte) };
+    (@view $d:expr, req_path ($base:expr), $ty:ty) => { CmPath::parse($d, PathLayout::req($base)) };
+    (@view $d:expr, lap_path (), $ty:ty) => { CmPath::parse($d, PathLayout::LAP) };
+    (@view_value $v:expr, bits ($byte:expr, $bit:expr, $w:expr)) => {
+        Value::Uint { value: u64::from($v), bits: $w }
+    };
+    (@view_value $v:expr, bytes $a:tt) => { Value::Bytes($v) };
+    (@view_value $v:expr, gid $a:tt) => { Value::Gid($v) };
+    (@view_value $v:expr, req_path $a:tt) => { Value::Path(&$v) };
+    (@view_value $v:expr, lap_path $a:tt) => { Value::Path(&$v) };
     (@default bits $a:tt) => { 0 };
     (@default bytes ($byte:expr, $len:expr)) => { [0u8; $len] };
     (@default gid $a:tt) => { [0u8; 16] };
@@ -242,7 +308,7 @@ macro_rules! cm_message {
 
 cm_message! {
     /// ConnectRequest (§12.6.5, Table 106).
-    Req = 0x0010;
+    Req, ReqView = 0x0010;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Vendor ID (24 bits; Enhanced Connection Establishment).
@@ -301,7 +367,7 @@ cm_message! {
 
 cm_message! {
     /// MessageReceiptAcknowledgement (§12.6.6, Table 107).
-    Mra = 0x0011;
+    Mra, MraView = 0x0011;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -316,7 +382,7 @@ cm_message! {
 
 cm_message! {
     /// ConnectReject (§12.6.7, Table 108).
-    Rej = 0x0012;
+    Rej, RejView = 0x0012;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -335,7 +401,7 @@ cm_message! {
 
 cm_message! {
     /// ConnectReply (§12.6.8, Table 110).
-    Rep = 0x0013;
+    Rep, RepView = 0x0013;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -376,7 +442,7 @@ cm_message! {
 
 cm_message! {
     /// ReadyToUse (§12.6.9, Table 111).
-    Rtu = 0x0014;
+    Rtu, RtuView = 0x0014;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -387,7 +453,7 @@ cm_message! {
 
 cm_message! {
     /// DisconnectRequest (§12.6.10, Table 112).
-    Dreq = 0x0015;
+    Dreq, DreqView = 0x0015;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -400,7 +466,7 @@ cm_message! {
 
 cm_message! {
     /// DisconnectReply (§12.6.11, Table 113).
-    Drep = 0x0016;
+    Drep, DrepView = 0x0016;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -411,7 +477,7 @@ cm_message! {
 
 cm_message! {
     /// ServiceIDResolutionRequest (§12.11.1, Table 119).
-    SidrReq = 0x0017;
+    SidrReq, SidrReqView = 0x0017;
     /// Request ID.
     request_id: u32 = bits(0, 0, 32);
     /// Partition key.
@@ -424,7 +490,7 @@ cm_message! {
 
 cm_message! {
     /// ServiceIDResolutionResponse (§12.11.2, Table 120).
-    SidrRep = 0x0018;
+    SidrRep, SidrRepView = 0x0018;
     /// Request ID.
     request_id: u32 = bits(0, 0, 32);
     /// Status ([`sidr_status_name`]).
@@ -449,7 +515,7 @@ cm_message! {
 
 cm_message! {
     /// LoadAlternatePath (§12.8.1, Table 115).
-    Lap = 0x0019;
+    Lap, LapView = 0x0019;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -466,7 +532,7 @@ cm_message! {
 
 cm_message! {
     /// AlternatePathResponse (§12.8.2, Table 116).
-    Apr = 0x001a;
+    Apr, AprView = 0x001a;
     /// Local communication ID.
     local_comm_id: u32 = bits(0, 0, 32);
     /// Remote communication ID.
@@ -485,7 +551,7 @@ cm_message! {
     /// ClassPortInfo (IBTA Vol 1 §13.4.8.1, Table 144): the class's capabilities and where to
     /// redirect requests or send traps; common to every management class (here read from the
     /// bytes after the common header, as the CM class carries it).
-    ClassPortInfo = 0x0001;
+    ClassPortInfo, ClassPortInfoView = 0x0001;
     /// Base version.
     base_version: u8 = bits(0, 0, 8);
     /// Class version.
@@ -775,6 +841,146 @@ impl Message {
             Self::Drep(m) => Some(m.remote_comm_id),
             Self::Lap(m) => Some(m.remote_comm_id),
             Self::Apr(m) => Some(m.remote_comm_id),
+        }
+    }
+}
+
+/// A CM message of any kind, as a zero-copy view: what printers and filters read, without
+/// copying the private data ([`Message`] is the owned form that builders emit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageView<'a> {
+    /// ClassPortInfo.
+    ClassPortInfo(ClassPortInfoView<'a>),
+    /// REQ.
+    Req(ReqView<'a>),
+    /// MRA.
+    Mra(MraView<'a>),
+    /// REJ.
+    Rej(RejView<'a>),
+    /// REP.
+    Rep(RepView<'a>),
+    /// RTU.
+    Rtu(RtuView<'a>),
+    /// DREQ.
+    Dreq(DreqView<'a>),
+    /// DREP.
+    Drep(DrepView<'a>),
+    /// SIDR_REQ.
+    SidrReq(SidrReqView<'a>),
+    /// SIDR_REP.
+    SidrRep(SidrRepView<'a>),
+    /// LAP.
+    Lap(LapView<'a>),
+    /// APR.
+    Apr(AprView<'a>),
+}
+
+impl<'a> MessageView<'a> {
+    /// Views the message an attribute ID names in the 232 bytes after the MAD common header;
+    /// `None` for IDs the CM class does not define.
+    pub fn parse(attribute_id: u16, data: &'a [u8]) -> Option<Result<Self>> {
+        Some(match MessageKind::from_attribute(attribute_id)? {
+            MessageKind::ClassPortInfo => ClassPortInfoView::new(data).map(Self::ClassPortInfo),
+            MessageKind::Req => ReqView::new(data).map(Self::Req),
+            MessageKind::Mra => MraView::new(data).map(Self::Mra),
+            MessageKind::Rej => RejView::new(data).map(Self::Rej),
+            MessageKind::Rep => RepView::new(data).map(Self::Rep),
+            MessageKind::Rtu => RtuView::new(data).map(Self::Rtu),
+            MessageKind::Dreq => DreqView::new(data).map(Self::Dreq),
+            MessageKind::Drep => DrepView::new(data).map(Self::Drep),
+            MessageKind::SidrReq => SidrReqView::new(data).map(Self::SidrReq),
+            MessageKind::SidrRep => SidrRepView::new(data).map(Self::SidrRep),
+            MessageKind::Lap => LapView::new(data).map(Self::Lap),
+            MessageKind::Apr => AprView::new(data).map(Self::Apr),
+        })
+    }
+
+    /// Its kind.
+    pub const fn kind(&self) -> MessageKind {
+        match self {
+            Self::ClassPortInfo(_) => MessageKind::ClassPortInfo,
+            Self::Req(_) => MessageKind::Req,
+            Self::Mra(_) => MessageKind::Mra,
+            Self::Rej(_) => MessageKind::Rej,
+            Self::Rep(_) => MessageKind::Rep,
+            Self::Rtu(_) => MessageKind::Rtu,
+            Self::Dreq(_) => MessageKind::Dreq,
+            Self::Drep(_) => MessageKind::Drep,
+            Self::SidrReq(_) => MessageKind::SidrReq,
+            Self::SidrRep(_) => MessageKind::SidrRep,
+            Self::Lap(_) => MessageKind::Lap,
+            Self::Apr(_) => MessageKind::Apr,
+        }
+    }
+
+    /// Every field copied into the owned message.
+    pub fn to_repr(&self) -> Message {
+        match self {
+            Self::ClassPortInfo(m) => Message::ClassPortInfo(m.to_repr()),
+            Self::Req(m) => Message::Req(m.to_repr()),
+            Self::Mra(m) => Message::Mra(m.to_repr()),
+            Self::Rej(m) => Message::Rej(m.to_repr()),
+            Self::Rep(m) => Message::Rep(m.to_repr()),
+            Self::Rtu(m) => Message::Rtu(m.to_repr()),
+            Self::Dreq(m) => Message::Dreq(m.to_repr()),
+            Self::Drep(m) => Message::Drep(m.to_repr()),
+            Self::SidrReq(m) => Message::SidrReq(m.to_repr()),
+            Self::SidrRep(m) => Message::SidrRep(m.to_repr()),
+            Self::Lap(m) => Message::Lap(m.to_repr()),
+            Self::Apr(m) => Message::Apr(m.to_repr()),
+        }
+    }
+
+    /// Every field by its IBTA name.
+    pub fn visit(&self, v: &mut dyn FnMut(&'static str, Value<'_>)) {
+        match self {
+            Self::ClassPortInfo(m) => m.visit(v),
+            Self::Req(m) => m.visit(v),
+            Self::Mra(m) => m.visit(v),
+            Self::Rej(m) => m.visit(v),
+            Self::Rep(m) => m.visit(v),
+            Self::Rtu(m) => m.visit(v),
+            Self::Dreq(m) => m.visit(v),
+            Self::Drep(m) => m.visit(v),
+            Self::SidrReq(m) => m.visit(v),
+            Self::SidrRep(m) => m.visit(v),
+            Self::Lap(m) => m.visit(v),
+            Self::Apr(m) => m.visit(v),
+        }
+    }
+
+    /// The 232 bytes it reads.
+    pub const fn bytes(&self) -> &'a [u8; DATA_LEN] {
+        match self {
+            Self::ClassPortInfo(m) => m.bytes(),
+            Self::Req(m) => m.bytes(),
+            Self::Mra(m) => m.bytes(),
+            Self::Rej(m) => m.bytes(),
+            Self::Rep(m) => m.bytes(),
+            Self::Rtu(m) => m.bytes(),
+            Self::Dreq(m) => m.bytes(),
+            Self::Drep(m) => m.bytes(),
+            Self::SidrReq(m) => m.bytes(),
+            Self::SidrRep(m) => m.bytes(),
+            Self::Lap(m) => m.bytes(),
+            Self::Apr(m) => m.bytes(),
+        }
+    }
+
+    /// The sender's communication ID (SIDR: the request ID; ClassPortInfo: 0). Every message
+    /// but ClassPortInfo has it in its first word (§12.6).
+    pub fn local_comm_id(&self) -> u32 {
+        match self {
+            Self::ClassPortInfo(_) => 0,
+            _ => get_bits(self.bytes(), 0, 0, 32) as u32,
+        }
+    }
+
+    /// The receiver's communication ID, for the messages that carry one (the second word).
+    pub fn remote_comm_id(&self) -> Option<u32> {
+        match self {
+            Self::ClassPortInfo(_) | Self::Req(_) | Self::SidrReq(_) | Self::SidrRep(_) => None,
+            _ => Some(get_bits(self.bytes(), 4, 0, 32) as u32),
         }
     }
 }

@@ -130,6 +130,12 @@ pub fn mad(data: &[u8]) {
         let Some(Ok(m)) = Message::parse(id, body) else {
             continue;
         };
+        let view = crate::cm::MessageView::parse(id, body)
+            .expect("a CM kind")
+            .expect("the view reads what the message read");
+        assert_eq!(view.to_repr(), m, "the view agrees with the message");
+        assert_eq!(view.local_comm_id(), m.local_comm_id());
+        assert_eq!(view.remote_comm_id(), m.remote_comm_id());
         let mut buf = [0u8; mad::DATA_LEN];
         m.emit(&mut buf);
         let again = Message::parse(id, &buf)

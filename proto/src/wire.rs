@@ -45,28 +45,28 @@ pub(crate) fn put64(b: &mut [u8], v: u64) {
 /// The `width`-bit field (at most 64) starting at bit `bit` (0 = the most significant) of byte
 /// `byte`, read big-endian across byte boundaries: the field convention of IBTA Vol 1 ch. 13
 /// and 16 (and Linux's `IBA_FIELD*_LOC`). Callers have checked the length.
+#[inline]
 pub(crate) fn get_bits(b: &[u8], byte: usize, bit: u32, width: u32) -> u64 {
-    let first = byte * 8 + bit as usize;
-    let mut v = 0u64;
-    for i in 0..width as usize {
-        let at = first + i;
-        v = v << 1 | u64::from(b[at / 8] >> (7 - at % 8) & 1);
-    }
-    v
+    // The (at most 9) bytes the field touches, as one big-endian number, shifted and masked.
+    let n = (bit + width).div_ceil(8) as usize;
+    let acc = b[byte..byte + n]
+        .iter()
+        .fold(0u128, |acc, &x| acc << 8 | u128::from(x));
+    let shift = n as u32 * 8 - bit - width;
+    ((acc >> shift) & ((1u128 << width) - 1)) as u64
 }
 
 /// Writes the low `width` bits of `v` into the field [`get_bits`] reads.
+#[inline]
 pub(crate) fn set_bits(b: &mut [u8], byte: usize, bit: u32, width: u32, v: u64) {
-    let first = byte * 8 + bit as usize;
-    for i in 0..width as usize {
-        let at = first + i;
-        let on = v >> (width as usize - 1 - i) & 1 == 1;
-        let mask = 1u8 << (7 - at % 8);
-        if on {
-            b[at / 8] |= mask;
-        } else {
-            b[at / 8] &= !mask;
-        }
+    let n = (bit + width).div_ceil(8) as usize;
+    let bytes = &mut b[byte..byte + n];
+    let acc = bytes.iter().fold(0u128, |acc, &x| acc << 8 | u128::from(x));
+    let shift = n as u32 * 8 - bit - width;
+    let mask = ((1u128 << width) - 1) << shift;
+    let acc = (acc & !mask) | ((u128::from(v) << shift) & mask);
+    for (i, x) in bytes.iter_mut().enumerate() {
+        *x = (acc >> (8 * (n - 1 - i))) as u8;
     }
 }
 
@@ -105,3 +105,46 @@ macro_rules! fixed_view {
     };
 }
 pub(crate) use fixed_view;
+
+#[cfg(test)]
+mod tests {
+    use super::{get_bits, set_bits};
+
+    /// The definition, one bit at a time (bit 0 the most significant of its byte).
+    fn bit(b: &[u8], at: usize) -> u64 {
+        u64::from(b[at / 8] >> (7 - at % 8) & 1)
+    }
+
+    #[test]
+    fn fields_read_and_write_bit_by_bit_as_defined() {
+        let src: [u8; 12] = [
+            0x9a, 0x3c, 0xf1, 0x07, 0x5e, 0xb2, 0x68, 0xd4, 0x21, 0xcf, 0x80, 0x3b,
+        ];
+        for byte in 0..3 {
+            for off in 0..8u32 {
+                for width in 0..=64u32 {
+                    let first = byte * 8 + off as usize;
+                    let want = (0..width as usize).fold(0u64, |v, i| v << 1 | bit(&src, first + i));
+                    assert_eq!(
+                        get_bits(&src, byte, off, width),
+                        want,
+                        "{byte} {off} {width}"
+                    );
+                    // Writing a pattern changes those bits and no others.
+                    let mut b = src;
+                    let v = 0xa5c3_5a3c_96e1_0ff0u64;
+                    set_bits(&mut b, byte, off, width, v);
+                    for at in 0..b.len() * 8 {
+                        let inside = at >= first && at < first + width as usize;
+                        let expect = if inside {
+                            v >> (width as usize - 1 - (at - first)) & 1
+                        } else {
+                            bit(&src, at)
+                        };
+                        assert_eq!(bit(&b, at), expect, "{byte} {off} {width} bit {at}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -225,7 +225,7 @@ proptest! {
 
 mod mad_props {
     use proptest::prelude::*;
-    use roce_proto::cm::{Message, MessageKind};
+    use roce_proto::cm::{Message, MessageKind, MessageView};
     use roce_proto::mad::{self, Method, MgmtClass, Repr, Status};
 
     proptest! {
@@ -243,6 +243,26 @@ mod mad_props {
                 let mut b = [0xffu8; mad::DATA_LEN];
                 again.emit(&mut b);
                 prop_assert_eq!(a, b, "{:?}: emit zeroes what no field covers", kind);
+            }
+        }
+
+        /// The zero-copy view reads every field as the owned message does, in the same order
+        /// with the same values, and the same communication IDs.
+        #[test]
+        fn every_cm_view_agrees_with_its_message(data in proptest::collection::vec(any::<u8>(), 232)) {
+            for kind in MessageKind::ALL {
+                let m = Message::parse(kind.attribute_id(), &data).unwrap().unwrap();
+                let v = MessageView::parse(kind.attribute_id(), &data).unwrap().unwrap();
+                prop_assert_eq!(v.kind(), kind);
+                prop_assert_eq!(v.to_repr(), m);
+                prop_assert_eq!(v.local_comm_id(), m.local_comm_id(), "{:?}", kind);
+                prop_assert_eq!(v.remote_comm_id(), m.remote_comm_id(), "{:?}", kind);
+                let mut from_m = Vec::new();
+                m.visit(&mut |k, x| from_m.push(format!("{k}={x:?}")));
+                let mut from_v = Vec::new();
+                v.visit(&mut |k, x| from_v.push(format!("{k}={x:?}")));
+                prop_assert!(from_m.len() > 1);
+                prop_assert_eq!(from_v, from_m);
             }
         }
 
