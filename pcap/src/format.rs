@@ -121,16 +121,13 @@ const PAIRS: [u8; 200] = {
 /// Decimal digits of `v`, left-padded with `fill` to `width`. Twenty bytes are appended at
 /// once (a fixed-size store the compiler inlines), the digits written in place two at a time,
 /// and the rest cut back: no `memcpy` call and no capacity check per digit.
-fn dec_pad(out: &mut Vec<u8>, v: u64, width: usize, fill: u8) {
-    let mut n = 1;
-    let mut x = v;
-    while x >= 100 {
-        x /= 100;
-        n += 2;
+pub(crate) fn dec_pad(out: &mut Vec<u8>, v: u64, width: usize, fill: u8) {
+    if v < 10 && width <= 1 {
+        // The commonest number of all (flags, counts, reserved fields).
+        out.push(b'0' + v as u8);
+        return;
     }
-    if x >= 10 {
-        n += 1;
-    }
+    let n = v.checked_ilog10().map_or(1, |l| l as usize + 1);
     for _ in n..width {
         out.push(fill);
     }
@@ -153,7 +150,7 @@ fn dec_pad(out: &mut Vec<u8>, v: u64, width: usize, fill: u8) {
 }
 
 /// An IPv4 address in dotted decimal.
-fn ipv4(out: &mut Vec<u8>, o: [u8; 4]) {
+pub(crate) fn ipv4(out: &mut Vec<u8>, o: [u8; 4]) {
     let at = out.len();
     out.extend_from_slice(&[0u8; 16]);
     let b = &mut out[at..at + 16];
@@ -177,21 +174,53 @@ fn ipv4(out: &mut Vec<u8>, o: [u8; 4]) {
     out.truncate(at + k);
 }
 
-fn dec(out: &mut Vec<u8>, v: u64) {
+pub(crate) fn dec(out: &mut Vec<u8>, v: u64) {
     dec_pad(out, v, 0, b'0');
 }
 
 /// `digits` lower-case hex digits, zero-padded, no prefix.
-fn hex_digits(out: &mut Vec<u8>, v: u64, digits: u32) {
-    let mut i = digits;
-    while i > 0 {
-        i -= 1;
-        out.push(HEX[((v >> (4 * i)) & 0xf) as usize]);
+/// Eight lower-case hex digits of `x`, most significant first, without a loop: the nibbles are
+/// spread one per byte, and each byte becomes its ASCII digit arithmetically.
+fn hex8(x: u32) -> [u8; 8] {
+    let mut v = u64::from(x);
+    v = (v | (v << 16)) & 0x0000_ffff_0000_ffff;
+    v = (v | (v << 8)) & 0x00ff_00ff_00ff_00ff;
+    v = (v | (v << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // 1 in each byte whose nibble is 10 or more: those go to 'a'..'f', 0x27 past '0' + n.
+    let letters = ((v + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    (v + 0x3030_3030_3030_3030 + letters * 0x27).to_be_bytes()
+}
+
+/// The low `digits` hex digits of `v`, zero-padded, lower case (more than 16: zero-padded to
+/// that width). Fixed-size stores and a cut back, as [`dec_pad`] does: no `memcpy` call and
+/// no capacity check per digit.
+pub(crate) fn hex_digits(out: &mut Vec<u8>, v: u64, digits: u32) {
+    for _ in 16..digits {
+        out.push(b'0');
     }
+    let n = digits.min(16);
+    if n == 0 {
+        return;
+    }
+    let at = out.len();
+    out.extend_from_slice(&[0u8; 16]);
+    let b = &mut out[at..at + 16];
+    if n <= 8 {
+        // The wanted digits moved to the top of the word, then the first `n` kept.
+        let top = hex8((v as u32) << (4 * (8 - n)));
+        b[..8].copy_from_slice(&top);
+    } else {
+        let k = (n - 8) as usize;
+        let hi = hex8(((v >> 32) as u32) << (4 * (16 - n)));
+        b[..8].copy_from_slice(&hi);
+        let lo = hex8(v as u32);
+        b[k..k + 8].copy_from_slice(&lo);
+    }
+    out.truncate(at + n as usize);
 }
 
 /// `0x` and `digits` hex digits.
-fn hex(out: &mut Vec<u8>, v: u64, digits: u32) {
+pub(crate) fn hex(out: &mut Vec<u8>, v: u64, digits: u32) {
     out.extend_from_slice(b"0x");
     hex_digits(out, v, digits);
 }
@@ -726,17 +755,21 @@ impl crate::madfmt::JsonObj for Obj<'_> {
         f(&mut c);
         c.close();
     }
+    fn gid(&mut self, k: &str, g: &[u8; 16]) {
+        string_with(self, k, |out| crate::madfmt::gid(out, g));
+    }
     fn hex(&mut self, k: &str, b: &[u8]) {
-        // Straight into the line: private data is up to 222 bytes per message.
-        const HEX: &[u8; 16] = b"0123456789abcdef";
+        // Straight into the line, four bytes at a time: private data is up to 224 bytes per
+        // message.
         string_with(self, k, |out| {
-            let mut tmp = [0u8; 512];
-            for chunk in b.chunks(256) {
-                for (i, &x) in chunk.iter().enumerate() {
-                    tmp[2 * i] = HEX[usize::from(x >> 4)];
-                    tmp[2 * i + 1] = HEX[usize::from(x & 15)];
-                }
-                out.extend_from_slice(&tmp[..2 * chunk.len()]);
+            let at = out.len();
+            let words = b.len() / 4;
+            out.resize(at + 8 * words, 0);
+            for (dst, w) in out[at..].chunks_exact_mut(8).zip(b.chunks_exact(4)) {
+                dst.copy_from_slice(&hex8(u32::from_be_bytes([w[0], w[1], w[2], w[3]])));
+            }
+            for &x in &b[4 * words..] {
+                hex_digits(out, x.into(), 2);
             }
         });
     }
@@ -1084,6 +1117,28 @@ mod tests {
         let mut v = b"x".to_vec();
         f(&mut v);
         String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn hex_writer_matches_std_formatting() {
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        for _ in 0..200 {
+            x = x.rotate_left(7) ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            for digits in 0..=20u32 {
+                // What the field shows: the low `digits` hex digits, zero-padded.
+                let low = if digits >= 16 {
+                    x
+                } else {
+                    x & ((1u64 << (4 * digits)) - 1)
+                };
+                let want = if digits == 0 {
+                    "x0x".to_string()
+                } else {
+                    format!("x{low:#0w$x}", w = digits as usize + 2)
+                };
+                assert_eq!(s(|o| hex(o, x, digits)), want, "{x:#x} {digits}");
+            }
+        }
     }
 
     #[test]

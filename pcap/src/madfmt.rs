@@ -2,12 +2,14 @@
 //! QP0 and QP1, their subnet-management and subnet-administration headers, and every field of
 //! the CM messages (ch. 12) with RDMA-CM's service IDs and `cma_hdr` (Annex A11) decoded.
 use std::io::Write;
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 
-use roce_proto::cm::{self, CmPath, Message, MessageKind, Value};
+use roce_proto::cm::{self, CmPath, MessageKind, MessageView, Value};
 use roce_proto::mad::{self, MgmtClass, Repr as MadRepr, SaRepr, SmpRepr};
 use roce_proto::rdma_cm::{self, CmaHdr};
 use roce_proto::RocePacket;
+
+use crate::format::{dec, hex, ipv4};
 
 /// The MAD bytes a packet carries, when it is one: a UD SEND to or from QP0 or QP1 (the rule
 /// Wireshark uses too) with at least the 24-byte common header. `payload` may be shorter than
@@ -36,11 +38,11 @@ impl<'a> Mad<'a> {
     }
 
     /// The CM message, when this is a whole CM MAD of a kind with fields.
-    pub(crate) fn cm(&self) -> Option<Message> {
+    pub(crate) fn cm(&self) -> Option<MessageView<'a>> {
         if self.header.mgmt_class != MgmtClass::CM || self.bytes.len() < mad::MAD_LEN {
             return None;
         }
-        Message::parse(self.header.attribute_id, &self.bytes[mad::HEADER_LEN..])?.ok()
+        MessageView::parse(self.header.attribute_id, &self.bytes[mad::HEADER_LEN..])?.ok()
     }
 
     fn smp(&self) -> Option<SmpRepr> {
@@ -73,10 +75,6 @@ fn class_word(c: MgmtClass) -> Option<&'static str> {
         0x21 => "CongMgt",
         _ => return None,
     })
-}
-
-fn hex(out: &mut Vec<u8>, v: u64, digits: usize) {
-    let _ = write!(out, "{v:#0w$x}", w = digits + 2);
 }
 
 fn gid_text(g: &[u8; 16]) -> String {
@@ -132,95 +130,122 @@ pub(crate) fn summary(out: &mut Vec<u8>, m: &Mad<'_>) {
     }
 }
 
-fn summary_cm(out: &mut Vec<u8>, msg: &Message) {
-    let id = match msg {
-        Message::SidrReq(_) | Message::SidrRep(_) => "request_id",
-        _ => "comm_id",
-    };
-    let _ = write!(out, "CM {}", msg.kind().name());
-    if !matches!(msg, Message::ClassPortInfo(_)) {
-        let _ = write!(out, " {id}={:#010x}", msg.local_comm_id());
+fn summary_cm(out: &mut Vec<u8>, msg: &MessageView<'_>) {
+    out.extend_from_slice(b"CM ");
+    out.extend_from_slice(msg.kind().name().as_bytes());
+    match msg {
+        MessageView::ClassPortInfo(_) => {}
+        MessageView::SidrReq(_) | MessageView::SidrRep(_) => {
+            out.extend_from_slice(b" request_id=");
+            hex(out, msg.local_comm_id().into(), 8);
+        }
+        _ => {
+            out.extend_from_slice(b" comm_id=");
+            hex(out, msg.local_comm_id().into(), 8);
+        }
     }
     if let Some(r) = msg.remote_comm_id() {
-        let _ = write!(out, " remote_comm_id={r:#010x}");
+        out.extend_from_slice(b" remote_comm_id=");
+        hex(out, r.into(), 8);
     }
+    let qpn_psn = |out: &mut Vec<u8>, qpn: u32, psn: u32| {
+        out.extend_from_slice(b" qpn=");
+        hex(out, qpn.into(), 6);
+        out.extend_from_slice(b" psn=");
+        hex(out, psn.into(), 6);
+    };
+    let name_or_number = |out: &mut Vec<u8>, name: Option<&str>, v: u64| match name {
+        Some(n) => out.extend_from_slice(n.as_bytes()),
+        None => dec(out, v),
+    };
     match msg {
-        Message::Req(r) => {
-            let _ = write!(out, " qpn={:#08x} psn={:#08x}", r.local_qpn, r.starting_psn);
-            if let Some(b) = cm::path_mtu_bytes(r.path_packet_payload_mtu) {
-                let _ = write!(out, " mtu={b}");
+        MessageView::Req(r) => {
+            qpn_psn(out, r.local_qpn(), r.starting_psn());
+            if let Some(b) = cm::path_mtu_bytes(r.path_packet_payload_mtu()) {
+                out.extend_from_slice(b" mtu=");
+                dec(out, b.into());
             }
-            let _ = write!(
-                out,
-                " {}",
-                cm::transport_service_name(r.transport_service_type)
+            out.push(b' ');
+            out.extend_from_slice(
+                cm::transport_service_name(r.transport_service_type()).as_bytes(),
             );
-            service(out, r.service_id);
-            if let Ok(Some(c)) = CmaHdr::parse(&r.private_data) {
-                if rdma_cm::service_port(r.service_id).is_some() {
-                    let _ = write!(out, " {} -> {}", c.src, c.dst);
+            let sid = r.service_id();
+            service(out, sid);
+            if rdma_cm::service_port(sid).is_some() {
+                if let Ok(Some(c)) = CmaHdr::parse(r.private_data()) {
+                    out.push(b' ');
+                    ip(out, c.src);
+                    out.extend_from_slice(b" -> ");
+                    ip(out, c.dst);
                 }
             }
         }
-        Message::Rep(r) => {
-            let _ = write!(out, " qpn={:#08x} psn={:#08x}", r.local_qpn, r.starting_psn);
+        MessageView::Rep(r) => qpn_psn(out, r.local_qpn(), r.starting_psn()),
+        MessageView::Rej(r) => {
+            out.extend_from_slice(b" reason=");
+            name_or_number(out, cm::rej_reason_name(r.reason()), r.reason().into());
+            let rejected =
+                ["REQ", "REP", "none", "reserved"][usize::from(r.message_rejected() & 3)];
+            out.extend_from_slice(b" rejected=");
+            out.extend_from_slice(rejected.as_bytes());
         }
-        Message::Rej(r) => {
-            let _ = write!(out, " reason=");
-            match cm::rej_reason_name(r.reason) {
-                Some(n) => out.extend_from_slice(n.as_bytes()),
-                None => {
-                    let _ = write!(out, "{}", r.reason);
-                }
-            }
-            let rejected = ["REQ", "REP", "none", "reserved"][usize::from(r.message_rejected & 3)];
-            let _ = write!(out, " rejected={rejected}");
+        MessageView::Mra(r) => {
+            let what = ["REQ", "REP", "LAP", "reserved"][usize::from(r.message_mraed() & 3)];
+            out.extend_from_slice(b" mraed=");
+            out.extend_from_slice(what.as_bytes());
+            out.extend_from_slice(b" service_timeout=");
+            dec(out, r.service_timeout().into());
         }
-        Message::Mra(r) => {
-            let what = ["REQ", "REP", "LAP", "reserved"][usize::from(r.message_mraed & 3)];
-            let _ = write!(out, " mraed={what} service_timeout={}", r.service_timeout);
+        MessageView::Dreq(r) => {
+            out.extend_from_slice(b" remote_qpn=");
+            hex(out, r.remote_qpn_eecn().into(), 6);
         }
-        Message::Dreq(r) => {
-            let _ = write!(out, " remote_qpn={:#08x}", r.remote_qpn_eecn);
+        MessageView::SidrReq(r) => service(out, r.service_id()),
+        MessageView::SidrRep(r) => {
+            out.extend_from_slice(b" qpn=");
+            hex(out, r.qpn().into(), 6);
+            out.extend_from_slice(b" qkey=");
+            hex(out, r.q_key().into(), 8);
+            out.extend_from_slice(b" status=");
+            name_or_number(out, cm::sidr_status_name(r.status()), r.status().into());
         }
-        Message::SidrReq(r) => service(out, r.service_id),
-        Message::SidrRep(r) => {
-            let _ = write!(out, " qpn={:#08x} qkey={:#010x} status=", r.qpn, r.q_key);
-            match cm::sidr_status_name(r.status) {
-                Some(n) => out.extend_from_slice(n.as_bytes()),
-                None => {
-                    let _ = write!(out, "{}", r.status);
-                }
-            }
-        }
-        Message::Apr(r) => {
-            let _ = write!(out, " status=");
-            match cm::apr_status_name(r.ap_status) {
-                Some(n) => out.extend_from_slice(n.as_bytes()),
-                None => {
-                    let _ = write!(out, "{}", r.ap_status);
-                }
-            }
-        }
-        Message::Rtu(_) | Message::Drep(_) | Message::Lap(_) => {}
-        Message::ClassPortInfo(c) => {
-            let _ = write!(
+        MessageView::Apr(r) => {
+            out.extend_from_slice(b" status=");
+            name_or_number(
                 out,
-                " capability_mask={:#06x} resp_time_value={}",
-                c.capability_mask, c.resp_time_value
+                cm::apr_status_name(r.ap_status()),
+                r.ap_status().into(),
             );
+        }
+        MessageView::Rtu(_) | MessageView::Drep(_) | MessageView::Lap(_) => {}
+        MessageView::ClassPortInfo(c) => {
+            out.extend_from_slice(b" capability_mask=");
+            hex(out, c.capability_mask().into(), 4);
+            out.extend_from_slice(b" resp_time_value=");
+            dec(out, c.resp_time_value().into());
+        }
+    }
+}
+
+/// An address as `Display` writes it, IPv4 without the formatter.
+fn ip(out: &mut Vec<u8>, a: IpAddr) {
+    match a {
+        IpAddr::V4(a) => ipv4(out, a.octets()),
+        IpAddr::V6(a) => {
+            let _ = write!(out, "{a}");
         }
     }
 }
 
 fn service(out: &mut Vec<u8>, sid: u64) {
+    out.extend_from_slice(b" svc=");
     match rdma_cm::service_port(sid) {
         Some((space, port)) => {
-            let _ = write!(out, " svc={}:{port}", space.name().unwrap_or("?"));
+            out.extend_from_slice(space.name().unwrap_or("?").as_bytes());
+            out.push(b':');
+            dec(out, port.into());
         }
-        None => {
-            let _ = write!(out, " svc={sid:#018x}");
-        }
+        None => hex(out, sid, 16),
     }
 }
 
@@ -234,12 +259,27 @@ pub(crate) trait JsonObj {
     fn object(&mut self, k: &str, f: &mut dyn FnMut(&mut dyn JsonObj));
     /// `"k":"…"` with `b` as lowercase hex.
     fn hex(&mut self, k: &str, b: &[u8]);
+    /// `"k":"…"` with a GID as an IPv6 address.
+    fn gid(&mut self, k: &str, g: &[u8; 16]);
+}
+
+/// A GID as `Ipv6Addr`'s `Display` writes it, without the formatter for the two forms RoCE
+/// uses all the time: all zero (`::`) and IPv4-mapped (`::ffff:a.b.c.d`).
+pub(crate) fn gid(out: &mut Vec<u8>, g: &[u8; 16]) {
+    if g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff {
+        out.extend_from_slice(b"::ffff:");
+        ipv4(out, [g[12], g[13], g[14], g[15]]);
+    } else if g.iter().all(|&b| b == 0) {
+        out.extend_from_slice(b"::");
+    } else {
+        let _ = write!(out, "{}", Ipv6Addr::from(*g));
+    }
 }
 
 fn json_value(o: &mut dyn JsonObj, k: &'static str, v: Value<'_>) {
     match v {
         Value::Uint { value, .. } => o.num(k, value),
-        Value::Gid(g) => o.string(k, &gid_text(g)),
+        Value::Gid(g) => o.gid(k, g),
         Value::Bytes(b) => o.hex(k, b),
         Value::Path(p) => o.object(k, &mut |c| path_json(c, p)),
     }
@@ -304,31 +344,31 @@ pub(crate) fn json(o: &mut dyn JsonObj, m: &Mad<'_>) {
 
 /// The decoded meanings beside the raw fields: MTU in bytes, reason names, the RDMA-CM port
 /// space and port, the `cma_hdr` addresses.
-fn cm_meanings_json(c: &mut dyn JsonObj, msg: &Message) {
+fn cm_meanings_json(c: &mut dyn JsonObj, msg: &MessageView<'_>) {
     match msg {
-        Message::Req(r) => {
-            if let Some(b) = cm::path_mtu_bytes(r.path_packet_payload_mtu) {
+        MessageView::Req(r) => {
+            if let Some(b) = cm::path_mtu_bytes(r.path_packet_payload_mtu()) {
                 c.num("path_mtu_bytes", b.into());
             }
             c.string(
                 "transport_service",
-                cm::transport_service_name(r.transport_service_type),
+                cm::transport_service_name(r.transport_service_type()),
             );
-            rdma_cm_json(c, r.service_id, Some(&r.private_data));
+            rdma_cm_json(c, r.service_id(), Some(r.private_data()));
         }
-        Message::SidrReq(r) => rdma_cm_json(c, r.service_id, Some(&r.private_data)),
-        Message::Rej(r) => {
-            if let Some(n) = cm::rej_reason_name(r.reason) {
+        MessageView::SidrReq(r) => rdma_cm_json(c, r.service_id(), Some(r.private_data())),
+        MessageView::Rej(r) => {
+            if let Some(n) = cm::rej_reason_name(r.reason()) {
                 c.string("reason_name", n);
             }
         }
-        Message::SidrRep(r) => {
-            if let Some(n) = cm::sidr_status_name(r.status) {
+        MessageView::SidrRep(r) => {
+            if let Some(n) = cm::sidr_status_name(r.status()) {
                 c.string("status_name", n);
             }
         }
-        Message::Apr(r) => {
-            if let Some(n) = cm::apr_status_name(r.ap_status) {
+        MessageView::Apr(r) => {
+            if let Some(n) = cm::apr_status_name(r.ap_status()) {
                 c.string("ap_status_name", n);
             }
         }
@@ -470,7 +510,7 @@ fn verbose_value(
     indent: &str,
     k: &'static str,
     v: Value<'_>,
-    msg: &Message,
+    msg: &MessageView<'_>,
 ) -> std::io::Result<()> {
     match v {
         Value::Uint { value, bits } => {
@@ -505,11 +545,11 @@ fn verbose_value(
                 writeln!(out)?;
             }
             if k == "private_data" {
-                if let Message::Req(r) = msg {
-                    rdma_cm_verbose(out, indent, r.service_id, b)?;
+                if let MessageView::Req(r) = msg {
+                    rdma_cm_verbose(out, indent, r.service_id(), b)?;
                 }
-                if let Message::SidrReq(r) = msg {
-                    rdma_cm_verbose(out, indent, r.service_id, b)?;
+                if let MessageView::SidrReq(r) = msg {
+                    rdma_cm_verbose(out, indent, r.service_id(), b)?;
                 }
             }
             Ok(())
@@ -549,7 +589,7 @@ fn rdma_cm_verbose(
 }
 
 /// The meaning of a field value, when it has one beyond the number.
-fn meaning(k: &str, v: u64, msg: &Message) -> Option<String> {
+fn meaning(k: &str, v: u64, msg: &MessageView<'_>) -> Option<String> {
     let v8 = v as u8;
     Some(match k {
         "service_id" => {
@@ -565,8 +605,10 @@ fn meaning(k: &str, v: u64, msg: &Message) -> Option<String> {
         | "target_ack_delay" => duration(cm::timeout_ns(v8)),
         "packet_rate" => cm::rate_name(v8)?.to_string(),
         "rnr_retry_count" if v == 7 => "infinite".to_string(),
-        "reason" if matches!(msg, Message::Rej(_)) => cm::rej_reason_name(v as u16)?.to_string(),
-        "status" if matches!(msg, Message::SidrRep(_)) => cm::sidr_status_name(v8)?.to_string(),
+        "reason" if matches!(msg, MessageView::Rej(_)) => {
+            cm::rej_reason_name(v as u16)?.to_string()
+        }
+        "status" if matches!(msg, MessageView::SidrRep(_)) => cm::sidr_status_name(v8)?.to_string(),
         "ap_status" => cm::apr_status_name(v8)?.to_string(),
         "message_rejected" => ["REQ", "REP", "no message", "reserved"][usize::from(v8 & 3)].into(),
         "message_mraed" => ["REQ", "REP", "LAP", "reserved"][usize::from(v8 & 3)].into(),
@@ -600,5 +642,46 @@ pub(crate) fn matches(m: Option<&Mad<'_>>, class: Option<MgmtClass>, comm_id: Op
         Some(id) => m
             .cm()
             .is_some_and(|msg| msg.local_comm_id() == id || msg.remote_comm_id() == Some(id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gids_are_written_as_std_writes_ipv6_addresses() {
+        let mut cases: Vec<[u8; 16]> = vec![[0; 16], [0xff; 16]];
+        let mut mapped = [0u8; 16];
+        mapped[10] = 0xff;
+        mapped[11] = 0xff;
+        for tail in [
+            [0, 0, 0, 0],
+            [192, 168, 10, 1],
+            [255, 255, 255, 255],
+            [10, 0, 0, 9],
+        ] {
+            mapped[12..].copy_from_slice(&tail);
+            cases.push(mapped);
+            let mut compat = [0u8; 16];
+            compat[12..].copy_from_slice(&tail);
+            cases.push(compat);
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u128;
+        for _ in 0..100 {
+            x = x.rotate_left(13) ^ x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+            cases.push(x.to_be_bytes());
+            let mut near = mapped;
+            near[9] = x as u8 | 1;
+            cases.push(near);
+        }
+        for g in cases {
+            let mut out = Vec::new();
+            gid(&mut out, &g);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                Ipv6Addr::from(g).to_string()
+            );
+        }
     }
 }

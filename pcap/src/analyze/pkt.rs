@@ -2,7 +2,7 @@
 use std::net::IpAddr;
 
 use roce_proto::aeth::AethKind;
-use roce_proto::cm::Message;
+use roce_proto::cm::MessageView;
 use roce_proto::{Ecn, Frame, Opcode, RocePacket};
 
 /// A CM message's connection facts (for pairing the two directions of a connection).
@@ -121,20 +121,20 @@ impl Pkt {
                 return None;
             }
             let attr = u16::from_be_bytes([m[16], m[17]]);
-            match Message::parse(attr, &m[24..])?.ok()? {
-                Message::Req(r) => Some(CmFacts {
+            match MessageView::parse(attr, &m[24..])?.ok()? {
+                MessageView::Req(r) => Some(CmFacts {
                     rep: false,
-                    local_comm_id: r.local_comm_id,
+                    local_comm_id: r.local_comm_id(),
                     remote_comm_id: 0,
-                    local_qpn: r.local_qpn,
-                    starting_psn: r.starting_psn,
+                    local_qpn: r.local_qpn(),
+                    starting_psn: r.starting_psn(),
                 }),
-                Message::Rep(r) => Some(CmFacts {
+                MessageView::Rep(r) => Some(CmFacts {
                     rep: true,
-                    local_comm_id: r.local_comm_id,
-                    remote_comm_id: r.remote_comm_id,
-                    local_qpn: r.local_qpn,
-                    starting_psn: r.starting_psn,
+                    local_comm_id: r.local_comm_id(),
+                    remote_comm_id: r.remote_comm_id(),
+                    local_qpn: r.local_qpn(),
+                    starting_psn: r.starting_psn(),
                 }),
                 _ => None,
             }
