@@ -60,6 +60,10 @@ enum Command {
         /// benchmark).
         #[arg(long, value_name = "FILE", conflicts_with = "rc")]
         cm_from: Option<String>,
+        /// With --cm-from: the same packets moved off QP1 (to QP 2 on both ends, ICRC
+        /// recomputed), so they decode as plain UD SENDs without the MAD decode (its baseline).
+        #[arg(long, requires = "cm_from")]
+        plain_ud: bool,
         /// Output pcap file.
         file: String,
     },
@@ -96,8 +100,16 @@ impl Command {
                 rc,
                 loss_every,
                 cm_from,
+                plain_ud,
                 file,
-            } => cmd::decode::gen_capture(packets, rc, loss_every, cm_from.as_deref(), &file),
+            } => cmd::decode::gen_capture(
+                packets,
+                rc,
+                loss_every,
+                cm_from.as_deref(),
+                plain_ud,
+                &file,
+            ),
         }
     }
 }

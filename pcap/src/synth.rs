@@ -267,10 +267,15 @@ pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> 
 /// Writes `n` records cycling through the records of `input` that are CM MADs (a UD packet
 /// whose MAD has management class 0x07), 1 µs apart: the all-CM capture of the MAD decode
 /// benchmark (`roce gen-capture --cm-from FILE`). Fails when `input` holds no CM MAD.
+///
+/// With `plain_ud`, each packet is moved from QP1 to QP 2 on both sides (BTH destination QP,
+/// DETH source QP; ICRC recomputed), so it decodes as an ordinary UD SEND: the same bytes
+/// without the management-plane decode, the baseline of that benchmark.
 pub fn write_cm_capture<R: io::Read, W: Write>(
     input: &mut crate::reader::CaptureReader<R>,
     out: W,
     n: u64,
+    plain_ud: bool,
 ) -> io::Result<()> {
     let mut cm: Vec<(u32, Vec<u8>)> = Vec::new();
     while let Some(rec) = input
@@ -286,7 +291,11 @@ pub fn write_cm_capture<R: io::Read, W: Write>(
             })
             .unwrap_or(false);
         if is_cm && cm.len() < 4096 {
-            cm.push((rec.link_type, rec.data.to_vec()));
+            let mut data = rec.data.to_vec();
+            if plain_ud {
+                off_qp1(rec.link_type, &mut data)?;
+            }
+            cm.push((rec.link_type, data));
         }
     }
     let Some(&(link_type, _)) = cm.first() else {
@@ -302,4 +311,26 @@ pub fn write_cm_capture<R: io::Read, W: Write>(
         w.write_packet(ts, data, data.len() as u32)?;
     }
     w.flush()
+}
+
+/// Readdresses a UD packet between QP1s to QP 2 on both ends and recomputes its ICRC.
+fn off_qp1(link_type: u32, data: &mut [u8]) -> io::Result<()> {
+    let bad = |why: &str| io::Error::other(format!("--plain-ud: {why}"));
+    let (at, len, seed) = {
+        let f = link::parse(link_type, data).map_err(|e| bad(&e.to_string()))?;
+        let t = f.transport;
+        // Where the transport bytes start in the record (a sub-slice of it).
+        let at = t.as_ptr() as usize - data.as_ptr() as usize;
+        let seed = f.icrc_seed().map_err(|e| bad(&e.to_string()))?;
+        (at, t.len(), seed)
+    };
+    // BTH destination QP is bytes 5..8; the DETH follows the 12-byte BTH, source QP at 5..8.
+    let t = data
+        .get_mut(at..at + len)
+        .filter(|t| t.len() >= 12 + 8 + 4)
+        .ok_or_else(|| bad("shorter than BTH + DETH + ICRC"))?;
+    t[5..8].copy_from_slice(&[0, 0, 2]);
+    t[12 + 5..12 + 8].copy_from_slice(&[0, 0, 2]);
+    seed.fill(t);
+    Ok(())
 }

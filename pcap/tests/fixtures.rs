@@ -786,3 +786,48 @@ fn pcapng_packet_longer_than_its_block_is_malformed_not_truncated() {
         format!("bad.pcapng: malformed pcapng block (a length field points past the block) at byte {epb}")
     );
 }
+
+/// The MAD decode benchmark's two captures (`roce gen-capture --cm-from`, with and without
+/// `--plain-ud`): the same bytes, every ICRC good, one decoding as CM messages and the other as
+/// plain UD SENDs with no MAD.
+#[test]
+fn the_cm_benchmark_captures_differ_only_in_the_mad_decode() {
+    let src = std::fs::read("tests/data/cm.pcap").unwrap();
+    let capture = |plain_ud: bool| {
+        let mut r = roce_pcap::CaptureReader::new(&src[..], "cm.pcap").unwrap();
+        let mut out = Vec::new();
+        roce_pcap::synth::write_cm_capture(&mut r, &mut out, 50, plain_ud).unwrap();
+        out
+    };
+    let (cm, ud) = (capture(false), capture(true));
+    assert_eq!(cm.len(), ud.len());
+    let json = Options {
+        format: OutputFormat::Json,
+        ..Default::default()
+    };
+    let (cm_out, cm_outcome) = decode_bytes(&cm, "cm", json);
+    let (ud_out, ud_outcome) = decode_bytes(&ud, "ud", json);
+    for o in [&cm_outcome, &ud_outcome] {
+        assert_eq!(
+            (o.stats.roce, o.stats.icrc_failures, o.stats.malformed),
+            (50, 0, 0)
+        );
+    }
+    let lines = |out: &[u8]| -> Vec<Value> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (cm_lines, ud_lines) = (lines(&cm_out), lines(&ud_out));
+    assert_eq!(cm_lines.len(), 50);
+    for (c, u) in cm_lines.iter().zip(&ud_lines) {
+        assert_eq!(c["mad"]["mgmt_class"], 7, "{c}");
+        assert!(c["cm"]["message"].is_string(), "{c}");
+        assert!(u.get("mad").is_none() && u.get("cm").is_none(), "{u}");
+        assert_eq!(u["bth"]["dest_qp"], 2);
+        assert_eq!(u["deth"]["src_qp"], 2);
+        assert_eq!(c["payload_len"], u["payload_len"]);
+        assert_eq!(u["icrc_ok"], true);
+    }
+}

@@ -139,6 +139,7 @@ pub(crate) fn gen_capture(
     rc: Option<u32>,
     loss_every: u64,
     cm_from: Option<&str>,
+    plain_ud: bool,
     file: &str,
 ) -> anyhow::Result<ExitCode> {
     let mut input = match cm_from {
@@ -154,7 +155,7 @@ pub(crate) fn gen_capture(
     let f = std::fs::File::create(file).with_context(|| format!("creating {file}"))?;
     let mut w = BufWriter::new(f);
     match (rc, input.as_mut()) {
-        (_, Some(r)) => roce_pcap::synth::write_cm_capture(r, &mut w, packets),
+        (_, Some(r)) => roce_pcap::synth::write_cm_capture(r, &mut w, packets, plain_ud),
         (Some(qps), None) => roce_pcap::synth::write_rc_capture(&mut w, packets, qps, loss_every),
         (None, None) => roce_pcap::synth::write_benchmark_capture(&mut w, packets),
     }
