@@ -178,6 +178,13 @@ impl Endpoint {
         self.impair.stats
     }
 
+    /// What the link dropped before the device saw it: datagrams that were not whole RoCEv2
+    /// datagrams for this endpoint, and datagrams the kernel dropped because the packet link's
+    /// receive ring was full (both 0 on the UDP link; see [`RoceSocket::link_drops`]).
+    pub fn link_drops(&self) -> (u64, u64) {
+        self.sock.link_drops()
+    }
+
     /// Now, on this endpoint's clock.
     pub fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)

@@ -9,18 +9,21 @@
 //!   interface); a packet socket bound to `ETH_P_IP` sees incoming frames only (the kernel's
 //!   transmit taps feed `ETH_P_ALL` sockets), so the endpoint's own datagrams on `lo` are not
 //!   seen twice.
-//! * Datagrams are read in batches with `recvmmsg` (nix), each with its `sockaddr_ll`.
+//! * Datagrams are read in place from a memory-mapped receive ring (`TPACKET_V2`, the
+//!   `roce-packet-ring` crate): no system call and no copy into user buffers while the
+//!   endpoint is busy; the socket is in epoll only around the endpoint's sleeps.
 //! * The endpoint's UDP socket stays bound to the port, so that the kernel does not answer the
 //!   peer with ICMP port unreachable; a filter that accepts nothing keeps it from queueing a
 //!   second copy of every datagram ([`silence_udp`]).
 //!
 //! Opening a packet socket needs `CAP_NET_RAW`. Everything here is safe code: socket2 creates
-//! the socket and attaches the filters, nix receives.
-use std::io::{self, IoSliceMut};
+//! the socket and attaches the filters; the ring's mapping (the one `unsafe` part of roce) is
+//! in `roce-packet-ring`.
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::AsRawFd;
+use std::os::fd::OwnedFd;
 
-use nix::sys::socket::{recvmmsg, LinkAddr, MsgFlags, MultiHeaders};
+use roce_packet_ring::{Layout, RxRing};
 use roce_proto::Ecn;
 use roce_stack::{Ipv4Seen, RxMeta};
 use socket2::{Domain, Protocol, SockFilter, Socket, Type};
@@ -28,12 +31,6 @@ use tokio::io::Interest;
 
 /// `ETH_P_IP`.
 const ETH_P_IP: u16 = 0x0800;
-
-/// Datagrams per `recvmmsg`.
-pub const PACKET_BATCH: usize = 32;
-
-/// Largest datagram taken (an IPv4 datagram is at most 64 KiB).
-const BUF: usize = 65536;
 
 /// Classic BPF (`linux/filter.h`).
 mod bpf {
@@ -81,42 +78,64 @@ fn program(insns: &[Insn]) -> Vec<SockFilter> {
 
 /// Makes a UDP socket queue nothing (its datagrams are read from the packet socket): the
 /// socket stays bound so the kernel does not send ICMP port unreachable to the peer.
+///
+/// It also stops asking for UDP GRO (quinn-udp turns it on): on a real interface the kernel
+/// would otherwise coalesce a flow's datagrams into one buffer before the packet socket sees
+/// them, and a coalesced buffer is not a datagram the ring can hand over.
 pub fn silence_udp(sock: &std::net::UdpSocket) -> io::Result<()> {
+    let _ = nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::UdpGroSegment, &false);
     let s = socket2::SockRef::from(sock);
     s.attach_filter(&[SockFilter::new(bpf::RET_K, 0, 0, 0)])
 }
 
-thread_local! {
-    /// The `recvmmsg` message headers, allocated once per thread: they hold raw pointers, so
-    /// they cannot live in the (sendable) endpoint; one thread's endpoints take turns.
-    static HEADERS: std::cell::RefCell<MultiHeaders<LinkAddr>> =
-        std::cell::RefCell::new(MultiHeaders::preallocate(PACKET_BATCH, None));
-}
+/// Frames handed to the endpoint per [`PacketRx::try_recv`] (at most).
+pub const PACKET_BATCH: usize = 64;
 
-/// The receive side of a packet link.
+/// Largest frame a ring slot takes: an IPv4/UDP RoCEv2 datagram of the largest IB MTU (4096)
+/// with every extended header, and room to spare. A longer one is cut by the kernel and
+/// dropped here as malformed: no conformant RoCEv2 peer sends one.
+const MAX_FRAME: usize = 4096 + 512;
+
+/// Bytes of ring: 3,640 slots. Every frame takes a whole slot whatever its size, so this is
+/// what holds as many small datagrams as the UDP link's receive buffer (4 MiB of kernel
+/// buffers, about 5,000 small datagrams) does, for bursts while the endpoint is descheduled.
+const RING_BYTES: usize = 16 << 20;
+
+/// Datagrams without a sleep after which the socket leaves epoll (as the UDP link does: a
+/// registered socket costs the sender an epoll callback per datagram).
+const DEREGISTER_AFTER: u32 = 4096;
+
+/// The receive side of a packet link: a packet socket with a memory-mapped receive ring
+/// (`roce-packet-ring`, `TPACKET_V2`) read in place, without a system call while busy.
 pub struct PacketRx {
-    /// The packet socket, registered with tokio's reactor through its datagram-socket type
-    /// (readiness is the same for any datagram socket; only `readable` and `try_io` are used).
-    io: tokio::net::UdpSocket,
+    ring: RxRing,
+    /// A duplicate of the socket registered with tokio's reactor (through its datagram-socket
+    /// type: only its readiness is used, which is the ring's), present while the endpoint
+    /// keeps coming back to sleep.
+    waiter: Option<tokio::net::UdpSocket>,
+    since_wait: u32,
     local: SocketAddrV4,
-    bufs: Vec<Vec<u8>>,
     /// Datagrams the filter let through that were not RoCEv2 for us after all (short,
-    /// options, lengths that disagree): dropped here.
+    /// options, lengths that disagree, longer than a ring slot): dropped here.
     pub malformed: u64,
+    /// Frames the kernel dropped because the ring was full, as far as read from the kernel
+    /// (its counter resets on each read).
+    ring_dropped: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for PacketRx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PacketRx")
             .field("local", &self.local)
+            .field("ring", &self.ring.layout())
             .finish_non_exhaustive()
     }
 }
 
 impl PacketRx {
     /// A packet socket receiving what is sent to `local` (IPv4 only: IPv6's covered header
-    /// fields are all known from a UDP socket). Fails with `PermissionDenied` without
-    /// `CAP_NET_RAW`. Inside a tokio runtime.
+    /// fields are all known from a UDP socket), through a receive ring. Fails with
+    /// `PermissionDenied` without `CAP_NET_RAW`. Inside a tokio runtime.
     pub fn open(local: SocketAddr) -> io::Result<Self> {
         let SocketAddr::V4(local) = local else {
             return Err(io::Error::new(
@@ -127,7 +146,6 @@ impl PacketRx {
         let proto = Protocol::from(i32::from(ETH_P_IP.to_be()));
         let sock = Socket::new(Domain::PACKET, Type::DGRAM, Some(proto))?;
         sock.attach_filter(&program(&filter(local)))?;
-        let _ = sock.set_recv_buffer_size(8 << 20);
         sock.set_nonblocking(true)?;
         // The socket received every IPv4 datagram of the host between its creation and the
         // filter: throw those away (as libpcap does after setting a filter). Nobody sends to
@@ -138,79 +156,74 @@ impl PacketRx {
                 break;
             }
         }
+        let ring = RxRing::new(
+            OwnedFd::from(sock),
+            Layout::for_frames(MAX_FRAME, RING_BYTES),
+        )?;
         Ok(Self {
-            io: tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(sock))?,
+            ring,
+            waiter: None,
+            since_wait: 0,
             local,
-            bufs: (0..PACKET_BATCH).map(|_| vec![0u8; BUF]).collect(),
             malformed: 0,
+            ring_dropped: std::cell::Cell::new(0),
         })
     }
 
+    /// Frames the kernel dropped so far because the ring was full (one system call: the
+    /// kernel's count, read and reset, is added to what was read before).
+    pub fn ring_drops(&self) -> u64 {
+        if let Ok(d) = self.ring.take_drops() {
+            self.ring_dropped.set(self.ring_dropped.get() + d);
+        }
+        self.ring_dropped.get()
+    }
+
     /// Waits until a datagram can be read.
-    pub async fn readable(&self) -> io::Result<()> {
-        self.io.readable().await
+    pub async fn readable(&mut self) -> io::Result<()> {
+        self.since_wait = 0;
+        let Self { ring, waiter, .. } = self;
+        if ring.ready() {
+            return Ok(());
+        }
+        let w = match waiter {
+            Some(w) => w,
+            w @ None => w.insert(tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(
+                ring.fd().try_clone()?,
+            ))?),
+        };
+        loop {
+            w.readable().await?;
+            if ring.ready() {
+                return Ok(());
+            }
+            // Clears the readiness tokio saw, and only that: a frame that lands between the
+            // check and here raises a new one.
+            let _ = w.try_io(Interest::READABLE, || {
+                Err::<(), _>(io::ErrorKind::WouldBlock.into())
+            });
+        }
     }
 
-    /// Reads one batch without waiting and hands each RoCEv2 datagram to `f` with its
-    /// metadata (source, destination, ECN, the IPv4 identification and DF as they came) and
-    /// its UDP payload. Returns how many datagrams were read.
+    /// Hands each RoCEv2 datagram waiting in the ring (one batch, without waiting) to `f`
+    /// with its metadata (source, destination, ECN, the IPv4 identification and DF as they
+    /// came) and its UDP payload. Returns how many frames were taken.
     pub fn try_recv(&mut self, mut f: impl FnMut(&RxMeta, &[u8])) -> io::Result<usize> {
-        let Self { io, bufs, .. } = self;
-        let fd = io.as_raw_fd();
-        let mut lens = [0usize; PACKET_BATCH];
-        // Through tokio first, so that an empty socket clears the registration's readiness;
-        // then directly, because tokio answers from its cached readiness without calling the
-        // closure, and a loop that spins never lets tokio learn that the socket became
-        // readable (as `RoceSocket::try_recv` does for the UDP socket).
-        let r = match io.try_io(Interest::READABLE, || recv_batch(fd, bufs, &mut lens)) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => recv_batch(fd, bufs, &mut lens),
-            r => r,
-        };
-        let n = match r {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                return Ok(0)
-            }
-            Err(e) => return Err(e),
-        };
-        for (buf, &len) in bufs.iter().zip(&lens[..n]) {
-            match parse(&buf[..len.min(BUF)]) {
+        let mut malformed = 0;
+        let n = self.ring.drain(PACKET_BATCH, |frame| {
+            match parse(frame.data).filter(|_| !frame.cut) {
                 Some((meta, payload)) => f(&meta, payload),
-                None => self.malformed += 1,
+                None => malformed += 1,
             }
+        });
+        self.malformed += malformed;
+        self.since_wait = self.since_wait.saturating_add(n as u32);
+        if self.since_wait > DEREGISTER_AFTER {
+            // Busy for a while: stop paying for wake-ups nobody waits for.
+            self.waiter = None;
         }
         Ok(n)
     }
-}
-
-/// One `recvmmsg` into `bufs`; the datagram lengths go to `lens`. Returns how many.
-fn recv_batch(
-    fd: std::os::fd::RawFd,
-    bufs: &mut [Vec<u8>],
-    lens: &mut [usize; PACKET_BATCH],
-) -> io::Result<usize> {
-    HEADERS.with(|h| {
-        let mut h = h.borrow_mut();
-        let mut it = bufs.iter_mut();
-        let mut iovs: [[IoSliceMut<'_>; 1]; PACKET_BATCH] = std::array::from_fn(|_| {
-            [IoSliceMut::new(
-                it.next().map_or(&mut [][..], |b| &mut b[..]),
-            )]
-        });
-        let r = recvmmsg(fd, &mut h, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None)
-            .map_err(io::Error::from)?;
-        let mut n = 0;
-        for (slot, m) in lens.iter_mut().zip(r) {
-            *slot = m.bytes;
-            n += 1;
-        }
-        Ok(n)
-    })
 }
 
 /// The metadata and UDP payload of an IPv4 datagram (from its IP header on), or `None` when it

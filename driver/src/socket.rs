@@ -175,6 +175,16 @@ impl RoceSocket {
         Ok(s)
     }
 
+    /// What the link itself dropped: datagrams that were not whole RoCEv2 datagrams for this
+    /// endpoint, and datagrams the kernel dropped because the receive ring was full (both 0
+    /// on the UDP link, where the kernel's UDP layer does that checking). One system call on
+    /// the packet link.
+    pub fn link_drops(&self) -> (u64, u64) {
+        self.packet
+            .as_ref()
+            .map_or((0, 0), |p| (p.malformed, p.ring_drops()))
+    }
+
     /// The link datagrams are received on.
     pub fn link(&self) -> Link {
         if self.packet.is_some() {
@@ -319,7 +329,7 @@ impl RoceSocket {
     /// arrived before it is not missed.
     pub async fn readable(&mut self) -> io::Result<()> {
         self.since_wait = 0;
-        if let Some(p) = &self.packet {
+        if let Some(p) = &mut self.packet {
             return p.readable().await;
         }
         let waiter = match &mut self.waiter {

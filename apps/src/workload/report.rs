@@ -63,6 +63,11 @@ pub struct Report {
     /// Received IPv4 datagrams whose identification and DF were not seen, accepted because
     /// some value of them makes the ICRC valid (both ends).
     pub icrc_solved: u64,
+    /// Datagrams the packet link dropped before the device (not whole RoCEv2 datagrams for the
+    /// endpoint), both ends.
+    pub link_malformed: u64,
+    /// Datagrams lost to a full packet-link receive ring, both ends.
+    pub ring_dropped: u64,
 }
 
 /// The link of each end.
@@ -129,6 +134,8 @@ impl Report {
             },
             icrc_full: all.icrc_full,
             icrc_solved: all.icrc_solved,
+            link_malformed: client.link_malformed + server.link_malformed,
+            ring_dropped: client.ring_dropped + server.ring_dropped,
             secrets: match secrets.seed() {
                 None => "os-random".into(),
                 Some(s) => format!("seed {s}"),
@@ -218,6 +225,13 @@ impl fmt::Display for Report {
             self.icrc_full,
             self.icrc_solved
         )?;
+        if self.link_malformed + self.ring_dropped > 0 {
+            writeln!(
+                f,
+                "link drops      malformed {}, lost to a full receive ring {}",
+                self.link_malformed, self.ring_dropped
+            )?;
+        }
         if self.secrets != "os-random" {
             writeln!(
                 f,

@@ -102,12 +102,21 @@ pub(crate) struct Side {
     pub(crate) complete: bool,
     /// How this end received.
     pub(crate) link: Option<Link>,
+    /// What the link dropped before the device: not whole RoCEv2 datagrams for this end, and
+    /// datagrams lost to a full receive ring (packet link).
+    #[serde(default)]
+    pub(crate) link_malformed: u64,
+    #[serde(default)]
+    pub(crate) ring_dropped: u64,
 }
 
 impl Side {
     /// What an end reports after its run.
     fn of(mismatches: &[Mismatch], tally: &Tally, ep: &Endpoint, complete: bool) -> Self {
+        let (link_malformed, ring_dropped) = ep.link_drops();
         Self {
+            link_malformed,
+            ring_dropped,
             link: Some(ep.link()),
             complete: complete && mismatches.is_empty(),
             mismatches: mismatches.iter().map(ToString::to_string).collect(),

@@ -1,0 +1,360 @@
+//! A memory-mapped receive ring on a Linux packet socket (`PACKET_RX_RING`, `TPACKET_V2`;
+//! `Documentation/networking/packet_mmap.rst`): the kernel copies each accepted frame into a
+//! slot of a ring shared with this process and flips the slot's status word; the process reads
+//! the frame in place and flips it back. A busy receiver makes no system call at all, and
+//! no copy beyond the kernel's one into the ring (a `recvmmsg` batch costs a system call and a
+//! second copy, into the caller's buffers).
+//!
+//! `TPACKET_V2`, not `V3`: V3 hands frames over a whole block at a time, when the block fills
+//! or its retire timer (at least 1 ms) fires, which a transport's 4 µs round trips cannot
+//! wait for; V2 hands over every frame as it lands and wakes the socket's waiters for each.
+//!
+//! # The audit: all of roce's `unsafe` is in this file
+//!
+//! * [`RxRing::new`] calls `setsockopt` twice with pointers to live, correctly sized values
+//!   and `mmap` once ([`RxRing::take_drops`] calls `getsockopt` the same way); it checks every return value, and the mapping's length is the one it
+//!   asked the kernel to allocate (frame size × frame count, whole pages).
+//! * The mapping is owned by [`RxRing`] alone (not `Clone`, unmapped in `Drop`), and the socket
+//!   it belongs to is owned by the ring too, so the kernel's side of the ring lives exactly as
+//!   long as the mapping.
+//! * Every access to the ring goes through `RxRing::slot`, which checks the index against the
+//!   slot count, so a pointer is formed only inside the mapping (slots are back to back in
+//!   whole pages: [`Layout::for_frames`]).
+//! * The status word of a slot is read and written as an `AtomicU32` (acquire load, release
+//!   store): the kernel publishes a frame by writing its status last (after a write barrier),
+//!   and takes a slot back only after user space stores `TP_STATUS_KERNEL`.
+//! * A frame's bytes are lent to the caller as a `&[u8]` only while the slot's status says the
+//!   process owns it (the kernel does not write a slot it has handed over), only for the
+//!   duration of the callback (the borrow cannot escape), and only after the offsets and
+//!   lengths the kernel wrote in the header are checked to lie inside the slot. Header fields
+//!   are read byte-wise from that checked slice.
+#![warn(missing_docs)]
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// `SOL_PACKET`.
+const SOL_PACKET: libc::c_int = 263;
+/// `PACKET_RX_RING`.
+const PACKET_RX_RING: libc::c_int = 5;
+/// `PACKET_VERSION`.
+const PACKET_VERSION: libc::c_int = 10;
+/// `TPACKET_V2`.
+const TPACKET_V2: libc::c_int = 1;
+/// A slot the kernel may fill.
+const TP_STATUS_KERNEL: u32 = 0;
+/// A slot holding a frame for user space.
+const TP_STATUS_USER: u32 = 1;
+/// The frame was longer than the slot: what is there is cut.
+const TP_STATUS_COPY: u32 = 1 << 1;
+/// Frames were dropped (the ring was full) since the last report.
+const TP_STATUS_LOSING: u32 = 1 << 2;
+/// `struct tpacket2_hdr`: status, len, snaplen (u32), mac, net (u16), sec, nsec (u32), ...
+const HDR_LEN: usize = 32;
+
+/// `PACKET_STATISTICS`.
+const PACKET_STATISTICS: libc::c_int = 6;
+
+/// `struct tpacket_stats`.
+#[repr(C)]
+#[derive(Default)]
+struct TpacketStats {
+    tp_packets: libc::c_uint,
+    tp_drops: libc::c_uint,
+}
+
+/// `struct tpacket_req`.
+#[repr(C)]
+struct TpacketReq {
+    tp_block_size: libc::c_uint,
+    tp_block_nr: libc::c_uint,
+    tp_frame_size: libc::c_uint,
+    tp_frame_nr: libc::c_uint,
+}
+
+/// What the ring's layout is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes per slot (a multiple of 16, header included).
+    pub frame_size: usize,
+    /// Slots per block (a block is whole pages).
+    pub frames_per_block: usize,
+    /// Blocks.
+    pub blocks: usize,
+}
+
+impl Layout {
+    /// A ring whose slots take frames of up to `max_frame` bytes (after the slot header and
+    /// the link-layer room the kernel keeps), with at least `min_bytes` of slots.
+    pub fn for_frames(max_frame: usize, min_bytes: usize) -> Self {
+        // tpacket2_hdr + sockaddr_ll, aligned, plus 16 bytes of link-header room: where a
+        // SOCK_DGRAM frame starts (net/packet/af_packet.c, tpacket_rcv).
+        let frame_size = (96 + max_frame).next_multiple_of(16);
+        // As many slots per block as make the block whole pages with no gap, so slot `i` is
+        // at `i * frame_size` (the kernel maps the blocks back to back).
+        let page = 4096;
+        let frames_per_block = page / gcd(frame_size, page);
+        let block = frame_size * frames_per_block;
+        let blocks = min_bytes.div_ceil(block).max(1);
+        Self {
+            frame_size,
+            frames_per_block,
+            blocks,
+        }
+    }
+
+    fn block_size(&self) -> usize {
+        self.frame_size * self.frames_per_block
+    }
+
+    /// Slots in the ring.
+    pub fn frames(&self) -> usize {
+        self.frames_per_block * self.blocks
+    }
+
+    /// Bytes mapped.
+    pub fn bytes(&self) -> usize {
+        self.block_size() * self.blocks
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// One frame as the kernel left it in a slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    /// The bytes captured, from the network header on (a `SOCK_DGRAM` socket).
+    pub data: &'a [u8],
+    /// Its length on the wire.
+    pub len: usize,
+    /// The slot was too small for it (or the kernel's offsets did not fit the slot): `data`
+    /// is not the whole frame.
+    pub cut: bool,
+    /// The kernel dropped frames since the previous one (the ring was full).
+    pub losing: bool,
+}
+
+/// A `TPACKET_V2` receive ring on a packet socket. Owns the socket and the mapping.
+#[derive(Debug)]
+pub struct RxRing {
+    fd: OwnedFd,
+    map: *mut u8,
+    layout: Layout,
+    next: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone and accessed only through `&mut self`
+// (frames) or atomically (`ready`); moving it to another thread moves that ownership.
+#[allow(unsafe_code)]
+unsafe impl Send for RxRing {}
+
+// SAFETY: `&self` methods only load slot status words atomically.
+#[allow(unsafe_code)]
+unsafe impl Sync for RxRing {}
+
+impl RxRing {
+    /// Sets up a ring of `layout` on `fd`, a packet socket (`AF_PACKET`) that has not received
+    /// through a ring before, and maps it.
+    #[allow(unsafe_code)]
+    pub fn new(fd: OwnedFd, layout: Layout) -> io::Result<Self> {
+        let raw = fd.as_raw_fd();
+        let version: libc::c_int = TPACKET_V2;
+        // SAFETY: `version` is a live c_int and the length passed is its size.
+        let r = unsafe {
+            libc::setsockopt(
+                raw,
+                SOL_PACKET,
+                PACKET_VERSION,
+                (&raw const version).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "ring too large");
+        let req = TpacketReq {
+            tp_block_size: u32::try_from(layout.block_size()).map_err(|_| too_big())?,
+            tp_block_nr: u32::try_from(layout.blocks).map_err(|_| too_big())?,
+            tp_frame_size: u32::try_from(layout.frame_size).map_err(|_| too_big())?,
+            tp_frame_nr: u32::try_from(layout.frames()).map_err(|_| too_big())?,
+        };
+        // SAFETY: `req` is a live `struct tpacket_req` and the length passed is its size.
+        let r = unsafe {
+            libc::setsockopt(
+                raw,
+                SOL_PACKET,
+                PACKET_RX_RING,
+                (&raw const req).cast(),
+                size_of::<TpacketReq>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared mapping of the ring the kernel just allocated for `raw`,
+        // of exactly its size; no existing memory is touched. The result is checked.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.bytes(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                raw,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            fd,
+            map: map.cast(),
+            layout,
+            next: 0,
+        })
+    }
+
+    /// The socket the ring is on (for readiness: it polls readable while a frame waits).
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Its layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The start of slot `i`: slots are back to back (see [`Layout::for_frames`]), and `i` is
+    /// always below the slot count (`next` wraps), so the slot lies inside the mapping.
+    fn slot(&self, i: usize) -> *mut u8 {
+        assert!(i < self.layout.frames(), "slot {i} out of the ring");
+        self.map.wrapping_add(i * self.layout.frame_size)
+    }
+
+    /// The status word of slot `i`.
+    #[allow(unsafe_code)]
+    fn status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: the slot starts inside the mapping at a 16-byte-aligned offset of a
+        // page-aligned mapping, so the u32 there is aligned and in bounds; the mapping
+        // outlives `&self`. The kernel accesses it atomically too (smp_wmb + WRITE_ONCE).
+        unsafe { AtomicU32::from_ptr(self.slot(i).cast()) }
+    }
+
+    /// Frames the kernel dropped because the ring was full since the previous call (the
+    /// kernel resets its counters when they are read). One system call.
+    #[allow(unsafe_code)]
+    pub fn take_drops(&self) -> io::Result<u64> {
+        let mut st = TpacketStats::default();
+        let mut len = size_of::<TpacketStats>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are live, `len` is the size of `st`; the kernel writes at most
+        // `len` bytes and the new length back.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_STATISTICS,
+                (&raw mut st).cast(),
+                &raw mut len,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(u64::from(st.tp_drops))
+    }
+
+    /// `true` when the next slot holds a frame.
+    pub fn ready(&self) -> bool {
+        self.status(self.next).load(Ordering::Acquire) & TP_STATUS_USER != 0
+    }
+
+    /// Hands up to `max` waiting frames, in order, to `f`, each slot given back to the kernel
+    /// as soon as `f` returns. Returns how many. Never blocks, never calls the kernel.
+    #[allow(unsafe_code)]
+    pub fn drain(&mut self, max: usize, mut f: impl FnMut(Frame<'_>)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let i = self.next;
+            let status = self.status(i).load(Ordering::Acquire);
+            if status & TP_STATUS_USER == 0 {
+                break;
+            }
+            let slot = self.slot(i);
+            let size = self.layout.frame_size;
+            // SAFETY: the slot is `size` bytes inside the mapping, and the kernel does not
+            // write a slot whose status has TP_STATUS_USER until it is given back below; the
+            // slice lives only until then.
+            let bytes: &[u8] = unsafe { std::slice::from_raw_parts(slot, size) };
+            let word = |at: usize| {
+                u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+            };
+            let half = |at: usize| u16::from_ne_bytes([bytes[at], bytes[at + 1]]);
+            let len = word(4) as usize;
+            let snaplen = word(8) as usize;
+            let net = usize::from(half(14));
+            // What the kernel wrote must lie inside the slot; a frame that does not is given
+            // back empty rather than trusted.
+            let data = bytes
+                .get(net..net.saturating_add(snaplen))
+                .filter(|_| net >= HDR_LEN)
+                .unwrap_or(&[]);
+            f(Frame {
+                data,
+                len,
+                cut: status & TP_STATUS_COPY != 0 || data.len() < len,
+                losing: status & TP_STATUS_LOSING != 0,
+            });
+            self.status(i).store(TP_STATUS_KERNEL, Ordering::Release);
+            self.next = if i + 1 == self.layout.frames() {
+                0
+            } else {
+                i + 1
+            };
+            n += 1;
+        }
+        n
+    }
+}
+
+impl Drop for RxRing {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, of that length, unmapped once; no borrow of it
+        // outlives `&mut self`. The socket closes after (field drop order), freeing the ring.
+        unsafe {
+            libc::munmap(self.map.cast(), self.layout.bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_hold_whole_slots_in_whole_pages() {
+        for max in [64, 1500, 4200, 9000, 65536] {
+            for min in [1, 1 << 20, 8 << 20] {
+                let l = Layout::for_frames(max, min);
+                assert_eq!(l.frame_size % 16, 0);
+                assert!(l.frame_size >= max + 96 - 15);
+                assert!(l.frames_per_block >= 1);
+                assert_eq!(l.block_size() % 4096, 0);
+                assert_eq!(l.frames_per_block * l.frame_size, l.block_size());
+                assert!(l.bytes() >= min);
+                // The last slot ends inside the mapping.
+                let last =
+                    (l.blocks - 1) * l.block_size() + (l.frames_per_block - 1) * l.frame_size;
+                assert!(last + l.frame_size <= l.bytes(), "{l:?}");
+            }
+        }
+    }
+}
