@@ -9,9 +9,12 @@
 //!   interface); a packet socket bound to `ETH_P_IP` sees incoming frames only (the kernel's
 //!   transmit taps feed `ETH_P_ALL` sockets), so the endpoint's own datagrams on `lo` are not
 //!   seen twice.
-//! * Datagrams are read in place from a memory-mapped receive ring (`TPACKET_V2`, the
-//!   `roce-packet-ring` crate): no system call and no copy into user buffers while the
-//!   endpoint is busy; the socket is in epoll only around the endpoint's sleeps.
+//! * Datagrams are read in batches with `recvmmsg` (nix), each with its `sockaddr_ll`; or,
+//!   with `--link packet-ring`, in place from a memory-mapped receive ring (`TPACKET_V2`, the
+//!   `roce-packet-ring` crate): no system call while the endpoint is busy, the socket in epoll
+//!   only around its sleeps. The ring has the lower latency; on `lo` it has the lower
+//!   bandwidth, because the kernel copies each datagram into the ring on the sending thread
+//!   (`recvmmsg` copies on the receiving one). README, "Links", has the figures.
 //! * The endpoint's UDP socket stays bound to the port, so that the kernel does not answer the
 //!   peer with ICMP port unreachable; a filter that accepts nothing keeps it from queueing a
 //!   second copy of every datagram ([`silence_udp`]).
@@ -19,9 +22,11 @@
 //! Opening a packet socket needs `CAP_NET_RAW`. Everything here is safe code: socket2 creates
 //! the socket and attaches the filters; the ring's mapping (the one `unsafe` part of roce) is
 //! in `roce-packet-ring`.
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::sys::socket::{recvmmsg, LinkAddr, MsgFlags, MultiHeaders};
 
 use roce_packet_ring::{Layout, RxRing};
 use roce_proto::Ecn;
@@ -88,8 +93,12 @@ pub fn silence_udp(sock: &std::net::UdpSocket) -> io::Result<()> {
     s.attach_filter(&[SockFilter::new(bpf::RET_K, 0, 0, 0)])
 }
 
-/// Frames handed to the endpoint per [`PacketRx::try_recv`] (at most).
-pub const PACKET_BATCH: usize = 64;
+/// Datagrams handed to the endpoint per [`PacketRx::try_recv`] (at most): one `recvmmsg`, or
+/// one pass over the ring.
+pub const PACKET_BATCH: usize = 32;
+
+/// Largest datagram a `recvmmsg` buffer takes (an IPv4 datagram is at most 64 KiB).
+const BUF: usize = 65536;
 
 /// Largest frame a ring slot takes: an IPv4/UDP RoCEv2 datagram of the largest IB MTU (4096)
 /// with every extended header, and room to spare. A longer one is cut by the kernel and
@@ -101,19 +110,43 @@ const MAX_FRAME: usize = 4096 + 512;
 /// buffers, about 5,000 small datagrams) does, for bursts while the endpoint is descheduled.
 const RING_BYTES: usize = 16 << 20;
 
-/// Datagrams without a sleep after which the socket leaves epoll (as the UDP link does: a
-/// registered socket costs the sender an epoll callback per datagram).
+/// Datagrams without a sleep after which the ring's socket leaves epoll (as the UDP link
+/// does: a registered socket costs the sender an epoll callback per datagram).
 const DEREGISTER_AFTER: u32 = 4096;
 
-/// The receive side of a packet link: a packet socket with a memory-mapped receive ring
-/// (`roce-packet-ring`, `TPACKET_V2`) read in place, without a system call while busy.
+thread_local! {
+    /// The `recvmmsg` message headers, allocated once per thread: they hold raw pointers, so
+    /// they cannot live in the (sendable) endpoint; one thread's endpoints take turns.
+    static HEADERS: std::cell::RefCell<MultiHeaders<LinkAddr>> =
+        std::cell::RefCell::new(MultiHeaders::preallocate(PACKET_BATCH, None));
+}
+
+/// How a packet link takes datagrams from its socket.
+enum Path {
+    /// `recvmmsg` batches into our buffers: the kernel copies each datagram on the
+    /// receiving thread.
+    Batch {
+        /// The packet socket, registered with tokio's reactor through its datagram-socket
+        /// type (readiness is the same for any datagram socket; only `readable` and `try_io`
+        /// are used).
+        io: tokio::net::UdpSocket,
+        bufs: Vec<Vec<u8>>,
+    },
+    /// A memory-mapped `TPACKET_V2` ring read in place: no system call while busy; the
+    /// kernel copies each datagram into the ring where it delivers it (on `lo`, the sending
+    /// thread).
+    Ring {
+        ring: RxRing,
+        /// A duplicate of the socket registered with tokio (as above), present while the
+        /// endpoint keeps coming back to sleep.
+        waiter: Option<tokio::net::UdpSocket>,
+        since_wait: u32,
+    },
+}
+
+/// The receive side of a packet link.
 pub struct PacketRx {
-    ring: RxRing,
-    /// A duplicate of the socket registered with tokio's reactor (through its datagram-socket
-    /// type: only its readiness is used, which is the ring's), present while the endpoint
-    /// keeps coming back to sleep.
-    waiter: Option<tokio::net::UdpSocket>,
-    since_wait: u32,
+    path: Path,
     local: SocketAddrV4,
     /// Datagrams the filter let through that were not RoCEv2 for us after all (short,
     /// options, lengths that disagree, longer than a ring slot): dropped here.
@@ -125,18 +158,21 @@ pub struct PacketRx {
 
 impl std::fmt::Debug for PacketRx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PacketRx")
-            .field("local", &self.local)
-            .field("ring", &self.ring.layout())
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("PacketRx");
+        d.field("local", &self.local);
+        if let Path::Ring { ring, .. } = &self.path {
+            d.field("ring", &ring.layout());
+        }
+        d.finish_non_exhaustive()
     }
 }
 
 impl PacketRx {
     /// A packet socket receiving what is sent to `local` (IPv4 only: IPv6's covered header
-    /// fields are all known from a UDP socket), through a receive ring. Fails with
-    /// `PermissionDenied` without `CAP_NET_RAW`. Inside a tokio runtime.
-    pub fn open(local: SocketAddr) -> io::Result<Self> {
+    /// fields are all known from a UDP socket), through `recvmmsg` batches or, with `ring`, a
+    /// memory-mapped receive ring. Fails with `PermissionDenied` without `CAP_NET_RAW`.
+    /// Inside a tokio runtime.
+    pub fn open(local: SocketAddr, ring: bool) -> io::Result<Self> {
         let SocketAddr::V4(local) = local else {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -156,33 +192,55 @@ impl PacketRx {
                 break;
             }
         }
-        let ring = RxRing::new(
-            OwnedFd::from(sock),
-            Layout::for_frames(MAX_FRAME, RING_BYTES),
-        )?;
+        let path = if ring {
+            Path::Ring {
+                ring: RxRing::new(OwnedFd::from(sock), Layout::for_frames(MAX_FRAME, RING_BYTES))?,
+                waiter: None,
+                since_wait: 0,
+            }
+        } else {
+            let _ = sock.set_recv_buffer_size(8 << 20);
+            Path::Batch {
+                io: tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(sock))?,
+                bufs: (0..PACKET_BATCH).map(|_| vec![0u8; BUF]).collect(),
+            }
+        };
         Ok(Self {
-            ring,
-            waiter: None,
-            since_wait: 0,
+            path,
             local,
             malformed: 0,
             ring_dropped: std::cell::Cell::new(0),
         })
     }
 
+    /// `true` when it reads a memory-mapped ring.
+    pub fn is_ring(&self) -> bool {
+        matches!(self.path, Path::Ring { .. })
+    }
+
     /// Frames the kernel dropped so far because the ring was full (one system call: the
-    /// kernel's count, read and reset, is added to what was read before).
+    /// kernel's count, read and reset, is added to what was read before). 0 without a ring
+    /// (the socket's receive buffer overflowing is not counted by the kernel per socket).
     pub fn ring_drops(&self) -> u64 {
-        if let Ok(d) = self.ring.take_drops() {
-            self.ring_dropped.set(self.ring_dropped.get() + d);
+        if let Path::Ring { ring, .. } = &self.path {
+            if let Ok(d) = ring.take_drops() {
+                self.ring_dropped.set(self.ring_dropped.get() + d);
+            }
         }
         self.ring_dropped.get()
     }
 
     /// Waits until a datagram can be read.
     pub async fn readable(&mut self) -> io::Result<()> {
-        self.since_wait = 0;
-        let Self { ring, waiter, .. } = self;
+        let (ring, waiter, since_wait) = match &mut self.path {
+            Path::Batch { io, .. } => return io.readable().await,
+            Path::Ring {
+                ring,
+                waiter,
+                since_wait,
+            } => (ring, waiter, since_wait),
+        };
+        *since_wait = 0;
         if ring.ready() {
             return Ok(());
         }
@@ -205,25 +263,93 @@ impl PacketRx {
         }
     }
 
-    /// Hands each RoCEv2 datagram waiting in the ring (one batch, without waiting) to `f`
-    /// with its metadata (source, destination, ECN, the IPv4 identification and DF as they
-    /// came) and its UDP payload. Returns how many frames were taken.
+    /// Reads one batch without waiting and hands each RoCEv2 datagram to `f` with its
+    /// metadata (source, destination, ECN, the IPv4 identification and DF as they came) and
+    /// its UDP payload. Returns how many datagrams were read.
     pub fn try_recv(&mut self, mut f: impl FnMut(&RxMeta, &[u8])) -> io::Result<usize> {
         let mut malformed = 0;
-        let n = self.ring.drain(PACKET_BATCH, |frame| {
-            match parse(frame.data).filter(|_| !frame.cut) {
-                Some((meta, payload)) => f(&meta, payload),
-                None => malformed += 1,
+        let n = match &mut self.path {
+            Path::Ring {
+                ring,
+                waiter,
+                since_wait,
+            } => {
+                let n = ring.drain(PACKET_BATCH, |frame| {
+                    match parse(frame.data).filter(|_| !frame.cut) {
+                        Some((meta, payload)) => f(&meta, payload),
+                        None => malformed += 1,
+                    }
+                });
+                *since_wait = since_wait.saturating_add(n as u32);
+                if *since_wait > DEREGISTER_AFTER {
+                    // Busy for a while: stop paying for wake-ups nobody waits for.
+                    *waiter = None;
+                }
+                n
             }
-        });
+            Path::Batch { io, bufs } => {
+                let fd = io.as_raw_fd();
+                let mut lens = [0usize; PACKET_BATCH];
+                // Through tokio first, so that an empty socket clears the registration's
+                // readiness; then directly, because tokio answers from its cached readiness
+                // without calling the closure, and a loop that spins never lets tokio learn
+                // that the socket became readable (as `RoceSocket::try_recv` does for the UDP
+                // socket).
+                let r = match io.try_io(Interest::READABLE, || recv_batch(fd, bufs, &mut lens)) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        recv_batch(fd, bufs, &mut lens)
+                    }
+                    r => r,
+                };
+                let n = match r {
+                    Ok(n) => n,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) =>
+                    {
+                        return Ok(0)
+                    }
+                    Err(e) => return Err(e),
+                };
+                for (buf, &len) in bufs.iter().zip(&lens[..n]) {
+                    match parse(&buf[..len.min(BUF)]) {
+                        Some((meta, payload)) => f(&meta, payload),
+                        None => malformed += 1,
+                    }
+                }
+                n
+            }
+        };
         self.malformed += malformed;
-        self.since_wait = self.since_wait.saturating_add(n as u32);
-        if self.since_wait > DEREGISTER_AFTER {
-            // Busy for a while: stop paying for wake-ups nobody waits for.
-            self.waiter = None;
-        }
         Ok(n)
     }
+}
+
+/// One `recvmmsg` into `bufs`; the datagram lengths go to `lens`. Returns how many.
+fn recv_batch(
+    fd: std::os::fd::RawFd,
+    bufs: &mut [Vec<u8>],
+    lens: &mut [usize; PACKET_BATCH],
+) -> io::Result<usize> {
+    HEADERS.with(|h| {
+        let mut h = h.borrow_mut();
+        let mut it = bufs.iter_mut();
+        let mut iovs: [[IoSliceMut<'_>; 1]; PACKET_BATCH] = std::array::from_fn(|_| {
+            [IoSliceMut::new(
+                it.next().map_or(&mut [][..], |b| &mut b[..]),
+            )]
+        });
+        let r = recvmmsg(fd, &mut h, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None)
+            .map_err(io::Error::from)?;
+        let mut n = 0;
+        for (slot, m) in lens.iter_mut().zip(r) {
+            *slot = m.bytes;
+            n += 1;
+        }
+        Ok(n)
+    })
 }
 
 /// The metadata and UDP payload of an IPv4 datagram (from its IP header on), or `None` when it

@@ -61,9 +61,9 @@ fn the_packet_ring_hands_over_whole_datagrams_once_and_counts_what_it_drops() {
         .unwrap();
     rt.block_on(async {
         let at: SocketAddr = "127.0.92.1:4791".parse().unwrap();
-        let mut rx = RoceSocket::bind_with(at, LinkChoice::Packet)
+        let mut rx = RoceSocket::bind_with(at, LinkChoice::PacketRing)
             .expect("the packet link (needs CAP_NET_RAW: run the tests as root)");
-        assert_eq!(rx.link(), Link::Packet);
+        assert_eq!(rx.link(), Link::PacketRing);
         let tx = UdpSocket::bind("127.0.92.2:0").unwrap();
         let src = tx.local_addr().unwrap();
         // Drains until `want` datagrams were handed over or two seconds passed.
