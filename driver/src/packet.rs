@@ -194,7 +194,10 @@ impl PacketRx {
         }
         let path = if ring {
             Path::Ring {
-                ring: RxRing::new(OwnedFd::from(sock), Layout::for_frames(MAX_FRAME, RING_BYTES))?,
+                ring: RxRing::new(
+                    OwnedFd::from(sock),
+                    Layout::for_frames(MAX_FRAME, RING_BYTES),
+                )?,
                 waiter: None,
                 since_wait: 0,
             }

@@ -82,6 +82,8 @@ pub struct Device {
     drops: QpStats,
     /// Datagrams accepted by a QP.
     accepted: u64,
+    /// QP1: MADs in and out.
+    gsi: crate::gsi::Gsi,
 }
 
 impl Default for Device {
@@ -104,7 +106,14 @@ impl Device {
             served: 0,
             drops: QpStats::default(),
             accepted: 0,
+            gsi: crate::gsi::Gsi::default(),
         }
+    }
+
+    /// QP1, the general services interface: MADs received ([`crate::gsi::Gsi::take`]) and to
+    /// send ([`crate::gsi::Gsi::send`]; they go out first from [`Device::poll_transmit`]).
+    pub fn gsi(&mut self) -> &mut crate::gsi::Gsi {
+        &mut self.gsi
     }
 
     /// Allocates a protection domain.
@@ -273,6 +282,10 @@ impl Device {
                 return;
             }
         };
+        if qpn == crate::gsi::GSI_QPN {
+            self.gsi.receive(meta, datagram);
+            return;
+        }
         match self.split(qpn) {
             Some((qp, mut ctx)) => {
                 if qp.handle_datagram(now, meta, datagram, &mut ctx) {
@@ -311,6 +324,17 @@ impl Device {
     /// responses in turns ([`TX_RUN`](crate::qp::TX_RUN)). Idle QPs cost nothing.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        // Management datagrams first: few, small, and what connections wait on.
+        if self.gsi.has_output() {
+            if let Some(path) = self.gsi.poll_transmit(buf) {
+                return Some(Transmit {
+                    qpn: crate::gsi::GSI_QPN,
+                    len: buf.len(),
+                    ecn: path.ecn,
+                    path,
+                });
+            }
+        }
         let quantum = self.config.tx_quantum.max(1);
         for _ in 0..=self.active.len() {
             let &i = self.active.front()?;

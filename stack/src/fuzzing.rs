@@ -439,8 +439,141 @@ fn check(sides: &mut [Side; 2]) {
     }
 }
 
+/// Drives a CM with arbitrary MADs from `data`: raw bytes, and its own last MAD sent back
+/// with the communication IDs swapped, a chosen message kind and bytes changed (so the inputs
+/// reach REP, RTU, REJ, MRA, DREQ and DREP handling of real connections), with time steps,
+/// accepts, rejects, connects and disconnects. Panics only when an invariant breaks: a
+/// connection established twice, more connections than the bound. Returns (MADs handled,
+/// connections established).
+pub fn cm(data: &[u8]) -> (u64, u64) {
+    use crate::cm::{Cm, CmConfig, CmEvent, ConnectOptions, QpOffer, MAX_CONNECTIONS};
+    use std::collections::BTreeSet;
+    use std::net::{IpAddr, Ipv4Addr};
+    let me = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+    let peer = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    let svc = crate::cm::rdma_cm_service_id(18515);
+    let mut cm = Cm::new(CmConfig {
+        response_timeout: 4,
+        max_retries: 3,
+        time_wait_ns: 1_000_000,
+        seed: 1,
+        ..CmConfig::default()
+    });
+    cm.listen(svc);
+    let offer = QpOffer {
+        qpn: Qpn(0x40),
+        starting_psn: Psn::new(1),
+        responder_resources: 4,
+        initiator_depth: 4,
+        rnr_retry_count: 7,
+    };
+    let mut input = Input { data };
+    let mut now = Instant::from_nanos(0);
+    let mut last = [0u8; 256];
+    let (mut handled, mut established) = (0u64, BTreeSet::new());
+    let mut pending = Vec::new();
+    while !input.data.is_empty() {
+        match input.byte() % 6 {
+            0 => {
+                let mut m = [0u8; 256];
+                let n = usize::from(input.byte());
+                for b in m.iter_mut().take(n) {
+                    *b = input.byte();
+                }
+                cm.handle_mad(now, peer, me, &m[..n.max(24)]);
+                handled += 1;
+            }
+            1 => {
+                // Our last MAD back: IDs swapped, a kind chosen, some bytes changed.
+                let mut m = last;
+                let (a, b) = (m[24..28].to_vec(), m[28..32].to_vec());
+                m[24..28].copy_from_slice(&b);
+                m[28..32].copy_from_slice(&a);
+                m[17] = [0x13, 0x14, 0x12, 0x11, 0x15, 0x16, 0x10][usize::from(input.byte() % 7)];
+                for _ in 0..input.byte() % 4 {
+                    let at = 24 + usize::from(input.byte()) % 232;
+                    m[at] = input.byte();
+                }
+                cm.handle_mad(now, peer, me, &m);
+                handled += 1;
+            }
+            2 => {
+                now = now.add_nanos(u64::from(input.byte()) * 100_000);
+                cm.handle_timeout(now);
+            }
+            3 => {
+                if let Some(c) = pending.pop() {
+                    if input.byte() & 1 == 0 {
+                        cm.accept(now, c, offer, &[1, 2, 3]);
+                    } else {
+                        cm.reject(c, crate::cm::reason::CONSUMER_REJECT, &[]);
+                    }
+                }
+            }
+            4 => {
+                let _ = cm.connect(
+                    now,
+                    &ConnectOptions {
+                        local: me,
+                        peer,
+                        service_id: svc,
+                        offer,
+                        mtu: 256 << (input.byte() % 6),
+                        retry_count: 7,
+                        local_ack_timeout: 14,
+                        private_data: vec![input.byte(); usize::from(input.byte() % 100)],
+                    },
+                );
+            }
+            _ => {
+                if let Some(&c) = established.iter().next() {
+                    cm.disconnect(now, crate::cm::ConnId(c));
+                }
+            }
+        }
+        while let Some(o) = cm.poll_transmit() {
+            last = o.mad;
+        }
+        while let Some(e) = cm.poll_event() {
+            match e {
+                CmEvent::Request { conn, .. } => pending.push(conn),
+                CmEvent::Established { conn, .. } => {
+                    assert!(established.insert(conn.0), "established twice");
+                }
+                CmEvent::Disconnected { conn } | CmEvent::TimedOut { conn } => {
+                    established.remove(&conn.0);
+                }
+                CmEvent::Rejected { .. } => {}
+            }
+        }
+        assert!(cm.connections() <= MAX_CONNECTIONS);
+    }
+    (handled, established.len() as u64 + cm.stats().sent)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cm_survives_random_inputs() {
+        let mut x = 0x0bad_c0de_1234_5678u64;
+        let n = if cfg!(debug_assertions) { 300 } else { 3000 };
+        let mut total = (0, 0);
+        for i in 0..n {
+            let data: Vec<u8> = (0..(200 + (i * 53) % 3000))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect();
+            let (h, e) = super::cm(&data);
+            total.0 += h;
+            total.1 += e;
+        }
+        assert!(total.0 > n && total.1 > 0, "{total:?}");
+    }
+
     #[test]
     fn qp_pair_survives_random_inputs() {
         let mut x = 0x1234_5678_9abc_def0u64;

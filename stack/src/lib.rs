@@ -36,7 +36,9 @@
 #![warn(missing_docs)]
 
 pub mod cc;
+pub mod cm;
 mod device;
+pub mod gsi;
 pub mod handle;
 pub mod memory;
 pub mod model;

@@ -1,0 +1,618 @@
+//! The communication manager, both sides in virtual time over a lossy, duplicating MAD
+//! channel: establishment and release under loss (every retry path taken and counted), each
+//! REJ reason, MRA, duplicates, stale connections, hostile MADs and the bounds. A failing
+//! case prints its seed.
+use std::net::{IpAddr, Ipv4Addr};
+
+use roce_proto::cm::{Message, Mra, Req};
+use roce_proto::mad::{self, Method, MgmtClass, Repr as MadRepr, Status};
+use roce_proto::{Psn, Qpn};
+use roce_stack::cm::{
+    rdma_cm_req_private, rdma_cm_service_id, reason, Cm, CmConfig, CmEvent, CmState, ConnId,
+    ConnectOptions, Negotiated, QpOffer, MAX_CONNECTIONS,
+};
+use roce_stack::rng::Rng;
+use roce_stack::Instant;
+
+const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+const SVC: u64 = rdma_cm_service_id(18515);
+
+fn config(seed: u64) -> CmConfig {
+    CmConfig {
+        // 4.096 µs × 2^8 = 1 ms per try, 5 retries.
+        response_timeout: 8,
+        max_retries: 5,
+        time_wait_ns: 5_000_000,
+        seed,
+        ..CmConfig::default()
+    }
+}
+
+fn options(consumer: &[u8]) -> ConnectOptions {
+    ConnectOptions {
+        local: A,
+        peer: B,
+        service_id: SVC,
+        offer: QpOffer {
+            qpn: Qpn(0x3d),
+            starting_psn: Psn::new(0x7c_c204),
+            responder_resources: 4,
+            initiator_depth: 8,
+            rnr_retry_count: 7,
+        },
+        mtu: 1024,
+        retry_count: 7,
+        local_ack_timeout: 17,
+        private_data: rdma_cm_req_private(A, B, 52471, consumer),
+    }
+}
+
+fn b_offer() -> QpOffer {
+    QpOffer {
+        qpn: Qpn(0x3b),
+        starting_psn: Psn::new(0x72_7d6d),
+        responder_resources: 16,
+        initiator_depth: 2,
+        rnr_retry_count: 6,
+    }
+}
+
+/// What the passive side's consumer does with a REQ.
+#[derive(Clone, Copy, PartialEq)]
+enum Answer {
+    Accept,
+    Reject,
+    Ignore,
+}
+
+/// Two CMs and the channel between them.
+struct Net {
+    a: Cm,
+    b: Cm,
+    now: Instant,
+    /// (arrival, to B?, MAD)
+    wire: Vec<(Instant, bool, [u8; 256])>,
+    rng: Rng,
+    loss: f64,
+    dup: f64,
+    answer: Answer,
+    a_events: Vec<CmEvent>,
+    b_events: Vec<CmEvent>,
+    /// MADs that crossed each way.
+    carried: u64,
+}
+
+impl Net {
+    fn new(seed: u64, loss: f64, dup: f64, answer: Answer) -> Self {
+        let mut b = Cm::new(config(seed ^ 0xb));
+        b.listen(SVC);
+        Self {
+            a: Cm::new(config(seed ^ 0xa)),
+            b,
+            now: Instant::from_nanos(0),
+            wire: Vec::new(),
+            rng: Rng::new(seed),
+            loss,
+            dup,
+            answer,
+            a_events: Vec::new(),
+            b_events: Vec::new(),
+            carried: 0,
+        }
+    }
+
+    fn put(&mut self, to_b: bool, mad: [u8; 256]) {
+        if self.rng.chance(self.loss) {
+            return;
+        }
+        let copies = if self.rng.chance(self.dup) { 2 } else { 1 };
+        for k in 0..copies {
+            let delay = 5_000 + self.rng.below(20_000) + k * 3_000;
+            self.wire.push((self.now.add_nanos(delay), to_b, mad));
+        }
+    }
+
+    /// Runs until nothing is in flight and no timer is pending, or `limit_ns` of virtual time.
+    fn run(&mut self, limit_ns: u64) {
+        let end = self.now.add_nanos(limit_ns);
+        loop {
+            while let Some(e) = self.a.poll_event() {
+                self.a_events.push(e);
+            }
+            while let Some(e) = self.b.poll_event() {
+                if let CmEvent::Request { conn, req } = &e {
+                    assert_eq!(req.service_id, SVC);
+                    match self.answer {
+                        Answer::Accept => {
+                            let (h, consumer) = req.rdma_cm().expect("an RDMA-CM REQ");
+                            assert_eq!((h.src, h.dst), (A, B));
+                            let mut reply = b"rep:".to_vec();
+                            reply.extend_from_slice(consumer);
+                            assert!(self.b.accept(self.now, *conn, b_offer(), &reply));
+                        }
+                        Answer::Reject => {
+                            assert!(self.b.reject(*conn, reason::CONSUMER_REJECT, b"go away"))
+                        }
+                        Answer::Ignore => {}
+                    }
+                }
+                self.b_events.push(e);
+            }
+            while let Some(o) = self.a.poll_transmit() {
+                assert_eq!((o.local, o.peer), (A, B));
+                self.put(true, o.mad);
+            }
+            while let Some(o) = self.b.poll_transmit() {
+                assert_eq!((o.local, o.peer), (B, A));
+                self.put(false, o.mad);
+            }
+            let next_wire = self.wire.iter().map(|w| w.0).min();
+            let next = [next_wire, self.a.poll_timeout(), self.b.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(t) = next else { return };
+            if t > end {
+                return;
+            }
+            self.now = self.now.max(t);
+            // Deliver everything due, in arrival order.
+            self.wire.sort_by_key(|w| w.0);
+            while self.wire.first().is_some_and(|w| w.0 <= self.now) {
+                let (_, to_b, m) = self.wire.remove(0);
+                self.carried += 1;
+                if to_b {
+                    self.b.handle_mad(self.now, A, B, &m);
+                } else {
+                    self.a.handle_mad(self.now, B, A, &m);
+                }
+            }
+            if self.a.poll_timeout().is_some_and(|d| d <= self.now) {
+                self.a.handle_timeout(self.now);
+            }
+            if self.b.poll_timeout().is_some_and(|d| d <= self.now) {
+                self.b.handle_timeout(self.now);
+            }
+        }
+    }
+}
+
+fn established(events: &[CmEvent]) -> Option<(ConnId, Negotiated)> {
+    events.iter().find_map(|e| match e {
+        CmEvent::Established { conn, params } => Some((*conn, params.clone())),
+        _ => None,
+    })
+}
+
+/// The two sides agree on every attribute of the connection.
+fn consistent(a: &Negotiated, b: &Negotiated, seed: u64) {
+    assert_eq!(a.remote_qpn, b.local_qpn, "seed {seed}");
+    assert_eq!(b.remote_qpn, a.local_qpn, "seed {seed}");
+    assert_eq!(a.rq_psn, b.sq_psn, "seed {seed}");
+    assert_eq!(b.rq_psn, a.sq_psn, "seed {seed}");
+    assert_eq!(a.mtu, b.mtu, "seed {seed}");
+    // Each requester's depth fits the other's responder resources.
+    assert!(a.max_rd_atomic <= b.max_dest_rd_atomic, "seed {seed}");
+    assert!(b.max_rd_atomic <= a.max_dest_rd_atomic, "seed {seed}");
+    assert_eq!((a.retry_cnt, b.retry_cnt), (7, 7), "seed {seed}");
+    assert_eq!(a.rnr_retry, b_offer().rnr_retry_count, "seed {seed}");
+    assert_eq!(b.rnr_retry, 7, "seed {seed}");
+    assert_eq!((a.timeout, b.timeout), (17, 17), "seed {seed}");
+}
+
+#[test]
+fn a_clean_connection_is_established_consistently_and_released() {
+    let mut n = Net::new(1, 0.0, 0.0, Answer::Accept);
+    let conn = n.a.connect(n.now, &options(b"hello")).unwrap();
+    n.run(1_000_000_000);
+    let (ac, a) = established(&n.a_events).expect("active established");
+    let (bc, b) = established(&n.b_events).expect("passive established");
+    assert_eq!(ac, conn);
+    consistent(&a, &b, 1);
+    // Our initiator depth 8 against their responder resources 16; our responder resources 4
+    // against their initiator depth 2.
+    assert_eq!(a.max_rd_atomic, 8);
+    assert_eq!(a.max_dest_rd_atomic, 2);
+    // Private data both ways: the REP's to the active side, the consumer's part of the REQ
+    // (after RDMA-CM's cma_hdr) to the passive side.
+    assert_eq!(&b.private_data[..5], b"hello");
+    assert_eq!(&a.private_data[..9], b"rep:hello");
+    // 3 MADs: REQ, REP, RTU.
+    assert_eq!(
+        n.carried,
+        3,
+        "{:?} {:?} {:?}",
+        n.a.stats(),
+        n.b.stats(),
+        n.b_events
+    );
+    let params = a.connect_params(roce_stack::ConnectParams::default());
+    assert_eq!(
+        (params.dest_qpn, params.rq_psn, params.sq_psn, params.mtu),
+        (Qpn(0x3b), Psn::new(0x72_7d6d), Psn::new(0x7c_c204), 1024)
+    );
+    assert_eq!(n.a.state(ac), Some(CmState::Established));
+    assert_eq!(n.b.state(bc), Some(CmState::Established));
+    // Release from the active side.
+    assert!(n.a.disconnect(n.now, ac));
+    n.run(1_000_000_000);
+    assert!(n.a_events.contains(&CmEvent::Disconnected { conn: ac }));
+    assert!(n.b_events.contains(&CmEvent::Disconnected { conn: bc }));
+    // TimeWait over: nothing left.
+    assert_eq!((n.a.connections(), n.b.connections()), (0, 0));
+    assert_eq!(n.carried, 5);
+}
+
+/// 1,000 seeds with 30 % of the MADs lost and 20 % duplicated: each side ends with exactly one
+/// outcome; when both are established they agree; release always completes; every retry path
+/// is taken somewhere.
+#[test]
+fn establishment_and_release_survive_loss_and_duplication() {
+    let seeds: u64 = std::env::var("CM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let (mut both, mut timed_out) = (0, 0);
+    let mut totals = [0u64; 4];
+    for seed in 0..seeds {
+        let mut n = Net::new(seed, 0.3, 0.2, Answer::Accept);
+        let conn = n.a.connect(n.now, &options(b"x")).unwrap();
+        n.run(10_000_000_000);
+        let outcomes: Vec<&CmEvent> = n
+            .a_events
+            .iter()
+            .filter(|e| !matches!(e, CmEvent::Disconnected { .. }))
+            .collect();
+        assert_eq!(
+            outcomes.len(),
+            1,
+            "seed {seed}: active outcomes {outcomes:?}"
+        );
+        match (established(&n.a_events), established(&n.b_events)) {
+            (Some((_, a)), Some((bc, b))) => {
+                consistent(&a, &b, seed);
+                both += 1;
+                // Release under the same loss.
+                assert!(n.a.disconnect(n.now, conn), "seed {seed}");
+                n.run(10_000_000_000);
+                assert!(
+                    n.a_events.contains(&CmEvent::Disconnected { conn }),
+                    "seed {seed}"
+                );
+                // Only when every DREQ was lost (then the active side timed out waiting for
+                // a DREP) may the passive side not have heard of the release.
+                assert!(
+                    n.b_events.contains(&CmEvent::Disconnected { conn: bc })
+                        || n.a.stats().timeouts > 0,
+                    "seed {seed}: the passive side never learnt of the release"
+                );
+            }
+            (None, _) => {
+                assert!(
+                    n.a_events.contains(&CmEvent::TimedOut { conn }),
+                    "seed {seed}: {:?}",
+                    n.a_events
+                );
+                timed_out += 1;
+            }
+            (Some(_), None) => {
+                // The RTU and every resent REP were lost: the passive side gave up (it sent a
+                // REJ with reason Timeout, itself maybe lost). IBTA leaves the active side to
+                // find out on its first transfer.
+                assert!(
+                    n.b_events
+                        .iter()
+                        .any(|e| matches!(e, CmEvent::TimedOut { .. })),
+                    "seed {seed}"
+                );
+            }
+        }
+        // Everything is cleaned up once the timers ran out (the active side too, unless the
+        // passive side's REJ was lost as well: then it finds out on its first transfer).
+        n.run(100_000_000_000);
+        let half_open = established(&n.a_events).is_some() && established(&n.b_events).is_none();
+        let a_left = if half_open { 0 } else { n.a.connections() };
+        // Every DREQ lost: the passive side still holds its (established) connection, and
+        // only that.
+        let b_unaware = established(&n.b_events).is_some()
+            && !n
+                .b_events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Disconnected { .. }));
+        assert_eq!(
+            (a_left, n.b.connections()),
+            (0, usize::from(b_unaware)),
+            "seed {seed}: {:?} {:?}",
+            n.a_events,
+            n.b_events
+        );
+        let (sa, sb) = (n.a.stats(), n.b.stats());
+        totals[0] += sa.retries + sb.retries;
+        totals[1] += sa.resent_answers + sb.resent_answers;
+        totals[2] += sa.duplicates + sb.duplicates;
+        totals[3] += sa.timeouts + sb.timeouts;
+    }
+    assert!(both > seeds * 8 / 10, "{both} of {seeds} established");
+    assert!(timed_out < seeds / 20, "{timed_out} of {seeds} timed out");
+    let [retries, resent, dups, timeouts] = totals;
+    eprintln!("{both} of {seeds} established, {timed_out} timed out; retries {retries}, resent answers {resent}, duplicates {dups}, timeouts {timeouts}");
+    assert!(retries > 0 && resent > 0 && dups > 0, "{totals:?}");
+    let _ = timeouts;
+}
+
+#[test]
+fn no_listener_is_rejected_with_invalid_service_id() {
+    let mut n = Net::new(2, 0.0, 0.0, Answer::Accept);
+    let mut o = options(b"");
+    o.service_id = rdma_cm_service_id(1);
+    let conn = n.a.connect(n.now, &o).unwrap();
+    n.run(1_000_000_000);
+    assert!(
+        matches!(
+            n.a_events.as_slice(),
+            [CmEvent::Rejected { conn: c, reason: r, .. }] if *c == conn && *r == reason::INVALID_SERVICE_ID
+        ),
+        "{:?}",
+        n.a_events
+    );
+    assert!(n.b_events.is_empty());
+    assert_eq!(n.b.stats().rejects_sent, 1);
+    assert_eq!((n.a.connections(), n.b.connections()), (0, 0));
+}
+
+#[test]
+fn a_consumer_reject_reaches_the_active_side_with_its_private_data() {
+    let mut n = Net::new(3, 0.0, 0.0, Answer::Reject);
+    let conn = n.a.connect(n.now, &options(b"")).unwrap();
+    n.run(1_000_000_000);
+    match n.a_events.as_slice() {
+        [CmEvent::Rejected {
+            conn: c,
+            reason: r,
+            private_data,
+        }] => {
+            assert_eq!((*c, *r), (conn, reason::CONSUMER_REJECT));
+            assert_eq!(&private_data[..7], b"go away");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_silent_peer_times_out_after_every_retry() {
+    let mut n = Net::new(4, 1.0, 0.0, Answer::Accept);
+    let conn = n.a.connect(n.now, &options(b"")).unwrap();
+    n.run(10_000_000_000);
+    assert_eq!(n.a_events, vec![CmEvent::TimedOut { conn }]);
+    let s = n.a.stats();
+    assert_eq!(s.retries, 5, "max_retries resends");
+    assert_eq!(s.timeouts, 1);
+    assert_eq!(s.rejects_sent, 1, "REJ with reason Timeout");
+    // 1 + 5 tries of 4.096 µs × 2^8 each.
+    let try_ns = 4096 * 256;
+    assert!(n.now.as_nanos() >= 6 * try_ns && n.now.as_nanos() < 7 * try_ns);
+}
+
+#[test]
+fn a_consumer_that_never_answers_times_the_active_side_out() {
+    let mut n = Net::new(5, 0.0, 0.0, Answer::Ignore);
+    let conn = n.a.connect(n.now, &options(b"")).unwrap();
+    n.run(10_000_000_000);
+    assert_eq!(n.a_events, vec![CmEvent::TimedOut { conn }]);
+    // Each resent REQ reached the passive side as a duplicate.
+    assert_eq!(n.b.stats().duplicates, 5);
+    // The REJ (Timeout) cleared the passive side's half-open connection.
+    assert_eq!(n.b.connections(), 0);
+}
+
+fn mad_of(msg: &Message, tid: u64) -> [u8; 256] {
+    let mut m = [0u8; 256];
+    MadRepr {
+        base_version: 1,
+        mgmt_class: MgmtClass::CM,
+        class_version: 2,
+        method: Method::SEND,
+        status: Status(0),
+        class_specific: 0,
+        transaction_id: tid,
+        attribute_id: msg.kind().attribute_id(),
+        reserved: 0,
+        attribute_modifier: 0,
+    }
+    .emit(&mut m);
+    msg.emit(&mut m[mad::HEADER_LEN..]);
+    m
+}
+
+fn rej_reason(m: &[u8; 256]) -> Option<u16> {
+    match Message::parse(u16::from_be_bytes([m[16], m[17]]), &m[mad::HEADER_LEN..])?.ok()? {
+        Message::Rej(r) => Some(r.reason),
+        _ => None,
+    }
+}
+
+#[test]
+fn invalid_requests_get_the_reason_that_names_the_problem() {
+    let mut b = Cm::new(config(6));
+    b.listen(SVC);
+    let t = Instant::from_nanos(0);
+    let base = Req {
+        local_comm_id: 0x1000,
+        service_id: SVC,
+        local_qpn: 0x40,
+        path_packet_payload_mtu: 3,
+        ..Req::default()
+    };
+    let cases = [
+        (
+            Req {
+                path_packet_payload_mtu: 9,
+                ..base
+            },
+            reason::INVALID_MTU,
+        ),
+        (
+            Req {
+                transport_service_type: 1,
+                local_comm_id: 0x1001,
+                ..base
+            },
+            reason::INVALID_TRANSPORT_TYPE,
+        ),
+        (
+            Req {
+                service_id: 7,
+                local_comm_id: 0x1002,
+                ..base
+            },
+            reason::INVALID_SERVICE_ID,
+        ),
+    ];
+    for (req, want) in cases {
+        b.handle_mad(t, A, B, &mad_of(&Message::Req(req), 9));
+        let out = b.poll_transmit().expect("a REJ");
+        assert_eq!(rej_reason(&out.mad), Some(want));
+    }
+    assert!(b.poll_event().is_none());
+    assert_eq!(b.connections(), 0);
+}
+
+#[test]
+fn duplicates_are_answered_as_before_and_stale_requests_rejected() {
+    let mut b = Cm::new(config(7));
+    b.listen(SVC);
+    let t = Instant::from_nanos(0);
+    let req = Req {
+        local_comm_id: 0x2000,
+        service_id: SVC,
+        local_qpn: 0x41,
+        path_packet_payload_mtu: 3,
+        local_cm_response_timeout: 8,
+        max_cm_retries: 3,
+        ..Req::default()
+    };
+    let req_mad = mad_of(&Message::Req(req), 11);
+    b.handle_mad(t, A, B, &req_mad);
+    let Some(CmEvent::Request { conn, .. }) = b.poll_event() else {
+        panic!("no request")
+    };
+    assert!(b.accept(t, conn, b_offer(), b""));
+    let rep = b.poll_transmit().unwrap().mad;
+    // The REQ again: the same REP again.
+    b.handle_mad(t, A, B, &req_mad);
+    assert_eq!(b.poll_transmit().unwrap().mad, rep);
+    assert_eq!(b.stats().resent_answers, 1);
+    // RTU: established.
+    let rtu = Message::Rtu(roce_proto::cm::Rtu {
+        local_comm_id: 0x2000,
+        remote_comm_id: conn.0,
+        ..Default::default()
+    });
+    b.handle_mad(t, A, B, &mad_of(&rtu, 11));
+    assert!(matches!(b.poll_event(), Some(CmEvent::Established { .. })));
+    // The same QP asking again under a new communication ID: stale.
+    let again = Req {
+        local_comm_id: 0x2001,
+        ..req
+    };
+    b.handle_mad(t, A, B, &mad_of(&Message::Req(again), 12));
+    assert_eq!(
+        rej_reason(&b.poll_transmit().unwrap().mad),
+        Some(reason::STALE_CONNECTION)
+    );
+    // Released by the peer; during TimeWait the old REQ is stale too.
+    let dreq = Message::Dreq(roce_proto::cm::Dreq {
+        local_comm_id: 0x2000,
+        remote_comm_id: conn.0,
+        remote_qpn_eecn: 0x3b,
+        ..Default::default()
+    });
+    b.handle_mad(t, A, B, &mad_of(&dreq, 13));
+    assert_eq!(b.poll_event(), Some(CmEvent::Disconnected { conn }));
+    let drep = b.poll_transmit().unwrap().mad;
+    assert_eq!(u16::from_be_bytes([drep[16], drep[17]]), 0x0016);
+    // A duplicate DREQ gets the DREP again.
+    b.handle_mad(t, A, B, &mad_of(&dreq, 13));
+    assert_eq!(b.poll_transmit().unwrap().mad, drep);
+    b.handle_mad(t, A, B, &req_mad);
+    assert_eq!(
+        rej_reason(&b.poll_transmit().unwrap().mad),
+        Some(reason::STALE_CONNECTION)
+    );
+    // A DREQ for no connection is answered all the same.
+    let stray = Message::Dreq(roce_proto::cm::Dreq {
+        local_comm_id: 0x9999,
+        remote_comm_id: 0x1234_5678,
+        ..Default::default()
+    });
+    b.handle_mad(t, A, B, &mad_of(&stray, 14));
+    let out = b.poll_transmit().unwrap().mad;
+    assert_eq!(u16::from_be_bytes([out[16], out[17]]), 0x0016);
+}
+
+#[test]
+fn an_mra_extends_the_wait_for_the_reply() {
+    let mut a = Cm::new(config(8));
+    let t0 = Instant::from_nanos(0);
+    let conn = a.connect(t0, &options(b"")).unwrap();
+    let _req = a.poll_transmit().unwrap();
+    let first = a.poll_timeout().unwrap();
+    // MRA for the REQ with service timeout 14 (67 ms).
+    let mra = Message::Mra(Mra {
+        local_comm_id: 0x5555,
+        remote_comm_id: conn.0,
+        message_mraed: 0,
+        service_timeout: 14,
+        ..Default::default()
+    });
+    a.handle_mad(t0, B, A, &mad_of(&mra, 1));
+    assert_eq!(a.stats().mras_received, 1);
+    let later = a.poll_timeout().unwrap();
+    assert!(later.as_nanos() > first.as_nanos() + 60_000_000);
+    // Nothing is resent at the original deadline.
+    a.handle_timeout(first);
+    assert!(a.poll_transmit().is_none());
+    assert_eq!(a.state(conn), Some(CmState::ReqSent));
+}
+
+/// Hostile MADs (random bytes, and valid messages with random fields, from anywhere) never
+/// panic and never leave more connections than the bound.
+#[test]
+fn hostile_mads_are_survived_and_bounded() {
+    let mut b = Cm::new(config(9));
+    b.listen(SVC);
+    let mut rng = Rng::new(99);
+    let mut t = Instant::from_nanos(0);
+    for i in 0..20_000u32 {
+        let mut m = [0u8; 256];
+        rng.fill(&mut m);
+        if i % 2 == 0 {
+            // A CM header over random fields, of a random CM message kind.
+            m[0] = 1;
+            m[1] = 0x07;
+            m[2] = 2;
+            m[3] = 0x03;
+            m[16] = 0;
+            m[17] = 0x10 + (i % 11) as u8;
+            if i % 4 == 0 {
+                // A REQ to the listened service with a valid MTU: fills the table.
+                m[24 + 8..24 + 16].copy_from_slice(&SVC.to_be_bytes());
+                m[24 + 43] &= 0x9f; // RC
+                m[24 + 50] = (m[24 + 50] & 0xf0) | 3;
+            }
+        }
+        let from = IpAddr::V4(Ipv4Addr::new(10, 9, (i >> 8) as u8, i as u8));
+        b.handle_mad(t, from, B, &m[..(i as usize % 257)]);
+        b.handle_mad(t, from, B, &m);
+        while b.poll_transmit().is_some() {}
+        while b.poll_event().is_some() {}
+        if i % 1000 == 0 {
+            t = t.add_nanos(1_000_000);
+            b.handle_timeout(t);
+        }
+        assert!(b.connections() <= MAX_CONNECTIONS);
+    }
+    assert!(b.connections() > 0, "no REQ was ever taken");
+    assert!(b.stats().ignored > 0);
+}
