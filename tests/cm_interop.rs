@@ -173,7 +173,7 @@ fn passive_answers(name: &str) {
         initiator_depth: 4,
         rnr_retry_count: 7,
     };
-    assert!(cm.accept(now, conn, offer, b"roce says hello"));
+    assert!(cm.accept(now, conn, offer, b"roce says hello").is_some());
     let out = cm.poll_transmit().unwrap();
     assert!(dev.gsi().send(OutgoingMad {
         local: out.local,

@@ -66,6 +66,12 @@ impl Secrets {
         }))
     }
 
+    /// The seed of a communication manager's communication and transaction IDs (`salt`
+    /// tells the two ends of a seeded run apart).
+    pub fn cm_seed(&self, salt: u64) -> Result<u64, DriverError> {
+        Ok(self.rng(salt ^ 0xc0_3300)?.next_u64())
+    }
+
     /// First PSNs of `n` QPs (`salt` tells the two ends of a seeded run apart).
     pub fn start_psns(&self, n: u32, salt: u64) -> Result<Vec<Psn>, DriverError> {
         let mut rng = self.rng(salt)?;

@@ -71,6 +71,10 @@ pub(crate) struct LoopbackArgs {
     /// Address of the server (responder) end.
     #[arg(long, default_value = "127.0.0.2")]
     server_ip: Option<IpAddr>,
+    /// Connect the QPs through the IB CM on QP1 (REQ/REP/RTU over UDP 4791, RDMA-CM service
+    /// ID of port 18515) instead of the TCP control connection.
+    #[arg(long, conflicts_with = "ipv6")]
+    cm: bool,
 }
 
 #[derive(Debug, Args)]
@@ -92,15 +96,25 @@ pub(crate) struct ServerArgs {
     /// Write every datagram sent and received to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Accept the client's QPs through the IB CM on QP1 (UDP 4791 at --bind; --port is then
+    /// the RDMA-CM port whose service ID is listened on) instead of the TCP control
+    /// connection.
+    #[arg(long)]
+    cm: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ClientArgs {
-    /// The server: HOST or HOST:PORT (port of the control connection, default 18515).
+    /// The server: HOST or HOST:PORT (port of the control connection, or with --cm the
+    /// RDMA-CM port; default 18515).
     server: String,
     /// Local address to use.
     #[arg(long)]
     bind: Option<IpAddr>,
+    /// Connect through the IB CM on QP1 (REQ/REP/RTU over UDP 4791) instead of the TCP
+    /// control connection.
+    #[arg(long)]
+    cm: bool,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -167,6 +181,14 @@ fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
 pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
     let tap = pcap_tap(&a.run.pcap)?;
+    if a.cm {
+        let (c, s) = match (a.client_ip, a.server_ip) {
+            (Some(c), Some(s)) => (c, s),
+            _ => roce_driver::loopback_addrs(false),
+        };
+        let r = workload::cm::loopback_cm(&cfg, c, s, tap)?;
+        return report(&r, r.ok, a.run.json);
+    }
     let r = match (a.ipv6, a.client_ip, a.server_ip) {
         (false, Some(c), Some(s)) => {
             workload::loopback_between(&cfg, (c, ROCEV2_UDP_PORT), (s, ROCEV2_UDP_PORT), tap)?
@@ -178,6 +200,40 @@ pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let imp = a.impair.impairment(a.seed.unwrap_or(2))?;
+    if a.cm {
+        let secrets = Secrets::from_seed(a.seed);
+        let (bind, port) = (a.bind, a.port);
+        let o = workload::cm::serve_cm(
+            bind,
+            port,
+            imp,
+            secrets,
+            a.link.link,
+            pcap_tap(&a.pcap)?,
+            || {
+                eprintln!(
+                "roce server: waiting for a client's CM REQ on {bind} UDP {ROCEV2_UDP_PORT} (RDMA-CM port {port})"
+            );
+            },
+        )?;
+        for m in &o.mismatches {
+            eprintln!("roce server: {m}");
+        }
+        let who = o.peer.map_or_else(|| "?".to_string(), |p| p.to_string());
+        return if o.complete {
+            eprintln!(
+                "roce server: client {who} finished and released, every QP verified, {} bytes verified here",
+                o.verified_bytes
+            );
+            Ok(ExitCode::SUCCESS)
+        } else {
+            eprintln!(
+                "roce server: FAILED: client {who} released before every QP's memory verified ({} bytes verified here)",
+                o.verified_bytes
+            );
+            Ok(ExitCode::FAILURE)
+        };
+    }
     let listener = listener(a.bind, a.port)?;
     eprintln!(
         "roce server: waiting for a client on {}",
@@ -205,6 +261,21 @@ pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
+    if a.cm {
+        let server = resolve(&a.server)?;
+        let local = match a.bind {
+            Some(b) => b,
+            None => route_source(server.ip())?,
+        };
+        let r = workload::cm::run_client_cm(
+            local,
+            server.ip(),
+            server.port(),
+            &cfg,
+            pcap_tap(&a.run.pcap)?,
+        )?;
+        return report(&r, r.ok, a.run.json);
+    }
     let client = roce_driver::ClientConfig {
         server: resolve(&a.server)?,
         bind: a.bind,
@@ -212,6 +283,20 @@ pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
     };
     let r = workload::run_client(client, &cfg, pcap_tap(&a.run.pcap)?)?;
     report(&r, r.ok, a.run.json)
+}
+
+/// The local address the route to `peer` leaves from (a UDP socket connected to it: no
+/// datagram is sent).
+fn route_source(peer: IpAddr) -> anyhow::Result<IpAddr> {
+    let any: IpAddr = if peer.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = std::net::UdpSocket::bind((any, 0))?;
+    s.connect((peer, ROCEV2_UDP_PORT))
+        .map_err(|e| anyhow::anyhow!("no route to {peer}: {e}"))?;
+    Ok(s.local_addr()?.ip())
 }
 
 #[cfg(test)]

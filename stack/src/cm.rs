@@ -316,6 +316,10 @@ struct Conn {
     retries_left: u8,
     /// Filled as the exchange goes.
     params: Negotiated,
+    /// Private data this side puts in its DREQ or DREP.
+    release: Vec<u8>,
+    /// The private data of the peer's DREQ or DREP, once one arrived.
+    peer_release: Option<Vec<u8>>,
 }
 
 /// A MAD the CM wants sent to a peer's QP1.
@@ -417,6 +421,25 @@ impl Cm {
     /// Where a connection is (`None` once it is gone).
     pub fn state(&self, conn: ConnId) -> Option<CmState> {
         self.conns.get(&conn.0).map(|c| c.state)
+    }
+
+    /// Sets the private data this side sends when the connection is released: in its DREQ
+    /// ([`Cm::disconnect`]) or in the DREP that answers the peer's DREQ (at most 220 bytes are
+    /// sent). `false` for no such connection.
+    pub fn set_release_data(&mut self, conn: ConnId, data: &[u8]) -> bool {
+        match self.conns.get_mut(&conn.0) {
+            Some(c) => {
+                c.release.clear();
+                c.release.extend_from_slice(&data[..data.len().min(220)]);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The private data of the peer's DREQ or DREP, once one arrived (kept through TimeWait).
+    pub fn peer_release_data(&self, conn: ConnId) -> Option<&[u8]> {
+        self.conns.get(&conn.0)?.peer_release.as_deref()
     }
 
     /// Connections in any state.
@@ -564,19 +587,29 @@ impl Cm {
                     timeout: o.local_ack_timeout & 31,
                     private_data: Vec::new(),
                 },
+                release: Vec::new(),
+                peer_release: None,
             },
         );
         Ok(ConnId(id))
     }
 
     /// Passive side: accepts a REQ announced by [`CmEvent::Request`] with our QP; sends REP.
-    /// `false` when the connection is not waiting for an answer.
-    pub fn accept(&mut self, now: Instant, conn: ConnId, offer: QpOffer, private: &[u8]) -> bool {
-        let Some(c) = self.conns.get_mut(&conn.0) else {
-            return false;
-        };
+    /// Returns what the QP is to be connected with: move it to RTR (or RTS) now, before the
+    /// REP leaves, as §12.9.7 has the passive side do, since the active side may send as soon
+    /// as it has the REP (the RTU and the first requests can arrive together).
+    /// [`CmEvent::Established`] follows on the RTU. `None` when the connection is not
+    /// waiting for an answer.
+    pub fn accept(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        offer: QpOffer,
+        private: &[u8],
+    ) -> Option<Negotiated> {
+        let c = self.conns.get_mut(&conn.0)?;
         if c.state != CmState::ReqRcvd {
-            return false;
+            return None;
         }
         // Depths: no more than the other side can take.
         let rr = offer.responder_resources.min(c.params.max_dest_rd_atomic);
@@ -603,9 +636,10 @@ impl Cm {
         c.last = Some(msg);
         c.deadline = Some(now.add_nanos(c.wait_ns));
         let (local, peer, tid) = (c.local, c.peer, c.tid);
+        let params = c.params.clone();
         self.send(local, peer, tid, &msg);
         self.stats.sent += 1;
-        true
+        Some(params)
     }
 
     /// Passive side: refuses a REQ announced by [`CmEvent::Request`] (REJ with `reason`,
@@ -663,7 +697,7 @@ impl Cm {
             local_comm_id: conn.0,
             remote_comm_id: c.remote_id,
             remote_qpn_eecn: c.params.remote_qpn.0 & 0x00ff_ffff,
-            ..Dreq::default()
+            private_data: copy_into(&c.release),
         });
         c.state = CmState::DreqSent;
         c.tid = tid;
@@ -781,6 +815,7 @@ impl Cm {
                 let id = r.remote_comm_id();
                 match self.conns.get_mut(&id) {
                     Some(c) if c.peer == peer && c.state == CmState::DreqSent => {
+                        c.peer_release = Some(r.private_data().to_vec());
                         c.state = CmState::TimeWait;
                         c.deadline = Some(now.add_nanos(self.config.time_wait_ns));
                         self.event(CmEvent::Disconnected { conn: ConnId(id) });
@@ -895,6 +930,8 @@ impl Cm {
                     timeout: r.primary_path.local_ack_timeout,
                     private_data: consumer,
                 },
+                release: Vec::new(),
+                peer_release: None,
             },
         );
         self.by_remote.insert((peer, r.local_comm_id), id);
@@ -1024,11 +1061,11 @@ impl Cm {
 
     fn on_dreq(&mut self, now: Instant, peer: IpAddr, local: IpAddr, tid: u64, r: &Dreq) {
         let id = r.remote_comm_id;
-        let drep = |this: &mut Self, local: IpAddr| {
+        let drep = |this: &mut Self, local: IpAddr, data: &[u8]| {
             let m = Message::Drep(Drep {
                 local_comm_id: r.remote_comm_id,
                 remote_comm_id: r.local_comm_id,
-                ..Drep::default()
+                private_data: copy_into(data),
             });
             this.send(local, peer, tid, &m);
         };
@@ -1039,21 +1076,22 @@ impl Cm {
                     // the connection is gone.
                     c.state = CmState::TimeWait;
                     c.deadline = Some(now.add_nanos(self.config.time_wait_ns));
-                    let l = c.local;
-                    drep(self, l);
+                    c.peer_release = Some(r.private_data.to_vec());
+                    let (l, data) = (c.local, c.release.clone());
+                    drep(self, l, &data);
                     self.stats.sent += 1;
                     self.event(CmEvent::Disconnected { conn: ConnId(id) });
                 }
                 CmState::TimeWait => {
-                    let l = c.local;
-                    drep(self, l);
+                    let (l, data) = (c.local, c.release.clone());
+                    drep(self, l, &data);
                     self.stats.resent_answers += 1;
                 }
                 _ => self.stats.duplicates += 1,
             },
             // §12.9.8.4: a DREQ for no connection is still answered with a DREP.
             _ => {
-                drep(self, local);
+                drep(self, local, &[]);
                 self.stats.ignored += 1;
             }
         }

@@ -504,7 +504,7 @@ pub fn cm(data: &[u8]) -> (u64, u64) {
             3 => {
                 if let Some(c) = pending.pop() {
                     if input.byte() & 1 == 0 {
-                        cm.accept(now, c, offer, &[1, 2, 3]);
+                        let _ = cm.accept(now, c, offer, &[1, 2, 3]);
                     } else {
                         cm.reject(c, crate::cm::reason::CONSUMER_REJECT, &[]);
                     }

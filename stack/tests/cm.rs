@@ -129,7 +129,7 @@ impl Net {
                             assert_eq!((h.src, h.dst), (A, B));
                             let mut reply = b"rep:".to_vec();
                             reply.extend_from_slice(consumer);
-                            assert!(self.b.accept(self.now, *conn, b_offer(), &reply));
+                            assert!(self.b.accept(self.now, *conn, b_offer(), &reply).is_some());
                         }
                         Answer::Reject => {
                             assert!(self.b.reject(*conn, reason::CONSUMER_REJECT, b"go away"))
@@ -234,11 +234,16 @@ fn a_clean_connection_is_established_consistently_and_released() {
     );
     assert_eq!(n.a.state(ac), Some(CmState::Established));
     assert_eq!(n.b.state(bc), Some(CmState::Established));
-    // Release from the active side.
+    // Release from the active side, private data both ways (DREQ's and DREP's).
+    assert!(n.a.set_release_data(ac, b"client done"));
+    assert!(n.b.set_release_data(bc, b"server summary"));
     assert!(n.a.disconnect(n.now, ac));
-    n.run(1_000_000_000);
+    n.run(3_000_000);
     assert!(n.a_events.contains(&CmEvent::Disconnected { conn: ac }));
     assert!(n.b_events.contains(&CmEvent::Disconnected { conn: bc }));
+    assert_eq!(&n.b.peer_release_data(bc).unwrap()[..11], b"client done");
+    assert_eq!(&n.a.peer_release_data(ac).unwrap()[..14], b"server summary");
+    n.run(1_000_000_000);
     // TimeWait over: nothing left.
     assert_eq!((n.a.connections(), n.b.connections()), (0, 0));
     assert_eq!(n.carried, 5);
@@ -497,7 +502,7 @@ fn duplicates_are_answered_as_before_and_stale_requests_rejected() {
     let Some(CmEvent::Request { conn, .. }) = b.poll_event() else {
         panic!("no request")
     };
-    assert!(b.accept(t, conn, b_offer(), b""));
+    assert!(b.accept(t, conn, b_offer(), b"").is_some());
     let rep = b.poll_transmit().unwrap().mad;
     // The REQ again: the same REP again.
     b.handle_mad(t, A, B, &req_mad);

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
 
+pub mod cm;
 pub mod report;
 pub mod requester;
 pub mod responder;

@@ -112,7 +112,12 @@ pub(crate) struct Side {
 
 impl Side {
     /// What an end reports after its run.
-    fn of(mismatches: &[Mismatch], tally: &Tally, ep: &Endpoint, complete: bool) -> Self {
+    pub(crate) fn of(
+        mismatches: &[Mismatch],
+        tally: &Tally,
+        ep: &Endpoint,
+        complete: bool,
+    ) -> Self {
         let (link_malformed, ring_dropped) = ep.link_drops();
         Self {
             link_malformed,

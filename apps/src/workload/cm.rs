@@ -1,0 +1,968 @@
+//! The verified workload with its QPs connected through the IB CM on QP1 (IBTA Vol 1 ch. 12)
+//! instead of the TCP control channel: `roce server --cm`, `roce client --cm`, `roce loopback
+//! --cm`. Everything goes over UDP 4791.
+//!
+//! As rdma_cm applications do, what the two ends must agree on travels in CM private data:
+//! * **REQ** (one per QP; after RDMA-CM's `cma_hdr`, at most 56 bytes): the workload spec
+//!   (the plan is built from it on both ends), the QP's index, the congestion control kind.
+//! * **REP**: the responder block of that QP (address, rkey, length).
+//! * **DREQ** (the client, when every operation completed): whether it saw no mismatch.
+//! * **DREP**: the server's summary: verified, mismatches, bytes verified, its link and every
+//!   counter of its device (saturated at 2^32 - 1, except byte counts).
+//!
+//! The service ID is RDMA-CM's for the TCP port space and the given port (18515 by default,
+//! as perftest and rping use). Both ends use UDP port 4791.
+use std::future::pending;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_driver::endpoint::Tap;
+use roce_driver::impair::Impairment;
+use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
+use roce_driver::{
+    bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, Secrets,
+};
+use roce_proto::{Ecn, Psn, RKey, ROCEV2_UDP_PORT};
+use roce_stack::cm::{
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions,
+    Negotiated, QpOffer,
+};
+use roce_stack::gsi::OutgoingMad;
+use roce_stack::{
+    CcConfig, ConnectParams, CqHandle, Device, Drops, Instant, Naks, PathConfig, PdHandle, QpCaps,
+    QpStats,
+};
+
+use super::run::{RunConfig, Side};
+use super::{OpKind, Plan, Report, Requester, Responder, WorkloadSpec};
+
+/// First bytes of every private data block this module writes.
+const MAGIC: &[u8; 4] = b"rcm1";
+
+/// Operation kinds a REQ can list.
+const MAX_OPS: usize = 14;
+
+/// What the client asks for, in a REQ's consumer private data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ReqData {
+    qp: u16,
+    spec: WorkloadSpec,
+    dcqcn: bool,
+    line_rate_bps: u64,
+}
+
+impl ReqData {
+    fn encode(&self) -> Vec<u8> {
+        let s = &self.spec;
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&self.qp.to_be_bytes());
+        v.extend_from_slice(&(s.qps as u16).to_be_bytes());
+        for x in [s.min_size, s.max_size, s.count, s.depth] {
+            v.extend_from_slice(&x.to_be_bytes());
+        }
+        v.extend_from_slice(&s.seed.to_be_bytes());
+        v.extend_from_slice(&self.line_rate_bps.to_be_bytes());
+        v.push(u8::from(self.dcqcn));
+        v.push(s.ops.len().min(MAX_OPS) as u8);
+        for k in s.ops.iter().take(MAX_OPS) {
+            v.push(OpKind::ALL.iter().position(|x| x == k).unwrap_or(0) as u8);
+        }
+        v
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        let b = b.strip_prefix(MAGIC)?;
+        let u16_at = |i: usize| Some(u16::from_be_bytes(b.get(i..i + 2)?.try_into().ok()?));
+        let u32_at = |i: usize| Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?));
+        let u64_at = |i: usize| Some(u64::from_be_bytes(b.get(i..i + 8)?.try_into().ok()?));
+        let nops = usize::from(*b.get(37)?);
+        if nops == 0 || nops > MAX_OPS {
+            return None;
+        }
+        let ops = b
+            .get(38..38 + nops)?
+            .iter()
+            .map(|&i| OpKind::ALL.get(usize::from(i)).copied())
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            qp: u16_at(0)?,
+            spec: WorkloadSpec {
+                ops,
+                qps: u32::from(u16_at(2)?),
+                min_size: u32_at(4)?,
+                max_size: u32_at(8)?,
+                count: u32_at(12)?,
+                depth: u32_at(16)?,
+                seed: u64_at(20)?,
+            },
+            line_rate_bps: u64_at(28)?,
+            dcqcn: *b.get(36)? == 1,
+        })
+    }
+}
+
+fn encode_block(b: &RemoteBuffer) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    v.extend_from_slice(&b.va.to_be_bytes());
+    v.extend_from_slice(&b.rkey.0.to_be_bytes());
+    v.extend_from_slice(&b.len.to_be_bytes());
+    v
+}
+
+fn decode_block(b: &[u8]) -> Option<RemoteBuffer> {
+    let b = b.strip_prefix(MAGIC)?;
+    Some(RemoteBuffer {
+        va: u64::from_be_bytes(b.get(0..8)?.try_into().ok()?),
+        rkey: RKey(u32::from_be_bytes(b.get(8..12)?.try_into().ok()?)),
+        len: u64::from_be_bytes(b.get(12..20)?.try_into().ok()?),
+    })
+}
+
+/// Every counter of a device, in one order (byte counts and the minimum rate are 64-bit on
+/// the wire, the rest saturate at 32 bits).
+fn stats_words(s: &QpStats) -> Vec<u64> {
+    let n = |k: &Naks| {
+        [
+            k.seq_err,
+            k.rnr,
+            k.invalid_request,
+            k.remote_access,
+            k.remote_op,
+        ]
+    };
+    let d = &s.drops;
+    let mut v = vec![
+        s.tx_packets,
+        s.rx_packets,
+        s.retransmitted_packets,
+        s.timeouts,
+        s.rewinds,
+        s.implied_naks,
+        s.duplicate_requests,
+        s.out_of_sequence_requests,
+        s.acks_sent,
+        s.ce_received,
+        s.cnps_sent,
+        s.cnps_received,
+        s.rate_cuts,
+        s.icrc_full,
+        s.icrc_solved,
+    ];
+    v.extend(n(&s.naks_sent));
+    v.extend(n(&s.naks_received));
+    v.extend([
+        d.malformed,
+        d.bad_icrc,
+        d.unknown_qp,
+        d.wrong_state,
+        d.bad_opcode,
+        d.bad_pkey,
+        d.ghost_response,
+        d.stale_response,
+        d.out_of_sequence,
+        d.no_resource,
+        d.response_queue_full,
+        d.wrong_address,
+    ]);
+    v
+}
+
+fn stats_from(w: &[u64], tx_bytes: u64, rx_bytes: u64, min_rate_bps: u64) -> Option<QpStats> {
+    let g = |i: usize| w.get(i).copied();
+    let naks = |at: usize| -> Option<Naks> {
+        Some(Naks {
+            seq_err: g(at)?,
+            rnr: g(at + 1)?,
+            invalid_request: g(at + 2)?,
+            remote_access: g(at + 3)?,
+            remote_op: g(at + 4)?,
+        })
+    };
+    Some(QpStats {
+        tx_packets: g(0)?,
+        tx_bytes,
+        rx_packets: g(1)?,
+        rx_bytes,
+        retransmitted_packets: g(2)?,
+        timeouts: g(3)?,
+        rewinds: g(4)?,
+        implied_naks: g(5)?,
+        duplicate_requests: g(6)?,
+        out_of_sequence_requests: g(7)?,
+        acks_sent: g(8)?,
+        ce_received: g(9)?,
+        cnps_sent: g(10)?,
+        cnps_received: g(11)?,
+        rate_cuts: g(12)?,
+        min_rate_bps,
+        icrc_full: g(13)?,
+        icrc_solved: g(14)?,
+        naks_sent: naks(15)?,
+        naks_received: naks(20)?,
+        drops: Drops {
+            malformed: g(25)?,
+            bad_icrc: g(26)?,
+            unknown_qp: g(27)?,
+            wrong_state: g(28)?,
+            bad_opcode: g(29)?,
+            bad_pkey: g(30)?,
+            ghost_response: g(31)?,
+            stale_response: g(32)?,
+            out_of_sequence: g(33)?,
+            no_resource: g(34)?,
+            response_queue_full: g(35)?,
+            wrong_address: g(36)?,
+        },
+    })
+}
+
+/// The server's summary, in its DREP.
+fn encode_summary(s: &Side) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    v.push(u8::from(s.complete));
+    v.push(match s.link {
+        Some(Link::Udp) => 1,
+        Some(Link::Packet) => 2,
+        Some(Link::PacketRing) => 3,
+        None => 0,
+    });
+    v.extend_from_slice(&(s.mismatches.len() as u32).to_be_bytes());
+    for x in [
+        s.verified_bytes,
+        s.stats.tx_bytes,
+        s.stats.rx_bytes,
+        s.stats.min_rate_bps,
+    ] {
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    for x in stats_words(&s.stats) {
+        v.extend_from_slice(&(x.min(u64::from(u32::MAX)) as u32).to_be_bytes());
+    }
+    v
+}
+
+fn decode_summary(b: &[u8]) -> Option<Side> {
+    let b = b.strip_prefix(MAGIC)?;
+    let u64_at = |i: usize| Some(u64::from_be_bytes(b.get(i..i + 8)?.try_into().ok()?));
+    let u32_at = |i: usize| Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?));
+    let mismatches = u32_at(2)?;
+    let words: Vec<u64> = (0..37)
+        .map(|k| u32_at(38 + 4 * k).map(u64::from))
+        .collect::<Option<_>>()?;
+    Some(Side {
+        complete: *b.first()? == 1,
+        link: match b.get(1)? {
+            1 => Some(Link::Udp),
+            2 => Some(Link::Packet),
+            3 => Some(Link::PacketRing),
+            _ => None,
+        },
+        mismatches: (0..mismatches.min(1))
+            .map(|_| format!("{mismatches} mismatches (the server's own output lists them)"))
+            .collect(),
+        verified_bytes: u64_at(6)?,
+        stats: stats_from(&words, u64_at(14)?, u64_at(22)?, u64_at(30)?)?,
+        ..Side::default()
+    })
+}
+
+/// Moves MADs between the device's QP1 and the CM.
+fn pump(cm: &mut Cm, dev: &mut Device, now: Instant) {
+    while let Some(m) = dev.gsi().take() {
+        cm.handle_mad(now, m.from.ip(), m.to, &m.mad);
+    }
+}
+
+fn flush(cm: &mut Cm, dev: &mut Device) {
+    while let Some(o) = cm.poll_transmit() {
+        dev.gsi().send(OutgoingMad {
+            local: o.local,
+            remote: o.peer,
+            remote_port: ROCEV2_UDP_PORT,
+            mad: o.mad,
+        });
+    }
+}
+
+/// Connects QP `q` with what the CM settled.
+fn connect(
+    dev: &mut Device,
+    q: &LocalQp,
+    n: &Negotiated,
+    base: &ConnectParams,
+    cc: CcConfig,
+    line_rate_bps: u64,
+) -> Result<(), AppError> {
+    let sport = PathConfig::udp_sport(q.qpn.0, n.remote_qpn.0);
+    let base = ConnectParams {
+        path: PathConfig {
+            local: n.local,
+            remote: n.peer,
+            src_port: sport,
+            remote_src_port: sport,
+            local_port: ROCEV2_UDP_PORT,
+            remote_port: ROCEV2_UDP_PORT,
+            ecn: Ecn::Ect0,
+            verify_icrc: true,
+        },
+        access: ALL_REMOTE,
+        ..*base
+    };
+    dev.connect_qp(q.qpn, &n.connect_params(base))
+        .map_err(|e| AppError::Failed(format!("modify QP {}: {e}", q.qpn)))?;
+    if !matches!(cc, CcConfig::None) {
+        dev.set_congestion_control(q.qpn, cc.build(line_rate_bps));
+    }
+    Ok(())
+}
+
+fn cc_of(dcqcn: bool) -> CcConfig {
+    if dcqcn {
+        CcConfig::Dcqcn(roce_stack::DcqcnParams::default())
+    } else {
+        CcConfig::None
+    }
+}
+
+fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> {
+    Ok(CmConfig {
+        seed: secrets.cm_seed(salt)?,
+        ..CmConfig::default()
+    })
+}
+
+/// The server: accepts one client's REQs, then serves its workload until it releases.
+struct CmServer {
+    cm: Cm,
+    secrets: Secrets,
+    pd: PdHandle,
+    peer: Option<IpAddr>,
+    req: Option<ReqData>,
+    mine: Vec<LocalQp>,
+    psns: Vec<Psn>,
+    responder: Option<Responder>,
+    blocks: Vec<RemoteBuffer>,
+    conns: Vec<Option<ConnId>>,
+    established: usize,
+    released: usize,
+    /// Stop once every QP is established (the first phase), or once every QP is released.
+    until_established: bool,
+    link: Link,
+}
+
+impl CmServer {
+    fn on_request(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        conn: ConnId,
+        req: &roce_stack::cm::PeerRequest,
+    ) -> Result<(), AppError> {
+        let data = req.rdma_cm().and_then(|(_, d)| ReqData::decode(d));
+        let Some(data) = data else {
+            self.cm.reject(
+                conn,
+                roce_stack::cm::reason::CONSUMER_REJECT,
+                b"not a roce workload REQ",
+            );
+            return Ok(());
+        };
+        match (&self.req, self.peer) {
+            (None, _) => {
+                if data.spec.validate().is_err() || data.spec.qps > 1024 {
+                    self.cm.reject(
+                        conn,
+                        roce_stack::cm::reason::CONSUMER_REJECT,
+                        b"invalid spec",
+                    );
+                    return Ok(());
+                }
+                let n = data.spec.qps;
+                self.mine = create_qps(dev, self.pd, n, QpCaps::default(), ALL_REMOTE)
+                    .map_err(|e| AppError::Failed(e.to_string()))?;
+                self.psns = self
+                    .secrets
+                    .start_psns(n, 0x5e7e)
+                    .map_err(|e| AppError::Failed(e.to_string()))?;
+                let recv: Vec<(roce_proto::Qpn, CqHandle)> =
+                    self.mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
+                let (r, blocks) = Responder::new(dev, self.pd, Plan::new(&data.spec), &recv)?;
+                self.responder = Some(r);
+                self.blocks = blocks;
+                self.conns = vec![None; n as usize];
+                self.peer = Some(req.peer);
+                self.req = Some(ReqData {
+                    qp: 0,
+                    ..data.clone()
+                });
+            }
+            (Some(first), Some(peer)) => {
+                if peer != req.peer || first.spec != data.spec {
+                    self.cm
+                        .reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, b"busy");
+                    return Ok(());
+                }
+            }
+            (Some(_), None) => unreachable!("the peer is set with the first REQ"),
+        }
+        let k = usize::from(data.qp);
+        if k >= self.conns.len() || self.conns[k].is_some() {
+            self.cm.reject(
+                conn,
+                roce_stack::cm::reason::CONSUMER_REJECT,
+                b"bad QP index",
+            );
+            return Ok(());
+        }
+        self.conns[k] = Some(conn);
+        let offer = QpOffer {
+            qpn: self.mine[k].qpn,
+            starting_psn: self.psns[k],
+            responder_resources: 16,
+            initiator_depth: 16,
+            rnr_retry_count: 7,
+        };
+        // The QP is ready before the REP leaves: the client may send right after its RTU.
+        if let Some(params) = self
+            .cm
+            .accept(now, conn, offer, &encode_block(&self.blocks[k]))
+        {
+            connect(
+                dev,
+                &self.mine[k],
+                &params,
+                &ConnectParams::default(),
+                cc_of(data.dcqcn),
+                data.line_rate_bps,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Application for CmServer {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if let (Some(r), true) = (&self.responder, self.established == self.conns.len()) {
+            // What the DREP that answers the client's DREQ will say.
+            let side = Side {
+                mismatches: r.mismatches().iter().map(ToString::to_string).collect(),
+                verified_bytes: r.tally().verified_bytes,
+                stats: dev.stats(),
+                complete: r.verified() && r.mismatches().is_empty(),
+                link: Some(self.link),
+                ..Side::default()
+            };
+            let summary = encode_summary(&side);
+            for c in self.conns.iter().flatten() {
+                self.cm.set_release_data(*c, &summary);
+            }
+        }
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            match e {
+                CmEvent::Request { conn, req } => {
+                    self.on_request(dev, now, conn, &req)?;
+                    flush(&mut self.cm, dev);
+                }
+                CmEvent::Established { conn, .. } => {
+                    // The QP was connected when the REQ was accepted.
+                    if self.conns.contains(&Some(conn)) {
+                        self.established += 1;
+                    }
+                }
+                CmEvent::Disconnected { conn } => {
+                    if self.conns.contains(&Some(conn)) {
+                        self.released += 1;
+                    }
+                }
+                CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
+                    if let Some(k) = self.conns.iter().position(|c| *c == Some(conn)) {
+                        return Err(AppError::Failed(format!(
+                            "QP {k}: the client stopped answering while connecting"
+                        )));
+                    }
+                }
+            }
+        }
+        if self.established == self.conns.len() && !self.conns.is_empty() {
+            if let Some(r) = &mut self.responder {
+                r.poll(dev, now)?;
+            }
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        if self.until_established {
+            !self.conns.is_empty() && self.established == self.conns.len()
+        } else {
+            !self.conns.is_empty() && self.released == self.conns.len()
+        }
+    }
+}
+
+/// What a `--cm` server saw.
+#[derive(Debug, Clone)]
+pub struct CmServerOutcome {
+    /// Every QP's memory verified, no mismatch.
+    pub complete: bool,
+    /// Mismatches found.
+    pub mismatches: Vec<String>,
+    /// Bytes verified.
+    pub verified_bytes: u64,
+    /// The client's address.
+    pub peer: Option<IpAddr>,
+    /// How the server received.
+    pub link: Link,
+}
+
+/// Serves one client that connects through the CM to `bind` (UDP 4791) on RDMA-CM port
+/// `port`. Blocking; `ready` is called once the socket is bound.
+pub fn serve_cm(
+    bind: IpAddr,
+    port: u16,
+    impairment: Impairment,
+    secrets: Secrets,
+    link: LinkChoice,
+    tap: Option<Tap>,
+    ready: impl FnOnce(),
+) -> Result<CmServerOutcome, DriverError> {
+    runtime()?.block_on(async move {
+        let mut dev = secrets.device(0x5e7e)?;
+        let pd = dev.alloc_pd();
+        let mut cm = Cm::new(cm_config(&secrets, 0x5e7e)?);
+        cm.listen(rdma_cm_service_id(port));
+        let mut ep = bind_endpoint(
+            dev,
+            SocketAddr::new(bind, ROCEV2_UDP_PORT),
+            ROCEV2_UDP_PORT,
+            impairment,
+            link,
+        )?;
+        if let Some(t) = tap {
+            ep.set_tap(t);
+        }
+        let mut app = CmServer {
+            cm,
+            secrets,
+            pd,
+            peer: None,
+            req: None,
+            mine: Vec::new(),
+            psns: Vec::new(),
+            responder: None,
+            blocks: Vec::new(),
+            conns: Vec::new(),
+            established: 0,
+            released: 0,
+            until_established: true,
+            link: ep.link(),
+        };
+        ready();
+        // Waiting for a client has no silence bound; serving one has.
+        let forever = Duration::from_secs(365 * 24 * 3600);
+        ep.run(&mut app, true, pending(), forever).await?;
+        app.until_established = false;
+        ep.run(&mut app, true, pending(), Duration::from_secs(30))
+            .await?;
+        let r = app.responder.as_ref();
+        Ok(CmServerOutcome {
+            complete: r.is_some_and(|r| r.verified() && r.mismatches().is_empty()),
+            mismatches: r.map_or_else(Vec::new, |r| {
+                r.mismatches().iter().map(ToString::to_string).collect()
+            }),
+            verified_bytes: r.map_or(0, |r| r.tally().verified_bytes),
+            peer: app.peer,
+            link: ep.link(),
+        })
+    })
+}
+
+/// The client's phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Start,
+    Connecting,
+    Running,
+    Releasing,
+}
+
+struct CmClient {
+    cm: Cm,
+    local: IpAddr,
+    server: IpAddr,
+    port: u16,
+    cfg: RunConfig,
+    pd: PdHandle,
+    mine: Vec<LocalQp>,
+    psns: Vec<Psn>,
+    conns: Vec<ConnId>,
+    blocks: Vec<Option<RemoteBuffer>>,
+    established: usize,
+    released: usize,
+    requester: Option<Requester>,
+    phase: Phase,
+    summary: Option<Side>,
+    started: Option<std::time::Instant>,
+    seconds: f64,
+}
+
+impl Application for CmClient {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if self.phase == Phase::Start {
+            for (k, q) in self.mine.iter().enumerate() {
+                let data = ReqData {
+                    qp: k as u16,
+                    spec: self.cfg.spec.clone(),
+                    dcqcn: matches!(self.cfg.cc, CcConfig::Dcqcn(_)),
+                    line_rate_bps: self.cfg.line_rate_bps,
+                };
+                let t = &self.cfg.transport;
+                let o = ConnectOptions {
+                    local: self.local,
+                    peer: self.server,
+                    service_id: rdma_cm_service_id(self.port),
+                    offer: QpOffer {
+                        qpn: q.qpn,
+                        starting_psn: self.psns[k],
+                        responder_resources: t.max_dest_rd_atomic,
+                        initiator_depth: t.max_rd_atomic,
+                        rnr_retry_count: t.rnr_retry,
+                    },
+                    mtu: t.mtu,
+                    retry_count: t.retry_cnt,
+                    local_ack_timeout: t.timeout,
+                    private_data: rdma_cm_req_private(
+                        self.local,
+                        self.server,
+                        ROCEV2_UDP_PORT,
+                        &data.encode(),
+                    ),
+                };
+                let c = self.cm.connect(now, &o).map_err(|r| {
+                    AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
+                })?;
+                self.conns.push(c);
+            }
+            self.phase = Phase::Connecting;
+        }
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            match e {
+                CmEvent::Established { conn, params } => {
+                    let Some(k) = self.conns.iter().position(|c| *c == conn) else {
+                        continue;
+                    };
+                    let Some(b) = decode_block(&params.private_data) else {
+                        return Err(AppError::Failed(
+                            "the server's REP carries no roce responder block (not a roce server?)"
+                                .into(),
+                        ));
+                    };
+                    self.blocks[k] = Some(b);
+                    connect(
+                        dev,
+                        &self.mine[k],
+                        &params,
+                        &self.cfg.transport,
+                        self.cfg.cc,
+                        self.cfg.line_rate_bps,
+                    )?;
+                    self.established += 1;
+                }
+                CmEvent::Rejected {
+                    reason,
+                    private_data,
+                    ..
+                } => {
+                    let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
+                    let hint = if reason == roce_stack::cm::reason::INVALID_SERVICE_ID {
+                        format!(" (nothing listens on RDMA-CM port {})", self.port)
+                    } else {
+                        let text: String = private_data
+                            .iter()
+                            .take_while(|&&b| b != 0)
+                            .map(|&b| char::from(b))
+                            .filter(char::is_ascii_graphic)
+                            .collect();
+                        if text.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({text})")
+                        }
+                    };
+                    return Err(AppError::Failed(format!(
+                        "{} rejected the connection: {name} ({reason}){hint}",
+                        self.server
+                    )));
+                }
+                CmEvent::TimedOut { .. } => {
+                    return Err(AppError::Failed(format!(
+                        "no CM answer from {} (UDP 4791) after {} tries",
+                        self.server,
+                        u32::from(CmConfig::default().max_retries) + 1
+                    )))
+                }
+                CmEvent::Disconnected { conn } => {
+                    if self.phase == Phase::Releasing {
+                        self.released += 1;
+                        if let Some(s) = self.cm.peer_release_data(conn).and_then(decode_summary) {
+                            self.summary = Some(s);
+                        }
+                    } else {
+                        return Err(AppError::Failed(
+                            "the server released the connection before the workload finished"
+                                .into(),
+                        ));
+                    }
+                }
+                CmEvent::Request { conn, .. } => {
+                    self.cm
+                        .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
+                }
+            }
+        }
+        if self.phase == Phase::Connecting && self.established == self.mine.len() {
+            let blocks: Vec<RemoteBuffer> = self.blocks.iter().flatten().copied().collect();
+            let send: Vec<(roce_proto::Qpn, CqHandle)> =
+                self.mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
+            self.requester = Some(Requester::new(
+                dev,
+                self.pd,
+                Plan::new(&self.cfg.spec),
+                &send,
+                &blocks,
+            ));
+            self.phase = Phase::Running;
+            self.started = Some(std::time::Instant::now());
+        }
+        if self.phase == Phase::Running {
+            if let Some(r) = &mut self.requester {
+                r.poll(dev, now)?;
+                if r.done() {
+                    self.seconds = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+                    let ok = [u8::from(r.mismatches().is_empty())];
+                    let mut data = MAGIC.to_vec();
+                    data.extend_from_slice(&ok);
+                    for &c in &self.conns {
+                        self.cm.set_release_data(c, &data);
+                        self.cm.disconnect(now, c);
+                    }
+                    self.phase = Phase::Releasing;
+                }
+            }
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.phase == Phase::Releasing && self.released == self.conns.len()
+    }
+}
+
+/// Connects to `server`'s CM (UDP 4791, RDMA-CM port `port`) from `local`, runs the workload
+/// as the requester, releases the connections, and reports with the server's summary.
+pub fn run_client_cm(
+    local: IpAddr,
+    server: IpAddr,
+    port: u16,
+    cfg: &RunConfig,
+    tap: Option<Tap>,
+) -> Result<Report, DriverError> {
+    cfg.validate()?;
+    if local.is_unspecified() {
+        return Err(DriverError::Setup(
+            "--cm needs the local address the server is reached from (--bind)".into(),
+        ));
+    }
+    runtime()?.block_on(async move {
+        let mut dev = cfg.secrets.device(0xc11e)?;
+        let pd = dev.alloc_pd();
+        let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
+        let psns = cfg.secrets.start_psns(cfg.spec.qps, 0xc11e)?;
+        let mut ep = bind_endpoint(
+            dev,
+            SocketAddr::new(local, ROCEV2_UDP_PORT),
+            ROCEV2_UDP_PORT,
+            cfg.impairment,
+            cfg.link,
+        )?;
+        if let Some(t) = tap {
+            ep.set_tap(t);
+        }
+        let n = mine.len();
+        let mut app = CmClient {
+            cm: Cm::new(cm_config(&cfg.secrets, 0xc11e)?),
+            local,
+            server,
+            port,
+            cfg: cfg.clone(),
+            pd,
+            mine,
+            psns,
+            conns: Vec::new(),
+            blocks: vec![None; n],
+            established: 0,
+            released: 0,
+            requester: None,
+            phase: Phase::Start,
+            summary: None,
+            started: None,
+            seconds: 0.0,
+        };
+        // The CM's own retries bound the wait for the server (about 2 s).
+        let silence = cfg.silence.max(Duration::from_secs(5));
+        let result = ep.run(&mut app, true, pending(), silence).await;
+        let Some(r) = &app.requester else {
+            return Err(match result {
+                Err(e) => e.into(),
+                Ok(()) => DriverError::Peer("the connections were never established".into()),
+            });
+        };
+        let mine_side = Side::of(r.mismatches(), r.tally(), &ep, r.done());
+        let server_side = app.summary.clone().unwrap_or_default();
+        let mut report = Report::new(
+            r.tally(),
+            &mine_side,
+            &server_side,
+            app.seconds,
+            cfg.secrets,
+        );
+        if let Err(e) = result {
+            report.errors.push(e.to_string());
+            report.ok = false;
+        } else if app.summary.is_none() {
+            report
+                .errors
+                .push("the server's summary never arrived (its DREP was lost)".into());
+            report.ok = false;
+        }
+        Ok(report)
+    })
+}
+
+/// `roce loopback --cm`: a `--cm` server at `server_ip` and the client at `client_ip` (both
+/// UDP 4791, so two addresses), each on its own thread, the QPs connected through the CM.
+pub fn loopback_cm(
+    cfg: &RunConfig,
+    client_ip: IpAddr,
+    server_ip: IpAddr,
+    tap: Option<Tap>,
+) -> Result<Report, DriverError> {
+    cfg.validate()?;
+    if client_ip == server_ip {
+        return Err(DriverError::Setup(
+            "--cm runs both ends on UDP 4791: give them two addresses".into(),
+        ));
+    }
+    let server_impairment = Impairment {
+        seed: cfg.impairment.seed.wrapping_add(1),
+        ..cfg.impairment
+    };
+    let (secrets, link) = (cfg.secrets, cfg.link);
+    let port = 18515;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::Builder::new()
+        .name("roce-cm-server".into())
+        .spawn(move || {
+            serve_cm(
+                server_ip,
+                port,
+                server_impairment,
+                secrets,
+                link,
+                None,
+                move || {
+                    let _ = tx.send(());
+                },
+            )
+        })
+        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
+    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        return match server.join() {
+            Ok(Err(e)) => Err(e),
+            _ => Err(DriverError::Setup("the server did not start".into())),
+        };
+    }
+    let report = run_client_cm(client_ip, server_ip, port, cfg, tap);
+    match server.join() {
+        Ok(Ok(_)) => report,
+        Ok(Err(e)) => match report {
+            Ok(mut r) => {
+                r.errors.push(format!("server: {e}"));
+                r.ok = false;
+                Ok(r)
+            }
+            Err(c) => Err(c),
+        },
+        Err(_) => Err(DriverError::Setup("the server thread panicked".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_round_trips_and_fits() {
+        let d = ReqData {
+            qp: 3,
+            spec: WorkloadSpec {
+                ops: OpKind::ALL.to_vec(),
+                ..WorkloadSpec::default()
+            },
+            dcqcn: true,
+            line_rate_bps: 25_000_000_000,
+        };
+        let e = d.encode();
+        assert!(
+            e.len() <= 92 - roce_proto::rdma_cm::CMA_HDR_LEN,
+            "{}",
+            e.len()
+        );
+        let mut padded = e.clone();
+        padded.resize(56, 0);
+        assert_eq!(ReqData::decode(&padded), Some(d));
+        assert_eq!(ReqData::decode(&padded[1..]), None);
+        let b = RemoteBuffer {
+            va: 0x7f00_0000_1000,
+            rkey: RKey(0x1234),
+            len: 4096,
+        };
+        assert_eq!(decode_block(&encode_block(&b)), Some(b));
+        let stats = QpStats {
+            tx_packets: 5,
+            tx_bytes: 1 << 40,
+            drops: Drops {
+                wrong_address: 9,
+                ..Drops::default()
+            },
+            naks_received: Naks {
+                remote_op: 2,
+                ..Naks::default()
+            },
+            ..QpStats::default()
+        };
+        let side = Side {
+            complete: true,
+            verified_bytes: 77,
+            stats,
+            link: Some(Link::Packet),
+            ..Side::default()
+        };
+        let s = encode_summary(&side);
+        assert!(s.len() <= 220, "{}", s.len());
+        let back = decode_summary(&s).unwrap();
+        assert_eq!(back.stats, stats);
+        assert!(back.complete && back.verified_bytes == 77 && back.link == Some(Link::Packet));
+        assert!(decode_summary(&s[..s.len() - 1]).is_none());
+    }
+}
