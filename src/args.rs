@@ -160,3 +160,17 @@ pub(crate) fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
         .map_err(|e| anyhow::anyhow!("cannot resolve {s}: {e}"))?
         .ok_or_else(|| anyhow::anyhow!("cannot resolve {s}"))
 }
+
+/// The local address the route to `peer` leaves from (a UDP socket connected to it: no
+/// datagram is sent).
+pub(crate) fn route_source(peer: IpAddr) -> anyhow::Result<IpAddr> {
+    let any: IpAddr = if peer.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = std::net::UdpSocket::bind((any, 0))?;
+    s.connect((peer, ROCEV2_UDP_PORT))
+        .map_err(|e| anyhow::anyhow!("no route to {peer}: {e}"))?;
+    Ok(s.local_addr()?.ip())
+}

@@ -409,3 +409,56 @@ fn bad_flags_are_refused() {
         assert!(out.is_empty(), "{args:?}: {out}");
     }
 }
+
+/// `--cm`: each run's QPs connected through the IB CM (no TCP connection); every test kind in
+/// both modes, several runs in a row (the server binds a fresh endpoint for each), and the
+/// flags it does not take refused in one line.
+#[test]
+fn perf_over_cm_made_connections_runs_every_test() {
+    for (k, args) in [
+        vec!["write", "-n", "300", "-s", "4096", "--qps", "2"],
+        vec!["read", "-n", "300", "-s", "4096"],
+        vec!["send", "-n", "300", "-s", "4096"],
+        vec!["atomic", "-n", "300"],
+        vec!["write", "--lat", "-n", "200"],
+        vec!["read", "--lat", "-n", "200"],
+        vec!["send", "--lat", "-n", "200"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut a = args.clone();
+        a.extend(["--cm", "--json"]);
+        let (code, out, err) = perf(66, &a);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        let lines = json_lines(&out);
+        assert_eq!(lines.len(), 1, "{args:?}: {out}");
+        let keys: &[&str] = if args.contains(&"--lat") {
+            &LAT_KEYS
+        } else {
+            &BW_KEYS
+        };
+        for key in keys {
+            assert!(
+                lines[0].get(*key).is_some(),
+                "{args:?} {k}: no {key} in {out}"
+            );
+        }
+        assert_eq!(
+            lines[0]["iterations"].as_u64(),
+            Some(if args.contains(&"--lat") { 200 } else { 300 })
+        );
+    }
+    // The whole size sweep: 23 runs in a row, each on connections of its own.
+    let (code, out, err) = perf(66, &["write", "-a", "-n", "20", "--cm", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let sizes: Vec<u64> = json_lines(&out)
+        .iter()
+        .map(|l| l["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes.len(), 23, "{out}");
+    assert_eq!(sizes.last(), Some(&(8 << 20)));
+    let (code, _, err) = perf(66, &["write", "--cm", "--baseline"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--baseline"), "{err}");
+}

@@ -59,6 +59,10 @@ pub(crate) struct PerfArgs {
     link: LinkArgs,
     #[command(flatten)]
     ends: Ends,
+    /// Connect each run's QPs through the IB CM on QP1 (UDP 4791 only, no TCP connection;
+    /// with --server/--client, --port is the RDMA-CM port). Not with --baseline or udp.
+    #[arg(long, conflicts_with = "baseline")]
+    cm: bool,
 }
 
 /// `write`, `read`, `send`, `atomic` or `udp`.
@@ -91,6 +95,20 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
     if let Some(s) = a.seed {
         eprintln!("roce perf: secrets derived from seed {s} (PSNs, QPNs and keys are predictable)");
     }
+    if a.ends.server && a.cm {
+        let bind = a
+            .ends
+            .bind
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let port = a.ends.port;
+        let runs = perf::cm::serve_cm(bind, port, secrets, a.link.link, || {
+            eprintln!(
+                "roce perf: waiting for a client's CM REQ on {bind} UDP 4791 (RDMA-CM port {port})"
+            );
+        })?;
+        eprintln!("roce perf: client finished after {runs} runs");
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.ends.server {
         let listener = a.ends.listener()?;
         eprintln!(
@@ -115,6 +133,35 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         };
         written.and_then(|()| o.flush()).is_ok()
     };
+    if a.cm {
+        match &a.ends.client {
+            Some(host) => {
+                let server = crate::args::resolve(host)?;
+                let local = match a.ends.bind {
+                    Some(b) => b,
+                    None => crate::args::route_source(server.ip())?,
+                };
+                perf::cm::run_client_cm(
+                    local,
+                    server.ip(),
+                    server.port(),
+                    &specs,
+                    secrets,
+                    a.link.link,
+                    out,
+                )?;
+            }
+            None => perf::cm::loopback_cm(
+                a.ends.client_ip,
+                a.ends.server_ip,
+                &specs,
+                secrets,
+                a.link.link,
+                out,
+            )?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     match &a.ends.client {
         Some(host) => perf::run_client(
             a.ends.client_config(host)?,

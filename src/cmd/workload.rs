@@ -265,7 +265,7 @@ pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
         let server = resolve(&a.server)?;
         let local = match a.bind {
             Some(b) => b,
-            None => route_source(server.ip())?,
+            None => crate::args::route_source(server.ip())?,
         };
         let r = workload::cm::run_client_cm(
             local,
@@ -283,20 +283,6 @@ pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
     };
     let r = workload::run_client(client, &cfg, pcap_tap(&a.run.pcap)?)?;
     report(&r, r.ok, a.run.json)
-}
-
-/// The local address the route to `peer` leaves from (a UDP socket connected to it: no
-/// datagram is sent).
-fn route_source(peer: IpAddr) -> anyhow::Result<IpAddr> {
-    let any: IpAddr = if peer.is_ipv4() {
-        std::net::Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        std::net::Ipv6Addr::UNSPECIFIED.into()
-    };
-    let s = std::net::UdpSocket::bind((any, 0))?;
-    s.connect((peer, ROCEV2_UDP_PORT))
-        .map_err(|e| anyhow::anyhow!("no route to {peer}: {e}"))?;
-    Ok(s.local_addr()?.ip())
 }
 
 #[cfg(test)]

@@ -320,6 +320,8 @@ struct Conn {
     release: Vec<u8>,
     /// The private data of the peer's DREQ or DREP, once one arrived.
     peer_release: Option<Vec<u8>>,
+    /// Active: the private data of our RTU. Passive: that of the peer's RTU, once it arrived.
+    confirm: Vec<u8>,
 }
 
 /// A MAD the CM wants sent to a peer's QP1.
@@ -435,6 +437,26 @@ impl Cm {
             }
             None => false,
         }
+    }
+
+    /// Active side: sets the private data of the RTU that will confirm the connection (at most
+    /// 224 bytes; set it before the REP arrives, right after [`Cm::connect`]). `false` for no
+    /// such connection.
+    pub fn set_confirm_data(&mut self, conn: ConnId, data: &[u8]) -> bool {
+        match self.conns.get_mut(&conn.0) {
+            Some(c) => {
+                c.confirm.clear();
+                c.confirm.extend_from_slice(&data[..data.len().min(224)]);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Passive side: the private data of the peer's RTU, once it arrived.
+    pub fn peer_confirm_data(&self, conn: ConnId) -> Option<&[u8]> {
+        let c = self.conns.get(&conn.0)?;
+        (c.state != CmState::RepSent && c.state != CmState::ReqRcvd).then_some(&c.confirm[..])
     }
 
     /// The private data of the peer's DREQ or DREP, once one arrived (kept through TimeWait).
@@ -589,6 +611,7 @@ impl Cm {
                 },
                 release: Vec::new(),
                 peer_release: None,
+                confirm: Vec::new(),
             },
         );
         Ok(ConnId(id))
@@ -932,6 +955,7 @@ impl Cm {
                 },
                 release: Vec::new(),
                 peer_release: None,
+                confirm: Vec::new(),
             },
         );
         self.by_remote.insert((peer, r.local_comm_id), id);
@@ -966,11 +990,12 @@ impl Cm {
                 c.last = None;
                 let (local, p, tid) = (c.local, c.peer, c.tid);
                 let params = c.params.clone();
+                let confirm: [u8; 224] = copy_into(&c.confirm);
                 self.by_remote.insert((peer, r.local_comm_id), id);
                 let rtu = Message::Rtu(Rtu {
                     local_comm_id: id,
                     remote_comm_id: r.local_comm_id,
-                    ..Rtu::default()
+                    private_data: confirm,
                 });
                 self.send(local, p, tid, &rtu);
                 self.stats.sent += 1;
@@ -985,7 +1010,7 @@ impl Cm {
                 let rtu = Message::Rtu(Rtu {
                     local_comm_id: id,
                     remote_comm_id: r.local_comm_id,
-                    ..Rtu::default()
+                    private_data: copy_into(&c.confirm),
                 });
                 self.send(local, p, tid, &rtu);
                 self.stats.resent_answers += 1;
@@ -1002,6 +1027,7 @@ impl Cm {
                     c.state = CmState::Established;
                     c.deadline = None;
                     c.last = None;
+                    c.confirm = r.private_data.to_vec();
                     let params = c.params.clone();
                     self.event(CmEvent::Established {
                         conn: ConnId(id),

@@ -114,6 +114,11 @@ impl PerfApp {
         Ok(app)
     }
 
+    /// Sets the peer's target region (when it is learnt after the application is made).
+    pub fn set_remote(&mut self, remote: RemoteAddr) {
+        self.remote = remote;
+    }
+
     fn post_recv(&mut self, dev: &mut Device, i: usize) -> Result<(), AppError> {
         let sge = dev
             .mr(self.dst)

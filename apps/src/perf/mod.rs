@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::ConfigError;
 
 pub mod app;
+pub mod cm;
 pub mod run;
 pub mod udp;
 

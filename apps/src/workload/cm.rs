@@ -267,13 +267,14 @@ fn decode_summary(b: &[u8]) -> Option<Side> {
 }
 
 /// Moves MADs between the device's QP1 and the CM.
-fn pump(cm: &mut Cm, dev: &mut Device, now: Instant) {
+pub(crate) fn pump(cm: &mut Cm, dev: &mut Device, now: Instant) {
     while let Some(m) = dev.gsi().take() {
         cm.handle_mad(now, m.from.ip(), m.to, &m.mad);
     }
 }
 
-fn flush(cm: &mut Cm, dev: &mut Device) {
+/// Hands the CM's outgoing MADs to the device's QP1.
+pub(crate) fn flush(cm: &mut Cm, dev: &mut Device) {
     while let Some(o) = cm.poll_transmit() {
         dev.gsi().send(OutgoingMad {
             local: o.local,
@@ -285,7 +286,7 @@ fn flush(cm: &mut Cm, dev: &mut Device) {
 }
 
 /// Connects QP `q` with what the CM settled.
-fn connect(
+pub(crate) fn connect_qp(
     dev: &mut Device,
     q: &LocalQp,
     n: &Negotiated,
@@ -427,7 +428,7 @@ impl CmServer {
             .cm
             .accept(now, conn, offer, &encode_block(&self.blocks[k]))
         {
-            connect(
+            connect_qp(
                 dev,
                 &self.mine[k],
                 &params,
@@ -667,7 +668,7 @@ impl Application for CmClient {
                         ));
                     };
                     self.blocks[k] = Some(b);
-                    connect(
+                    connect_qp(
                         dev,
                         &self.mine[k],
                         &params,

@@ -1,0 +1,622 @@
+//! `roce perf --cm`: each run's QPs connected through the IB CM on QP1 (IBTA Vol 1 ch. 12)
+//! instead of the TCP control channel, over UDP 4791 only. The data path is the same as with
+//! the TCP exchange; only how the QPs learn of each other differs.
+//!
+//! Private data, as rdma_cm applications use it: the REQ (after RDMA-CM's `cma_hdr`) carries
+//! the run's spec, the QP's index and whether it is the last run; the REP the server's target
+//! region (address, rkey, length), the RTU the client's (a latency test's server writes
+//! back); the client's DREQ ends the run and the server's DREP
+//! answers it. Each run binds fresh endpoints on both ends. The UDP baseline needs the TCP
+//! channel and is not offered with `--cm`.
+use std::future::pending;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_driver::impair::Impairment;
+use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
+use roce_driver::{
+    bind_endpoint, runtime, AppError, Application, DriverError, LinkChoice, Secrets,
+};
+use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
+use roce_stack::cm::{
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions, QpOffer,
+};
+use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, RemoteAddr};
+
+use super::app::{perf_caps, spin};
+use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
+use crate::workload::cm::{connect_qp, flush, pump};
+
+const MAGIC: &[u8; 4] = b"rpf1";
+
+/// The REQ's consumer data: the spec (without the MTU, which the REQ carries), the QP's
+/// index, the last-run flag.
+fn encode_req(spec: &PerfSpec, qp: u16, last: bool) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    v.extend_from_slice(&qp.to_be_bytes());
+    v.push(match spec.test {
+        PerfTest::Write => 0,
+        PerfTest::Read => 1,
+        PerfTest::Send => 2,
+        PerfTest::Atomic => 3,
+        PerfTest::Udp => 4,
+    });
+    v.push(u8::from(spec.lat) | u8::from(last) << 1);
+    for x in [
+        spec.size,
+        spec.iters,
+        spec.duration_ms.unwrap_or(0),
+        spec.request,
+    ] {
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    for x in [spec.qps, spec.tx_depth, spec.replies] {
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    v.push(spec.outs);
+    v
+}
+
+fn decode_req(b: &[u8], mtu: u32) -> Option<(PerfSpec, u16, bool)> {
+    let b = b.strip_prefix(MAGIC)?;
+    let u64_at = |i: usize| Some(u64::from_be_bytes(b.get(i..i + 8)?.try_into().ok()?));
+    let u32_at = |i: usize| Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?));
+    let qp = u16::from_be_bytes(b.get(0..2)?.try_into().ok()?);
+    let test = match b.get(2)? {
+        0 => PerfTest::Write,
+        1 => PerfTest::Read,
+        2 => PerfTest::Send,
+        3 => PerfTest::Atomic,
+        _ => return None,
+    };
+    let flags = *b.get(3)?;
+    let duration = u64_at(20)?;
+    let spec = PerfSpec {
+        test,
+        lat: flags & 1 == 1,
+        size: u64_at(4)?,
+        iters: u64_at(12)?,
+        duration_ms: (duration > 0).then_some(duration),
+        request: u64_at(28)?,
+        qps: u32_at(36)?,
+        tx_depth: u32_at(40)?,
+        replies: u32_at(44)?,
+        outs: *b.get(48)?,
+        mtu,
+    };
+    Some((spec, qp, flags & 2 == 2))
+}
+
+fn encode_target(b: &RemoteBuffer) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    v.extend_from_slice(&b.va.to_be_bytes());
+    v.extend_from_slice(&b.rkey.0.to_be_bytes());
+    v.extend_from_slice(&b.len.to_be_bytes());
+    v
+}
+
+fn decode_target(b: &[u8]) -> Option<RemoteBuffer> {
+    let b = b.strip_prefix(MAGIC)?;
+    Some(RemoteBuffer {
+        va: u64::from_be_bytes(b.get(0..8)?.try_into().ok()?),
+        rkey: RKey(u32::from_be_bytes(b.get(8..12)?.try_into().ok()?)),
+        len: u64::from_be_bytes(b.get(12..20)?.try_into().ok()?),
+    })
+}
+
+/// A run's QPs and regions on `dev`: the source of what this end sends, the target of what
+/// the peer does.
+fn perf_objects(
+    dev: &mut Device,
+    spec: &PerfSpec,
+) -> Result<(Vec<LocalQp>, (MrHandle, MrHandle)), AppError> {
+    let pd = dev.alloc_pd();
+    let len = (spec.msg_size() as usize).max(8);
+    let src = dev.reg_mr(pd, len, Access::LOCAL_WRITE);
+    let dst = dev.reg_mr(
+        pd,
+        len,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+    );
+    let qps = create_qps(dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)
+        .map_err(|e| AppError::Failed(e.to_string()))?;
+    Ok((qps, (src, dst)))
+}
+
+/// The transport settings of a perf run: `--outs` READs/atomics each way.
+fn base_params(spec: &PerfSpec) -> ConnectParams {
+    ConnectParams {
+        mtu: spec.mtu,
+        max_rd_atomic: spec.outs,
+        max_dest_rd_atomic: spec.outs,
+        ..ConnectParams::default()
+    }
+}
+
+fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> {
+    Ok(CmConfig {
+        seed: secrets.cm_seed(salt)?,
+        ..CmConfig::default()
+    })
+}
+
+/// The server's side of one run.
+struct Serving {
+    cm: Cm,
+    secrets: Secrets,
+    run: Option<(PerfSpec, bool)>,
+    peer: Option<IpAddr>,
+    qps: Vec<LocalQp>,
+    psns: Vec<Psn>,
+    target: Option<RemoteBuffer>,
+    app: Option<PerfApp>,
+    conns: Vec<Option<ConnId>>,
+    established: usize,
+    released: usize,
+    until_established: bool,
+}
+
+impl Serving {
+    fn on_request(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        conn: ConnId,
+        req: &roce_stack::cm::PeerRequest,
+    ) -> Result<(), AppError> {
+        let refuse = |cm: &mut Cm, why: &[u8]| {
+            cm.reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, why);
+        };
+        let Some((spec, k, last)) = req.rdma_cm().and_then(|(_, d)| decode_req(d, req.mtu)) else {
+            refuse(&mut self.cm, b"not a roce perf REQ");
+            return Ok(());
+        };
+        match self.run {
+            None => {
+                if spec.validate().is_err() {
+                    refuse(&mut self.cm, b"invalid spec");
+                    return Ok(());
+                }
+                let (qps, mrs) = perf_objects(dev, &spec)?;
+                self.psns = self
+                    .secrets
+                    .start_psns(spec.nqps(), 0x5e7e)
+                    .map_err(|e| AppError::Failed(e.to_string()))?;
+                self.target = dev.mr(mrs.1).map(RemoteBuffer::of);
+                // The client's region arrives with its RTU (see `set_remote` below).
+                let nowhere = RemoteAddr {
+                    va: 0,
+                    rkey: RKey(0),
+                };
+                self.app = Some(PerfApp::new(dev, spec, false, &qps, mrs, nowhere)?);
+                self.conns = vec![None; qps.len()];
+                self.qps = qps;
+                self.run = Some((spec, last));
+                self.peer = Some(req.peer);
+            }
+            Some((s, _)) if s != spec || self.peer != Some(req.peer) => {
+                refuse(&mut self.cm, b"busy");
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        let k = usize::from(k);
+        let (Some(target), true) = (self.target, k < self.conns.len() && self.conns[k].is_none())
+        else {
+            refuse(&mut self.cm, b"bad QP index");
+            return Ok(());
+        };
+        self.conns[k] = Some(conn);
+        let offer = QpOffer {
+            qpn: self.qps[k].qpn,
+            starting_psn: self.psns[k],
+            responder_resources: spec.outs,
+            initiator_depth: spec.outs,
+            rnr_retry_count: 7,
+        };
+        if let Some(n) = self.cm.accept(now, conn, offer, &encode_target(&target)) {
+            connect_qp(
+                dev,
+                &self.qps[k],
+                &n,
+                &base_params(&spec),
+                CcConfig::None,
+                0,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Application for Serving {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            match e {
+                CmEvent::Request { conn, req } => self.on_request(dev, now, conn, &req)?,
+                CmEvent::Established { conn, .. } => {
+                    if self.conns.contains(&Some(conn)) {
+                        self.established += 1;
+                        let t = self.cm.peer_confirm_data(conn).and_then(decode_target);
+                        if let (Some(t), Some(app)) = (t, &mut self.app) {
+                            app.set_remote(t.at(0));
+                        }
+                    }
+                }
+                CmEvent::Disconnected { conn } => {
+                    if self.conns.contains(&Some(conn)) {
+                        self.released += 1;
+                    }
+                }
+                CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
+                    if self.conns.contains(&Some(conn)) {
+                        return Err(AppError::Failed(
+                            "the client stopped answering while connecting".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(app) = &mut self.app {
+            app.poll(dev, now)?;
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        let n = self.conns.len();
+        n > 0
+            && if self.until_established {
+                self.established == n
+            } else {
+                self.released == n
+            }
+    }
+}
+
+/// Serves perf runs whose QPs connect through the CM to `bind` (UDP 4791), RDMA-CM port
+/// `port`, until a run the client marked as its last. Blocking; `ready` is called once the
+/// first endpoint is bound. Returns the number of runs.
+pub fn serve_cm(
+    bind: IpAddr,
+    port: u16,
+    secrets: Secrets,
+    link: LinkChoice,
+    ready: impl FnOnce(),
+) -> Result<u64, DriverError> {
+    let mut ready = Some(ready);
+    runtime()?.block_on(async move {
+        let mut runs = 0;
+        loop {
+            let dev = secrets.device(0x5e7e)?;
+            let mut cm = Cm::new(cm_config(&secrets, 0x5e7e ^ runs)?);
+            cm.listen(rdma_cm_service_id(port));
+            let local = SocketAddr::new(bind, ROCEV2_UDP_PORT);
+            let mut ep = bind_endpoint(dev, local, ROCEV2_UDP_PORT, Impairment::default(), link)?;
+            if let Some(r) = ready.take() {
+                r();
+            }
+            let mut s = Serving {
+                cm,
+                secrets,
+                run: None,
+                peer: None,
+                qps: Vec::new(),
+                psns: Vec::new(),
+                target: None,
+                app: None,
+                conns: Vec::new(),
+                established: 0,
+                released: 0,
+                until_established: true,
+            };
+            // The first run may wait forever; the next is asked for at once.
+            let wait = if runs == 0 {
+                Duration::from_secs(365 * 24 * 3600)
+            } else {
+                Duration::from_secs(30)
+            };
+            ep.run(&mut s, true, pending(), wait).await?;
+            if let Some((spec, _)) = s.run {
+                ep.set_busy_poll(spin(&spec));
+            }
+            s.until_established = false;
+            ep.run(&mut s, true, pending(), Duration::from_secs(30))
+                .await?;
+            runs += 1;
+            if s.run.is_some_and(|(_, last)| last) {
+                return Ok(runs);
+            }
+        }
+    })
+}
+
+/// The client's side of one run.
+struct Running {
+    cm: Cm,
+    local: IpAddr,
+    server: IpAddr,
+    port: u16,
+    spec: PerfSpec,
+    last: bool,
+    qps: Vec<LocalQp>,
+    psns: Vec<Psn>,
+    mrs: (MrHandle, MrHandle),
+    conns: Vec<ConnId>,
+    targets: Vec<Option<RemoteBuffer>>,
+    established: usize,
+    released: usize,
+    app: Option<PerfApp>,
+    started: bool,
+    releasing: bool,
+}
+
+impl Application for Running {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if !self.started {
+            self.started = true;
+            for (k, q) in self.qps.iter().enumerate() {
+                let o = ConnectOptions {
+                    local: self.local,
+                    peer: self.server,
+                    service_id: rdma_cm_service_id(self.port),
+                    offer: QpOffer {
+                        qpn: q.qpn,
+                        starting_psn: self.psns[k],
+                        responder_resources: self.spec.outs,
+                        initiator_depth: self.spec.outs,
+                        rnr_retry_count: 7,
+                    },
+                    mtu: self.spec.mtu,
+                    retry_count: 7,
+                    local_ack_timeout: 14,
+                    private_data: rdma_cm_req_private(
+                        self.local,
+                        self.server,
+                        ROCEV2_UDP_PORT,
+                        &encode_req(&self.spec, k as u16, self.last),
+                    ),
+                };
+                let c = self.cm.connect(now, &o).map_err(|r| {
+                    AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
+                })?;
+                // Our target region rides in the RTU: a latency test's server writes back.
+                if let Some(t) = dev.mr(self.mrs.1).map(RemoteBuffer::of) {
+                    self.cm.set_confirm_data(c, &encode_target(&t));
+                }
+                self.conns.push(c);
+            }
+        }
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            match e {
+                CmEvent::Established { conn, params } => {
+                    let Some(k) = self.conns.iter().position(|c| *c == conn) else {
+                        continue;
+                    };
+                    let t = decode_target(&params.private_data).ok_or_else(|| {
+                        AppError::Failed("the server's REP carries no perf target region".into())
+                    })?;
+                    self.targets[k] = Some(t);
+                    connect_qp(
+                        dev,
+                        &self.qps[k],
+                        &params,
+                        &base_params(&self.spec),
+                        CcConfig::None,
+                        0,
+                    )?;
+                    self.established += 1;
+                }
+                CmEvent::Rejected { reason, .. } => {
+                    let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
+                    return Err(AppError::Failed(format!(
+                        "{} rejected the connection: {name} ({reason})",
+                        self.server
+                    )));
+                }
+                CmEvent::TimedOut { .. } => {
+                    return Err(AppError::Failed(format!(
+                        "no CM answer from {} (UDP 4791)",
+                        self.server
+                    )))
+                }
+                CmEvent::Disconnected { .. } => self.released += 1,
+                CmEvent::Request { conn, .. } => {
+                    self.cm
+                        .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
+                }
+            }
+        }
+        if self.app.is_none() && self.established == self.qps.len() {
+            let t = self.targets[0].unwrap_or(RemoteBuffer {
+                va: 0,
+                rkey: RKey(0),
+                len: 0,
+            });
+            self.app = Some(PerfApp::new(
+                dev,
+                self.spec,
+                true,
+                &self.qps,
+                self.mrs,
+                t.at(0),
+            )?);
+        }
+        if let Some(app) = &mut self.app {
+            if !self.releasing {
+                app.poll(dev, now)?;
+                if app.done() {
+                    self.releasing = true;
+                    for &c in &self.conns {
+                        self.cm.disconnect(now, c);
+                    }
+                }
+            }
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.releasing && self.released == self.conns.len()
+    }
+}
+
+/// Runs every spec against a `--cm` perf server at `server` (RDMA-CM port `port`) from
+/// `local`, handing each result to `out` (`false`: stop after it).
+pub fn run_client_cm(
+    local: IpAddr,
+    server: IpAddr,
+    port: u16,
+    specs: &[PerfSpec],
+    secrets: Secrets,
+    link: LinkChoice,
+    mut out: impl FnMut(&PerfResult) -> bool,
+) -> Result<(), DriverError> {
+    for s in specs {
+        s.validate()?;
+        if s.test == PerfTest::Udp {
+            return Err(DriverError::Setup(
+                "the UDP baseline needs the TCP control connection (drop --cm)".into(),
+            ));
+        }
+    }
+    runtime()?.block_on(async move {
+        for (i, spec) in specs.iter().enumerate() {
+            let last = i + 1 == specs.len();
+            let mut dev = secrets.device(0xc11e)?;
+            let (qps, mrs) =
+                perf_objects(&mut dev, spec).map_err(|e| DriverError::Setup(e.to_string()))?;
+            let psns = secrets.start_psns(spec.nqps(), 0xc11e)?;
+            let n = qps.len();
+            let mut ep = bind_endpoint(
+                dev,
+                SocketAddr::new(local, ROCEV2_UDP_PORT),
+                ROCEV2_UDP_PORT,
+                Impairment::default(),
+                link,
+            )?;
+            ep.set_busy_poll(spin(spec));
+            let mut r = Running {
+                cm: Cm::new(cm_config(&secrets, 0xc11e ^ i as u64)?),
+                local,
+                server,
+                port,
+                spec: *spec,
+                last,
+                qps,
+                psns,
+                mrs,
+                conns: Vec::new(),
+                targets: vec![None; n],
+                established: 0,
+                released: 0,
+                app: None,
+                started: false,
+                releasing: false,
+            };
+            ep.run(&mut r, true, pending(), Duration::from_secs(5))
+                .await?;
+            let Some(app) = &mut r.app else {
+                return Err(DriverError::Peer("the run never started".into()));
+            };
+            let mut res = app.result();
+            res.retransmitted_packets = ep.dev.stats().retransmitted_packets;
+            res.link = Some(ep.link().name());
+            drop(ep);
+            if !out(&res) || last {
+                return Ok(());
+            }
+            // The server binds its next run's endpoint once this one is released.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    })
+}
+
+/// Both ends in one process, connected through the CM: a `--cm` server thread at
+/// `server_ip` and the client at `client_ip` (both UDP 4791).
+pub fn loopback_cm(
+    client_ip: IpAddr,
+    server_ip: IpAddr,
+    specs: &[PerfSpec],
+    secrets: Secrets,
+    link: LinkChoice,
+    out: impl FnMut(&PerfResult) -> bool,
+) -> Result<(), DriverError> {
+    if client_ip == server_ip {
+        return Err(DriverError::Setup(
+            "--cm runs both ends on UDP 4791: give them two addresses".into(),
+        ));
+    }
+    let port = 18515;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::Builder::new()
+        .name("roce-perf-cm-server".into())
+        .spawn(move || {
+            serve_cm(server_ip, port, secrets, link, move || {
+                let _ = tx.send(());
+            })
+        })
+        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
+    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        return match server.join() {
+            Ok(Err(e)) => Err(e),
+            _ => Err(DriverError::Setup("the perf server did not start".into())),
+        };
+    }
+    // On an error the server may wait for a run that never comes: it is left (the process
+    // exits).
+    run_client_cm(client_ip, server_ip, port, specs, secrets, link, out)?;
+    match server.join() {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(DriverError::Setup("the perf server thread panicked".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_fits_the_req_and_round_trips() {
+        let spec = PerfSpec {
+            test: PerfTest::Read,
+            lat: true,
+            size: 1 << 20,
+            iters: 123_456,
+            duration_ms: Some(2500),
+            qps: 8,
+            mtu: 2048,
+            tx_depth: 64,
+            outs: 16,
+            request: 0,
+            replies: 1,
+        };
+        let e = encode_req(&spec, 5, true);
+        assert!(
+            e.len() <= 92 - roce_proto::rdma_cm::CMA_HDR_LEN,
+            "{}",
+            e.len()
+        );
+        let mut padded = e;
+        padded.resize(56, 0);
+        assert_eq!(decode_req(&padded, 2048), Some((spec, 5, true)));
+        assert_eq!(decode_req(&padded[2..], 2048), None);
+        let t = RemoteBuffer {
+            va: 42,
+            rkey: RKey(7),
+            len: 9,
+        };
+        assert_eq!(decode_target(&encode_target(&t)), Some(t));
+    }
+}
