@@ -84,6 +84,8 @@ pub struct Device {
     accepted: u64,
     /// QP1: MADs in and out.
     gsi: crate::gsi::Gsi,
+    /// UD QPs, by index; their QPNs follow the RC range ([`Device::create_ud_qp`]).
+    uds: Vec<crate::ud::UdQp>,
 }
 
 impl Default for Device {
@@ -107,6 +109,7 @@ impl Device {
             drops: QpStats::default(),
             accepted: 0,
             gsi: crate::gsi::Gsi::default(),
+            uds: Vec::new(),
         }
     }
 
@@ -176,6 +179,65 @@ impl Device {
         self.qps.push(Qp::new(qpn, pd, send_cq, recv_cq, caps));
         self.in_active.push(false);
         Ok(qpn)
+    }
+
+    /// Creates a UD QP with Q_Key `qkey` whose messages are at most `mtu` bytes (one packet
+    /// each) and whose queues hold `max_wr` requests each. It can be posted to at once (a UD
+    /// QP needs no connection). Its QPN follows the RC QPNs' range, so the two never meet.
+    pub fn create_ud_qp(
+        &mut self,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        qkey: roce_proto::QKey,
+        mtu: u32,
+        max_wr: u32,
+    ) -> Result<Qpn, CreateError> {
+        if pd.0 >= self.pds {
+            return Err(CreateError::NoSuchPd);
+        }
+        if send_cq.0 as usize >= self.cqs.len() || recv_cq.0 as usize >= self.cqs.len() {
+            return Err(CreateError::NoSuchCq);
+        }
+        if self.uds.len() as u32 >= self.config.max_qps || !crate::qp::PATH_MTUS.contains(&mtu) {
+            return Err(CreateError::TooManyQps);
+        }
+        let qpn = self.ud_qpn(self.uds.len());
+        self.uds.push(crate::ud::UdQp::new(
+            qpn,
+            pd,
+            (send_cq, recv_cq),
+            qkey,
+            mtu,
+            max_wr.clamp(1, 1 << 16) as usize,
+        ));
+        Ok(qpn)
+    }
+
+    /// The QPN of UD QP `i`: after the RC range, wrapping below 2^24 and past QPs 0 and 1.
+    fn ud_qpn(&self, i: usize) -> Qpn {
+        let n = (u64::from(self.config.qpn_base) + u64::from(self.config.max_qps) + i as u64)
+            % 0x00ff_fffe;
+        Qpn(n.max(2) as u32)
+    }
+
+    fn ud_idx(&self, qpn: Qpn) -> Option<usize> {
+        // The inverse of `ud_qpn`, checked.
+        const M: u64 = 0x00ff_fffe;
+        let start = (u64::from(self.config.qpn_base) + u64::from(self.config.max_qps)) % M;
+        let i = ((u64::from(qpn.0) + M - start) % M) as usize;
+        (i < self.uds.len() && self.ud_qpn(i) == qpn).then_some(i)
+    }
+
+    /// A UD QP.
+    pub fn ud_qp(&self, qpn: Qpn) -> Option<&crate::ud::UdQp> {
+        self.ud_idx(qpn).map(|i| &self.uds[i])
+    }
+
+    /// Posts a send to a UD QP.
+    pub fn post_ud_send(&mut self, qpn: Qpn, wr: crate::ud::UdSend) -> Result<(), PostError> {
+        let i = self.ud_idx(qpn).ok_or(PostError::NoSuchQp)?;
+        self.uds[i].post_send(&self.mrs, wr)
     }
 
     fn idx(&self, qpn: Qpn) -> Option<usize> {
@@ -249,6 +311,11 @@ impl Device {
 
     /// Posts a receive request (any state but RESET; in ERR it completes at once as flushed).
     pub fn post_recv(&mut self, qpn: Qpn, r: RecvRequest) -> Result<(), PostError> {
+        if self.idx(qpn).is_none() {
+            if let Some(i) = self.ud_idx(qpn) {
+                return self.uds[i].post_recv(&self.mrs, r);
+            }
+        }
         let (qp, mut ctx) = self.split(qpn).ok_or(PostError::NoSuchQp)?;
         qp.post_recv(r, &mut ctx)
     }
@@ -285,6 +352,15 @@ impl Device {
         if qpn == crate::gsi::GSI_QPN {
             self.gsi.receive(meta, datagram);
             return;
+        }
+        if self.idx(qpn).is_none() {
+            if let Some(i) = self.ud_idx(qpn) {
+                let (mrs, cqs) = (&mut self.mrs, &mut self.cqs[..]);
+                if self.uds[i].receive(mrs, cqs, meta, datagram) {
+                    self.accepted += 1;
+                }
+                return;
+            }
         }
         match self.split(qpn) {
             Some((qp, mut ctx)) => {
@@ -333,6 +409,18 @@ impl Device {
                     ecn: path.ecn,
                     path,
                 });
+            }
+        }
+        for ud in &mut self.uds {
+            if ud.has_output() {
+                if let Some(path) = ud.poll_transmit(&self.mrs, &mut self.cqs, buf) {
+                    return Some(Transmit {
+                        qpn: ud.qpn(),
+                        len: buf.len(),
+                        ecn: path.ecn,
+                        path,
+                    });
+                }
             }
         }
         let quantum = self.config.tx_quantum.max(1);

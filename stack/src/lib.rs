@@ -47,6 +47,7 @@ pub mod qp;
 pub mod rng;
 pub mod stats;
 pub mod time;
+pub mod ud;
 pub mod wr;
 
 #[cfg(feature = "sim")]

@@ -284,6 +284,8 @@ mod tests {
             imm_data: None,
             invalidated_rkey: None,
             qp_num: Qpn(1),
+            src_qp: None,
+            src: None,
         }
     }
 

@@ -189,4 +189,8 @@ pub struct Completion {
     pub invalidated_rkey: Option<RKey>,
     /// The local QP.
     pub qp_num: Qpn,
+    /// UD receives: the sender's QPN (its DETH source QP).
+    pub src_qp: Option<Qpn>,
+    /// UD receives: the sender's address and UDP source port.
+    pub src: Option<std::net::SocketAddr>,
 }

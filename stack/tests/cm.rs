@@ -205,6 +205,7 @@ fn consistent(a: &Negotiated, b: &Negotiated, seed: u64) {
 fn a_clean_connection_is_established_consistently_and_released() {
     let mut n = Net::new(1, 0.0, 0.0, Answer::Accept);
     let conn = n.a.connect(n.now, &options(b"hello")).unwrap();
+    assert!(n.a.set_confirm_data(conn, b"in the RTU"));
     n.run(1_000_000_000);
     let (ac, a) = established(&n.a_events).expect("active established");
     let (bc, b) = established(&n.b_events).expect("passive established");
@@ -232,6 +233,8 @@ fn a_clean_connection_is_established_consistently_and_released() {
         (params.dest_qpn, params.rq_psn, params.sq_psn, params.mtu),
         (Qpn(0x3b), Psn::new(0x72_7d6d), Psn::new(0x7c_c204), 1024)
     );
+    // The RTU's private data reached the passive side.
+    assert_eq!(&n.b.peer_confirm_data(bc).unwrap()[..10], b"in the RTU");
     assert_eq!(n.a.state(ac), Some(CmState::Established));
     assert_eq!(n.b.state(bc), Some(CmState::Established));
     // Release from the active side, private data both ways (DREQ's and DREP's).

@@ -174,6 +174,8 @@ impl Completion {
             imm_data: None,
             invalidated_rkey: None,
             qp_num: qp,
+            src_qp: None,
+            src: None,
         }
     }
 
@@ -187,6 +189,8 @@ impl Completion {
             imm_data: None,
             invalidated_rkey: None,
             qp_num: qp,
+            src_qp: None,
+            src: None,
         }
     }
 
