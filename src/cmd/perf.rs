@@ -63,6 +63,11 @@ pub(crate) struct PerfArgs {
     /// with --server/--client, --port is the RDMA-CM port). Not with --baseline or udp.
     #[arg(long, conflicts_with = "baseline")]
     cm: bool,
+    /// Speak perftest's TCP exchange (port 18515: versions, MTU, key records, reports), so a
+    /// stock ib_write_bw / ib_read_bw can be the other end: `--server` is the side started
+    /// without a host, `--client HOST` the side with one. write or read, bandwidth, one size.
+    #[arg(long, conflicts_with_all = ["baseline", "cm", "all"])]
+    perftest: bool,
 }
 
 /// `write`, `read`, `send`, `atomic` or `udp`.
@@ -94,6 +99,80 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
     let secrets = Secrets::from_seed(a.seed);
     if let Some(s) = a.seed {
         eprintln!("roce perf: secrets derived from seed {s} (PSNs, QPNs and keys are predictable)");
+    }
+    if a.perftest {
+        let [spec] = specs[..] else {
+            anyhow::bail!("--perftest runs one size (no -a)");
+        };
+        let print = |r: &PerfResult| {
+            if a.json {
+                println!("{}", serde_json::to_string(r).unwrap_or_default());
+            } else {
+                println!("{}\n{r}", PerfResult::header(a.lat));
+            }
+        };
+        if a.ends.server {
+            let bind = a
+                .ends
+                .bind
+                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+            let port = a.ends.port;
+            let r =
+                perf::perftest::serve_perftest(bind, port, &spec, secrets, a.link.link, || {
+                    eprintln!("roce perf: waiting for a perftest client on TCP {bind}:{port}");
+                })?;
+            eprintln!("roce perf: the client's figures:");
+            print(&r);
+            return Ok(ExitCode::SUCCESS);
+        }
+        let r = match &a.ends.client {
+            Some(host) => perf::perftest::run_perftest_client(
+                crate::args::resolve(host)?,
+                a.ends.bind,
+                &spec,
+                secrets,
+                a.link.link,
+            )?,
+            None => {
+                // One process: a perftest-speaking server thread and the client.
+                let (c, sv) = (a.ends.client_ip, a.ends.server_ip);
+                let port = a.ends.port;
+                let (tx, rx) = std::sync::mpsc::channel();
+                let server = std::thread::spawn(move || {
+                    perf::perftest::serve_perftest(
+                        sv,
+                        port,
+                        &spec,
+                        secrets,
+                        a.link.link,
+                        move || {
+                            let _ = tx.send(());
+                        },
+                    )
+                });
+                if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+                    return match server.join() {
+                        Ok(Err(e)) => Err(e.into()),
+                        _ => Err(anyhow::anyhow!("the perftest server did not start")),
+                    };
+                }
+                let r = perf::perftest::run_perftest_client(
+                    std::net::SocketAddr::new(sv, port),
+                    Some(c),
+                    &spec,
+                    secrets,
+                    a.link.link,
+                )?;
+                match server.join() {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(e.into()),
+                    Err(_) => anyhow::bail!("the perftest server thread panicked"),
+                }
+                r
+            }
+        };
+        print(&r);
+        return Ok(ExitCode::SUCCESS);
     }
     if a.ends.server && a.cm {
         let bind = a

@@ -1,0 +1,200 @@
+//! `roce perf --perftest` against a scripted stock perftest client: a peer written from
+//! perftest's source (linux-rdma/perftest 6.29, `src/perftest_communication.c`:
+//! `exchange_versions`, `check_sys_data`, `check_mtu`, `ctx_hand_shake` with
+//! `KEY_PRINT_FMT_GID`, `xchg_bw_reports`, `ctx_close_connection`), byte for byte and in
+//! lock step (the client writes first in every step), independently of roce's own session
+//! code. It checks every message roce's server sends and that the server reports the figures
+//! the client sent. Then roce's own client and server, in one process, run a real test.
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use roce_proto::perftest::{Dest, Variant};
+
+mod common;
+use common::{ips, roce, BIN};
+
+/// One lock-step step as perftest's client does it: write ours, read theirs (same length).
+fn step(t: &mut TcpStream, mine: &[u8]) -> Vec<u8> {
+    t.write_all(mine).unwrap();
+    let mut theirs = vec![0u8; mine.len()];
+    t.read_exact(&mut theirs).unwrap();
+    theirs
+}
+
+/// A key record as perftest 6.29's client prints it (`KEY_PRINT_FMT_GID`, NUL sent).
+fn record(qpn: u32, psn: u32, rkey: u32, vaddr: u64, gid: [u8; 16]) -> Vec<u8> {
+    let mut s = format!(
+        "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}",
+        0, 1, qpn, psn, rkey, vaddr
+    );
+    for b in gid {
+        s.push_str(&format!(":{b:02x}"));
+    }
+    s.push_str(&format!(":{:08x}:", 0));
+    let mut v = s.into_bytes();
+    v.push(0);
+    assert_eq!(v.len(), 108, "KEY_MSG_SIZE_GID");
+    v
+}
+
+#[test]
+fn the_server_speaks_what_a_stock_client_expects() {
+    let (c, s) = ips(65);
+    let port = "21065";
+    let server = Command::new(BIN)
+        .args([
+            "perf",
+            "write",
+            "--perftest",
+            "--server",
+            "--bind",
+            &s,
+            "--port",
+            port,
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut t = None;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Ok(x) = TcpStream::connect(format!("{s}:{port}")) {
+            t = Some(x);
+            break;
+        }
+    }
+    let mut t = t.expect("the server never listened");
+    t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // 1. Versions: 16 bytes, NUL-padded.
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(b"6.29");
+    let theirs = step(&mut t, &v);
+    assert_eq!(&theirs[..5], b"6.27\0");
+    assert!(theirs[5..].iter().all(|&b| b == 0));
+    // 2. Page size and cache line size, big-endian.
+    assert_eq!(step(&mut t, &4096u32.to_be_bytes()), 4096u32.to_be_bytes());
+    assert_eq!(step(&mut t, &64u32.to_be_bytes()), 64u32.to_be_bytes());
+    // 3. MTU as ibv_mtu text: we offer 4096 ("5"), roce's default is 4096 too.
+    assert_eq!(step(&mut t, b"5\0"), b"5\0");
+    // 4. Key records: one per QP, one per QP again, one after RTR (one QP).
+    let mut gid = [0u8; 16];
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    let cip: std::net::Ipv4Addr = c.parse().unwrap();
+    gid[12..].copy_from_slice(&cip.octets());
+    let mine = record(0x1234, 0x00ab_cdef, 0x77, 0x7f00_0000_0000, gid);
+    let mut server_keys = Vec::new();
+    for _ in 0..3 {
+        let r = step(&mut t, &mine);
+        let d = Dest::parse(&r, Variant::Gid)
+            .unwrap_or_else(|e| panic!("{e:?}: {:?}", String::from_utf8_lossy(&r)));
+        server_keys.push(d);
+    }
+    let d = server_keys[0];
+    assert!(
+        server_keys.iter().all(|k| *k == d),
+        "the same record each time"
+    );
+    let sip: std::net::Ipv4Addr = s.parse().unwrap();
+    assert_eq!(
+        d.ipv4(),
+        Some(sip.octets()),
+        "the server's GID is its address"
+    );
+    assert_eq!(d.lid, 0);
+    assert!(d.qpn > 1 && d.qpn <= 0xff_ffff && d.rkey != 0 && d.vaddr != 0);
+    // 5. The test (a scripted client sends no RDMA traffic), then the end-of-test record.
+    let r = step(&mut t, &mine);
+    assert_eq!(Dest::parse(&r, Variant::Gid).unwrap(), d);
+    // 6. Reports: size, iterations (8 bytes each, big-endian), three doubles.
+    step(&mut t, &65536u64.to_be_bytes());
+    step(&mut t, &5000u64.to_be_bytes());
+    for x in [12.5f64, 11.25, 0.021] {
+        step(&mut t, &x.to_be_bytes());
+    }
+    // 7. Closing record, then close.
+    let r = step(&mut t, &mine);
+    assert_eq!(Dest::parse(&r, Variant::Gid).unwrap(), d);
+    drop(t);
+    let out = server.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(j["bw_peak_gbps"], 12.5);
+    assert_eq!(j["bw_avg_gbps"], 11.25);
+    assert_eq!(j["msg_rate_mpps"], 0.021);
+}
+
+#[test]
+fn an_old_or_foreign_peer_is_refused_in_one_line() {
+    let (_, s) = ips(67);
+    let port = "21067";
+    let server = Command::new(BIN)
+        .args([
+            "perf",
+            "write",
+            "--perftest",
+            "--server",
+            "--bind",
+            &s,
+            "--port",
+            port,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut t = None;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Ok(x) = TcpStream::connect(format!("{s}:{port}")) {
+            t = Some(x);
+            break;
+        }
+    }
+    let mut t = t.expect("the server never listened");
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(b"5.10");
+    let _ = step(&mut t, &v);
+    let out = server.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("5.70 or newer"), "{err}");
+    // The waiting line, then one error line.
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[1].contains("perftest exchange, versions"), "{err}");
+}
+
+#[test]
+fn roces_perftest_client_and_server_run_a_real_test() {
+    let (c, s) = ips(68);
+    for test in ["write", "read"] {
+        let (code, out, err) = roce(&[
+            "perf",
+            test,
+            "--perftest",
+            "-n",
+            "500",
+            "--client-ip",
+            &c,
+            "--server-ip",
+            &s,
+            "--port",
+            "21068",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(j["iterations"], 500);
+        assert!(j["bw_avg_gbps"].as_f64().unwrap() > 0.0);
+    }
+}
