@@ -551,8 +551,149 @@ pub fn cm(data: &[u8]) -> (u64, u64) {
     (handled, established.len() as u64 + cm.stats().sent)
 }
 
+/// Drives a UD QP with arbitrary datagrams (raw bytes, and its own sends mutated), posts and
+/// receive buffers of arbitrary sizes. Panics only when an invariant breaks: a completion for
+/// a buffer never posted, a receive reporting more bytes than its buffer, a region that no
+/// receive covers changed. Returns the completions seen.
+pub fn ud(data: &[u8]) -> u64 {
+    use crate::ud::{AddressHandle, UdSend, GRH_LEN};
+    use roce_proto::QKey;
+    use std::collections::BTreeMap;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    let me = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+    let peer = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    let mut dev = Device::default();
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq();
+    let qkey = QKey(0x1111_2222);
+    let Ok(qpn) = dev.create_ud_qp(pd, cq, cq, qkey, 1024, 64) else {
+        return 0;
+    };
+    let mr = dev.reg_mr(pd, 64 * 1024, Access::LOCAL_WRITE);
+    let guard = dev.reg_mr(pd, 4096, Access::LOCAL_WRITE);
+    let mut input = Input { data };
+    let mut posted: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut next_id = 0u64;
+    let mut last = Vec::new();
+    let mut seen = 0u64;
+    let meta = RxMeta::new(SocketAddr::new(peer, 0xc000), me, Ecn::NotEct);
+    while !input.data.is_empty() {
+        match input.byte() % 4 {
+            0 => {
+                // A receive buffer of 0..2047 bytes in one of 32 slots.
+                let slot = u64::from(input.byte() % 32);
+                let len = u32::from(input.byte()) * 8;
+                let sge = dev.mr(mr).map(|m| m.sge(slot * 2048, len.min(2048)));
+                if let Some(sge) = sge {
+                    let id = next_id;
+                    next_id += 1;
+                    if dev
+                        .post_recv(
+                            qpn,
+                            RecvRequest {
+                                wr_id: id,
+                                sgl: SgList::one(sge),
+                            },
+                        )
+                        .is_ok()
+                    {
+                        posted.insert(id, sge.length);
+                    }
+                }
+            }
+            1 => {
+                // A send to ourselves (looped back below as a datagram).
+                let len = u32::from(input.byte()) * 5;
+                let Some(sge) = dev.mr(mr).map(|m| m.sge(0, len)) else {
+                    continue;
+                };
+                let q = if input.byte() & 1 == 0 {
+                    qkey
+                } else {
+                    QKey(0x8000_0000)
+                };
+                let _ = dev.post_ud_send(
+                    qpn,
+                    UdSend {
+                        wr_id: u64::MAX,
+                        sgl: SgList::one(sge),
+                        ah: AddressHandle {
+                            local: peer,
+                            remote: me,
+                            remote_port: 4791,
+                            dest_qpn: qpn,
+                            qkey: q,
+                        },
+                        imm: (input.byte() & 1 == 1).then_some(7),
+                        signaled: true,
+                    },
+                );
+                let mut buf = Vec::new();
+                while let Some(t) = dev.poll_transmit(Instant::from_nanos(0), &mut buf) {
+                    last = buf[..t.len].to_vec();
+                    dev.handle_datagram(Instant::from_nanos(0), &t.rx_meta(), &last);
+                }
+            }
+            2 => {
+                // Our last datagram with some bytes changed.
+                let mut d = last.clone();
+                for _ in 0..input.byte() % 4 {
+                    if !d.is_empty() {
+                        let at = usize::from(input.byte()) % d.len();
+                        d[at] = input.byte();
+                    }
+                }
+                dev.handle_datagram(Instant::from_nanos(0), &meta, &d);
+            }
+            _ => {
+                let n = usize::from(input.byte());
+                let d: Vec<u8> = (0..n).map(|_| input.byte()).collect();
+                dev.handle_datagram(Instant::from_nanos(0), &meta, &d);
+            }
+        }
+        while let Some(c) = dev.poll_cq(cq) {
+            seen += 1;
+            if c.wr_id == u64::MAX {
+                continue;
+            }
+            let len = posted
+                .remove(&c.wr_id)
+                .expect("a completion for a buffer never posted (or twice)");
+            if c.status == crate::WcStatus::Success {
+                assert!(c.byte_len <= len && c.byte_len as usize >= GRH_LEN);
+                assert!(c.src_qp.is_some() && c.src.is_some());
+            }
+        }
+        assert!(
+            dev.mr(guard)
+                .is_some_and(|g| g.as_slice().iter().all(|&b| b == 0)),
+            "a region no receive covers changed"
+        );
+    }
+    seen
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ud_survives_random_inputs() {
+        let mut x = 0x5eed_0d0d_1234_5678u64;
+        let n = if cfg!(debug_assertions) { 300 } else { 3000 };
+        let mut total = 0;
+        for i in 0..n {
+            let data: Vec<u8> = (0..(100 + (i * 71) % 2000))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect();
+            total += super::ud(&data);
+        }
+        assert!(total > n, "{total}");
+    }
+
     #[test]
     fn cm_survives_random_inputs() {
         let mut x = 0x0bad_c0de_1234_5678u64;

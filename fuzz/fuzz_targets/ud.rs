@@ -1,0 +1,4 @@
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    roce_stack::fuzzing::ud(data);
+});
