@@ -462,3 +462,49 @@ fn perf_over_cm_made_connections_runs_every_test() {
     assert_ne!(code, 0);
     assert!(err.contains("--baseline"), "{err}");
 }
+
+/// `-c UD`: SEND over UD QPs, bandwidth and latency, and the sizes and tests UD cannot do
+/// refused in one line.
+#[test]
+fn perf_over_ud_qps() {
+    for args in [
+        vec![
+            "send", "-c", "UD", "-n", "2000", "-s", "1024", "--mtu", "1024",
+        ],
+        vec!["send", "-c", "ud", "--lat", "-n", "300"],
+        vec!["send", "-c", "UD", "-n", "500", "-q", "2"],
+    ] {
+        let mut a = args.clone();
+        a.push("--json");
+        let (code, out, err) = perf(69, &a);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        let l = json_lines(&out);
+        assert_eq!(l.len(), 1, "{out}");
+        has_keys(
+            &l[0],
+            if args.contains(&"--lat") {
+                &LAT_KEYS
+            } else {
+                &BW_KEYS
+            },
+        );
+    }
+    // The default size with -c UD is the MTU.
+    let (code, out, err) = perf(69, &["send", "-c", "UD", "-n", "100", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_lines(&out)[0]["size"], 4096);
+    for (args, want) in [
+        (vec!["write", "-c", "UD"], "send only"),
+        (vec!["send", "-c", "UD", "-s", "8000"], "at most the MTU"),
+        (vec!["send", "-c", "XY"], "use RC or UD"),
+        (
+            vec!["send", "-c", "UD", "--cm"],
+            "TCP control connection only",
+        ),
+    ] {
+        let (code, _, err) = perf(69, &args);
+        assert_ne!(code, 0, "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -68,6 +68,10 @@ pub(crate) struct PerfArgs {
     /// without a host, `--client HOST` the side with one. write or read, bandwidth, one size.
     #[arg(long, conflicts_with_all = ["baseline", "cm", "all"])]
     perftest: bool,
+    /// Connection type, as perftest's -c: RC, or UD (send only, sizes up to the MTU, lost
+    /// messages are not retransmitted).
+    #[arg(short = 'c', long = "connection", default_value = "RC")]
+    connection: String,
 }
 
 /// `write`, `read`, `send`, `atomic` or `udp`.
@@ -95,7 +99,18 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         tx_depth: a.tx_depth,
         outs: a.outs,
         request: size_flag("--request", a.request.as_deref())?,
+        ud: match a.connection.to_ascii_uppercase().as_str() {
+            "RC" => false,
+            "UD" => true,
+            "UC" => anyhow::bail!("-c UC: UC QPs are not implemented yet (RC or UD)"),
+            other => anyhow::bail!("-c {other:?}: use RC or UD"),
+        },
     })?;
+    if specs.iter().any(|s| s.ud) && (a.cm || a.perftest) {
+        anyhow::bail!(
+            "-c UD runs over the TCP control connection only (not with --cm or --perftest)"
+        );
+    }
     let secrets = Secrets::from_seed(a.seed);
     if let Some(s) = a.seed {
         eprintln!("roce perf: secrets derived from seed {s} (PSNs, QPNs and keys are predictable)");

@@ -51,6 +51,8 @@ pub struct PerfApp {
     /// Ping-pongs answered (server) or completed (client).
     iter: u64,
     error: Option<String>,
+    /// `-c UD`: each QP's peer.
+    ud: Vec<roce_stack::ud::AddressHandle>,
 }
 
 fn tag(i: u64) -> u8 {
@@ -102,6 +104,7 @@ impl PerfApp {
             t_post: None,
             iter: 0,
             error: None,
+            ud: Vec::new(),
         };
         if spec.test == PerfTest::Send && (!client || spec.lat) {
             let n = recv_depth(&spec);
@@ -114,16 +117,28 @@ impl PerfApp {
         Ok(app)
     }
 
+    /// UD: where each QP sends (the peer's QP of the same index). Must be set before the first
+    /// poll of a `-c UD` test.
+    pub fn set_ud_peers(&mut self, ahs: Vec<roce_stack::ud::AddressHandle>) {
+        self.ud = ahs;
+    }
+
     /// Sets the peer's target region (when it is learnt after the application is made).
     pub fn set_remote(&mut self, remote: RemoteAddr) {
         self.remote = remote;
     }
 
     fn post_recv(&mut self, dev: &mut Device, i: usize) -> Result<(), AppError> {
+        // A UD receive buffer starts with the 40-byte GRH area.
+        let grh = if self.spec.ud {
+            roce_stack::ud::GRH_LEN as u32
+        } else {
+            0
+        };
         let sge = dev
             .mr(self.dst)
             .ok_or_else(|| AppError::Failed("region gone".into()))?
-            .sge(0, self.spec.size as u32);
+            .sge(0, self.spec.size as u32 + grh);
         dev.post_recv(
             self.qps[i].qpn,
             RecvRequest {
@@ -151,6 +166,26 @@ impl PerfApp {
             },
             PerfTest::Udp => return Err(AppError::Failed("udp is not an RDMA test".into())),
         };
+        if spec.ud {
+            let ah = *self
+                .ud
+                .get(i)
+                .ok_or_else(|| AppError::Failed("no address handle for a UD QP".into()))?;
+            dev.post_ud_send(
+                self.qps[i].qpn,
+                roce_stack::ud::UdSend {
+                    wr_id: self.posted,
+                    sgl: SgList::one(sge),
+                    ah,
+                    imm: None,
+                    signaled: true,
+                },
+            )
+            .map_err(|e| AppError::post(i, "a UD send", e))?;
+            self.qps[i].outstanding += 1;
+            self.posted += 1;
+            return Ok(());
+        }
         dev.post_send(
             self.qps[i].qpn,
             WorkRequest::new(self.posted, op, SgList::one(sge)),

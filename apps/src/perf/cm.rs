@@ -83,6 +83,7 @@ fn decode_req(b: &[u8], mtu: u32) -> Option<(PerfSpec, u16, bool)> {
         replies: u32_at(44)?,
         outs: *b.get(48)?,
         mtu,
+        ud: false,
     };
     Some((spec, qp, flags & 2 == 2))
 }
@@ -601,6 +602,7 @@ mod tests {
             outs: 16,
             request: 0,
             replies: 1,
+            ud: false,
         };
         let e = encode_req(&spec, 5, true);
         assert!(

@@ -106,6 +106,10 @@ pub struct PerfSpec {
     /// UDP exchange: datagrams answering each request.
     #[serde(default = "one")]
     pub replies: u32,
+    /// Unreliable datagram QPs (perftest's `-c UD`) instead of RC: SEND only, one MTU per
+    /// message; what the peer missed is lost, not retransmitted.
+    #[serde(default)]
+    pub ud: bool,
 }
 
 fn one() -> u32 {
@@ -126,6 +130,7 @@ impl Default for PerfSpec {
             outs: DEFAULT_OUTS,
             request: 0,
             replies: 1,
+            ud: false,
         }
     }
 }
@@ -161,6 +166,8 @@ pub struct PerfOptions {
     pub outs: Option<u8>,
     /// `--request` (udp only): run a request/response exchange with requests of this size.
     pub request: Option<u64>,
+    /// `-c UD`: unreliable datagram QPs (sizes up to the MTU; `-a` stops at the MTU).
+    pub ud: bool,
 }
 
 /// The measurements the options ask for, one per size, validated.
@@ -183,6 +190,9 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
         if o.test == PerfTest::Udp {
             v.retain(|&s| (16..=65507).contains(&s));
         }
+        if o.ud {
+            v.retain(|&s| s <= u64::from(o.mtu));
+        }
         v
     } else {
         // A UDP datagram carries at most 65507 bytes, and the baseline needs 16.
@@ -190,6 +200,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
             (PerfTest::Udp, true) => 16,
             (PerfTest::Udp, false) => 65507,
             (_, true) => 8,
+            (_, false) if o.ud => u64::from(o.mtu),
             (_, false) => 65536,
         };
         vec![o.size.unwrap_or(default)]
@@ -216,6 +227,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
                 outs: o.outs.unwrap_or(DEFAULT_OUTS),
                 request: o.request.unwrap_or(0),
                 replies: 1,
+                ud: o.ud,
             };
             s.validate().map(|()| s)
         })
@@ -252,6 +264,20 @@ impl PerfSpec {
         E::check_range("--qps", "1..=1024", u64::from(self.qps), 1, 1024)?;
         E::check_range("--outs", "1..=128", u64::from(self.outs), 1, 128)?;
         E::check_range("--tx-depth", "1..=4096", u64::from(self.tx_depth), 1, 4096)?;
+        if self.ud {
+            if self.test != PerfTest::Send {
+                return Err(E::Conflict(
+                    "-c UD runs send only (UD has no RDMA operations)",
+                ));
+            }
+            if self.size > u64::from(self.mtu) {
+                return Err(E::OutOfRange {
+                    what: "-s",
+                    range: "at most the MTU with -c UD (one packet per message)",
+                    value: self.size,
+                });
+            }
+        }
         Ok(())
     }
 

@@ -68,15 +68,54 @@ type PerfDevice = (Device, Vec<LocalQp>, (MrHandle, MrHandle));
 fn perf_device(spec: &PerfSpec, secrets: Secrets, salt: u64) -> Result<PerfDevice, DriverError> {
     let mut dev = secrets.device(salt)?;
     let pd = dev.alloc_pd();
-    let len = (spec.msg_size() as usize).max(8);
+    // A UD receive buffer also holds the 40-byte GRH area.
+    let len = (spec.msg_size() as usize).max(8) + 40;
     let src = dev.reg_mr(pd, len, Access::LOCAL_WRITE);
     let dst = dev.reg_mr(
         pd,
         len,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     );
-    let qps = create_qps(&mut dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)?;
+    let qps = if spec.ud {
+        (0..spec.nqps())
+            .map(|_| {
+                let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
+                let caps = perf_caps(spec);
+                let qpn = dev
+                    .create_ud_qp(pd, send_cq, recv_cq, UD_QKEY, spec.mtu, caps.max_send_wr)
+                    .map_err(|e| DriverError::Setup(e.to_string()))?;
+                Ok(LocalQp {
+                    qpn,
+                    send_cq,
+                    recv_cq,
+                })
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?
+    } else {
+        create_qps(&mut dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)?
+    };
     Ok((dev, qps, (src, dst)))
+}
+
+/// The Q_Key of perf's UD QPs (perftest's `DEF_QKEY`).
+const UD_QKEY: roce_proto::QKey = roce_proto::QKey(0x1111_1111);
+
+/// UD: each QP sends to the peer's QP of the same index.
+fn ud_peers(
+    local: SocketAddr,
+    remote: SocketAddr,
+    peers: &[QpInfo],
+) -> Vec<roce_stack::ud::AddressHandle> {
+    peers
+        .iter()
+        .map(|p| roce_stack::ud::AddressHandle {
+            local: local.ip(),
+            remote: remote.ip(),
+            remote_port: remote.port(),
+            dest_qpn: p.qpn,
+            qkey: UD_QKEY,
+        })
+        .collect()
 }
 
 /// The connection of a perf run: the spec's MTU, `--outs` READs/atomics each way.
@@ -165,15 +204,20 @@ async fn run_one(
         ));
     };
     let remote_addr = SocketAddr::new(peer_ip, roce_port);
-    connect_qps(
-        &mut dev,
-        &qps,
-        &peer_qps,
-        &psns,
-        &wiring(spec, local, remote_addr),
-    )?;
+    if !spec.ud {
+        connect_qps(
+            &mut dev,
+            &qps,
+            &peer_qps,
+            &psns,
+            &wiring(spec, local, remote_addr),
+        )?;
+    }
     let mut app = PerfApp::new(&mut dev, *spec, true, &qps, mrs, b.at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
+    if spec.ud {
+        app.set_ud_peers(ud_peers(local, remote_addr, &peer_qps));
+    }
     let mut ep = bind_endpoint(dev, local, roce_port, Impairment::default(), link)?;
     ep.set_busy_poll(spin(spec));
     ctl.ready().await?;
@@ -255,15 +299,20 @@ async fn serve_one(
     }
     let (mut dev, qps, mrs) = perf_device(spec, secrets, 0x5e7e)?;
     let psns = secrets.start_psns(spec.nqps(), 0x5e7e)?;
-    connect_qps(
-        &mut dev,
-        &qps,
-        peer_qps,
-        &psns,
-        &wiring(spec, local, remote),
-    )?;
+    if !spec.ud {
+        connect_qps(
+            &mut dev,
+            &qps,
+            peer_qps,
+            &psns,
+            &wiring(spec, local, remote),
+        )?;
+    }
     let mut app = PerfApp::new(&mut dev, *spec, false, &qps, mrs, blocks[0].at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
+    if spec.ud {
+        app.set_ud_peers(ud_peers(local, remote, peer_qps));
+    }
     let mut ep = bind_endpoint(dev, local, remote.port(), Impairment::default(), link)?;
     ep.set_busy_poll(spin(spec));
     let target = ep.dev.mr(mrs.1).map(RemoteBuffer::of);
