@@ -86,6 +86,10 @@ pub struct Device {
     gsi: crate::gsi::Gsi,
     /// UD QPs, by index; their QPNs follow the RC range ([`Device::create_ud_qp`]).
     uds: Vec<crate::ud::UdQp>,
+    /// Shared receive queues.
+    srqs: Vec<crate::srq::Srq>,
+    /// Asynchronous events not yet taken.
+    events: VecDeque<crate::srq::AsyncEvent>,
 }
 
 impl Default for Device {
@@ -110,6 +114,8 @@ impl Device {
             accepted: 0,
             gsi: crate::gsi::Gsi::default(),
             uds: Vec::new(),
+            srqs: Vec::new(),
+            events: VecDeque::new(),
         }
     }
 
@@ -178,6 +184,86 @@ impl Device {
         let qpn = Qpn(self.config.qpn_base + self.qps.len() as u32);
         self.qps.push(Qp::new(qpn, pd, send_cq, recv_cq, caps));
         self.in_active.push(false);
+        Ok(qpn)
+    }
+
+    /// Creates a shared receive queue of `pd` holding at most `max_wr` receive requests.
+    pub fn create_srq(
+        &mut self,
+        pd: PdHandle,
+        max_wr: u32,
+    ) -> Result<crate::srq::SrqHandle, CreateError> {
+        if pd.0 >= self.pds {
+            return Err(CreateError::NoSuchPd);
+        }
+        self.srqs.push(crate::srq::Srq {
+            pd,
+            max_wr: max_wr.clamp(1, 1 << 20) as usize,
+            queue: VecDeque::new(),
+            limit: None,
+        });
+        Ok(crate::srq::SrqHandle(self.srqs.len() as u32 - 1))
+    }
+
+    /// Posts a receive request to a shared receive queue.
+    pub fn post_srq_recv(
+        &mut self,
+        srq: crate::srq::SrqHandle,
+        r: RecvRequest,
+    ) -> Result<(), PostError> {
+        let s = self
+            .srqs
+            .get_mut(srq.0 as usize)
+            .ok_or(PostError::NoSuchSrq)?;
+        if s.queue.len() >= s.max_wr {
+            return Err(PostError::QueueFull);
+        }
+        if !self.mrs.check_sgl(s.pd, &r.sgl, true) {
+            return Err(PostError::InvalidSge);
+        }
+        s.queue.push_back(r);
+        Ok(())
+    }
+
+    /// Arms an SRQ's limit: the first time fewer than `limit` requests remain after one is
+    /// taken, [`crate::srq::AsyncEvent::SrqLimitReached`] is raised and the limit disarmed.
+    /// `false` for no such SRQ.
+    pub fn arm_srq_limit(&mut self, srq: crate::srq::SrqHandle, limit: u32) -> bool {
+        match self.srqs.get_mut(srq.0 as usize) {
+            Some(s) => {
+                s.limit = Some(limit as usize);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Receive requests waiting on an SRQ.
+    pub fn srq_len(&self, srq: crate::srq::SrqHandle) -> usize {
+        self.srqs.get(srq.0 as usize).map_or(0, |s| s.queue.len())
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_async_event(&mut self) -> Option<crate::srq::AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// Creates an RC QP that takes its receive requests from `srq` (of the same PD).
+    pub fn create_qp_with_srq(
+        &mut self,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        caps: QpCaps,
+        srq: crate::srq::SrqHandle,
+    ) -> Result<Qpn, CreateError> {
+        if self.srqs.get(srq.0 as usize).is_none_or(|s| s.pd != pd) {
+            return Err(CreateError::NoSuchPd);
+        }
+        let qpn = self.create_qp(pd, send_cq, recv_cq, caps)?;
+        if let Some(i) = self.idx(qpn) {
+            self.qps[i].set_srq(srq);
+        }
         Ok(qpn)
     }
 
@@ -271,6 +357,10 @@ impl Device {
             Ctx {
                 mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
+                srq: crate::srq::SrqCtx {
+                    srqs: &mut self.srqs,
+                    events: &mut self.events,
+                },
             },
         ))
     }
@@ -385,6 +475,10 @@ impl Device {
                 let mut ctx = Ctx {
                     mrs: &mut self.mrs,
                     cqs: &mut self.cqs,
+                    srq: crate::srq::SrqCtx {
+                        srqs: &mut self.srqs,
+                        events: &mut self.events,
+                    },
                 };
                 self.qps[i].handle_timeout(now, &mut ctx);
                 self.mark(i);
@@ -435,6 +529,10 @@ impl Device {
             let mut ctx = Ctx {
                 mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
+                srq: crate::srq::SrqCtx {
+                    srqs: &mut self.srqs,
+                    events: &mut self.events,
+                },
             };
             let qp = &mut self.qps[i];
             match qp.poll_transmit(now, &mut ctx, buf) {

@@ -45,6 +45,7 @@ pub mod model;
 pub mod path;
 pub mod qp;
 pub mod rng;
+pub mod srq;
 pub mod stats;
 pub mod time;
 pub mod ud;

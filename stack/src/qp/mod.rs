@@ -76,6 +76,12 @@ pub enum PostError {
     /// The queue is full.
     #[error("queue full")]
     QueueFull,
+    /// The QP takes its receives from a shared receive queue: post there.
+    #[error("the queue pair receives from a shared receive queue")]
+    HasSrq,
+    /// No such shared receive queue.
+    #[error("no such shared receive queue")]
+    NoSuchSrq,
     /// A scatter/gather entry names an unknown key, another PD, lacks LOCAL_WRITE, or is out of
     /// bounds.
     #[error("invalid scatter/gather entry")]
@@ -94,6 +100,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) mrs: &'a mut MrTable,
     /// Every completion queue of the device (indexed by [`CqHandle`]).
     pub(crate) cqs: &'a mut [VecDeque<Completion>],
+    /// Every shared receive queue of the device, and its async events.
+    pub(crate) srq: crate::srq::SrqCtx<'a>,
 }
 
 impl Ctx<'_> {
@@ -179,9 +187,37 @@ pub struct Qp {
     stats: QpStats,
     /// Gather buffer for a packet whose payload spans two scatter/gather entries.
     scratch: Vec<u8>,
+    /// The shared receive queue its receives come from, if any.
+    srq: Option<crate::srq::SrqHandle>,
 }
 
 impl Qp {
+    /// Takes receives from `srq` instead of a queue of its own (set at creation).
+    pub(crate) fn set_srq(&mut self, srq: crate::srq::SrqHandle) {
+        self.srq = Some(srq);
+    }
+
+    /// The SRQ its receives come from.
+    pub fn srq(&self) -> Option<crate::srq::SrqHandle> {
+        self.srq
+    }
+
+    /// `true` when a receive request is available (its own queue, or its SRQ).
+    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
+        match self.srq {
+            Some(h) => !ctx.srq.is_empty(h),
+            None => !self.resp.rq.is_empty(),
+        }
+    }
+
+    /// The next receive request (its own queue, or its SRQ).
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvRequest> {
+        match self.srq {
+            Some(h) => ctx.srq.pop(h),
+            None => self.resp.rq.pop_front(),
+        }
+    }
+
     pub(crate) fn new(
         qpn: Qpn,
         pd: PdHandle,
@@ -211,6 +247,7 @@ impl Qp {
             cnp_pacer: caps.cnp_interval.map(CnpPacer::new),
             cnp_pending: false,
             turn: TxTurn::default(),
+            srq: None,
             stats: QpStats::default(),
             scratch: Vec::new(),
         }
@@ -412,6 +449,9 @@ impl Qp {
     pub(crate) fn post_recv(&mut self, r: RecvRequest, ctx: &mut Ctx<'_>) -> Result<(), PostError> {
         if self.state == QpState::Reset {
             return Err(PostError::WrongState(self.state));
+        }
+        if self.srq.is_some() {
+            return Err(PostError::HasSrq);
         }
         if self.resp.rq.len() >= self.caps.max_recv_wr as usize {
             return Err(PostError::QueueFull);

@@ -210,7 +210,7 @@ impl Qp {
         if let Some(st) = recv_status {
             let wqe = match core::mem::replace(&mut self.resp.in_msg, InMsg::None) {
                 InMsg::Send { wqe, .. } => Some(wqe),
-                _ => self.resp.rq.pop_front(),
+                _ => self.take_recv(ctx),
             };
             if let Some(wqe) = wqe {
                 ctx.push(
@@ -333,7 +333,7 @@ impl Qp {
 
     /// The checks every in-sequence request passes before it executes, in rxe's order: opcode
     /// sequence, the QP's access rights, a receive request where one is consumed, lengths.
-    fn validate_request(&self, pkt: &PacketRepr<'_>) -> Result<(), Exec> {
+    fn validate_request(&self, pkt: &PacketRepr<'_>, ctx: &Ctx<'_>) -> Result<(), Exec> {
         let op = pkt.bth.opcode;
         let class = op.class();
         let (is_send, is_write) = (op.is_send(), op.is_write());
@@ -360,7 +360,7 @@ impl Qp {
         }
         let needs_recv = (is_send && matches!(class, Class::First | Class::Only))
             || (is_write && op.has_immediate());
-        if needs_recv && self.resp.rq.is_empty() {
+        if needs_recv && !self.has_recv(ctx) {
             return Err(Exec::Rnr);
         }
         if is_send || is_write {
@@ -380,7 +380,7 @@ impl Qp {
 
     /// Validates and executes the in-sequence request `pkt`.
     fn execute(&mut self, _now: Instant, pkt: &PacketRepr<'_>, ctx: &mut Ctx<'_>) -> Exec {
-        if let Err(e) = self.validate_request(pkt) {
+        if let Err(e) = self.validate_request(pkt, ctx) {
             return e;
         }
         let op = pkt.bth.opcode;
@@ -410,7 +410,7 @@ impl Qp {
         let plen = pkt.payload.len() as u32;
         let (wqe, offset) = match self.resp.in_msg {
             InMsg::Send { wqe, offset } => (wqe, offset),
-            _ => match self.resp.rq.pop_front() {
+            _ => match self.take_recv(ctx) {
                 Some(w) => (w, 0),
                 None => return Exec::Rnr,
             },
@@ -500,7 +500,7 @@ impl Qp {
         }
         self.resp.in_msg = InMsg::None;
         if let Some(imm) = pkt.immdt {
-            let Some(wqe) = self.resp.rq.pop_front() else {
+            let Some(wqe) = self.take_recv(ctx) else {
                 return Exec::Rnr;
             };
             let mut c = Completion::received(self.qpn, wqe.wr_id, WcOpcode::RecvRdmaWithImm, total);
