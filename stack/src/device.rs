@@ -187,6 +187,24 @@ impl Device {
         Ok(qpn)
     }
 
+    /// Creates an unreliable connected QP (IBTA Vol 1 §9.8): SEND, SEND with immediate, WRITE
+    /// and WRITE with immediate only, connected and moved to RTS like an RC QP
+    /// ([`Device::connect_qp`]), with nothing acknowledged or retransmitted: a send completes
+    /// once its last packet left, and a message cut by a lost packet is dropped by the peer.
+    pub fn create_uc_qp(
+        &mut self,
+        pd: PdHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        caps: QpCaps,
+    ) -> Result<Qpn, CreateError> {
+        let qpn = self.create_qp(pd, send_cq, recv_cq, caps)?;
+        if let Some(i) = self.idx(qpn) {
+            self.qps[i].set_uc();
+        }
+        Ok(qpn)
+    }
+
     /// Creates a shared receive queue of `pd` holding at most `max_wr` receive requests.
     pub fn create_srq(
         &mut self,

@@ -76,6 +76,9 @@ pub enum PostError {
     /// The queue is full.
     #[error("queue full")]
     QueueFull,
+    /// The QP's transport does not have this operation (READ or atomics on UC).
+    #[error("operation not supported by this transport")]
+    Unsupported,
     /// The QP takes its receives from a shared receive queue: post there.
     #[error("the queue pair receives from a shared receive queue")]
     HasSrq,
@@ -189,9 +192,35 @@ pub struct Qp {
     scratch: Vec<u8>,
     /// The shared receive queue its receives come from, if any.
     srq: Option<crate::srq::SrqHandle>,
+    /// Unreliable connected (IBTA Vol 1 §9.7.5.1 with §9.8): SEND and WRITE only, nothing
+    /// acknowledged or retransmitted.
+    uc: bool,
 }
 
 impl Qp {
+    /// Makes it an unreliable connected QP (set at creation).
+    pub(crate) fn set_uc(&mut self) {
+        self.uc = true;
+    }
+
+    /// `true` for an unreliable connected QP.
+    pub fn is_uc(&self) -> bool {
+        self.uc
+    }
+
+    /// Gives back the receive request of an abandoned UC message: the next message uses it
+    /// (IBTA Vol 1 §9.7.5.1.x: a UC message cut by a PSN gap completes nothing).
+    pub(crate) fn give_back_recv(&mut self, r: RecvRequest, ctx: &mut Ctx<'_>) {
+        match self.srq {
+            Some(h) => {
+                if let Some(s) = ctx.srq.srqs.get_mut(h.0 as usize) {
+                    s.queue.push_front(r);
+                }
+            }
+            None => self.resp.rq.push_front(r),
+        }
+    }
+
     /// Takes receives from `srq` instead of a queue of its own (set at creation).
     pub(crate) fn set_srq(&mut self, srq: crate::srq::SrqHandle) {
         self.srq = Some(srq);
@@ -248,6 +277,7 @@ impl Qp {
             cnp_pending: false,
             turn: TxTurn::default(),
             srq: None,
+            uc: false,
             stats: QpStats::default(),
             scratch: Vec::new(),
         }
@@ -415,6 +445,9 @@ impl Qp {
         }
         if self.req.sq.len() >= self.caps.max_send_wr as usize {
             return Err(PostError::QueueFull);
+        }
+        if self.uc && wr.op.is_read_or_atomic() {
+            return Err(PostError::Unsupported);
         }
         let write_local = matches!(wr.op, WrOp::Read(_)) || wr.op.is_atomic();
         if !ctx.mrs.check_sgl(self.pd, &wr.sgl, write_local) {
@@ -708,6 +741,18 @@ impl Qp {
             let before = self.cc.rate_bps();
             self.cc.on_cnp(now);
             self.note_rate(before);
+            return true;
+        }
+        if self.uc {
+            // UC opcodes are the RC ones at 0x20: SEND and WRITE requests only.
+            let rc = Opcode(op.0.wrapping_sub(0x20));
+            if (0x20..=0x2b).contains(&op.0) && rc.is_request() {
+                let mut pkt = pkt;
+                pkt.bth.opcode = rc;
+                self.on_uc_request(now, &pkt, ctx);
+            } else {
+                self.stats.drops.count(DropReason::BadOpcode);
+            }
             return true;
         }
         if op.0 >= 0x20 || !op.is_defined() {

@@ -197,12 +197,13 @@ impl Qp {
             return None;
         }
         let pos = Position::of(k, w.npkts);
+        let mut opcode = build::request_opcode(&w.wr.op, pos)?;
+        if self.uc {
+            // The UC twin of the RC SEND or WRITE opcode (reads and atomics are refused at post).
+            opcode = Opcode(opcode.0 | 0x20);
+        }
         let mut repr = PacketRepr {
-            bth: build::bth(
-                build::request_opcode(&w.wr.op, pos)?,
-                self.attr.dest_qpn,
-                self.req.req_psn,
-            ),
+            bth: build::bth(opcode, self.attr.dest_qpn, self.req.req_psn),
             ..PacketRepr::default()
         };
         match w.wr.op {
@@ -264,6 +265,14 @@ impl Qp {
             return self.emit_failed(ctx);
         };
         self.request_sent(now, next, ack_req, n);
+        if self.uc {
+            // UC: nothing is acknowledged; every packet is done once it left, and a message
+            // once its last packet did.
+            self.req.una = self.req.req_psn;
+            if next.k + 1 == next.wqe.npkts {
+                self.complete_front(ctx, WcStatus::Success, Some(now));
+            }
+        }
         Some(n)
     }
 
@@ -298,9 +307,10 @@ impl Qp {
             }
         }
         let outstanding = self.req.outstanding() + 1;
-        repr.bth.ack_req = pos.last
-            || self.req.since_ack_req + 1 >= self.caps.ack_req_every.max(1)
-            || outstanding + 1 >= self.window();
+        repr.bth.ack_req = !self.uc
+            && (pos.last
+                || self.req.since_ack_req + 1 >= self.caps.ack_req_every.max(1)
+                || outstanding + 1 >= self.window());
         repr.bth.pad_count = PacketRepr::pad_for(plen as usize);
     }
 
@@ -335,7 +345,7 @@ impl Qp {
         if r.high_psn.precedes(r.req_psn) {
             r.high_psn = r.req_psn;
         }
-        if !self.timers.is_armed(Timer::Retransmit) {
+        if !self.uc && !self.timers.is_armed(Timer::Retransmit) {
             self.arm_retransmit(now);
         }
         self.cc.on_packet_sent(now, n);

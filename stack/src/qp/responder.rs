@@ -191,6 +191,10 @@ impl Qp {
     }
 
     fn push_ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        if self.uc {
+            // UC acknowledges nothing.
+            return;
+        }
         self.push_resp(RespItem::Ack {
             psn,
             syndrome,
@@ -254,6 +258,46 @@ impl Qp {
         } else {
             self.stats.duplicate_requests += 1;
             self.on_duplicate(pkt);
+        }
+    }
+
+    /// A UC request (opcode already mapped to its RC twin): in sequence it executes; a PSN
+    /// gap abandons the message in progress (its receive request is kept for the next) and
+    /// resynchronises at the next FIRST or ONLY (IBTA Vol 1 §9.7.5.1); behind the expected
+    /// PSN it is dropped. A message that cannot be placed is dropped. Nothing is answered.
+    pub(super) fn on_uc_request(&mut self, now: Instant, pkt: &PacketRepr<'_>, ctx: &mut Ctx<'_>) {
+        let p = pkt.bth.psn;
+        if p != self.resp.epsn {
+            if !self.resp.epsn.precedes(p) {
+                self.stats.duplicate_requests += 1;
+                self.stats.drops.count(DropReason::StaleResponse);
+                return;
+            }
+            self.stats.out_of_sequence_requests += 1;
+            self.abandon_uc_message(ctx);
+            self.resp.epsn = p;
+            if !pkt.bth.opcode.starts_message() {
+                // The rest of a message whose start was lost.
+                self.resp.epsn = p.next();
+                self.stats.drops.count(DropReason::OutOfSequence);
+                return;
+            }
+        }
+        match self.execute(now, pkt, ctx) {
+            Exec::Done => {}
+            Exec::Rnr | Exec::Fatal(_) => {
+                // No receive request, an access violation, a bad length or sequence: the
+                // message is dropped, the QP goes on (UC has no NAKs).
+                self.abandon_uc_message(ctx);
+                self.resp.epsn = p.next();
+                self.stats.drops.count(DropReason::NoResource);
+            }
+        }
+    }
+
+    fn abandon_uc_message(&mut self, ctx: &mut Ctx<'_>) {
+        if let InMsg::Send { wqe, .. } = core::mem::replace(&mut self.resp.in_msg, InMsg::None) {
+            self.give_back_recv(wqe, ctx);
         }
     }
 
