@@ -418,6 +418,7 @@ fn perf_udp_baseline_answers_only_its_client() {
         outs: Some(8),
         request: Some(16),
         ud: false,
+        uc: false,
     })
     .unwrap();
     let mut results = Vec::new();

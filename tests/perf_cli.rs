@@ -489,6 +489,26 @@ fn perf_over_ud_qps() {
             },
         );
     }
+    // UC: send and write, bandwidth and latency.
+    for args in [
+        vec!["write", "-c", "UC", "-n", "500", "-s", "16384"],
+        vec!["send", "-c", "UC", "-n", "500"],
+        vec!["write", "-c", "UC", "--lat", "-n", "300"],
+    ] {
+        let mut a = args.clone();
+        a.push("--json");
+        let (code, out, err) = perf(69, &a);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        let l = json_lines(&out);
+        has_keys(
+            &l[0],
+            if args.contains(&"--lat") {
+                &LAT_KEYS
+            } else {
+                &BW_KEYS
+            },
+        );
+    }
     // The default size with -c UD is the MTU.
     let (code, out, err) = perf(69, &["send", "-c", "UD", "-n", "100", "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -496,7 +516,8 @@ fn perf_over_ud_qps() {
     for (args, want) in [
         (vec!["write", "-c", "UD"], "send only"),
         (vec!["send", "-c", "UD", "-s", "8000"], "at most the MTU"),
-        (vec!["send", "-c", "XY"], "use RC or UD"),
+        (vec!["send", "-c", "XY"], "use RC, UC or UD"),
+        (vec!["read", "-c", "UC"], "send and write only"),
         (
             vec!["send", "-c", "UD", "--cm"],
             "TCP control connection only",

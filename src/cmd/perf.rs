@@ -68,8 +68,8 @@ pub(crate) struct PerfArgs {
     /// without a host, `--client HOST` the side with one. write or read, bandwidth, one size.
     #[arg(long, conflicts_with_all = ["baseline", "cm", "all"])]
     perftest: bool,
-    /// Connection type, as perftest's -c: RC, or UD (send only, sizes up to the MTU, lost
-    /// messages are not retransmitted).
+    /// Connection type, as perftest's -c: RC, UC (send and write, nothing acknowledged or
+    /// retransmitted) or UD (send only, sizes up to the MTU, lost messages not retransmitted).
     #[arg(short = 'c', long = "connection", default_value = "RC")]
     connection: String,
 }
@@ -87,6 +87,10 @@ fn parse_test(s: &str) -> anyhow::Result<PerfTest> {
 }
 
 pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
+    let connection = a.connection.to_ascii_uppercase();
+    if !matches!(connection.as_str(), "RC" | "UC" | "UD") {
+        anyhow::bail!("-c {:?}: use RC, UC or UD", a.connection);
+    }
     let specs = perf::specs(&perf::PerfOptions {
         test: parse_test(&a.test)?,
         lat: a.lat,
@@ -99,16 +103,12 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         tx_depth: a.tx_depth,
         outs: a.outs,
         request: size_flag("--request", a.request.as_deref())?,
-        ud: match a.connection.to_ascii_uppercase().as_str() {
-            "RC" => false,
-            "UD" => true,
-            "UC" => anyhow::bail!("-c UC: UC QPs are not implemented yet (RC or UD)"),
-            other => anyhow::bail!("-c {other:?}: use RC or UD"),
-        },
+        ud: connection == "UD",
+        uc: connection == "UC",
     })?;
-    if specs.iter().any(|s| s.ud) && (a.cm || a.perftest) {
+    if specs.iter().any(|s| s.ud || s.uc) && (a.cm || a.perftest) {
         anyhow::bail!(
-            "-c UD runs over the TCP control connection only (not with --cm or --perftest)"
+            "-c {connection} runs over the TCP control connection only (not with --cm or --perftest)"
         );
     }
     let secrets = Secrets::from_seed(a.seed);

@@ -84,6 +84,7 @@ fn decode_req(b: &[u8], mtu: u32) -> Option<(PerfSpec, u16, bool)> {
         outs: *b.get(48)?,
         mtu,
         ud: false,
+        uc: false,
     };
     Some((spec, qp, flags & 2 == 2))
 }
@@ -603,6 +604,7 @@ mod tests {
             request: 0,
             replies: 1,
             ud: false,
+            uc: false,
         };
         let e = encode_req(&spec, 5, true);
         assert!(

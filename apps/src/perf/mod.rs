@@ -110,6 +110,10 @@ pub struct PerfSpec {
     /// message; what the peer missed is lost, not retransmitted.
     #[serde(default)]
     pub ud: bool,
+    /// Unreliable connected QPs (perftest's `-c UC`): SEND and WRITE only; nothing is
+    /// acknowledged or retransmitted.
+    #[serde(default)]
+    pub uc: bool,
 }
 
 fn one() -> u32 {
@@ -131,6 +135,7 @@ impl Default for PerfSpec {
             request: 0,
             replies: 1,
             ud: false,
+            uc: false,
         }
     }
 }
@@ -168,6 +173,8 @@ pub struct PerfOptions {
     pub request: Option<u64>,
     /// `-c UD`: unreliable datagram QPs (sizes up to the MTU; `-a` stops at the MTU).
     pub ud: bool,
+    /// `-c UC`: unreliable connected QPs.
+    pub uc: bool,
 }
 
 /// The measurements the options ask for, one per size, validated.
@@ -228,6 +235,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
                 request: o.request.unwrap_or(0),
                 replies: 1,
                 ud: o.ud,
+                uc: o.uc,
             };
             s.validate().map(|()| s)
         })
@@ -264,6 +272,11 @@ impl PerfSpec {
         E::check_range("--qps", "1..=1024", u64::from(self.qps), 1, 1024)?;
         E::check_range("--outs", "1..=128", u64::from(self.outs), 1, 128)?;
         E::check_range("--tx-depth", "1..=4096", u64::from(self.tx_depth), 1, 4096)?;
+        if self.uc && !matches!(self.test, PerfTest::Send | PerfTest::Write) {
+            return Err(E::Conflict(
+                "-c UC runs send and write only (UC has no READ or atomics)",
+            ));
+        }
         if self.ud {
             if self.test != PerfTest::Send {
                 return Err(E::Conflict(

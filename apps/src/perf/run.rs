@@ -91,6 +91,27 @@ fn perf_device(spec: &PerfSpec, secrets: Secrets, salt: u64) -> Result<PerfDevic
                 })
             })
             .collect::<Result<Vec<_>, DriverError>>()?
+    } else if spec.uc {
+        let init = ConnectParams {
+            access: ALL_REMOTE,
+            ..ConnectParams::default()
+        }
+        .init_attr();
+        (0..spec.nqps())
+            .map(|_| {
+                let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
+                let qpn = dev
+                    .create_uc_qp(pd, send_cq, recv_cq, perf_caps(spec))
+                    .map_err(|e| DriverError::Setup(e.to_string()))?;
+                dev.modify_qp(qpn, &init)
+                    .map_err(|e| DriverError::Setup(e.to_string()))?;
+                Ok(LocalQp {
+                    qpn,
+                    send_cq,
+                    recv_cq,
+                })
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?
     } else {
         create_qps(&mut dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)?
     };
