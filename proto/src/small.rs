@@ -127,7 +127,8 @@ impl FethRepr {
     const fn to_word(self) -> u32 {
         self.word
     }
-    /// Selectivity level (0: memory region, 1: whole memory).
+    /// Selectivity level (0: the RETH's range of the memory region, 1: the whole memory
+    /// region).
     pub const fn selectivity(self) -> u8 {
         ((self.word >> 4) & 3) as u8
     }

@@ -37,6 +37,24 @@ pub enum WrOp {
         /// Value added (wrapping).
         add: u64,
     },
+    /// RDMA ATOMIC WRITE (IBA 1.5, IBTA Vol 1 annex A19): these 8 bytes stored at once at the
+    /// 8-byte aligned `remote` (REMOTE_WRITE), acknowledged like a READ of nothing.
+    AtomicWrite {
+        /// Target word.
+        remote: RemoteAddr,
+        /// The bytes stored, as they are.
+        data: [u8; 8],
+    },
+    /// RDMA FLUSH (IBA 1.5, annex A19): makes earlier writes to `remote..remote + len` visible
+    /// (global placement) at the responder, acknowledged like a READ of nothing.
+    Flush {
+        /// Start of the range (with selectivity "range").
+        remote: RemoteAddr,
+        /// Bytes of the range.
+        len: u32,
+        /// Selectivity: whole memory region instead of the range.
+        whole_region: bool,
+    },
 }
 
 impl WrOp {
@@ -44,8 +62,17 @@ impl WrOp {
     pub const fn is_read_or_atomic(&self) -> bool {
         matches!(
             self,
-            Self::Read(_) | Self::CompareSwap { .. } | Self::FetchAdd { .. }
+            Self::Read(_)
+                | Self::CompareSwap { .. }
+                | Self::FetchAdd { .. }
+                | Self::AtomicWrite { .. }
+                | Self::Flush { .. }
         )
+    }
+
+    /// `true` for ATOMIC WRITE and FLUSH: answered by an empty READ response.
+    pub const fn is_placement(&self) -> bool {
+        matches!(self, Self::AtomicWrite { .. } | Self::Flush { .. })
     }
     /// `true` for the atomics.
     pub const fn is_atomic(&self) -> bool {
@@ -59,6 +86,8 @@ impl WrOp {
             Self::Read(_) => WcOpcode::RdmaRead,
             Self::CompareSwap { .. } => WcOpcode::CompSwap,
             Self::FetchAdd { .. } => WcOpcode::FetchAdd,
+            Self::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            Self::Flush { .. } => WcOpcode::Flush,
         }
     }
 }
@@ -166,6 +195,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// Fetch-and-add.
     FetchAdd = 4,
+    /// RDMA FLUSH (`IBV_WC_FLUSH`).
+    Flush = 8,
+    /// RDMA ATOMIC WRITE (`IBV_WC_ATOMIC_WRITE`).
+    AtomicWrite = 9,
     /// An incoming SEND.
     Recv = 128,
     /// An incoming WRITE with immediate.

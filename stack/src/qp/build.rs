@@ -64,6 +64,8 @@ pub(crate) const fn request_opcode(op: &WrOp, pos: Position) -> Option<Opcode> {
         WrOp::Read(_) => return Some(Opcode::RC_RDMA_READ_REQUEST),
         WrOp::CompareSwap { .. } => return Some(Opcode::RC_COMPARE_SWAP),
         WrOp::FetchAdd { .. } => return Some(Opcode::RC_FETCH_ADD),
+        WrOp::AtomicWrite { .. } => return Some(Opcode::RC_ATOMIC_WRITE),
+        WrOp::Flush { .. } => return Some(Opcode::RC_FLUSH),
     };
     Some(match (pos.first, pos.last) {
         (true, true) => only,

@@ -461,6 +461,15 @@ impl Qp {
                 }
                 8
             }
+            // The data of an ATOMIC WRITE is in the request; both are answered by an empty
+            // READ response (one PSN).
+            WrOp::AtomicWrite { remote, .. } => {
+                if remote.va % 8 != 0 {
+                    return Err(PostError::InvalidAtomic);
+                }
+                0
+            }
+            WrOp::Flush { .. } => 0,
             _ => {
                 if total > u64::from(self.caps.max_msg_size.min(1 << 30)) {
                     return Err(PostError::TooLong);

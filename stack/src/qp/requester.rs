@@ -238,9 +238,38 @@ impl Qp {
                     compare: 0,
                 });
             }
+            WrOp::AtomicWrite { remote, .. } => {
+                repr.bth.ack_req = true;
+                repr.reth = Some(RethRepr {
+                    va: remote.va,
+                    rkey: remote.rkey,
+                    dma_len: 8,
+                });
+            }
+            WrOp::Flush {
+                remote,
+                len,
+                whole_region,
+            } => {
+                repr.bth.ack_req = true;
+                // Placement type 1 (global visibility); selectivity 0 (range) or 1 (region).
+                repr.feth = Some(roce_proto::FethRepr {
+                    word: u32::from(whole_region) << 4 | 1,
+                });
+                repr.reth = Some(RethRepr {
+                    va: remote.va,
+                    rkey: remote.rkey,
+                    dma_len: len,
+                });
+            }
             op => {
                 self.segment_headers(&mut repr, &op, &w, pos, plen);
             }
+        }
+        let atomic_data;
+        if let WrOp::AtomicWrite { data, .. } = w.wr.op {
+            atomic_data = data;
+            repr.payload = &atomic_data;
         }
         let n = if segmented {
             let payload = ctx.mrs.gather(
@@ -602,7 +631,7 @@ impl Qp {
             return;
         };
         let w = r.sq[pos];
-        if !matches!(w.wr.op, WrOp::Read(_)) {
+        if !matches!(w.wr.op, WrOp::Read(_)) && !w.wr.op.is_placement() {
             self.stats.drops.count(DropReason::StaleResponse);
             return;
         }

@@ -230,14 +230,6 @@ impl Qp {
     /// A request packet (the state receives).
     pub(super) fn on_request(&mut self, now: Instant, pkt: &PacketRepr<'_>, ctx: &mut Ctx<'_>) {
         let p = pkt.bth.psn;
-        let op = pkt.bth.opcode;
-        if op == Opcode::RC_FLUSH || op == Opcode::RC_ATOMIC_WRITE {
-            // IBA 1.5 memory placement extensions: not supported, an invalid request.
-            if p == self.resp.epsn {
-                self.responder_fatal(ctx, p, Fatal(NakCode::InvalidRequest, None));
-            }
-            return;
-        }
         if p == self.resp.epsn {
             self.resp.nak_sent = false;
             match self.execute(now, pkt, ctx) {
@@ -304,6 +296,32 @@ impl Qp {
     fn on_duplicate(&mut self, pkt: &PacketRepr<'_>) {
         let p = pkt.bth.psn;
         let op = pkt.bth.opcode;
+        if op == Opcode::RC_ATOMIC_WRITE || op == Opcode::RC_FLUSH {
+            // Answered again from its resource, never executed twice.
+            let found = self
+                .resp
+                .resources
+                .iter()
+                .rev()
+                .any(|r| matches!(*r, Resource::Read { first, len: 0, .. } if first == p));
+            if !found {
+                self.stats.drops.count(DropReason::NoResource);
+                return;
+            }
+            self.resp
+                .out
+                .retain(|i| !matches!(i, RespItem::Read(j) if j.first_psn == p));
+            self.push_resp(RespItem::Read(ReadJob {
+                psn: p,
+                first_psn: p,
+                va: 0,
+                rkey: pkt.reth.map_or(RKey(0), |r| r.rkey),
+                remaining: 0,
+                started: false,
+                msn: self.resp.msn,
+            }));
+            return;
+        }
         if op == Opcode::RC_RDMA_READ_REQUEST {
             let Some(reth) = pkt.reth else { return };
             let found = self.resp.resources.iter().rev().find_map(|r| match *r {
@@ -390,7 +408,10 @@ impl Qp {
         if !seq_ok {
             return Err(invalid(None));
         }
-        let need = if is_write {
+        // ATOMIC WRITE needs REMOTE_WRITE (rxe's rule); FLUSH has its own access flags in
+        // verbs (FLUSH_GLOBAL / FLUSH_PERSISTENT), which this stack folds into REMOTE_WRITE.
+        let placement = op == Opcode::RC_ATOMIC_WRITE || op == Opcode::RC_FLUSH;
+        let need = if is_write || placement {
             Access::REMOTE_WRITE
         } else if op == Opcode::RC_RDMA_READ_REQUEST {
             Access::REMOTE_READ
@@ -434,6 +455,8 @@ impl Qp {
             self.execute_write(pkt, ctx)
         } else if op == Opcode::RC_RDMA_READ_REQUEST {
             return self.execute_read(pkt, ctx);
+        } else if op == Opcode::RC_ATOMIC_WRITE || op == Opcode::RC_FLUSH {
+            return self.execute_placement(pkt, ctx);
         } else if op.is_atomic() {
             return self.execute_atomic(pkt, ctx);
         } else {
@@ -586,6 +609,74 @@ impl Qp {
             msn: self.resp.msn,
         }));
         self.resp.epsn = last.next();
+        Exec::Done
+    }
+
+    /// ATOMIC WRITE (the 8 payload bytes stored at once at an aligned address) or FLUSH (a
+    /// placement barrier: this stack's memory is always globally visible, so global placement
+    /// needs nothing more; persistent placement has no persistent memory here and is a remote
+    /// access error), both answered by an empty READ RESPONSE ONLY with an ACK (IBA 1.5, annex
+    /// A19; as rxe does). Each takes a responder resource, so a duplicate is answered again
+    /// without executing twice.
+    fn execute_placement(&mut self, pkt: &PacketRepr<'_>, ctx: &mut Ctx<'_>) -> Exec {
+        let p = pkt.bth.psn;
+        let Some(reth) = pkt.reth else {
+            return invalid(None);
+        };
+        if self.attr.responder_resources() == 0 {
+            return invalid(None);
+        }
+        if pkt.bth.opcode == Opcode::RC_ATOMIC_WRITE {
+            if reth.dma_len != 8 || pkt.payload.len() != 8 || reth.va % 8 != 0 {
+                return invalid(None);
+            }
+            let Ok((idx, off)) =
+                ctx.mrs
+                    .remote(reth.rkey, self.pd, Access::REMOTE_WRITE, reth.va, 8)
+            else {
+                return REMOTE_ACCESS;
+            };
+            ctx.mrs
+                .bytes_mut(idx, off, 8)
+                .copy_from_slice(&pkt.payload[..8]);
+        } else {
+            let Some(feth) = pkt.feth else {
+                return invalid(None);
+            };
+            if feth.placement_type() & 2 != 0 {
+                // Persistence asked of memory that has none.
+                return REMOTE_ACCESS;
+            }
+            if feth.selectivity() == 0 {
+                if let Err(e) = self.check_reth(ctx, &reth, Access::REMOTE_WRITE) {
+                    return e;
+                }
+            } else if ctx
+                .mrs
+                .remote(reth.rkey, self.pd, Access::REMOTE_WRITE, reth.va, 0)
+                .is_err()
+            {
+                return REMOTE_ACCESS;
+            }
+        }
+        self.push_resource(Resource::Read {
+            first: p,
+            last: p,
+            va: reth.va,
+            rkey: reth.rkey,
+            len: 0,
+        });
+        self.resp.msn = self.resp.msn.next();
+        self.push_resp(RespItem::Read(ReadJob {
+            psn: p,
+            first_psn: p,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: 0,
+            started: false,
+            msn: self.resp.msn,
+        }));
+        self.resp.epsn = p.next();
         Exec::Done
     }
 
