@@ -158,7 +158,7 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
         match inp.byte() % 10 {
             0 | 1 => {
                 // Post a send-queue request.
-                let op_kind = inp.byte() % 8;
+                let op_kind = inp.byte() % 10;
                 let off = u64::from(inp.u32()) % (DATA_LEN as u64 + 16);
                 let len = inp.u32() % 3000;
                 let roff = u64::from(inp.u32()) % (DATA_LEN as u64 + 16);
@@ -189,7 +189,16 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                         compare: off,
                         swap: roff,
                     },
-                    _ => WrOp::FetchAdd { remote, add: roff },
+                    7 => WrOp::FetchAdd { remote, add: roff },
+                    8 => WrOp::AtomicWrite {
+                        remote,
+                        data: roff.to_le_bytes(),
+                    },
+                    _ => WrOp::Flush {
+                        remote,
+                        len,
+                        whole_region: off & 1 == 1,
+                    },
                 };
                 let sgl = if op.is_atomic() {
                     SgList::one(m.sge(off & !7, 8))
