@@ -187,6 +187,64 @@ impl Device {
         Ok(qpn)
     }
 
+    /// Allocates a memory window of `pd` (IBTA Vol 1 §10.6.7): type 1 is bound with
+    /// [`Device::bind_mw`], type 2 through a QP with [`Device::bind_mw_qp`]. Returns its
+    /// first rkey (nothing can use it before a bind).
+    pub fn alloc_mw(
+        &mut self,
+        pd: PdHandle,
+        kind: crate::memory::MwType,
+    ) -> Option<roce_proto::RKey> {
+        (pd.0 < self.pds)
+            .then(|| self.mrs.alloc_mw(pd, kind))
+            .flatten()
+    }
+
+    /// Binds a type 1 window (named by its current rkey) to `[va, va + len)` of `mr` with
+    /// remote `access`; the region must allow binding (`Access::MW_BIND`). Returns the new
+    /// rkey (the key byte incremented). A length of 0 unbinds it.
+    pub fn bind_mw(
+        &mut self,
+        rkey: roce_proto::RKey,
+        mr: MrHandle,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<roce_proto::RKey, crate::memory::MwError> {
+        self.mrs.bind_mw(rkey, mr, (va, len, access), None)
+    }
+
+    /// Binds a free type 2 window through `qpn` (only that QP may then use it, and only that
+    /// QP's peer may invalidate it remotely), with the key byte `key_byte`. Done at once here,
+    /// where a HCA executes it as a send-queue work request in order with the others.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_mw_qp(
+        &mut self,
+        qpn: Qpn,
+        rkey: roce_proto::RKey,
+        mr: MrHandle,
+        va: u64,
+        len: u64,
+        access: Access,
+        key_byte: u8,
+    ) -> Result<roce_proto::RKey, crate::memory::MwError> {
+        let pd = self
+            .qp(qpn)
+            .map(|q| q.pd())
+            .ok_or(crate::memory::MwError::NoSuchWindow)?;
+        self.mrs
+            .bind_mw(rkey, mr, (va, len, access), Some((qpn, pd, key_byte)))
+    }
+
+    /// Invalidates a type 2 window of `pd` locally (verbs' local invalidate).
+    pub fn invalidate_mw(
+        &mut self,
+        pd: PdHandle,
+        rkey: roce_proto::RKey,
+    ) -> Result<(), crate::memory::MwError> {
+        self.mrs.invalidate_mw(pd, rkey, None)
+    }
+
     /// Creates an unreliable connected QP (IBTA Vol 1 §9.8): SEND, SEND with immediate, WRITE
     /// and WRITE with immediate only, connected and moved to RTS like an RC QP
     /// ([`Device::connect_qp`]), with nothing acknowledged or retransmitted: a send completes

@@ -64,7 +64,9 @@ pub use cc::pacing::FixedRate;
 pub use cc::{CcConfig, CongestionControl, NoCc};
 pub use device::{CreateError, Device, DeviceConfig};
 pub use handle::{CqHandle, MrHandle, PdHandle};
-pub use memory::{Access, MemoryRegion, RemoteAddr, SgList, Sge, DIRTY_PAGE, MAX_SGE};
+pub use memory::{
+    Access, MemoryRegion, MwError, MwType, RemoteAddr, SgList, Sge, DIRTY_PAGE, MAX_SGE,
+};
 pub use path::{IcrcVerdict, Ipv4Seen, PathConfig, RxMeta};
 pub use qp::{
     ConnectParams, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Transmit, PATH_MTUS,

@@ -30,6 +30,8 @@ impl Access {
     pub const REMOTE_ATOMIC: Self = Self(8);
     /// Every right.
     pub const ALL: Self = Self(15);
+    /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`; not part of `ALL`).
+    pub const MW_BIND: Self = Self(16);
 
     /// `true` when every right in `other` is present.
     pub const fn contains(self, other: Self) -> bool {
@@ -316,6 +318,58 @@ pub(crate) enum MemError {
 pub struct MrTable {
     slots: Vec<Option<MemoryRegion>>,
     keys: Rng,
+    /// Memory windows; their rkeys are `(MW_KEYS + index + 1) << 8 | key byte`.
+    mws: Vec<Option<Window>>,
+}
+
+/// Where memory window keys start (`key >> 8`), far above any region index.
+const MW_KEYS: u32 = 0x80_0000;
+
+/// A memory window (IBTA Vol 1 §10.6.7): a remote key of its own over a range of a region,
+/// with rights no wider than the region's.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    pd: PdHandle,
+    kind: MwType,
+    rkey: u32,
+    /// (region index, start address, length, rights) while bound.
+    bound: Option<(usize, u64, u64, Access)>,
+    /// Type 2: the QP the window is bound through; only it may use the rkey.
+    qp: Option<roce_proto::Qpn>,
+}
+
+/// The two kinds of memory windows (IBTA Vol 1 §10.6.7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MwType {
+    /// Bound with a verb; not invalidatable by a SEND with Invalidate.
+    Type1,
+    /// Bound through a QP, which alone may use it; invalidated locally or by a SEND with
+    /// Invalidate from that QP's peer.
+    Type2,
+}
+
+/// Why a memory window could not be bound or invalidated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MwError {
+    /// No such window, or the key does not name its current binding.
+    #[error("no such memory window (or a stale key)")]
+    NoSuchWindow,
+    /// The window and the region (or QP) are in different protection domains.
+    #[error("the window and the region are in different protection domains")]
+    WrongPd,
+    /// The region does not allow binding windows (no MW_BIND).
+    #[error("the region does not allow memory windows")]
+    NotBindable,
+    /// Remote write or atomic rights asked over a region without local write.
+    #[error("remote write or atomic rights need a locally writable region")]
+    Rights,
+    /// The range is not inside the region.
+    #[error("the range is not inside the region")]
+    Range,
+    /// A type 2 window that is already bound, or the wrong type for the operation.
+    #[error("the window is in the wrong state or of the wrong type for this")]
+    State,
 }
 
 impl Default for MrTable {
@@ -330,6 +384,7 @@ impl MrTable {
         Self {
             slots: Vec::new(),
             keys: Rng::new(key_seed ^ 0x6b65_7973),
+            mws: Vec::new(),
         }
     }
 
@@ -362,6 +417,12 @@ impl MrTable {
         match self.slots.get_mut(h.0 as usize) {
             Some(s @ Some(_)) => {
                 *s = None;
+                // Windows over it grant nothing any more.
+                for w in self.mws.iter_mut().flatten() {
+                    if w.bound.is_some_and(|b| b.0 == h.0 as usize) {
+                        w.bound = None;
+                    }
+                }
                 true
             }
             _ => false,
@@ -376,6 +437,138 @@ impl MrTable {
     /// The region behind a handle, writable.
     pub fn get_mut(&mut self, h: MrHandle) -> Option<&mut MemoryRegion> {
         self.slots.get_mut(h.0 as usize)?.as_mut()
+    }
+
+    /// Allocates a memory window of `pd` (type 1 starts valid and empty, type 2 free).
+    pub(crate) fn alloc_mw(&mut self, pd: PdHandle, kind: MwType) -> Option<RKey> {
+        if self.mws.len() >= 1 << 20 {
+            return None;
+        }
+        let idx = self.mws.len() as u32;
+        let rkey = ((MW_KEYS + idx + 1) << 8) | (self.keys.next_u64() as u32 & 0xff);
+        self.mws.push(Some(Window {
+            pd,
+            kind,
+            rkey,
+            bound: None,
+            qp: None,
+        }));
+        Some(RKey(rkey))
+    }
+
+    fn mw_mut(&mut self, rkey: RKey) -> Option<&mut Window> {
+        let idx = (rkey.0 >> 8).checked_sub(MW_KEYS + 1)? as usize;
+        let w = self.mws.get_mut(idx)?.as_mut()?;
+        (w.rkey == rkey.0).then_some(w)
+    }
+
+    /// Binds the window named by `rkey` (its current key) to `[va, va + len)` of region `mr`
+    /// with `access` (IBTA Vol 1 §10.6.7.2, the checks of C10-72..75). A type 2 window is
+    /// bound through `qp`, which alone may then use it. The key byte becomes `key_byte`
+    /// (type 2) or the old one plus one (type 1). Returns the new rkey.
+    pub(crate) fn bind_mw(
+        &mut self,
+        rkey: RKey,
+        mr: MrHandle,
+        (va, len, access): (u64, u64, Access),
+        qp: Option<(roce_proto::Qpn, PdHandle, u8)>,
+    ) -> Result<RKey, MwError> {
+        let (mr_pd, mr_va, mr_len, mr_access) = {
+            let m = self.get(mr).ok_or(MwError::NoSuchWindow)?;
+            (m.pd, m.va, m.data.len() as u64, m.access)
+        };
+        let w = self.mw_mut(rkey).ok_or(MwError::NoSuchWindow)?;
+        match (w.kind, qp) {
+            (MwType::Type1, None) => {}
+            (MwType::Type2, Some((_, qp_pd, _))) if w.bound.is_none() => {
+                if qp_pd != w.pd {
+                    return Err(MwError::WrongPd);
+                }
+            }
+            _ => return Err(MwError::State),
+        }
+        if mr_pd != w.pd {
+            return Err(MwError::WrongPd);
+        }
+        if !mr_access.contains(Access::MW_BIND) {
+            return Err(MwError::NotBindable);
+        }
+        let remote_write = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0);
+        if access.0 & remote_write.0 != 0 && !mr_access.contains(Access::LOCAL_WRITE) {
+            return Err(MwError::Rights);
+        }
+        let off = va.checked_sub(mr_va).ok_or(MwError::Range)?;
+        if off.checked_add(len).is_none_or(|end| end > mr_len) {
+            return Err(MwError::Range);
+        }
+        let byte = match qp {
+            Some((_, _, b)) => u32::from(b),
+            None => (w.rkey + 1) & 0xff,
+        };
+        w.rkey = (w.rkey & !0xff) | byte;
+        // A window grants only remote rights (and never more than the region's).
+        let rights = Access(access.0 & mr_access.0 & Access::ALL.0 & !Access::LOCAL_WRITE.0);
+        w.bound = (len > 0).then_some((mr.0 as usize, va, len, rights));
+        w.qp = qp.map(|(q, _, _)| q);
+        Ok(RKey(w.rkey))
+    }
+
+    /// Invalidates a type 2 window (locally, or for a SEND with Invalidate from `qp`'s peer:
+    /// then it must be bound through `qp`). Type 1 windows cannot be invalidated.
+    pub(crate) fn invalidate_mw(
+        &mut self,
+        pd: PdHandle,
+        rkey: RKey,
+        qp: Option<roce_proto::Qpn>,
+    ) -> Result<(), MwError> {
+        let w = self.mw_mut(rkey).ok_or(MwError::NoSuchWindow)?;
+        if w.kind != MwType::Type2 || w.bound.is_none() {
+            return Err(MwError::State);
+        }
+        if w.pd != pd || qp.is_some_and(|q| w.qp != Some(q)) {
+            return Err(MwError::WrongPd);
+        }
+        w.bound = None;
+        w.qp = None;
+        Ok(())
+    }
+
+    /// A remote access through a window: the key, PD, the binding QP for type 2, rights and
+    /// range; returns the region index and offset.
+    fn check_mw(
+        &self,
+        key: u32,
+        pd: PdHandle,
+        qp: roce_proto::Qpn,
+        need: Access,
+        va: u64,
+        len: u64,
+    ) -> Result<(usize, usize), MemError> {
+        let idx = (key >> 8)
+            .checked_sub(MW_KEYS + 1)
+            .ok_or(MemError::Protection)? as usize;
+        let w = self
+            .mws
+            .get(idx)
+            .and_then(Option::as_ref)
+            .ok_or(MemError::Protection)?;
+        let (mr_idx, start, wlen, rights) = w.bound.ok_or(MemError::Protection)?;
+        if w.rkey != key || w.pd != pd || !rights.contains(need) {
+            return Err(MemError::Protection);
+        }
+        if w.kind == MwType::Type2 && w.qp != Some(qp) {
+            return Err(MemError::Protection);
+        }
+        let off = va.checked_sub(start).ok_or(MemError::Protection)?;
+        if off.checked_add(len).is_none_or(|e| e > wlen) {
+            return Err(MemError::Protection);
+        }
+        let mr = self
+            .slots
+            .get(mr_idx)
+            .and_then(Option::as_ref)
+            .ok_or(MemError::Protection)?;
+        Ok((mr_idx, (va - mr.va) as usize))
     }
 
     fn by_key(&self, key: u32) -> Option<(usize, &MemoryRegion)> {
@@ -407,15 +600,19 @@ impl MrTable {
         Ok((idx, off as usize))
     }
 
-    /// Checks a remote access (key, PD, right, bounds); returns (region index, offset).
+    /// Checks a remote access by QP `qp` (key, PD, right, bounds; through a memory window
+    /// when the key is one); returns (region index, offset).
     pub(crate) fn remote(
         &self,
         rkey: RKey,
-        pd: PdHandle,
+        (pd, qp): (PdHandle, roce_proto::Qpn),
         need: Access,
         va: u64,
         len: u64,
     ) -> Result<(usize, usize), MemError> {
+        if rkey.0 >> 8 > MW_KEYS {
+            return self.check_mw(rkey.0, pd, qp, need, va, len);
+        }
         self.check(rkey.0, true, pd, need, va, len)
     }
 
@@ -575,24 +772,66 @@ mod tests {
         let h = t.register(pd, 64, Access::LOCAL_WRITE | Access::REMOTE_READ);
         let mr = t.get(h).unwrap();
         let (rkey, va) = (mr.rkey(), mr.va());
-        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va, 64).is_ok());
-        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va + 1, 64).is_err());
-        assert!(t.remote(rkey, pd, Access::REMOTE_WRITE, va, 1).is_err());
         assert!(t
-            .remote(rkey, PdHandle(1), Access::REMOTE_READ, va, 1)
+            .remote(rkey, (pd, roce_proto::Qpn(2)), Access::REMOTE_READ, va, 64)
+            .is_ok());
+        assert!(t
+            .remote(
+                rkey,
+                (pd, roce_proto::Qpn(2)),
+                Access::REMOTE_READ,
+                va + 1,
+                64
+            )
             .is_err());
         assert!(t
-            .remote(RKey(rkey.0 ^ 1), pd, Access::REMOTE_READ, va, 1)
+            .remote(rkey, (pd, roce_proto::Qpn(2)), Access::REMOTE_WRITE, va, 1)
             .is_err());
-        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va - 1, 1).is_err());
         assert!(t
-            .remote(rkey, pd, Access::REMOTE_READ, u64::MAX, 2)
+            .remote(
+                rkey,
+                (PdHandle(1), roce_proto::Qpn(2)),
+                Access::REMOTE_READ,
+                va,
+                1
+            )
+            .is_err());
+        assert!(t
+            .remote(
+                RKey(rkey.0 ^ 1),
+                (pd, roce_proto::Qpn(2)),
+                Access::REMOTE_READ,
+                va,
+                1
+            )
+            .is_err());
+        assert!(t
+            .remote(
+                rkey,
+                (pd, roce_proto::Qpn(2)),
+                Access::REMOTE_READ,
+                va - 1,
+                1
+            )
+            .is_err());
+        assert!(t
+            .remote(
+                rkey,
+                (pd, roce_proto::Qpn(2)),
+                Access::REMOTE_READ,
+                u64::MAX,
+                2
+            )
             .is_err());
         assert!(t.invalidate(pd, rkey));
-        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va, 1).is_err());
+        assert!(t
+            .remote(rkey, (pd, roce_proto::Qpn(2)), Access::REMOTE_READ, va, 1)
+            .is_err());
         assert!(t.revalidate(h));
         assert!(t.deregister(h));
-        assert!(t.remote(rkey, pd, Access::REMOTE_READ, va, 1).is_err());
+        assert!(t
+            .remote(rkey, (pd, roce_proto::Qpn(2)), Access::REMOTE_READ, va, 1)
+            .is_err());
     }
 
     #[test]

@@ -226,6 +226,11 @@ impl Qp {
         self.srq = Some(srq);
     }
 
+    /// Its protection domain.
+    pub fn pd(&self) -> PdHandle {
+        self.pd
+    }
+
     /// The SRQ its receives come from.
     pub fn srq(&self) -> Option<crate::srq::SrqHandle> {
         self.srq

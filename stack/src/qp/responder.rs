@@ -385,7 +385,13 @@ impl Qp {
         if reth.dma_len > 0
             && ctx
                 .mrs
-                .remote(reth.rkey, self.pd, access, reth.va, u64::from(reth.dma_len))
+                .remote(
+                    reth.rkey,
+                    (self.pd, self.qpn),
+                    access,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                )
                 .is_err()
         {
             return Err(REMOTE_ACCESS);
@@ -503,7 +509,15 @@ impl Qp {
         }
         let mut c = Completion::received(self.qpn, wqe.wr_id, WcOpcode::Recv, offset);
         if let Some(ieth) = pkt.ieth {
-            if !ctx.mrs.invalidate(self.pd, ieth.rkey) {
+            // A type 2 window bound through this QP, or a region (IBTA Vol 1 §10.6.7.2.5).
+            let ok = if ieth.rkey.0 >> 8 > 0x80_0000 {
+                ctx.mrs
+                    .invalidate_mw(self.pd, ieth.rkey, Some(self.qpn))
+                    .is_ok()
+            } else {
+                ctx.mrs.invalidate(self.pd, ieth.rkey)
+            };
+            if !ok {
                 return invalid(Some(WcStatus::RemInvReqErr));
             }
             c.invalidated_rkey = Some(ieth.rkey);
@@ -545,10 +559,13 @@ impl Qp {
             return invalid(None);
         }
         if plen > 0 {
-            match ctx
-                .mrs
-                .remote(rkey, self.pd, Access::REMOTE_WRITE, va, u64::from(plen))
-            {
+            match ctx.mrs.remote(
+                rkey,
+                (self.pd, self.qpn),
+                Access::REMOTE_WRITE,
+                va,
+                u64::from(plen),
+            ) {
                 Ok((idx, off)) => ctx
                     .mrs
                     .bytes_mut(idx, off, plen as usize)
@@ -630,10 +647,13 @@ impl Qp {
             if reth.dma_len != 8 || pkt.payload.len() != 8 || reth.va % 8 != 0 {
                 return invalid(None);
             }
-            let Ok((idx, off)) =
-                ctx.mrs
-                    .remote(reth.rkey, self.pd, Access::REMOTE_WRITE, reth.va, 8)
-            else {
+            let Ok((idx, off)) = ctx.mrs.remote(
+                reth.rkey,
+                (self.pd, self.qpn),
+                Access::REMOTE_WRITE,
+                reth.va,
+                8,
+            ) else {
                 return REMOTE_ACCESS;
             };
             ctx.mrs
@@ -653,7 +673,13 @@ impl Qp {
                 }
             } else if ctx
                 .mrs
-                .remote(reth.rkey, self.pd, Access::REMOTE_WRITE, reth.va, 0)
+                .remote(
+                    reth.rkey,
+                    (self.pd, self.qpn),
+                    Access::REMOTE_WRITE,
+                    reth.va,
+                    0,
+                )
                 .is_err()
             {
                 return REMOTE_ACCESS;
@@ -690,9 +716,9 @@ impl Qp {
         if a.va % 8 != 0 {
             return invalid(None);
         }
-        let Ok((idx, off)) = ctx
-            .mrs
-            .remote(a.rkey, self.pd, Access::REMOTE_ATOMIC, a.va, 8)
+        let Ok((idx, off)) =
+            ctx.mrs
+                .remote(a.rkey, (self.pd, self.qpn), Access::REMOTE_ATOMIC, a.va, 8)
         else {
             return REMOTE_ACCESS;
         };
@@ -767,7 +793,7 @@ impl Qp {
         } else {
             match ctx.mrs.remote(
                 job.rkey,
-                self.pd,
+                (self.pd, self.qpn),
                 Access::REMOTE_READ,
                 job.va,
                 u64::from(plen),
