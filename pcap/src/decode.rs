@@ -88,6 +88,9 @@ pub struct Stats {
     pub skipped: u64,
     /// Packets printed.
     pub printed: u64,
+    /// PAUSE and PFC frames (MAC Control, EtherType 0x8808) among the packets that are not
+    /// RoCE: printed with the RoCE packets, since they are what a lossless fabric runs on.
+    pub pause_frames: u64,
 }
 
 impl Stats {
@@ -98,8 +101,13 @@ impl Stats {
         } else {
             String::new()
         };
+        let pause = if self.pause_frames > 0 {
+            format!(" ({} of them PFC/PAUSE)", self.pause_frames)
+        } else {
+            String::new()
+        };
         format!(
-            "{} packets read, {} RoCE, {} ICRC failures, {} malformed{snap}, {} skipped (not RoCE)",
+            "{} packets read, {} RoCE, {} ICRC failures, {} malformed{snap}, {} skipped (not RoCE){pause}",
             self.packets, self.roce, self.icrc_failures, self.malformed, self.skipped
         )
     }
@@ -318,6 +326,38 @@ impl Decoder {
             Err(e) if link::is_roce_error(e) => (None, Err(*e)),
             Err(e) => {
                 self.stats.skipped += 1;
+                if let Some((src, mc)) = link::mac_control(rec.link_type, rec.data) {
+                    self.stats.pause_frames += 1;
+                    if !self.opts.quiet
+                        && !self.opts.errors
+                        && self.opts.qp.is_none()
+                        && self.opts.opcode.is_none()
+                        && self.opts.mad_class.is_none()
+                        && self.opts.cm_comm_id.is_none()
+                        && !self.done()
+                    {
+                        match self.opts.format {
+                            OutputFormat::Json => format::json_mac_control(
+                                &mut self.line,
+                                frame_no,
+                                rec.ts,
+                                rec.ts_digits,
+                                src,
+                                &mc,
+                            ),
+                            _ => format::summary_mac_control(
+                                &mut self.line,
+                                frame_no,
+                                rel,
+                                rec.ts_digits,
+                                src,
+                                &mc,
+                            ),
+                        }
+                        self.emitted(out)?;
+                    }
+                    return Ok(());
+                }
                 if self.opts.all
                     && !self.opts.quiet
                     && !self.opts.errors

@@ -733,6 +733,107 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
     out.push(b'\n');
 }
 
+/// A MAC address in the usual colon form.
+fn mac(out: &mut Vec<u8>, m: [u8; 6]) {
+    for (i, b) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(b':');
+        }
+        hex_digits(out, u64::from(*b), 2);
+    }
+}
+
+/// The summary line of a PAUSE or PFC frame: ` PFC src=MAC prio 3=65535 5=0` (0 resumes).
+pub fn summary_mac_control(
+    out: &mut Vec<u8>,
+    frame_no: u64,
+    rel: Timestamp,
+    digits: u8,
+    src: [u8; 6],
+    mc: &roce_proto::mac_control::Repr,
+) {
+    use roce_proto::mac_control::Repr;
+    dec_pad(out, frame_no, 6, b' ');
+    out.push(b' ');
+    time(out, rel, digits);
+    out.push(b' ');
+    match *mc {
+        Repr::Pfc { enable, quanta } => {
+            out.extend_from_slice(b"PFC src=");
+            mac(out, src);
+            out.extend_from_slice(b" prio");
+            for (p, q) in quanta.iter().enumerate() {
+                if enable & (1 << p) != 0 {
+                    out.push(b' ');
+                    dec(out, p as u64);
+                    out.push(b'=');
+                    dec(out, u64::from(*q));
+                }
+            }
+            if enable == 0 {
+                out.extend_from_slice(b" none");
+            }
+            out.extend_from_slice(b" quanta");
+        }
+        Repr::Pause { quanta } => {
+            out.extend_from_slice(b"PAUSE src=");
+            mac(out, src);
+            out.extend_from_slice(b" quanta=");
+            dec(out, u64::from(quanta));
+        }
+        Repr::Other { opcode } => {
+            out.extend_from_slice(b"MAC Control src=");
+            mac(out, src);
+            out.extend_from_slice(b" opcode=");
+            hex(out, u64::from(opcode), 4);
+        }
+    }
+    out.push(b'\n');
+}
+
+/// The JSON line of a PAUSE or PFC frame: `mac_control` with `opcode`, `name`,
+/// `class_enable` and `quanta` (PFC: eight, priority 0 first) or `quanta` (PAUSE).
+pub fn json_mac_control(
+    out: &mut Vec<u8>,
+    frame_no: u64,
+    ts: Timestamp,
+    digits: u8,
+    src: [u8; 6],
+    mc: &roce_proto::mac_control::Repr,
+) {
+    use roce_proto::mac_control::Repr;
+    let mut o = Obj::open(out);
+    o.num("frame", frame_no);
+    time(o.key("ts"), ts, digits);
+    string_with(&mut o, "src_mac", |b| mac(b, src));
+    let mut c = o.child("mac_control");
+    match *mc {
+        Repr::Pfc { enable, quanta } => {
+            c.num("opcode", u64::from(roce_proto::mac_control::OPCODE_PFC));
+            c.string("name", "PFC");
+            c.num("class_enable", u64::from(enable));
+            let q = c.key("quanta");
+            q.push(b'[');
+            for (i, x) in quanta.iter().enumerate() {
+                if i > 0 {
+                    q.push(b',');
+                }
+                dec(q, u64::from(*x));
+            }
+            q.push(b']');
+        }
+        Repr::Pause { quanta } => {
+            c.num("opcode", u64::from(roce_proto::mac_control::OPCODE_PAUSE));
+            c.string("name", "PAUSE");
+            c.num("quanta", u64::from(quanta));
+        }
+        Repr::Other { opcode } => c.num("opcode", u64::from(opcode)),
+    }
+    c.close();
+    o.close();
+    out.push(b'\n');
+}
+
 /// A JSON line for a packet that is not RoCE (`--all`): `frame`, `ts`, `error`.
 pub fn json_other(out: &mut Vec<u8>, frame_no: u64, ts: Timestamp, digits: u8, why: &Error) {
     let mut o = Obj::open(out);

@@ -143,3 +143,29 @@ pub fn is_roce_error(e: &Error) -> bool {
         ),
     }
 }
+
+/// The source MAC and fields of a MAC Control frame (PAUSE, PFC: EtherType 0x8808, after up
+/// to two VLAN tags) on an Ethernet link.
+pub fn mac_control(
+    link_type: u32,
+    data: &[u8],
+) -> Option<([u8; 6], roce_proto::mac_control::Repr)> {
+    if link_type != ETHERNET || data.len() < 14 {
+        return None;
+    }
+    let mut at = 12;
+    for _ in 0..2 {
+        let t = u16::from_be_bytes([*data.get(at)?, *data.get(at + 1)?]);
+        if t == 0x8100 || t == 0x88a8 {
+            at += 4;
+        }
+    }
+    let t = u16::from_be_bytes([*data.get(at)?, *data.get(at + 1)?]);
+    if t != roce_proto::mac_control::ETHERTYPE {
+        return None;
+    }
+    let mut src = [0u8; 6];
+    src.copy_from_slice(&data[6..12]);
+    let repr = roce_proto::mac_control::Repr::parse(data.get(at + 2..)?).ok()?;
+    Some((src, repr))
+}

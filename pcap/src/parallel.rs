@@ -116,6 +116,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.malformed += s.malformed;
     total.snap_truncated += s.snap_truncated;
     total.skipped += s.skipped;
+    total.pause_frames += s.pause_frames;
     total.printed += s.printed;
 }
 

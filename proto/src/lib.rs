@@ -48,6 +48,7 @@ pub mod grh;
 pub mod icrc;
 pub mod icrc_solve;
 pub mod lrh;
+pub mod mac_control;
 pub mod mad;
 pub mod opcode;
 pub mod packet;
