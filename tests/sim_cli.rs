@@ -74,3 +74,68 @@ fn congestion_table_and_bad_arguments() {
         assert!(err.starts_with("roce sim: "), "{err}");
     }
 }
+
+/// `roce sim fabric`: FCT slowdowns of Poisson WebSearch / FB Hadoop flows and of an incast,
+/// deterministic by seed, every flow completed, slowdowns at least 1 and ordered p50 ≤ p95 ≤
+/// p99; what is not implemented refused in one line.
+#[test]
+fn sim_fabric_reports_fct_slowdowns_deterministically() {
+    let run = |args: &[&str]| {
+        let mut a = vec!["sim", "fabric", "--json"];
+        a.extend_from_slice(args);
+        let (code, out, err) = roce(&a);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        (
+            out.clone(),
+            serde_json::from_str::<serde_json::Value>(out.trim()).unwrap(),
+        )
+    };
+    for args in [
+        vec!["--duration", "20", "--seed", "3"],
+        vec![
+            "--workload",
+            "fbhadoop",
+            "--load",
+            "0.3",
+            "--duration",
+            "3",
+            "--cc",
+            "none",
+        ],
+        vec!["--workload", "incast:16:256K", "--cc", "none"],
+        vec!["--workload", "incast:16:256K"],
+    ] {
+        let (text, r) = run(&args);
+        assert_eq!(r["completed"], r["flows"], "{args:?}: {text}");
+        assert!(r["flows"].as_u64().unwrap() > 0, "{text}");
+        let all = &r["all"];
+        let (p50, p95, p99) = (
+            all["p50"].as_f64().unwrap(),
+            all["p95"].as_f64().unwrap(),
+            all["p99"].as_f64().unwrap(),
+        );
+        assert!(1.0 <= p50 && p50 <= p95 && p95 <= p99, "{text}");
+        // The same seed, the same run.
+        assert_eq!(run(&args).0, text, "{args:?} is not deterministic");
+    }
+    // An incast of 16 into one port queues: slowdown well above 1 without congestion control.
+    let (_, r) = run(&["--workload", "incast:16:256K", "--cc", "none"]);
+    assert!(r["all"]["p50"].as_f64().unwrap() > 4.0, "{r}");
+    assert!(r["max_queue_bytes"].as_u64().unwrap() > 100_000, "{r}");
+    for (args, want) in [
+        (vec!["--topology", "fat-tree"], "only `switch`"),
+        (vec!["--pfc", "on"], "PFC is not implemented"),
+        (
+            vec!["--workload", "/nonexistent.cdf"],
+            "reading /nonexistent.cdf",
+        ),
+        (vec!["--load", "1.5"], "--load"),
+    ] {
+        let mut a = vec!["sim", "fabric"];
+        a.extend_from_slice(&args);
+        let (code, _, err) = roce(&a);
+        assert_ne!(code, 0);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -15,6 +15,43 @@ pub(crate) enum SimCommand {
     /// flows with DCQCN and without congestion control, and a flow joining late. Prints a
     /// table (or JSON) and can plot per-flow rates and the queue depth.
     Congestion(CongestionArgs),
+    /// Flow completion times (FCT slowdown at p50/p95/p99 per flow-size bucket) of Poisson
+    /// flows with WebSearch / FB Hadoop sizes, or of an n:1 incast, each flow a real RC
+    /// WRITE, on the one-switch fabric (every flow toward one receiver).
+    Fabric(FabricArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FabricArgs {
+    /// Topology: switch (one switch, every flow to one receiver). leaf-spine and fat-tree are
+    /// not implemented yet.
+    #[arg(long, default_value = "switch")]
+    topology: String,
+    /// websearch, fbhadoop, `incast:N[:SIZE]` (N senders, SIZE bytes each, default 64K), or a
+    /// CDF file (`<bytes> <cumulative percent>` per line).
+    #[arg(long, default_value = "websearch")]
+    workload: String,
+    /// Target average load of the bottleneck link (Poisson workloads).
+    #[arg(long, default_value_t = 0.3)]
+    load: f64,
+    /// Congestion control: dcqcn (= paper), none, or any `--cc` of `roce loopback`.
+    #[arg(long, default_value = "dcqcn")]
+    cc: String,
+    /// PFC: off (on is not implemented yet).
+    #[arg(long, default_value = "off")]
+    pfc: String,
+    /// Sender hosts.
+    #[arg(long, default_value_t = 16)]
+    hosts: usize,
+    /// Flows arrive during this many ms of virtual time.
+    #[arg(long, default_value_t = 5)]
+    duration: u64,
+    /// Seed of arrivals, sizes and hosts.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -40,7 +77,72 @@ pub(crate) struct CongestionArgs {
 pub(crate) fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
     match c {
         SimCommand::Congestion(a) => sim_congestion(&a),
+        SimCommand::Fabric(a) => sim_fabric(&a),
     }
+}
+
+/// The workloads shipped with the repository's shared docs, by name.
+fn workload_cdf(name: &str) -> anyhow::Result<congestion::fct::Cdf> {
+    let text = match name {
+        "websearch" => congestion::fct::WEBSEARCH.to_string(),
+        "fbhadoop" => congestion::fct::FB_HADOOP.to_string(),
+        path => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+    };
+    congestion::fct::Cdf::parse(&text).map_err(|e| anyhow::anyhow!("--workload {name}: {e}"))
+}
+
+fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
+    use congestion::fct::{FctSpec, Workload};
+    if a.topology != "switch" {
+        bail!(
+            "--topology {}: only `switch` is implemented (leaf-spine and fat-tree are not yet)",
+            a.topology
+        );
+    }
+    if a.pfc != "off" {
+        bail!(
+            "--pfc {}: PFC is not implemented yet in the simulator (off)",
+            a.pfc
+        );
+    }
+    if a.duration == 0 || a.duration > 1000 {
+        bail!("--duration must be 1..=1000 ms");
+    }
+    let workload = match a.workload.strip_prefix("incast:") {
+        Some(rest) => {
+            let mut it = rest.split(':');
+            let n: usize = it
+                .next()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("--workload incast:N[:SIZE]: N is a number"))?;
+            let size = match it.next() {
+                Some(v) => crate::units::size(v)
+                    .map_err(|e| anyhow::anyhow!("--workload incast SIZE: {e}"))?,
+                None => 64 * 1024,
+            };
+            Workload::Incast { n, size }
+        }
+        None => Workload::Poisson {
+            cdf: workload_cdf(&a.workload)?,
+            load: a.load,
+        },
+    };
+    let cc = flag("--cc", &a.cc, cc::parse)?;
+    let mut spec = FctSpec::new(
+        workload,
+        cc,
+        std::time::Duration::from_millis(a.duration),
+        a.seed,
+    );
+    spec.hosts = a.hosts;
+    spec.validate()?;
+    let r = congestion::fct::run(&spec);
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", congestion::fct::table(&r));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn sim_congestion(a: &CongestionArgs) -> anyhow::Result<ExitCode> {

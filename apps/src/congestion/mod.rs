@@ -25,6 +25,7 @@ use roce_stack::{
     WorkRequest, WrOp,
 };
 
+pub mod fct;
 pub mod fit;
 pub mod render;
 

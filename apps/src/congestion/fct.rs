@@ -1,0 +1,548 @@
+//! Flow completion times on the one-switch fabric (`roce sim fabric --topology switch`): the
+//! HPCC paper's method (Li et al., SIGCOMM 2019, section 5) on the n:1 fabric the simulator has
+//! today, every flow toward one receiver through the switch's bottleneck port.
+//!
+//! * **Workloads**: Poisson flow arrivals at a target load of the bottleneck link, sizes drawn
+//!   from a piecewise-linear CDF (`../shared/docs/workloads/`: WebSearch, FB Hadoop, or any
+//!   file in that format), each from a random sender host; or an n:1 incast (n flows of one
+//!   size starting together).
+//! * **Each flow is a real RC RDMA WRITE** on a QP pair of its own, created when it starts;
+//!   its FCT runs from its start to its completion at the sender (the last ACK).
+//! * **Metric**: FCT slowdown = FCT / ideal FCT (the flow alone: base RTT plus its frame bytes
+//!   at line rate), at p50, p95 and p99 per flow-size bucket; drops, retransmissions, ECN
+//!   marks, CNPs, the deepest queue.
+//!
+//! The leaf-spine and fat-tree topologies, ECMP, PFC and HPCC are not here yet.
+use core::time::Duration;
+use std::fmt::Write as _;
+
+use roce_stack::rng::Rng;
+use roce_stack::sim::{LinkConfig, RedConfig, Sim, SwitchConfig};
+use roce_stack::{
+    Access, CcConfig, ConnectParams, Instant, MrHandle, QpCaps, SgList, WcStatus, WorkRequest, WrOp,
+};
+
+use crate::ConfigError;
+
+/// The WebSearch flow-size distribution (Alizadeh et al., "Data Center TCP", SIGCOMM 2010),
+/// as the HPCC authors published it (alibaba-edu/High-Precision-Congestion-Control,
+/// `traffic_gen/WebSearch_distribution.txt`): `<bytes> <cumulative percent>` per line.
+pub const WEBSEARCH: &str = "0 0\n10000 15\n20000 20\n30000 30\n50000 40\n80000 53\n200000 60\n1000000 70\n2000000 80\n5000000 90\n10000000 97\n30000000 100\n";
+
+/// The FB Hadoop distribution (Roy et al., "Inside the Social Network's (Datacenter)
+/// Network", SIGCOMM 2015), from the same place (`traffic_gen/FbHdp_distribution.txt`).
+pub const FB_HADOOP: &str = "0 0\n100 1\n200 2\n300 5\n350 15\n400 20\n500 30\n600 40\n700 50\n1000 60\n2000 67\n7000 70\n30000 72\n50000 82\n80000 87\n120000 90\n300000 95\n1000000 97.5\n2000000 99\n10000000 100\n";
+
+/// A flow-size distribution: piecewise linear between (bytes, cumulative %) points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cdf {
+    points: Vec<(f64, f64)>,
+}
+
+/// Points a CDF file may have at most.
+pub const MAX_CDF_POINTS: usize = 10_000;
+
+impl Cdf {
+    /// Parses `<size in bytes> <cumulative percent>` lines: sizes increasing, percents not
+    /// decreasing, the last at 100.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut points: Vec<(f64, f64)> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if points.len() >= MAX_CDF_POINTS {
+                return Err(format!("more than {MAX_CDF_POINTS} points"));
+            }
+            let mut it = line.split_whitespace();
+            let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) else {
+                return Err(format!("line {}: expected `<bytes> <percent>`", n + 1));
+            };
+            let size: f64 = a
+                .parse()
+                .map_err(|_| format!("line {}: bad size {a:?}", n + 1))?;
+            let pct: f64 = b
+                .parse()
+                .map_err(|_| format!("line {}: bad percent {b:?}", n + 1))?;
+            if !(size.is_finite() && (0.0..=1e9).contains(&size) && (0.0..=100.0).contains(&pct)) {
+                return Err(format!(
+                    "line {}: size 0..=1e9 bytes, percent 0..=100",
+                    n + 1
+                ));
+            }
+            if let Some(&(ps, pp)) = points.last() {
+                if size < ps || pct < pp {
+                    return Err(format!(
+                        "line {}: sizes and percents must not decrease",
+                        n + 1
+                    ));
+                }
+            }
+            points.push((size, pct));
+        }
+        match points.last() {
+            Some(&(_, p)) if (p - 100.0).abs() < 1e-9 => Ok(Self { points }),
+            Some(_) => Err("the last point must be at 100 %".into()),
+            None => Err("no points".into()),
+        }
+    }
+
+    /// A size drawn from the distribution.
+    pub fn sample(&self, rng: &mut Rng) -> u64 {
+        let u = rng.unit() * 100.0;
+        let mut prev = (self.points[0].0, 0.0);
+        for &(s, p) in &self.points {
+            if u <= p {
+                let f = if p > prev.1 {
+                    (u - prev.1) / (p - prev.1)
+                } else {
+                    1.0
+                };
+                return (prev.0 + f * (s - prev.0)).round().max(1.0) as u64;
+            }
+            prev = (s, p);
+        }
+        self.points[self.points.len() - 1].0 as u64
+    }
+
+    /// The mean size (bytes).
+    pub fn mean(&self) -> f64 {
+        let mut m = 0.0;
+        let mut prev = (self.points[0].0, 0.0);
+        for &(s, p) in &self.points {
+            m += (p - prev.1) / 100.0 * (s + prev.0) / 2.0;
+            prev = (s, p);
+        }
+        m
+    }
+}
+
+/// What flows arrive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workload {
+    /// Poisson arrivals at `load` of the bottleneck, sizes from the CDF.
+    Poisson {
+        /// Flow sizes.
+        cdf: Cdf,
+        /// Target average load of the bottleneck link, 0..1.
+        load: f64,
+    },
+    /// `n` flows of `size` bytes from `n` hosts, all starting at 0.
+    Incast {
+        /// Senders.
+        n: usize,
+        /// Bytes per flow.
+        size: u64,
+    },
+}
+
+/// One experiment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FctSpec {
+    /// The flows.
+    pub workload: Workload,
+    /// Sender hosts (Poisson flows pick one at random).
+    pub hosts: usize,
+    /// Congestion control of every flow.
+    pub cc: CcConfig,
+    /// Every link, bits/s.
+    pub line_rate_bps: u64,
+    /// Flows arrive during this long (the run goes on until they finish, at most 10×).
+    pub duration: Duration,
+    /// Switch buffer, bytes.
+    pub buffer_bytes: u64,
+    /// ECN marking.
+    pub red: RedConfig,
+    /// Path MTU.
+    pub mtu: u32,
+    /// Per-hop delay.
+    pub hop_delay: Duration,
+    /// Seed of arrivals, sizes and hosts.
+    pub seed: u64,
+}
+
+impl FctSpec {
+    /// A run on a 100 Gb/s one-switch fabric (the HPCC paper's host links): 16 sender hosts,
+    /// MTU 1024, 1 µs hops, a 4 MB buffer, RED 5 KB / 200 KB / 1 %.
+    pub fn new(workload: Workload, cc: CcConfig, duration: Duration, seed: u64) -> Self {
+        Self {
+            workload,
+            hosts: 16,
+            cc,
+            line_rate_bps: 100_000_000_000,
+            duration,
+            buffer_bytes: 4_000_000,
+            red: RedConfig::DCQCN_PAPER,
+            mtu: 1024,
+            hop_delay: Duration::from_micros(1),
+            seed,
+        }
+    }
+
+    /// Checks what a user can get wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::check_range("--hosts", "1..=250", self.hosts as u64, 1, 250)?;
+        ConfigError::check_mtu(self.mtu)?;
+        match &self.workload {
+            Workload::Poisson { load, .. } if !(*load > 0.0 && *load < 1.0) => {
+                Err(ConfigError::Conflict("--load must be between 0 and 1"))
+            }
+            Workload::Incast { n, size } => {
+                ConfigError::check_range("incast senders", "1..=250", *n as u64, 1, 250)?;
+                ConfigError::check_range("incast size", "1..=67108864", *size, 1, 64 << 20)
+            }
+            Workload::Poisson { .. } => Ok(()),
+        }
+    }
+}
+
+/// Percentiles of a set of slowdowns.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct Slowdown {
+    /// Flows in the set.
+    pub flows: usize,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+impl Slowdown {
+    fn of(mut v: Vec<f64>) -> Self {
+        if v.is_empty() {
+            return Self::default();
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
+        Self {
+            flows: v.len(),
+            p50: at(0.50),
+            p95: at(0.95),
+            p99: at(0.99),
+        }
+    }
+}
+
+/// The size buckets of the report (upper bounds, bytes).
+pub const BUCKETS: [(u64, &str); 5] = [
+    (10_000, "<10KB"),
+    (100_000, "10KB-100KB"),
+    (1_000_000, "100KB-1MB"),
+    (10_000_000, "1MB-10MB"),
+    (u64::MAX, ">10MB"),
+];
+
+/// What a run measured.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FctReport {
+    /// Congestion control.
+    pub cc: String,
+    /// Flows started.
+    pub flows: usize,
+    /// Flows completed.
+    pub completed: usize,
+    /// Slowdown over every completed flow.
+    pub all: Slowdown,
+    /// Slowdown per size bucket (label, percentiles).
+    pub buckets: Vec<(String, Slowdown)>,
+    /// Mean FCT of every completed flow, µs.
+    pub mean_fct_us: f64,
+    /// Payload bytes delivered / virtual time until the last completion, Gb/s.
+    pub goodput_gbps: f64,
+    /// Frames the switch dropped (buffer full).
+    pub tail_drops: u64,
+    /// Packets retransmitted.
+    pub retransmitted_packets: u64,
+    /// Frames the switch marked CE.
+    pub ce_marked: u64,
+    /// CNPs the receiver sent.
+    pub cnps: u64,
+    /// Deepest queue, bytes.
+    pub max_queue_bytes: u64,
+    /// Virtual time until the last completion, ms.
+    pub sim_ms: f64,
+}
+
+struct Flow {
+    size: u64,
+    start: Instant,
+    done: Option<Instant>,
+    mrs: (MrHandle, MrHandle),
+}
+
+/// Frame bytes of `size` payload bytes at `mtu` (headers: Ethernet 14 + FCS 4, IPv4 20,
+/// UDP 8, BTH 12, ICRC 4; RETH 16 on the first packet).
+fn frame_bytes(size: u64, mtu: u32) -> u64 {
+    let n = size.div_ceil(u64::from(mtu)).max(1);
+    size + n * 62 + 16
+}
+
+/// Runs one experiment. Deterministic for a seed.
+pub fn run(spec: &FctSpec) -> FctReport {
+    let mut sim = Sim::new(spec.seed);
+    let mut rng = Rng::new(spec.seed ^ 0xfc7);
+    let rx = sim.add_endpoint("10.0.0.1".parse().expect("literal"));
+    let nhosts = match spec.workload {
+        Workload::Incast { n, .. } => n,
+        Workload::Poisson { .. } => spec.hosts,
+    };
+    let hosts: Vec<usize> = (0..nhosts)
+        .map(|i| {
+            sim.add_endpoint(
+                format!("10.0.{}.{}", 1 + i / 250, 1 + i % 250)
+                    .parse()
+                    .expect("generated"),
+            )
+        })
+        .collect();
+    for &h in &hosts {
+        *sim.link(h, rx) = LinkConfig {
+            delay: spec.hop_delay,
+            bandwidth_bps: Some(spec.line_rate_bps),
+            ..LinkConfig::default()
+        };
+        *sim.link(rx, h) = LinkConfig {
+            delay: spec.hop_delay * 2,
+            ..LinkConfig::default()
+        };
+    }
+    sim.set_switch(SwitchConfig {
+        port: rx,
+        bandwidth_bps: spec.line_rate_bps,
+        delay: spec.hop_delay,
+        buffer_bytes: spec.buffer_bytes,
+        red: Some(spec.red),
+    });
+    // Arrivals.
+    let mut arrivals: Vec<(Instant, usize, u64)> = Vec::new();
+    match &spec.workload {
+        Workload::Incast { n, size } => {
+            for &h in hosts.iter().take(*n) {
+                arrivals.push((Instant::ZERO, h, *size));
+            }
+        }
+        Workload::Poisson { cdf, load } => {
+            let mean_gap_s = cdf.mean() * 8.0 / (load * spec.line_rate_bps as f64);
+            let mut t = 0.0f64;
+            let end = spec.duration.as_secs_f64();
+            loop {
+                t += -mean_gap_s * (1.0 - rng.unit()).ln();
+                if t >= end || arrivals.len() >= 100_000 {
+                    break;
+                }
+                let h = hosts[rng.below(hosts.len() as u64) as usize];
+                let size = cdf.sample(&mut rng).min(64 << 20);
+                arrivals.push((Instant::from_nanos((t * 1e9) as u64), h, size));
+            }
+        }
+    }
+    let caps = QpCaps {
+        max_unacked_psns: 256,
+        infinite_retry_at_7: true,
+        ..QpCaps::default()
+    };
+    let opts = ConnectParams {
+        mtu: spec.mtu,
+        timeout: 12,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        ..ConnectParams::default()
+    };
+    let mut flows: Vec<Flow> = Vec::new();
+    let mut next = 0;
+    let step = Duration::from_micros(2);
+    let limit = Instant::ZERO + spec.duration * 10;
+    loop {
+        let now = sim.now();
+        // Start the flows whose time has come.
+        while next < arrivals.len() && arrivals[next].0 <= now {
+            let (start, h, size) = arrivals[next];
+            next += 1;
+            let (rq, rmr) = {
+                let d = sim.device(rx);
+                let pd = d.alloc_pd();
+                let cq = d.create_cq();
+                let mr = d.reg_mr(pd, size as usize, Access::ALL);
+                (d.create_qp(pd, cq, cq, caps).expect("receiver QP"), mr)
+            };
+            let (sq, smr) = {
+                let d = sim.device(h);
+                let pd = d.alloc_pd();
+                let cq = d.create_cq();
+                let mr = d.reg_mr(pd, size as usize, Access::ALL);
+                (d.create_qp(pd, cq, cq, caps).expect("sender QP"), mr)
+            };
+            sim.connect(h, sq, rx, rq, &opts).expect("connect");
+            sim.device(h)
+                .set_congestion_control(sq, spec.cc.build(spec.line_rate_bps));
+            let remote = sim.device(rx).mr(rmr).expect("region").remote_addr(0);
+            let sge = sim.device(h).mr(smr).expect("region").sge(0, size as u32);
+            let wr = WorkRequest::new(flows.len() as u64, WrOp::Write(remote), SgList::one(sge));
+            sim.device(h).post_send(sq, wr).expect("post");
+            flows.push(Flow {
+                size,
+                start,
+                done: None,
+                mrs: (smr, rmr),
+            });
+        }
+        let t = now + step;
+        let t = match arrivals.get(next) {
+            Some(a) if a.0 < t => a.0.max(now),
+            _ => t,
+        };
+        sim.run_until(t);
+        for &h in &hosts {
+            while let Some(c) = sim.device(h).poll_completion() {
+                if let Some(f) = flows.get_mut(c.wr_id as usize) {
+                    if c.status == WcStatus::Success && f.done.is_none() {
+                        f.done = Some(sim.now());
+                        let (smr, rmr) = f.mrs;
+                        sim.device(h).dereg_mr(smr);
+                        sim.device(rx).dereg_mr(rmr);
+                    }
+                }
+            }
+        }
+        let all_done = next == arrivals.len() && flows.iter().all(|f| f.done.is_some());
+        if all_done || sim.now() >= limit {
+            break;
+        }
+    }
+    let rtt_ns = (spec.hop_delay * 4).as_nanos() as f64;
+    let mut all = Vec::new();
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
+    let (mut fct_sum, mut bytes, mut last) = (0.0, 0u64, Instant::ZERO);
+    for f in &flows {
+        let Some(done) = f.done else { continue };
+        let fct = done.saturating_duration_since(f.start).as_nanos() as f64;
+        let ideal =
+            rtt_ns + frame_bytes(f.size, spec.mtu) as f64 * 8.0 * 1e9 / spec.line_rate_bps as f64;
+        let s = (fct / ideal).max(1.0);
+        all.push(s);
+        let b = BUCKETS
+            .iter()
+            .position(|(hi, _)| f.size <= *hi)
+            .unwrap_or(BUCKETS.len() - 1);
+        per[b].push(s);
+        fct_sum += fct;
+        bytes += f.size;
+        last = last.max(done);
+    }
+    let completed = all.len();
+    let now = sim.now();
+    let sw = sim.switch().map(|s| s.stats_at(now)).unwrap_or_default();
+    let mut stats = roce_stack::QpStats::default();
+    for &h in &hosts {
+        for q in sim.endpoints[h].device.qps() {
+            stats.add(q.stats());
+        }
+    }
+    let cnps = sim.endpoints[rx]
+        .device
+        .qps()
+        .map(|q| q.stats().cnps_sent)
+        .sum();
+    let last_s = last.as_nanos() as f64 / 1e9;
+    FctReport {
+        cc: spec.cc.kind().to_string(),
+        flows: flows.len(),
+        completed,
+        all: Slowdown::of(all),
+        buckets: BUCKETS
+            .iter()
+            .zip(per)
+            .map(|((_, l), v)| (l.to_string(), Slowdown::of(v)))
+            .collect(),
+        mean_fct_us: if completed > 0 {
+            fct_sum / completed as f64 / 1e3
+        } else {
+            0.0
+        },
+        goodput_gbps: if last_s > 0.0 {
+            bytes as f64 * 8.0 / last_s / 1e9
+        } else {
+            0.0
+        },
+        tail_drops: sw.tail_drops,
+        retransmitted_packets: stats.retransmitted_packets,
+        ce_marked: sw.marked,
+        cnps,
+        max_queue_bytes: sw.max_queue_bytes,
+        sim_ms: last_s * 1e3,
+    }
+}
+
+/// The report as a table.
+pub fn table(r: &FctReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "cc {}: {} of {} flows completed, goodput {:.2} Gb/s, mean FCT {:.1} us, {:.2} ms simulated",
+        r.cc, r.completed, r.flows, r.goodput_gbps, r.mean_fct_us, r.sim_ms
+    );
+    let _ = writeln!(
+        s,
+        "drops {}, retransmitted {}, CE marked {}, CNPs {}, deepest queue {} B",
+        r.tail_drops, r.retransmitted_packets, r.ce_marked, r.cnps, r.max_queue_bytes
+    );
+    let _ = writeln!(
+        s,
+        "{:<12} {:>6} {:>9} {:>9} {:>9}",
+        "flow size", "flows", "p50", "p95", "p99"
+    );
+    for (label, b) in std::iter::once(("all".to_string(), r.all)).chain(r.buckets.iter().cloned()) {
+        if b.flows == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "{:<12} {:>6} {:>9.2} {:>9.2} {:>9.2}",
+            label, b.flows, b.p50, b.p95, b.p99
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_distributions_are_the_published_ones() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/docs/workloads/");
+        for (name, text) in [("websearch.cdf", WEBSEARCH), ("fb_hadoop.cdf", FB_HADOOP)] {
+            let shared = std::fs::read_to_string(format!("{dir}{name}")).expect("../shared");
+            assert_eq!(Cdf::parse(text), Cdf::parse(&shared), "{name}");
+        }
+        // Means as the shared README gives them (~1.7 MB and ~0.12 MB).
+        let ws = Cdf::parse(WEBSEARCH).unwrap().mean();
+        let fb = Cdf::parse(FB_HADOOP).unwrap().mean();
+        assert!((1.5e6..1.9e6).contains(&ws), "{ws}");
+        assert!((0.08e6..0.16e6).contains(&fb), "{fb}");
+    }
+
+    #[test]
+    fn cdfs_parse_sample_and_refuse_nonsense() {
+        let c = Cdf::parse("100 0\n1000 50\n10000 100\n").unwrap();
+        let mut rng = Rng::new(1);
+        let v: Vec<u64> = (0..10_000).map(|_| c.sample(&mut rng)).collect();
+        assert!(v.iter().all(|&x| (100..=10_000).contains(&x)));
+        let below_1000 = v.iter().filter(|&&x| x <= 1000).count();
+        assert!((4500..5500).contains(&below_1000), "{below_1000}");
+        assert!((c.mean() - 3025.0).abs() < 1.0, "{}", c.mean());
+        for bad in [
+            "",
+            "1 50\n",
+            "10 20\n5 100\n",
+            "x 100\n",
+            "1 2 3\n",
+            "-1 100\n",
+        ] {
+            assert!(Cdf::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}
