@@ -122,9 +122,20 @@ fn sim_fabric_reports_fct_slowdowns_deterministically() {
     let (_, r) = run(&["--workload", "incast:16:256K", "--cc", "none"]);
     assert!(r["all"]["p50"].as_f64().unwrap() > 4.0, "{r}");
     assert!(r["max_queue_bytes"].as_u64().unwrap() > 100_000, "{r}");
+    // PFC: an incast that overflows the buffer loses nothing once the switch pauses its
+    // senders.
+    let (_, off) = run(&["--workload", "incast:32:1M", "--cc", "none", "--pfc", "off"]);
+    let (_, on) = run(&["--workload", "incast:32:1M", "--cc", "none", "--pfc", "on"]);
+    assert!(off["tail_drops"].as_u64().unwrap() > 0, "{off}");
+    assert_eq!(off["pfc_pauses"], 0);
+    assert_eq!(on["tail_drops"], 0, "{on}");
+    assert_eq!(on["retransmitted_packets"], 0, "{on}");
+    assert!(on["pfc_pauses"].as_u64().unwrap() > 0, "{on}");
+    assert!(on["pfc_paused_us"].as_f64().unwrap() > 0.0, "{on}");
+    assert_eq!(on["completed"], 32);
     for (args, want) in [
         (vec!["--topology", "fat-tree"], "only `switch`"),
-        (vec!["--pfc", "on"], "PFC is not implemented"),
+        (vec!["--pfc", "maybe"], "on or off"),
         (
             vec!["--workload", "/nonexistent.cdf"],
             "reading /nonexistent.cdf",

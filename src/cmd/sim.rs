@@ -37,7 +37,7 @@ pub(crate) struct FabricArgs {
     /// Congestion control: dcqcn (= paper), none, or any `--cc` of `roce loopback`.
     #[arg(long, default_value = "dcqcn")]
     cc: String,
-    /// PFC: off (on is not implemented yet).
+    /// PFC at the switch port: on (pause the senders above XOFF, never drop) or off (tail drop).
     #[arg(long, default_value = "off")]
     pfc: String,
     /// Sender hosts.
@@ -99,12 +99,11 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
             a.topology
         );
     }
-    if a.pfc != "off" {
-        bail!(
-            "--pfc {}: PFC is not implemented yet in the simulator (off)",
-            a.pfc
-        );
-    }
+    let pfc = match a.pfc.as_str() {
+        "on" => true,
+        "off" => false,
+        other => bail!("--pfc {other}: on or off"),
+    };
     if a.duration == 0 || a.duration > 1000 {
         bail!("--duration must be 1..=1000 ms");
     }
@@ -135,6 +134,7 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         a.seed,
     );
     spec.hosts = a.hosts;
+    spec.pfc = pfc;
     spec.validate()?;
     let r = congestion::fct::run(&spec);
     if a.json {

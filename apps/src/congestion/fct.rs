@@ -12,12 +12,14 @@
 //!   at line rate), at p50, p95 and p99 per flow-size bucket; drops, retransmissions, ECN
 //!   marks, CNPs, the deepest queue.
 //!
-//! The leaf-spine and fat-tree topologies, ECMP, PFC and HPCC are not here yet.
+//! PFC (`--pfc on`): the switch pauses every sender above its XOFF threshold and resumes
+//! them at XON, so the buffer never drops. The leaf-spine and fat-tree topologies, ECMP and
+//! HPCC are not here yet.
 use core::time::Duration;
 use std::fmt::Write as _;
 
 use roce_stack::rng::Rng;
-use roce_stack::sim::{LinkConfig, RedConfig, Sim, SwitchConfig};
+use roce_stack::sim::{LinkConfig, PfcConfig, RedConfig, Sim, SwitchConfig};
 use roce_stack::{
     Access, CcConfig, ConnectParams, Instant, MrHandle, QpCaps, SgList, WcStatus, WorkRequest, WrOp,
 };
@@ -160,6 +162,8 @@ pub struct FctSpec {
     pub hop_delay: Duration,
     /// Seed of arrivals, sizes and hosts.
     pub seed: u64,
+    /// PFC at the switch port (pause the senders instead of dropping).
+    pub pfc: bool,
 }
 
 impl FctSpec {
@@ -177,6 +181,7 @@ impl FctSpec {
             mtu: 1024,
             hop_delay: Duration::from_micros(1),
             seed,
+            pfc: false,
         }
     }
 
@@ -262,6 +267,10 @@ pub struct FctReport {
     pub cnps: u64,
     /// Deepest queue, bytes.
     pub max_queue_bytes: u64,
+    /// PFC pauses the switch sent.
+    pub pfc_pauses: u64,
+    /// Time the senders were paused, µs.
+    pub pfc_paused_us: f64,
     /// Virtual time until the last completion, ms.
     pub sim_ms: f64,
 }
@@ -315,6 +324,21 @@ pub fn run(spec: &FctSpec) -> FctReport {
         delay: spec.hop_delay,
         buffer_bytes: spec.buffer_bytes,
         red: Some(spec.red),
+        // Headroom for what is on the wire when the pause starts: per sender, a frame in
+        // serialisation and a hop of propagation at line rate, twice over.
+        pfc: spec.pfc.then(|| {
+            let hop_bytes =
+                spec.line_rate_bps / 8 * spec.hop_delay.as_nanos() as u64 / 1_000_000_000;
+            let headroom = nhosts as u64 * 2 * (hop_bytes + u64::from(spec.mtu) + 100);
+            let xoff = spec
+                .buffer_bytes
+                .saturating_sub(headroom)
+                .max(spec.buffer_bytes / 4);
+            PfcConfig {
+                xoff_bytes: xoff,
+                xon_bytes: xoff / 2,
+            }
+        }),
     });
     // Arrivals.
     let mut arrivals: Vec<(Instant, usize, u64)> = Vec::new();
@@ -472,6 +496,8 @@ pub fn run(spec: &FctSpec) -> FctReport {
         ce_marked: sw.marked,
         cnps,
         max_queue_bytes: sw.max_queue_bytes,
+        pfc_pauses: sw.pauses,
+        pfc_paused_us: sw.paused_ns as f64 / 1e3,
         sim_ms: last_s * 1e3,
     }
 }
@@ -486,8 +512,14 @@ pub fn table(r: &FctReport) -> String {
     );
     let _ = writeln!(
         s,
-        "drops {}, retransmitted {}, CE marked {}, CNPs {}, deepest queue {} B",
-        r.tail_drops, r.retransmitted_packets, r.ce_marked, r.cnps, r.max_queue_bytes
+        "drops {}, retransmitted {}, CE marked {}, CNPs {}, deepest queue {} B, PFC pauses {} ({:.1} us paused)",
+        r.tail_drops,
+        r.retransmitted_packets,
+        r.ce_marked,
+        r.cnps,
+        r.max_queue_bytes,
+        r.pfc_pauses,
+        r.pfc_paused_us
     );
     let _ = writeln!(
         s,

@@ -280,6 +280,7 @@ pub fn run(sc: &Scenario) -> Run {
         delay: sc.hop_delay,
         buffer_bytes: sc.buffer_bytes,
         red: Some(sc.red),
+        pfc: None,
     });
 
     let end = Instant::ZERO + sc.duration;

@@ -25,7 +25,9 @@ use crate::time::Instant;
 pub use crate::rng::Rng;
 
 mod switch;
-pub use switch::{FlowKey, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD};
+pub use switch::{
+    FlowKey, PfcConfig, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD,
+};
 
 /// The earlier of two optional deadlines (`None` = no deadline).
 fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
@@ -398,8 +400,18 @@ impl Sim {
 
     /// Collects every datagram the devices want to send and puts it on its link.
     pub fn pump(&mut self) {
+        // PFC: while the switch pauses, the senders upstream of its port send nothing (the
+        // port's own endpoint, downstream, goes on).
+        let paused_port = self
+            .switch
+            .as_ref()
+            .filter(|s| s.paused())
+            .map(|s| s.config().port);
         for from in 0..self.endpoints.len() {
             self.endpoints[from].blocked = false;
+            if paused_port.is_some_and(|p| p != from) {
+                continue;
+            }
             loop {
                 let now = self.now;
                 if self.endpoints[from].egress_busy > now {

@@ -68,6 +68,21 @@ pub struct SwitchConfig {
     pub buffer_bytes: u64,
     /// ECN marking (`None`: never mark).
     pub red: Option<RedConfig>,
+    /// Priority flow control (IEEE 802.1Qbb; `None`: off, the buffer tail-drops).
+    pub pfc: Option<PfcConfig>,
+}
+
+/// PFC thresholds of the port's queue (one priority: all RoCE traffic). Above `xoff_bytes`
+/// the switch pauses every upstream sender; at or below `xon_bytes` it resumes them. Frames
+/// already on the wire when the pause starts still arrive: the buffer above `xoff_bytes` is
+/// the headroom for them (a sender's frame in serialisation plus a hop of propagation each).
+/// The pause reaches the senders at once (this model has no separate upstream path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PfcConfig {
+    /// Pause above this queue depth, bytes.
+    pub xoff_bytes: u64,
+    /// Resume at or below this depth, bytes.
+    pub xon_bytes: u64,
 }
 
 /// Cumulative counters of the switch (diff two snapshots for a time window).
@@ -91,6 +106,10 @@ pub struct SwitchStats {
     pub queue_byte_ns: u128,
     /// Nanoseconds with the queue below Kmin / within [Kmin, Kmax] / above Kmax.
     pub band_ns: [u64; 3],
+    /// PFC pauses sent (XOFF crossings).
+    pub pauses: u64,
+    /// Nanoseconds the upstream senders were paused.
+    pub paused_ns: u64,
 }
 
 /// One flow through the switch: packets from `from` with UDP source port `src_port`.
@@ -113,6 +132,8 @@ pub struct Switch {
     interval_max: u64,
     flows: Vec<(FlowKey, u64)>,
     stats: SwitchStats,
+    /// PFC: paused since then.
+    paused_since: Option<Instant>,
 }
 
 impl Switch {
@@ -126,6 +147,7 @@ impl Switch {
             interval_max: 0,
             flows: Vec::new(),
             stats: SwitchStats::default(),
+            paused_since: None,
         }
     }
 
@@ -148,7 +170,15 @@ impl Switch {
     pub fn stats_at(&self, now: Instant) -> SwitchStats {
         let mut s = self.stats;
         Self::account(&self.cfg, &mut s, self.queue_bytes, self.last_change, now);
+        if let Some(p) = self.paused_since {
+            s.paused_ns += now.saturating_duration_since(p).as_nanos() as u64;
+        }
         s
+    }
+
+    /// `true` while PFC pauses the upstream senders.
+    pub fn paused(&self) -> bool {
+        self.paused_since.is_some()
     }
 
     /// The deepest queue since the last call (or since the start), then resets it to the
@@ -228,6 +258,12 @@ impl Switch {
             }
         }
         self.queue_bytes += len;
+        if let Some(p) = self.cfg.pfc {
+            if self.paused_since.is_none() && self.queue_bytes > p.xoff_bytes {
+                self.paused_since = Some(now);
+                self.stats.pauses += 1;
+            }
+        }
         self.stats.max_queue_bytes = self.stats.max_queue_bytes.max(self.queue_bytes);
         self.interval_max = self.interval_max.max(self.queue_bytes);
         if self.departure.is_none() {
@@ -244,6 +280,12 @@ impl Switch {
         let mut a = self.queue.pop_front()?;
         let len = Self::frame_len(&a);
         self.queue_bytes -= len;
+        if let (Some(p), Some(since)) = (self.cfg.pfc, self.paused_since) {
+            if self.queue_bytes <= p.xon_bytes {
+                self.stats.paused_ns += now.saturating_duration_since(since).as_nanos() as u64;
+                self.paused_since = None;
+            }
+        }
         self.stats.departed += 1;
         self.stats.departed_bytes += len;
         let key = FlowKey {
