@@ -133,6 +133,26 @@ fn sim_fabric_reports_fct_slowdowns_deterministically() {
     assert!(on["pfc_pauses"].as_u64().unwrap() > 0, "{on}");
     assert!(on["pfc_paused_us"].as_f64().unwrap() > 0.0, "{on}");
     assert_eq!(on["completed"], 32);
+    // The incast sweep: 2..128 senders; with PFC nothing is ever dropped.
+    let (code, out, err) = roce(&[
+        "sim",
+        "fabric",
+        "--workload",
+        "incast-sweep:64K",
+        "--cc",
+        "none",
+        "--pfc",
+        "on",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 7);
+    for r in rows {
+        assert_eq!(r["report"]["tail_drops"], 0, "{r}");
+        assert_eq!(r["report"]["completed"], r["senders"], "{r}");
+    }
     for (args, want) in [
         (vec!["--topology", "fat-tree"], "only `switch`"),
         (vec!["--pfc", "maybe"], "on or off"),

@@ -27,8 +27,9 @@ pub(crate) struct FabricArgs {
     /// not implemented yet.
     #[arg(long, default_value = "switch")]
     topology: String,
-    /// websearch, fbhadoop, `incast:N[:SIZE]` (N senders, SIZE bytes each, default 64K), or a
-    /// CDF file (`<bytes> <cumulative percent>` per line).
+    /// websearch, fbhadoop, `incast:N[:SIZE]` (N senders, SIZE bytes each, default 64K),
+    /// `incast-sweep[:SIZE]` (goodput and slowdown for 2 to 128 senders), or a CDF file
+    /// (`<bytes> <cumulative percent>` per line).
     #[arg(long, default_value = "websearch")]
     workload: String,
     /// Target average load of the bottleneck link (Poisson workloads).
@@ -81,6 +82,55 @@ pub(crate) fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--workload incast-sweep[:SIZE]`: n:1 incasts of SIZE-byte flows (default 256K) for n = 2
+/// to 128: goodput and FCT slowdown against n, one row (or JSON object) per n.
+fn incast_sweep(a: &FabricArgs, size: Option<&str>, pfc: bool) -> anyhow::Result<ExitCode> {
+    use congestion::fct::{FctSpec, Workload};
+    let size = match size {
+        Some(v) => crate::units::size(v)
+            .map_err(|e| anyhow::anyhow!("--workload incast-sweep:SIZE: {e}"))?,
+        None => 256 * 1024,
+    };
+    let cc = flag("--cc", &a.cc, cc::parse)?;
+    let mut rows = Vec::new();
+    for n in [2usize, 4, 8, 16, 32, 64, 128] {
+        let mut spec = FctSpec::new(
+            Workload::Incast { n, size },
+            cc,
+            std::time::Duration::from_millis(a.duration),
+            a.seed,
+        );
+        spec.pfc = pfc;
+        spec.validate()?;
+        rows.push((n, congestion::fct::run(&spec)));
+    }
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(n, r)| serde_json::json!({"senders": n, "report": r}))
+            .collect();
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!(
+            "{:>8} {:>12} {:>9} {:>9} {:>8} {:>8} {:>7}",
+            "senders", "goodput", "p50", "p99", "drops", "retx", "pauses"
+        );
+        for (n, r) in &rows {
+            println!(
+                "{:>8} {:>7.2} Gb/s {:>9.2} {:>9.2} {:>8} {:>8} {:>7}",
+                n,
+                r.goodput_gbps,
+                r.all.p50,
+                r.all.p99,
+                r.tail_drops,
+                r.retransmitted_packets,
+                r.pfc_pauses
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The workloads shipped with the repository's shared docs, by name.
 fn workload_cdf(name: &str) -> anyhow::Result<congestion::fct::Cdf> {
     let text = match name {
@@ -106,6 +156,9 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
     };
     if a.duration == 0 || a.duration > 1000 {
         bail!("--duration must be 1..=1000 ms");
+    }
+    if let Some(rest) = a.workload.strip_prefix("incast-sweep") {
+        return incast_sweep(a, rest.strip_prefix(':'), pfc);
     }
     let workload = match a.workload.strip_prefix("incast:") {
         Some(rest) => {
