@@ -1,6 +1,8 @@
 //! Reference-model test: random workloads over impaired simulated links; every work request
-//! completes exactly once with the expected status, receive completions carry the right length
-//! and immediate, and final memory on both sides equals a plain in-order model.
+//! (SEND, SEND with immediate or invalidate, WRITE, WRITE with immediate, READ, compare-and-
+//! swap, fetch-and-add, ATOMIC WRITE, FLUSH) completes exactly once with the expected status,
+//! receive completions carry the right length and immediate, and final memory on both sides
+//! equals a plain in-order model.
 //!
 //! Seeds: `MODEL_SEEDS` consecutive seeds starting at `SIM_SEED` (default 0); by default 1000
 //! in release builds and 120 in debug builds for the main test (0-20% loss, reordering,
@@ -153,7 +155,7 @@ fn run_seed(seed: u64, iba_retry: bool) {
         let atom = dev.reg_mr(
             pd,
             ATOM_WORDS * 8,
-            Access::LOCAL_WRITE | Access::REMOTE_ATOMIC,
+            Access::LOCAL_WRITE | Access::REMOTE_ATOMIC | Access::REMOTE_WRITE,
         );
         let res = dev.reg_mr(pd, 8 * 4096, Access::LOCAL_WRITE);
         let inv = dev.reg_mr(pd, 64, Access::REMOTE_WRITE);
@@ -223,7 +225,7 @@ fn run_seed(seed: u64, iba_retry: bool) {
         let qi = rng.below(nqps as u64) as usize;
         let s = rng.below(2) as usize; // requester side
         let r = 1 - s;
-        let kind = rng.below(8);
+        let kind = rng.below(10);
         let len = if kind >= 6 { 8 } else { size(&mut rng) };
         let signaled = rng.chance(0.8);
         let id = k as u64 + 1;
@@ -323,6 +325,36 @@ fn run_seed(seed: u64, iba_retry: bool) {
                 sides[s].dst_model[off..off + len]
                     .copy_from_slice(&srcs[r][src_off..src_off + len]);
                 op = WrOp::Read(remote);
+            }
+            8 => {
+                // ATOMIC WRITE (IBA 1.5, 9.4.7): eight bytes carried in the request, placed
+                // once, in order with the other atomics on the word.
+                let n = atom_word_of.len();
+                let w = *atom_word_of.entry((qi, s)).or_insert(n % ATOM_WORDS);
+                let atom_mr = sim.device(resp_host).mr(sides[r].atom).unwrap();
+                let remote = atom_mr.remote_addr((w * 8) as u64);
+                let value = rng.next_u64();
+                op = WrOp::AtomicWrite {
+                    remote,
+                    data: value.to_le_bytes(),
+                };
+                sides[r].atom_model[w] = value;
+                list = SgList::new();
+                wc_len = 0;
+            }
+            9 => {
+                // FLUSH (IBA 1.5, 9.4.8) of a range of the peer's destination region, or of
+                // the whole region: completes, changes nothing.
+                let off = rng.below(8 << 20) as usize;
+                let dst_mr = sim.device(resp_host).mr(sides[r].dst).unwrap();
+                let remote = dst_mr.remote_addr(off as u64);
+                op = WrOp::Flush {
+                    remote,
+                    len: rng.below(((8 << 20) - off) as u64 + 1) as u32,
+                    whole_region: rng.chance(0.3),
+                };
+                list = SgList::new();
+                wc_len = 0;
             }
             _ => {
                 // One word per (QP, direction): atomics on it run in this QP's order.
