@@ -3,7 +3,7 @@
 #[path = "../../stack/tests/common/mod.rs"]
 mod common;
 
-use roce_apps::workload::{OpKind, Plan, Requester, Responder, WorkloadSpec};
+use roce_apps::workload::{OpKind, Plan, Requester, Responder, Transport, WorkloadSpec};
 use roce_driver::Application;
 use roce_stack::sim::{seed_from_env, LinkConfig, SeedGuard, Sim};
 use roce_stack::ConnectParams;
@@ -173,7 +173,9 @@ fn a_corrupted_responder_region_is_reported() {
 #[test]
 fn spec_round_trips_through_its_wire_form() {
     let spec = WorkloadSpec {
-        ops: vec![OpKind::Read, OpKind::FetchAdd],
+        ops: vec![OpKind::Read, OpKind::FetchAdd, OpKind::Send],
+        transports: vec![Transport::Rc, Transport::Ud],
+        datagram_max: 2048,
         min_size: 3,
         max_size: 77,
         count: 9,
@@ -183,7 +185,8 @@ fn spec_round_trips_through_its_wire_form() {
     };
     let text = serde_json::to_string(&spec).unwrap();
     assert_eq!(serde_json::from_str::<WorkloadSpec>(&text).unwrap(), spec);
-    assert!(text.contains(r#""ops":["read","faa"]"#), "{text}");
+    assert!(text.contains(r#""ops":["read","faa","send"]"#), "{text}");
+    assert!(text.contains(r#""transports":["rc","ud"]"#), "{text}");
     assert!(serde_json::from_str::<WorkloadSpec>(r#"{"ops":["bogus"]}"#).is_err());
 }
 

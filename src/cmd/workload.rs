@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use roce_apps::workload::{self, OpKind, RunConfig, WorkloadSpec};
+use roce_apps::workload::{self, OpKind, RunConfig, Transport, WorkloadSpec};
 use roce_driver::{Secrets, DEFAULT_CONTROL_PORT};
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::ConnectParams;
@@ -28,6 +28,11 @@ pub(crate) struct RunArgs {
     /// Queue pairs.
     #[arg(long, default_value_t = 4)]
     qps: u32,
+    /// QP transports, given to the QPs in turn (rc,uc,ud: QP 0 RC, 1 UC, 2 UD, 3 RC, ...).
+    /// UC carries the SENDs and WRITEs of the mix, UD the SENDs of at most one MTU; what they
+    /// lose is counted, what arrives is verified.
+    #[arg(long, default_value = "rc")]
+    transport: String,
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
     #[arg(long, default_value_t = 1024)]
     mtu: u32,
@@ -119,6 +124,22 @@ pub(crate) struct ClientArgs {
     run: RunArgs,
 }
 
+/// `--transport`: `rc`, `uc`, `ud`, comma-separated, in the order given.
+pub(crate) fn parse_transports(s: &str) -> Result<Vec<Transport>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let p = part.to_ascii_lowercase();
+        match Transport::ALL.iter().find(|t| t.name() == p) {
+            Some(t) => out.push(*t),
+            None => return Err(format!("unknown transport {part:?} (rc, uc, ud)")),
+        }
+    }
+    if out.is_empty() {
+        return Err("no transport given".into());
+    }
+    Ok(out)
+}
+
 /// `--ops`: names (`send`, `send_imm`/`send-imm`, `write`, `write_imm`, `read`, `cas`, `faa`;
 /// `atomic` for both atomics, `all` for every kind), comma-separated.
 pub(crate) fn parse_ops(s: &str) -> Result<Vec<OpKind>, String> {
@@ -156,6 +177,8 @@ fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
     let cfg = RunConfig {
         spec: WorkloadSpec {
             ops: flag("--ops", &a.ops, parse_ops)?,
+            transports: flag("--transport", &a.transport, parse_transports)?,
+            datagram_max: a.mtu,
             min_size,
             max_size,
             count: a.count,
@@ -178,10 +201,21 @@ fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
     Ok(cfg)
 }
 
+/// The CM connects RC QPs here (a UD QP would need SIDR, a UC one a REQ of its own type).
+fn no_lossy_over_cm(cfg: &RunConfig) -> anyhow::Result<()> {
+    if cfg.spec.any_lossy() {
+        anyhow::bail!(
+            "--transport uc and ud run over the TCP-made connections; --cm connects RC QPs only"
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
     let tap = pcap_tap(&a.run.pcap)?;
     if a.cm {
+        no_lossy_over_cm(&cfg)?;
         let (c, s) = match (a.client_ip, a.server_ip) {
             (Some(c), Some(s)) => (c, s),
             _ => roce_driver::loopback_addrs(false),
@@ -262,6 +296,7 @@ pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
 pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
     if a.cm {
+        no_lossy_over_cm(&cfg)?;
         let server = resolve(&a.server)?;
         let local = match a.bind {
             Some(b) => b,
@@ -298,5 +333,15 @@ mod tests {
         assert_eq!(parse_ops("all").unwrap(), OpKind::ALL.to_vec());
         assert!(parse_ops("teleport").is_err());
         assert!(parse_ops(" , ").is_err());
+    }
+
+    #[test]
+    fn transport_lists() {
+        assert_eq!(
+            parse_transports("rc, UD,rc").unwrap(),
+            vec![Transport::Rc, Transport::Ud, Transport::Rc]
+        );
+        assert!(parse_transports("xrc").is_err());
+        assert!(parse_transports(",").is_err());
     }
 }

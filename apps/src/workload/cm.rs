@@ -88,6 +88,8 @@ impl ReqData {
             qp: u16_at(0)?,
             spec: WorkloadSpec {
                 ops,
+                transports: vec![super::Transport::Rc],
+                datagram_max: WorkloadSpec::default().datagram_max,
                 qps: u32::from(u16_at(2)?),
                 min_size: u32_at(4)?,
                 max_size: u32_at(8)?,

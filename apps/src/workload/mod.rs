@@ -102,16 +102,80 @@ impl OpKind {
         matches!(self, Self::CompareSwap | Self::FetchAdd)
     }
 
-    pub(crate) fn consumes_receive(self) -> bool {
+    /// Whether an operation of this kind consumes a receive at the responder (SEND, SEND with
+    /// immediate, WRITE with immediate).
+    pub const fn consumes_receive(self) -> bool {
         matches!(self, Self::Send | Self::SendImm | Self::WriteImm)
     }
+}
+
+/// The service a workload QP is (IBTA Vol 1 §9.8): reliable connected, unreliable
+/// connected or unreliable datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Transport {
+    /// Reliable connected: every operation, every byte verified.
+    #[serde(rename = "rc")]
+    Rc,
+    /// Unreliable connected: SEND and WRITE (with and without immediate); nothing
+    /// acknowledged, a message hit by a loss is dropped whole.
+    #[serde(rename = "uc")]
+    Uc,
+    /// Unreliable datagram: SEND (with and without immediate) of at most one MTU to an
+    /// address handle; a lost datagram is gone.
+    #[serde(rename = "ud")]
+    Ud,
+}
+
+impl Transport {
+    /// Every transport, in report order.
+    pub const ALL: [Self; 3] = [Self::Rc, Self::Uc, Self::Ud];
+
+    /// Name used on the command line and in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Rc => "rc",
+            Self::Uc => "uc",
+            Self::Ud => "ud",
+        }
+    }
+
+    /// Whether a QP of this transport carries operations of `kind` (IBTA Vol 1 table 49).
+    pub const fn carries(self, kind: OpKind) -> bool {
+        match self {
+            Self::Rc => true,
+            Self::Uc => matches!(
+                kind,
+                OpKind::Send | OpKind::SendImm | OpKind::Write | OpKind::WriteImm
+            ),
+            Self::Ud => matches!(kind, OpKind::Send | OpKind::SendImm),
+        }
+    }
+
+    /// Whether messages can be lost without an error (UC, UD).
+    pub const fn lossy(self) -> bool {
+        !matches!(self, Self::Rc)
+    }
+}
+
+fn rc_only() -> Vec<Transport> {
+    vec![Transport::Rc]
+}
+
+const fn default_datagram_max() -> u32 {
+    1024
 }
 
 /// What to run. Both ends build the same [`Plan`] from it (the client sends it to the server).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkloadSpec {
-    /// The operations to mix (uniformly).
+    /// The operations to mix (uniformly; a QP mixes those its transport carries).
     pub ops: Vec<OpKind>,
+    /// The QPs' transports, assigned in turn: QP `q` is `transports[q % len]`.
+    #[serde(default = "rc_only")]
+    pub transports: Vec<Transport>,
+    /// Largest message of a UD QP (the path MTU: a UD message is one packet).
+    #[serde(default = "default_datagram_max")]
+    pub datagram_max: u32,
     /// Smallest message (bytes; atomics are always 8).
     pub min_size: u32,
     /// Largest message (bytes).
@@ -130,6 +194,8 @@ impl Default for WorkloadSpec {
     fn default() -> Self {
         Self {
             ops: OpKind::ALL.to_vec(),
+            transports: rc_only(),
+            datagram_max: default_datagram_max(),
             min_size: 0,
             max_size: 1 << 20,
             count: 250,
@@ -168,7 +234,44 @@ impl WorkloadSpec {
         if self.ops.is_empty() {
             return Err(ConfigError::Conflict("no operations"));
         }
+        ConfigError::check_range(
+            "the number of --transport entries",
+            "1..=16",
+            self.transports.len() as u64,
+            1,
+            16,
+        )?;
+        ConfigError::check_range(
+            "the largest UD message",
+            "256..=4096",
+            u64::from(self.datagram_max),
+            256,
+            4096,
+        )?;
+        for t in &self.transports {
+            if !self.ops.iter().any(|&k| t.carries(k)) {
+                return Err(ConfigError::Conflict(match t {
+                    Transport::Uc => {
+                        "--transport uc: the --ops mix has nothing UC carries (send, send_imm, write, write_imm)"
+                    }
+                    _ => "--transport ud: the --ops mix has nothing UD carries (send, send_imm)",
+                }));
+            }
+        }
         Ok(())
+    }
+
+    /// The transport of QP `q`.
+    pub fn transport_of(&self, q: u32) -> Transport {
+        self.transports
+            .get(q as usize % self.transports.len().max(1))
+            .copied()
+            .unwrap_or(Transport::Rc)
+    }
+
+    /// Whether any QP is UC or UD.
+    pub fn any_lossy(&self) -> bool {
+        self.transports.iter().any(|t| t.lossy())
     }
 }
 
@@ -185,6 +288,10 @@ pub const MAX_POSTED_RECVS: u64 = 1024;
 
 /// Most bytes of buffers a run may need (both ends, every QP).
 pub const MAX_RUN_BYTES: u64 = 4 << 30;
+
+/// Bytes a UC or UD receive holds beyond the largest message: the 40-byte GRH area, rounded
+/// up to 64.
+const LOSSY_RECV_EXTRA: u64 = 64;
 
 /// The per-QP memory both ends agree on, sized to the workload: message buffers are taken
 /// from rings in posting order (completions come in order, so a ring frees them in order),
@@ -219,15 +326,28 @@ impl Layout {
             .ops
             .iter()
             .any(|k| matches!(k, OpKind::Send | OpKind::SendImm));
+        let recv_depth = (2 * u64::from(spec.depth) + 1).min(MAX_POSTED_RECVS);
+        // What the requester can have in flight, and slack for the wrap.
+        let mut recv_ring = if sends { send_ring + slot } else { 0 };
+        if sends && spec.any_lossy() {
+            // A UC or UD QP's message can land in any receive (the one before it may have
+            // been lost), so each of its receives holds the largest message (and the GRH).
+            recv_ring = recv_ring.max(recv_depth * (slot + LOSSY_RECV_EXTRA));
+        }
         Self {
             slot,
             send_ring,
             write_area: area,
             read_area: area,
-            // What the requester can have in flight, and slack for the wrap.
-            recv_ring: if sends { send_ring + slot } else { 0 },
-            recv_depth: (2 * u64::from(spec.depth) + 1).min(MAX_POSTED_RECVS),
+            recv_ring,
+            recv_depth,
         }
+    }
+
+    /// Bytes of one receive of a UC or UD QP: the largest message, after the GRH area a UD
+    /// receive starts with (IBTA Vol 1 §11.4.1.1), rounded up to 64.
+    pub fn lossy_recv_len(&self) -> u64 {
+        self.slot + LOSSY_RECV_EXTRA
     }
     /// Requester bytes per QP.
     pub fn requester_len(&self) -> u64 {
@@ -502,10 +622,27 @@ impl Plan {
     /// QP `q`'s operations, from the first.
     pub fn ops(&self, q: u32) -> OpStream {
         let initial = Self::initial_atomics(&self.spec, q);
+        let t = self.spec.transport_of(q);
+        let mut kinds: Vec<OpKind> = self
+            .spec
+            .ops
+            .iter()
+            .copied()
+            .filter(|&k| t.carries(k))
+            .collect();
+        if kinds.is_empty() {
+            // Refused by validation; a stream of the final marker alone otherwise.
+            kinds.push(OpKind::Send);
+        }
+        let (mut min_size, mut max_size) = (self.spec.min_size, self.spec.max_size);
+        if t == Transport::Ud {
+            max_size = max_size.min(self.spec.datagram_max);
+            min_size = min_size.min(max_size);
+        }
         OpStream {
-            kinds: self.spec.ops.clone(),
-            min_size: self.spec.min_size,
-            max_size: self.spec.max_size,
+            kinds,
+            min_size,
+            max_size,
             count: self.spec.count,
             seed: self.spec.seed,
             q,

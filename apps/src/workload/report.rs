@@ -10,7 +10,7 @@ use roce_stack::{Drops, Naks, QpStats};
 use serde::Serialize;
 
 use super::run::Side;
-use super::{OpKind, Tally};
+use super::{OpKind, Tally, Transport};
 
 /// The report of a run (text via `Display`, JSON via `serde_json`).
 #[derive(Debug, Clone, Serialize)]
@@ -68,6 +68,56 @@ pub struct Report {
     pub link_malformed: u64,
     /// Datagrams lost to a full packet-link receive ring, both ends.
     pub ring_dropped: u64,
+    /// What the UC and UD QPs delivered, per transport (empty when every QP is RC).
+    pub unreliable: Vec<TransportDelivery>,
+}
+
+/// What the QPs of one unreliable transport delivered (the responder's count).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TransportDelivery {
+    /// `"uc"` or `"ud"`.
+    pub transport: String,
+    /// QPs of this transport.
+    pub qps: u32,
+    /// Receive-consuming messages (SEND, SEND with immediate, WRITE with immediate) that
+    /// arrived and verified.
+    pub delivered: u64,
+    /// Receive-consuming messages of the plans that never arrived.
+    pub lost: u64,
+    /// QPs whose final marker arrived.
+    pub final_markers: u32,
+    /// QPs whose memory was compared with the model and matched (a UC QP's only when nothing
+    /// of it was lost).
+    pub memory_verified: u32,
+    /// UD: messages delivered after a later one (among `delivered`).
+    pub late: u64,
+    /// UD: messages delivered again (not in `delivered`).
+    pub duplicates: u64,
+}
+
+fn unreliable(server: &Side) -> Vec<TransportDelivery> {
+    let mut out: Vec<TransportDelivery> = Vec::new();
+    for d in &server.deliveries {
+        let name = d.transport.map_or("?", Transport::name);
+        let row = match out.iter_mut().position(|r| r.transport == name) {
+            Some(i) => &mut out[i],
+            None => {
+                out.push(TransportDelivery {
+                    transport: name.into(),
+                    ..TransportDelivery::default()
+                });
+                out.last_mut().expect("just pushed")
+            }
+        };
+        row.qps += 1;
+        row.delivered += d.delivered;
+        row.lost += d.lost;
+        row.final_markers += u32::from(d.final_marker);
+        row.memory_verified += u32::from(d.memory_verified);
+        row.late += d.late;
+        row.duplicates += d.duplicates;
+    }
+    out
 }
 
 /// The link of each end.
@@ -134,6 +184,7 @@ impl Report {
             },
             icrc_full: all.icrc_full,
             icrc_solved: all.icrc_solved,
+            unreliable: unreliable(server),
             link_malformed: client.link_malformed + server.link_malformed,
             ring_dropped: client.ring_dropped + server.ring_dropped,
             secrets: match secrets.seed() {
@@ -149,10 +200,11 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "result          {}",
-            if self.ok {
-                "OK: every byte and completion verified"
-            } else {
-                "FAILED"
+            match (self.ok, self.unreliable.is_empty()) {
+                (true, true) => "OK: every byte and completion verified",
+                (true, false) =>
+                    "OK: every RC byte and completion, and every UC/UD message that arrived, verified",
+                _ => "FAILED",
             }
         )?;
         let ops: Vec<String> = self
@@ -175,6 +227,20 @@ impl fmt::Display for Report {
             self.gbps, self.msgs_per_sec
         )?;
         writeln!(f, "verified        {} bytes", self.verified_bytes)?;
+        for u in &self.unreliable {
+            writeln!(
+                f,
+                "{:<15} {} QPs: {} messages delivered ({} late, {} twice), {} lost; final marker on {}, memory verified on {}",
+                u.transport,
+                u.qps,
+                u.delivered,
+                u.late,
+                u.duplicates,
+                u.lost,
+                u.final_markers,
+                u.memory_verified
+            )?;
+        }
         writeln!(f, "retransmitted   {} packets", self.retransmitted_packets)?;
         let n = self.naks;
         writeln!(

@@ -1,5 +1,6 @@
 //! The requester end of the verified workload: posts each QP's plan (at most `depth`
-//! outstanding, their buffers taken from the QP's ring in order) and checks every completion against the plan: once, in order, successful,
+//! outstanding, their buffers taken from the QP's ring in order; a UD QP's to its address
+//! handle) and checks every completion against the plan: once, in order, successful,
 //! with the right opcode and length; READ data equal to the responder's read area; atomic
 //! results as the in-order model predicts.
 use std::collections::VecDeque;
@@ -8,6 +9,7 @@ use std::fmt;
 use roce_driver::qps::RemoteBuffer;
 use roce_driver::{AppError, Application};
 use roce_proto::{Psn, Qpn};
+use roce_stack::ud::{AddressHandle, UdSend};
 use roce_stack::{
     Access, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, SgList, Sge, WcOpcode,
     WcStatus, WorkRequest, WrOp,
@@ -41,6 +43,8 @@ struct ReqQp {
     in_flight: VecDeque<InFlight>,
     fin_posted: bool,
     fin_done: bool,
+    /// Where a UD QP sends.
+    ah: Option<AddressHandle>,
 }
 
 /// The requester side: posts the plan on each QP and checks every completion.
@@ -89,6 +93,7 @@ impl Requester {
                 in_flight: VecDeque::new(),
                 fin_posted: false,
                 fin_done: false,
+                ah: None,
             })
             .collect();
         Self {
@@ -98,6 +103,13 @@ impl Requester {
             tally: Tally::default(),
             mismatches: Vec::new(),
             scratch: Vec::new(),
+        }
+    }
+
+    /// Makes QP `q` a UD QP that sends to `ah` (its QPN must be a UD QP's).
+    pub fn set_address_handle(&mut self, q: usize, ah: AddressHandle) {
+        if let Some(qp) = self.qps.get_mut(q) {
+            qp.ah = Some(ah);
         }
     }
 
@@ -177,8 +189,20 @@ impl Requester {
                 },
             };
             let psn = dev.qp(qpn).map(|qp| qp.next_send_psn()).unwrap_or_default();
-            dev.post_send(qpn, WorkRequest::new(u64::from(i), wop, sgl))
-                .map_err(|e| AppError::post(q, format!("{} #{i}", op.kind.name()), e))?;
+            let posted = match self.qps[q].ah {
+                Some(ah) => dev.post_ud_send(
+                    qpn,
+                    UdSend {
+                        wr_id: u64::from(i),
+                        sgl,
+                        ah,
+                        imm: (op.kind == OpKind::SendImm).then_some(op.imm),
+                        signaled: true,
+                    },
+                ),
+                None => dev.post_send(qpn, WorkRequest::new(u64::from(i), wop, sgl)),
+            };
+            posted.map_err(|e| AppError::post(q, format!("{} #{i}", op.kind.name()), e))?;
             self.qps[q]
                 .in_flight
                 .push_back(InFlight { op, off, end, psn });
@@ -189,13 +213,27 @@ impl Requester {
             && qp.in_flight.is_empty()
             && !qp.fin_posted
         {
-            let wr = WorkRequest::new(
-                u64::MAX,
-                WrOp::SendWithImm(FIN_IMM | q as u32),
-                SgList::new(),
-            );
-            dev.post_send(qp.qpn, wr)
-                .map_err(|e| AppError::post(q, "the final marker", e))?;
+            let posted = match qp.ah {
+                Some(ah) => dev.post_ud_send(
+                    qp.qpn,
+                    UdSend {
+                        wr_id: u64::MAX,
+                        sgl: SgList::new(),
+                        ah,
+                        imm: Some(FIN_IMM | q as u32),
+                        signaled: true,
+                    },
+                ),
+                None => dev.post_send(
+                    qp.qpn,
+                    WorkRequest::new(
+                        u64::MAX,
+                        WrOp::SendWithImm(FIN_IMM | q as u32),
+                        SgList::new(),
+                    ),
+                ),
+            };
+            posted.map_err(|e| AppError::post(q, "the final marker", e))?;
             qp.fin_posted = true;
         }
         Ok(())

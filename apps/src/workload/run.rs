@@ -13,7 +13,8 @@ use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::endpoint::{Endpoint, LoopStats, Tap};
 use roce_driver::impair::{ImpairStats, Impairment};
 use roce_driver::qps::{
-    check_protocol, connect_qps, create_qps, qp_infos, QpInfo, RemoteBuffer, Wiring, ALL_REMOTE,
+    check_protocol, connect_qps, create_qps, qp_infos, LocalQp, QpInfo, RemoteBuffer, Wiring,
+    ALL_REMOTE,
 };
 use roce_driver::Application;
 use roce_driver::{
@@ -21,14 +22,23 @@ use roce_driver::{
     Link, LinkChoice, Listener, Secrets,
 };
 use roce_proto::ROCEV2_UDP_PORT;
-use roce_stack::{CcConfig, ConnectParams, CqHandle, QpCaps, QpStats};
+use roce_stack::ud::AddressHandle;
+use roce_stack::{CcConfig, ConnectParams, CqHandle, Device, PdHandle, QpCaps, QpStats};
 use serde::{Deserialize, Serialize};
 
-use super::{Mismatch, Plan, Report, Requester, Responder, Tally, WorkloadSpec};
+use super::responder::Delivery;
+use super::{Mismatch, Plan, Report, Requester, Responder, Tally, Transport, WorkloadSpec};
 use crate::ConfigError;
 
-/// Version of the workload's control protocol.
-const PROTOCOL: u32 = 3;
+/// Version of the workload's control protocol (4: the spec lists the QPs' transports).
+const PROTOCOL: u32 = 4;
+
+/// How long a server waits, after its client finished, for UC and UD messages still on their
+/// way.
+const LOSSY_DRAIN: Duration = Duration::from_millis(200);
+
+/// The Q_Key of the workload's UD QPs.
+const WORKLOAD_QKEY: roce_proto::QKey = roce_proto::QKey(0x0000_5eed);
 
 /// What a run does and with which transport settings; the client sends it to the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +118,9 @@ pub(crate) struct Side {
     pub(crate) link_malformed: u64,
     #[serde(default)]
     pub(crate) ring_dropped: u64,
+    /// What each UC and UD QP delivered (the responder's view).
+    #[serde(default)]
+    pub(crate) deliveries: Vec<Delivery>,
 }
 
 impl Side {
@@ -129,8 +142,109 @@ impl Side {
             stats: ep.dev.stats(),
             impairment: ep.impair_stats(),
             loops: ep.stats,
+            deliveries: Vec::new(),
         }
     }
+}
+
+/// This end's QPs for `spec`, each with its own CQs: QP `q` of transport
+/// `spec.transport_of(q)`; RC and UC in INIT (to be connected), UD ready to send.
+pub(crate) fn create_workload_qps(
+    dev: &mut Device,
+    pd: PdHandle,
+    spec: &WorkloadSpec,
+    mtu: u32,
+) -> Result<Vec<LocalQp>, DriverError> {
+    if !spec.any_lossy() {
+        return create_qps(dev, pd, spec.qps, QpCaps::default(), ALL_REMOTE);
+    }
+    let caps = QpCaps::default();
+    let init = ConnectParams {
+        access: ALL_REMOTE,
+        ..ConnectParams::default()
+    }
+    .init_attr();
+    let setup = |e: String| DriverError::Setup(e);
+    (0..spec.qps)
+        .map(|q| {
+            let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
+            let qpn = match spec.transport_of(q) {
+                Transport::Rc => dev.create_qp(pd, send_cq, recv_cq, caps),
+                Transport::Uc => dev.create_uc_qp(pd, send_cq, recv_cq, caps),
+                Transport::Ud => dev.create_ud_qp(
+                    pd,
+                    send_cq,
+                    recv_cq,
+                    WORKLOAD_QKEY,
+                    mtu,
+                    caps.max_send_wr.max(caps.max_recv_wr),
+                ),
+            }
+            .map_err(|e| setup(e.to_string()))?;
+            if spec.transport_of(q) != Transport::Ud {
+                dev.modify_qp(qpn, &init)
+                    .map_err(|e| setup(e.to_string()))?;
+            }
+            Ok(LocalQp {
+                qpn,
+                send_cq,
+                recv_cq,
+            })
+        })
+        .collect()
+}
+
+/// Connects this end's RC and UC QPs to the peer's of the same index ([`connect_qps`]); a UD
+/// QP needs no connection, its address handles come from [`address_handles`].
+pub(crate) fn connect_workload_qps(
+    dev: &mut Device,
+    spec: &WorkloadSpec,
+    mine: &[LocalQp],
+    peers: &[QpInfo],
+    psns: &[roce_proto::Psn],
+    w: &Wiring,
+) -> Result<(), DriverError> {
+    if peers.len() != mine.len() || psns.len() != mine.len() {
+        return connect_qps(dev, mine, peers, psns, w);
+    }
+    let keep: Vec<usize> = (0..mine.len())
+        .filter(|&q| spec.transport_of(q as u32) != Transport::Ud)
+        .collect();
+    fn pick<T: Copy>(keep: &[usize], v: &[T]) -> Vec<T> {
+        keep.iter().map(|&i| v[i]).collect()
+    }
+    connect_qps(
+        dev,
+        &pick(&keep, mine),
+        &pick(&keep, peers),
+        &pick(&keep, psns),
+        w,
+    )
+}
+
+/// Where each UD QP of `spec` sends: the peer's QP of the same index.
+pub(crate) fn address_handles(
+    spec: &WorkloadSpec,
+    peers: &[QpInfo],
+    w: &Wiring,
+) -> Vec<(usize, AddressHandle)> {
+    peers
+        .iter()
+        .enumerate()
+        .filter(|(q, _)| spec.transport_of(*q as u32) == Transport::Ud)
+        .map(|(q, p)| {
+            (
+                q,
+                AddressHandle {
+                    local: w.local.ip(),
+                    remote: w.remote.ip(),
+                    remote_port: w.remote.port(),
+                    dest_qpn: p.qpn,
+                    qkey: WORKLOAD_QKEY,
+                },
+            )
+        })
+        .collect()
 }
 
 /// Client → server: what to run.
@@ -229,14 +343,14 @@ async fn serve_client(
     let remote = SocketAddr::new(a.peer.ip(), client_port);
     let mut dev = secrets.device(0x5e7e)?;
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
+    let mine = create_workload_qps(&mut dev, pd, &cfg.spec, cfg.transport.mtu)?;
     let psns = secrets.start_psns(cfg.spec.qps, 0x5e7e)?;
     let plan = Plan::new(&cfg.spec);
     let recv: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
     let (mut responder, blocks) =
         Responder::new(&mut dev, pd, plan, &recv).map_err(|e| DriverError::Setup(e.to_string()))?;
     let wiring = wiring(local, remote, &cfg);
-    connect_qps(&mut dev, &mine, &qps, &psns, &wiring)?;
+    connect_workload_qps(&mut dev, &cfg.spec, &mine, &qps, &psns, &wiring)?;
     let mut ep = bind_endpoint(dev, local, client_port, cfg.impairment, link)?;
     if let Some(t) = tap {
         ep.set_tap(t);
@@ -251,13 +365,29 @@ async fn serve_client(
     // Serve until the client says it is done (or vanishes).
     let stop = async { ctl.peer_done("client").await.map(|_| ()) };
     let silence = cfg.silence.max(Duration::from_secs(30));
-    let result = ep.run(&mut responder, false, stop, silence).await;
-    let side = Side::of(
+    let mut result = ep.run(&mut responder, false, stop, silence).await;
+    if result.is_ok() && cfg.spec.any_lossy() {
+        // The client is done once its last UC or UD message left; what is still on its way
+        // (the final markers) gets a moment to arrive.
+        result = ep
+            .run(
+                &mut responder,
+                true,
+                async {
+                    tokio::time::sleep(LOSSY_DRAIN).await;
+                    Ok(())
+                },
+                silence,
+            )
+            .await;
+    }
+    let mut side = Side::of(
         responder.mismatches(),
         responder.tally(),
         &ep,
         responder.verified(),
     );
+    side.deliveries = responder.deliveries();
     result?;
     ctl.send(&WorkloadMsg::Summary(Box::new(side.clone())))
         .await?;
@@ -301,7 +431,7 @@ async fn client_async(
 
     let mut dev = cfg.secrets.device(0xc11e)?;
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, cfg.spec.qps, QpCaps::default(), ALL_REMOTE)?;
+    let mine = create_workload_qps(&mut dev, pd, &cfg.spec, cfg.transport.mtu)?;
     let psns = cfg.secrets.start_psns(cfg.spec.qps, 0xc11e)?;
     ctl.send(&WorkloadMsg::Hello(Box::new(Hello {
         protocol: PROTOCOL,
@@ -328,10 +458,14 @@ async fn client_async(
     }
     let local = SocketAddr::new(local_ip, client.roce_port);
     let remote = SocketAddr::new(peer_ip, roce_port);
-    connect_qps(&mut dev, &mine, &qps, &psns, &wiring(local, remote, cfg))?;
+    let w = wiring(local, remote, cfg);
+    connect_workload_qps(&mut dev, &cfg.spec, &mine, &qps, &psns, &w)?;
     let plan = Plan::new(&cfg.spec);
     let send: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
     let mut requester = Requester::new(&mut dev, pd, plan, &send, &blocks);
+    for (q, ah) in address_handles(&cfg.spec, &qps, &w) {
+        requester.set_address_handle(q, ah);
+    }
     let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment, cfg.link)?;
     if let Some(t) = tap {
         ep.set_tap(t);
