@@ -1,7 +1,9 @@
 //! Bodies of the stack's fuzz targets, compiled into the library under `cfg(test)` or
 //! `cfg(fuzzing)` (with the `sim` feature), so `cargo test` runs them on stable too.
 //!
-//! [`qp_pair`] drives two connected QPs with arbitrary posts, arbitrary and mutated
+//! [`qp_pair`] drives two connected QPs (RC, UC, or RC with the receives on an SRQ, as the
+//! first byte says; memory windows of both types bound, used and invalidated on the way) with
+//! arbitrary posts, arbitrary and mutated
 //! datagrams, network reordering/loss and time steps decoded from a byte slice, and asserts
 //! the invariants: no panic, no byte written outside the regions remote peers and local lists
 //! may write, and completions as the in-order [`Model`] allows them: only for requests posted
@@ -47,6 +49,11 @@ impl Input<'_> {
 struct Side {
     dev: Device,
     qpn: Qpn,
+    pd: crate::PdHandle,
+    /// The shared receive queue the QP's receives go to (mode 2).
+    srq: Option<crate::srq::SrqHandle>,
+    /// The latest memory window bound over `data`.
+    mw: Option<roce_proto::RKey>,
     data: MrHandle,
     guard: MrHandle,
     ro: MrHandle,
@@ -96,13 +103,14 @@ fn from_peer(sd: &Side, ecn: Ecn, stranger: bool) -> RxMeta {
     meta
 }
 
-fn side(qpn_base: u32) -> Side {
+/// A side of the pair: mode 0 RC, 1 UC, 2 RC with its receives on an SRQ.
+fn side(qpn_base: u32, mode: u8) -> Side {
     let mut dev = Device::new(crate::DeviceConfig {
         qpn_base,
         ..crate::DeviceConfig::default()
     });
     let pd = dev.alloc_pd();
-    let data = dev.reg_mr(pd, DATA_LEN, Access::ALL);
+    let data = dev.reg_mr(pd, DATA_LEN, Access(Access::ALL.0 | Access::MW_BIND.0));
     let guard = dev.reg_mr(pd, 64, Access::LOCAL_WRITE);
     let ro = dev.reg_mr(pd, 256, Access::REMOTE_READ);
     let ro_bytes: Vec<u8> = (0..256u32).map(|i| (i * 31) as u8).collect();
@@ -116,12 +124,21 @@ fn side(qpn_base: u32) -> Side {
         ..QpCaps::default()
     };
     let (scq, rcq) = (dev.create_cq(), dev.create_cq());
-    let qpn = dev.create_qp(pd, scq, rcq, caps).unwrap_or(Qpn(0));
+    let srq = (mode == 2).then(|| dev.create_srq(pd, 16).ok()).flatten();
+    let qpn = match (mode, srq) {
+        (1, _) => dev.create_uc_qp(pd, scq, rcq, caps),
+        (_, Some(srq)) => dev.create_qp_with_srq(pd, scq, rcq, caps, srq),
+        _ => dev.create_qp(pd, scq, rcq, caps),
+    }
+    .unwrap_or(Qpn(0));
     let mut model = Model::new();
     let (sq, rq) = (model.add_queue(), model.add_queue());
     Side {
         dev,
         qpn,
+        pd,
+        srq,
+        mw: None,
         data,
         guard,
         ro,
@@ -138,11 +155,12 @@ pub fn qp_pair(data: &[u8]) {
     run(data);
 }
 
-/// What one run did: (steps, datagrams sent, completions).
-fn run(data: &[u8]) -> (u64, u64, u64) {
+/// What one run did: (steps, datagrams sent, completions, memory windows bound).
+fn run(data: &[u8]) -> (u64, u64, u64, u64) {
     let mut inp = Input { data };
+    let mode = inp.byte() % 3;
     let mtu = 256 << (inp.byte() % 5);
-    let mut sides = [side(0x11), side(0x200)];
+    let mut sides = [side(0x11, mode), side(0x200, mode)];
     let (qa, qb) = (sides[0].qpn, sides[1].qpn);
     connect(&mut sides[0], qb, "10.0.0.1", "10.0.0.2", mtu);
     connect(&mut sides[1], qa, "10.0.0.2", "10.0.0.1", mtu);
@@ -152,6 +170,7 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
     let mut buf = Vec::new();
     let mut next_id = 1u64;
     let mut steps = 0;
+    let mut windows = 0;
     while !inp.data.is_empty() && steps < 4096 {
         steps += 1;
         let s = usize::from(inp.byte() & 1);
@@ -168,10 +187,14 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                 } else {
                     peer.data
                 });
-                let remote = RemoteAddr {
+                let mut remote = RemoteAddr {
                     va: pm.map_or(0, |m| m.va()) + roff,
                     rkey: pm.map_or(roce_proto::RKey(0), |m| m.rkey()),
                 };
+                // Through the peer's memory window (bound over its data region), if any.
+                if let Some(k) = peer.mw.filter(|_| roff & 2 == 2) {
+                    remote.rkey = k;
+                }
                 let me = &mut sides[s];
                 let Some(m) = me.dev.mr(me.data) else {
                     continue;
@@ -225,7 +248,11 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                     wr_id: next_id,
                     sgl: SgList::one(m.sge(off, len)),
                 };
-                if me.dev.post_recv(me.qpn, r).is_ok() {
+                let posted = match me.srq {
+                    Some(srq) => me.dev.post_srq_recv(srq, r),
+                    None => me.dev.post_recv(me.qpn, r),
+                };
+                if posted.is_ok() {
                     me.model.posted(me.rq, next_id, true);
                 }
                 next_id += 1;
@@ -365,6 +392,45 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
                     2 => {
                         let _ = sides[s].dev.modify_qp(me, &QpAttr::to(QpState::Rts));
                     }
+                    3 | 4 => {
+                        // Bind a window of type 1 (a verb) or 2 (through this QP) over part
+                        // of the data region; the peer's requests may use it.
+                        let off = u64::from(inp.u32()) % DATA_LEN as u64;
+                        let len = u64::from(inp.u32()) % 4096;
+                        let access = Access(
+                            Access::REMOTE_WRITE.0
+                                | Access::REMOTE_READ.0
+                                | Access::REMOTE_ATOMIC.0,
+                        );
+                        let sd = &mut sides[s];
+                        let kind = if inp.byte() & 1 == 0 {
+                            crate::memory::MwType::Type1
+                        } else {
+                            crate::memory::MwType::Type2
+                        };
+                        let va = sd.dev.mr(sd.data).map_or(0, |m| m.va()) + off;
+                        if let Some(k) = sd.dev.alloc_mw(sd.pd, kind) {
+                            let bound = match kind {
+                                crate::memory::MwType::Type1 => {
+                                    sd.dev.bind_mw(k, sd.data, va, len, access)
+                                }
+                                crate::memory::MwType::Type2 => {
+                                    let key = inp.byte();
+                                    sd.dev.bind_mw_qp(me, k, sd.data, va, len, access, key)
+                                }
+                            };
+                            if let Ok(k) = bound {
+                                sd.mw = Some(k);
+                                windows += 1;
+                            }
+                        }
+                    }
+                    5 => {
+                        let sd = &mut sides[s];
+                        if let Some(k) = sd.mw {
+                            let _ = sd.dev.invalidate_mw(sd.pd, k);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -412,7 +478,7 @@ fn run(data: &[u8]) -> (u64, u64, u64) {
     }
     let sent = sides.iter().map(|s| s.dev.stats().tx_packets).sum();
     let done = sides.iter().map(|s| s.completions).sum();
-    (steps, sent, done)
+    (steps, sent, done, windows)
 }
 
 /// A datagram from `sd`'s peer, delivered.
@@ -739,7 +805,8 @@ mod tests {
         {
             x ^= seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         }
-        let mut total = (0u64, 0u64, 0u64);
+        let mut total = (0u64, 0u64, 0u64, 0u64);
+        let mut by_mode = [0u64; 3];
         for i in 0..n {
             let len = 64 + (i * 37) % 2000;
             let data: Vec<u8> = (0..len)
@@ -750,16 +817,22 @@ mod tests {
                     (x >> 24) as u8
                 })
                 .collect();
-            let (s, p, c) = super::run(&data);
+            let (s, p, c, w) = super::run(&data);
             total.0 += s;
             total.1 += p;
             total.2 += c;
+            total.3 += w;
+            by_mode[usize::from(data[0] % 3)] += c;
         }
-        eprintln!("fuzz body: {total:?} (steps, datagrams, completions)");
+        eprintln!(
+            "fuzz body: {total:?} (steps, datagrams, completions, windows bound); completions by mode (RC, UC, SRQ) {by_mode:?}"
+        );
         assert!(
             total.1 > 10 * n && total.2 > n,
             "the inputs must reach the transport"
         );
+        assert!(by_mode.iter().all(|&c| c > n / 10), "{by_mode:?}");
+        assert!(total.3 > n / 10, "windows bound: {}", total.3);
         super::qp_pair(&[]);
         super::qp_pair(&[0xff; 300]);
     }

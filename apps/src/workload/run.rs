@@ -93,6 +93,11 @@ impl RunConfig {
         t.validate()
             .map_err(|e| ConfigError::Transport(e.to_string()))?;
         self.spec.validate()?;
+        if self.spec.transports.contains(&Transport::Ud) && self.spec.datagram_max > t.mtu {
+            return Err(ConfigError::Conflict(
+                "a UD message is one packet: the largest UD message must not exceed the MTU",
+            ));
+        }
         self.impairment
             .validate()
             .map_err(|e| ConfigError::Transport(e.to_string()))
