@@ -206,3 +206,86 @@ fn bad_flags_are_one_line_and_nonzero() {
         assert!(out.is_empty(), "{args:?}: {out}");
     }
 }
+
+/// `--cm`: the QPs through the IB CM on QP1, the kv messages over a control QP.
+#[test]
+fn over_cm_made_connections_every_plan_verifies() {
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["--cm", "--qps", "2", "--json"]);
+    let (code, out, err) = kv(86, &args);
+    assert_eq!(code, 0, "{out}{err}");
+    let r = json(&out);
+    assert_eq!(r["ok"], true, "{out}");
+    assert_eq!(plans(&r).len(), 5);
+    assert!(plans(&r).iter().all(|p| p["verified"] == true), "{out}");
+    assert_eq!(r["calibration"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn over_cm_as_two_processes_and_refusals_in_one_line() {
+    use std::io::BufRead;
+    let (c, s) = ips(87);
+    let start_server = |max_pool: &str| {
+        let mut server = Command::new(BIN)
+            .args([
+                "kv",
+                "--server",
+                "--cm",
+                "--bind",
+                &s,
+                "--port",
+                "18687",
+                "--max-pool",
+                max_pool,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start server");
+        let mut serr = std::io::BufReader::new(server.stderr.take().unwrap());
+        let mut line = String::new();
+        serr.read_line(&mut line).unwrap();
+        assert!(
+            line.contains("waiting for a prefill client's CM REQ"),
+            "{line}"
+        );
+        (server, serr)
+    };
+    let client = |extra: &[&str]| {
+        let mut args = vec![
+            "kv", "--client", &s, "--cm", "--bind", &c, "--port", "18687",
+        ];
+        args.extend_from_slice(&SMALL);
+        args.extend_from_slice(extra);
+        roce(&args)
+    };
+    // Served and verified.
+    let (mut server, mut serr) = start_server("1G");
+    let (code, out, err) = client(&["--json"]);
+    let status = server.wait().expect("server exit");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut serr, &mut rest).unwrap();
+    assert_eq!(code, 0, "{out}{err}\nserver: {rest}");
+    assert!(status.success(), "server: {rest}");
+    assert!(rest.contains("7 of 7 plans verified"), "{rest}");
+    assert_eq!(json(&out)["ok"], true);
+    // A pool larger than the server allows: it releases the connections with the reason.
+    let (mut server, _serr) = start_server("1M");
+    let (code, out, err) = client(&[]);
+    let status = server.wait().expect("server exit");
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(!status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("ended the connection: asked for a pool"),
+        "{err}"
+    );
+    // Nobody listening on that RDMA-CM port: REJ, one line.
+    let (code, out, err) = client(&[]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no CM answer") || err.contains("rejected the connection"),
+        "{err}"
+    );
+}

@@ -2,12 +2,13 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use roce_apps::kv::cm as kv_cm;
 use roce_apps::kv::run::{self as kv, KvConfig, KvServerConfig, DEFAULT_MAX_POOL};
 use roce_apps::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
 use roce_driver::Secrets;
 use roce_stack::ConnectParams;
 
-use crate::args::{size_flag, Ends, ImpairArgs, LinkArgs};
+use crate::args::{resolve, route_source, size_flag, Ends, ImpairArgs, LinkArgs};
 use crate::output::report;
 
 #[derive(Debug, Args)]
@@ -63,6 +64,10 @@ pub(crate) struct KvArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Connect the QPs through the IB CM on QP1 (UDP 4791; --port is then the RDMA-CM port)
+    /// instead of the TCP control connection; the kv messages go over one more RC QP.
+    #[arg(long)]
+    cm: bool,
     #[command(flatten)]
     ends: Ends,
 }
@@ -87,6 +92,30 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
     let seed = a.seed.unwrap_or(1);
     let imp = a.impair.impairment(seed)?;
     let secrets = Secrets::from_seed(a.seed);
+    if a.ends.server && a.cm {
+        let bind = a
+            .ends
+            .bind
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let port = a.ends.port;
+        let max_pool = size_flag("--max-pool", Some(&a.max_pool))?.unwrap_or(DEFAULT_MAX_POOL);
+        let o = kv_cm::serve_cm(
+            bind,
+            port,
+            KvServerConfig {
+                impairment: imp,
+                secrets,
+                max_pool,
+                link: a.link.link,
+            },
+            || {
+                eprintln!(
+                    "roce kv: decode side waiting for a prefill client's CM REQ on {bind} UDP 4791 (RDMA-CM port {port})"
+                );
+            },
+        )?;
+        return Ok(served(&o));
+    }
     if a.ends.server {
         let listener = a.ends.listener()?;
         eprintln!(
@@ -103,15 +132,7 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
                 link: a.link.link,
             },
         )?;
-        for m in &o.mismatches {
-            eprintln!("roce kv: {m}");
-        }
-        eprintln!("roce kv: {} of {} plans verified here", o.verified, o.plans);
-        return Ok(if o.verified == o.plans {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+        return Ok(served(&o));
     }
     let shape = ModelShape {
         layers: a.layers,
@@ -150,9 +171,37 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
         ..KvConfig::default()
     };
     cfg.validate()?;
-    let r = match &a.ends.client {
-        Some(host) => kv::run_client(a.ends.client_config(host)?, &cfg)?,
-        None => kv::loopback(a.ends.client_ip, a.ends.server_ip, &cfg)?,
+    let r = match (&a.ends.client, a.cm) {
+        (Some(host), true) => {
+            let server = resolve(host)?;
+            let local = match a.ends.bind {
+                Some(b) => b,
+                None => route_source(server.ip())?,
+            };
+            // HOST without a port: the RDMA-CM port given with --port.
+            let port = if host.contains(':') && !host.ends_with(']') {
+                server.port()
+            } else {
+                a.ends.port
+            };
+            kv_cm::run_client_cm(local, server.ip(), port, &cfg)?
+        }
+        (Some(host), false) => kv::run_client(a.ends.client_config(host)?, &cfg)?,
+        (None, true) => kv_cm::loopback_cm(a.ends.client_ip, a.ends.server_ip, &cfg)?,
+        (None, false) => kv::loopback(a.ends.client_ip, a.ends.server_ip, &cfg)?,
     };
     report(&r, r.ok, a.json)
+}
+
+/// What a decode server says when its client is done; its exit code.
+fn served(o: &kv::KvServerOutcome) -> ExitCode {
+    for m in &o.mismatches {
+        eprintln!("roce kv: {m}");
+    }
+    eprintln!("roce kv: {} of {} plans verified here", o.verified, o.plans);
+    if o.verified == o.plans {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

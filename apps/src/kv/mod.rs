@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::workload::fill_pattern;
 
 pub mod app;
+pub mod cm;
 pub mod run;
 
 pub use app::{KvReceiver, KvSender};

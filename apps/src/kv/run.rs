@@ -35,7 +35,7 @@ use super::{AllocKind, KvError, KvReceiver, KvSender, KvSpec, ModelShape, PlanKi
 use crate::ConfigError;
 
 /// Version of the kv control protocol.
-const KV_PROTOCOL: u32 = 2;
+pub(crate) const KV_PROTOCOL: u32 = 2;
 
 /// Bytes per WRITE of the bandwidth calibration stream.
 const CALIB_LARGE: u32 = 1 << 20;
@@ -47,7 +47,7 @@ const CALIB_TINY_WRS: u32 = 32_768;
 /// The kv exchange.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum KvMsg {
+pub(crate) enum KvMsg {
     /// Prefill → decode: the shape, the plans, the QPs.
     Hello {
         protocol: u32,
@@ -316,7 +316,7 @@ const IN_FLIGHT: u64 = 3 << 20;
 /// `n` QPs (each with its own send and receive CQ) in INIT. The window is 256 unacknowledged
 /// PSNs (1 MiB at MTU 4096: wider than rxe's 128, which caps loopback near 2 Gb/s), less when
 /// `n` QPs of that window would exceed [`IN_FLIGHT`].
-fn create_qps(
+pub(crate) fn create_kv_qps(
     dev: &mut Device,
     pd: PdHandle,
     n: u32,
@@ -371,6 +371,68 @@ impl Default for KvServerConfig {
     }
 }
 
+/// Checks a client's hello: the pool within `max_pool`, `qps` QPs as the spec says, the spec
+/// and plans valid, the transport settings usable.
+pub(crate) fn check_hello(
+    spec: &KvSpec,
+    plans: &[PlanSpec],
+    transport: &ConnectParams,
+    max_pool: u64,
+    qps: usize,
+) -> Result<(), String> {
+    if spec.pool_bytes > max_pool {
+        return Err(format!(
+            "asked for a pool of {} MiB; this server allows at most {} MiB (--max-pool)",
+            spec.pool_bytes >> 20,
+            max_pool >> 20
+        ));
+    }
+    if qps != spec.qps as usize {
+        return Err("QP count differs from the spec".into());
+    }
+    spec.validate(plans).map_err(|e| e.to_string())?;
+    ConfigError::check_mtu(transport.mtu).map_err(|e| e.to_string())?;
+    transport.validate().map_err(|e| e.to_string())
+}
+
+/// Plan `i` (`plan`) is over at the decode side: `app` checked, counted in `out`; the verdict
+/// for the client.
+pub(crate) fn plan_verdict(
+    app: &mut KvReceiver,
+    dev: &Device,
+    plan: &PlanSpec,
+    i: u32,
+    qps: u32,
+    out: &mut KvServerOutcome,
+) -> KvMsg {
+    app.finish(dev);
+    let mismatches: Vec<String> = app
+        .mismatches()
+        .iter()
+        .map(|m| format!("{}: {m}", plan.name))
+        .collect();
+    if !app.complete() && mismatches.is_empty() {
+        out.mismatches.push(format!(
+            "{}: only {} of {} immediates arrived",
+            plan.name,
+            app.arrived(),
+            qps
+        ));
+    }
+    out.plans += 1;
+    if app.complete() {
+        out.verified += 1;
+    }
+    out.mismatches.extend(mismatches.iter().cloned());
+    KvMsg::Verified {
+        plan: i,
+        complete: app.complete(),
+        arrived: app.arrived() as u32,
+        verified_bytes: app.verified_bytes(),
+        mismatches,
+    }
+}
+
 /// Accepts one prefill client on `listener` and serves its plans as the decode side. Blocking.
 pub fn serve(listener: Listener, cfg: KvServerConfig) -> Result<KvServerOutcome, DriverError> {
     listener.serve(|mut ctl, a| async move {
@@ -402,18 +464,7 @@ async fn serve_kv_client(
         return Err(DriverError::Peer("expected a kv hello".into()));
     };
     check_protocol("kv", protocol, KV_PROTOCOL)?;
-    if spec.pool_bytes > max_pool {
-        return Err(DriverError::Peer(format!(
-            "asked for a pool of {} MiB; this server allows at most {} MiB (--max-pool)",
-            spec.pool_bytes >> 20,
-            max_pool >> 20
-        )));
-    }
-    if qps.len() != spec.qps as usize {
-        return Err(DriverError::Peer("QP count differs from the spec".into()));
-    }
-    spec.validate(&plans)
-        .map_err(|e| DriverError::Peer(e.to_string()))?;
+    check_hello(&spec, &plans, &transport, max_pool, qps.len()).map_err(DriverError::Peer)?;
     let cfg = KvConfig {
         spec,
         plans: plans.clone(),
@@ -421,14 +472,10 @@ async fn serve_kv_client(
         impairment,
         ..KvConfig::default()
     };
-    ConfigError::check_mtu(transport.mtu).map_err(|e| DriverError::Peer(e.to_string()))?;
-    transport
-        .validate()
-        .map_err(|e| DriverError::Peer(e.to_string()))?;
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let mut dev = secrets.device(0xdec0)?;
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, spec.qps, transport.mtu)?;
+    let mine = create_kv_qps(&mut dev, pd, spec.qps, transport.mtu)?;
     let psns = secrets.start_psns(spec.qps, 0xdec0)?;
     // The pool: registered once, for every plan.
     let pool = dev.reg_mr(
@@ -473,33 +520,8 @@ async fn serve_kv_client(
         let now = ep.now();
         app.poll(&mut ep.dev, now)
             .map_err(|e| DriverError::Setup(e.to_string()))?;
-        app.finish(&ep.dev);
-        let mismatches: Vec<String> = app
-            .mismatches()
-            .iter()
-            .map(|m| format!("{}: {m}", plan.name))
-            .collect();
-        if !app.complete() && mismatches.is_empty() {
-            out.mismatches.push(format!(
-                "{}: only {} of {} immediates arrived",
-                plan.name,
-                app.arrived(),
-                spec.qps
-            ));
-        }
-        out.plans += 1;
-        if app.complete() {
-            out.verified += 1;
-        }
-        out.mismatches.extend(mismatches.iter().cloned());
-        ctl.send(&KvMsg::Verified {
-            plan: i,
-            complete: app.complete(),
-            arrived: app.arrived() as u32,
-            verified_bytes: app.verified_bytes(),
-            mismatches,
-        })
-        .await?;
+        let verdict = plan_verdict(&mut app, &ep.dev, plan, i, spec.qps, &mut out);
+        ctl.send(&verdict).await?;
     }
     Ok(out)
 }
@@ -517,7 +539,7 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
 
     let mut dev = cfg.secrets.device(0x9ef1)?;
     let pd = dev.alloc_pd();
-    let mine = create_qps(&mut dev, pd, spec.qps, cfg.transport.mtu)?;
+    let mine = create_kv_qps(&mut dev, pd, spec.qps, cfg.transport.mtu)?;
     let psns = cfg.secrets.start_psns(spec.qps, 0x9ef1)?;
     let src_len = plans.iter().map(|p| spec.source_len(p)).max().unwrap_or(0);
     let src = dev.reg_mr(pd, src_len as usize, Access::LOCAL_WRITE);
@@ -596,21 +618,51 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
             ));
         }
         errors.extend(mismatches);
-        rows.push(PlanRow {
-            name: plan.name.clone(),
-            wrs,
-            copies,
-            packets: after.tx_packets - before.tx_packets,
-            retransmitted: after.retransmitted_packets - before.retransmitted_packets,
-            bytes,
-            bytes_per_wr: bytes as f64 / wrs.max(1) as f64,
+        rows.push(plan_row(
+            plan,
+            (wrs, copies, bytes),
+            (&before, &after),
             seconds,
-            gbps: bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
-            model_seconds: 0.0,
-            bound: String::new(),
-            verified: complete,
-        });
+            complete,
+        ));
     }
+    Ok(kv_report(cfg, rows, errors, ep.link()))
+}
+
+/// The row of one plan run by the prefill side: `(wrs, copies, bytes)` of its transfer, the
+/// device counters before and after, its time and the decode side's verdict.
+pub(crate) fn plan_row(
+    plan: &PlanSpec,
+    (wrs, copies, bytes): (u64, u64, u64),
+    (before, after): (&roce_stack::QpStats, &roce_stack::QpStats),
+    seconds: f64,
+    verified: bool,
+) -> PlanRow {
+    PlanRow {
+        name: plan.name.clone(),
+        wrs,
+        copies,
+        packets: after.tx_packets - before.tx_packets,
+        retransmitted: after.retransmitted_packets - before.retransmitted_packets,
+        bytes,
+        bytes_per_wr: bytes as f64 / wrs.max(1) as f64,
+        seconds,
+        gbps: bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
+        model_seconds: 0.0,
+        bound: String::new(),
+        verified,
+    }
+}
+
+/// The report from every plan's rows (the calibration streams first): the fastest run of each
+/// plan, the model from this run's calibration.
+pub(crate) fn kv_report(
+    cfg: &KvConfig,
+    rows: Vec<PlanRow>,
+    errors: Vec<String>,
+    link: Link,
+) -> KvReport {
+    let spec = cfg.spec;
     // The fastest run of each plan; verified only if every run verified.
     let mut best: Vec<PlanRow> = Vec::new();
     for r in rows {
@@ -644,7 +696,7 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
             r
         })
         .collect();
-    Ok(KvReport {
+    KvReport {
         ok: errors.is_empty() && plans_rows.iter().chain(&calibration).all(|r| r.verified),
         plans: plans_rows,
         bandwidth_gbps: calibration[0].gbps,
@@ -661,8 +713,8 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
             .secrets
             .seed()
             .map_or_else(|| "os-random".into(), |s| format!("seed {s}")),
-        link: ep.link(),
-    })
+        link,
+    }
 }
 
 /// Both ends in one process over loopback: the decode server on its own thread and runtime,

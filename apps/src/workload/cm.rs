@@ -327,7 +327,7 @@ fn cc_of(dcqcn: bool) -> CcConfig {
     }
 }
 
-fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> {
+pub(crate) fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> {
     Ok(CmConfig {
         seed: secrets.cm_seed(salt)?,
         ..CmConfig::default()

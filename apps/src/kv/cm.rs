@@ -1,0 +1,950 @@
+//! `roce kv --cm`: the KV push with its QPs connected through the IB CM on QP1 (IBTA Vol 1
+//! ch. 12) instead of the TCP control connection. Everything goes over UDP 4791.
+//!
+//! As rdma_cm applications do, the client asks for one more RC QP than the transfer uses: the
+//! control QP, over which the two ends exchange the kv messages of the TCP path (hello,
+//! welcome, blocks, sent, verified) as SENDs, one JSON message each (`QpChannel`). Each REQ's
+//! private data (after RDMA-CM's `cma_hdr`) names its QP's index and the QP count; the REPs
+//! carry nothing. When every plan is done the client releases the connections (DREQ/DREP); a
+//! server that refuses the hello releases them itself with the reason in the DREQ's private
+//! data, which the client reports.
+use std::collections::VecDeque;
+use std::future::pending;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_driver::qps::{LocalQp, RemoteBuffer};
+use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError};
+use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
+use roce_stack::cm::{
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions,
+    PeerRequest, QpOffer,
+};
+use roce_stack::{
+    Access, CcConfig, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, QpStats,
+    RecvRequest, SgList, Sge, WcStatus, WorkRequest, WrOp,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::run::{
+    check_hello, kv_report, plan_row, plan_verdict, KvConfig, KvMsg, KvReport, KvServerConfig,
+    KvServerOutcome,
+};
+use super::{KvReceiver, KvSender, KvSpec, PlanSpec, Transfer};
+use crate::workload::cm::{cm_config, connect_qp, flush, pump};
+
+/// First bytes of a kv REQ's consumer private data.
+const MAGIC: &[u8; 4] = b"rkv1";
+
+/// Largest control message (one SEND).
+pub const MAX_CONTROL_MESSAGE: usize = 4 << 20;
+
+/// Receives the control channel keeps posted.
+const RECV_SLOTS: usize = 2;
+
+/// Control messages received and not yet taken, at most (a peer that floods is an error).
+const MAX_INBOX: usize = 8;
+
+/// Messages over an RC QP: one JSON document per SEND, at most [`MAX_CONTROL_MESSAGE`] bytes,
+/// one SEND in flight, [`RECV_SLOTS`] receives posted (the peer's extra SENDs wait in RNR
+/// retries).
+pub(crate) struct QpChannel {
+    qpn: Qpn,
+    send_cq: CqHandle,
+    recv_cq: CqHandle,
+    /// `[send slot | receive slot 0 | receive slot 1]`.
+    mr: MrHandle,
+    outbox: VecDeque<Vec<u8>>,
+    sending: bool,
+    inbox: VecDeque<Vec<u8>>,
+}
+
+impl QpChannel {
+    /// A channel on `qp` (connected, or about to be): registers its buffers, posts receives.
+    pub(crate) fn new(dev: &mut Device, pd: PdHandle, qp: &LocalQp) -> Result<Self, AppError> {
+        let mr = dev.reg_mr(
+            pd,
+            MAX_CONTROL_MESSAGE * (1 + RECV_SLOTS),
+            Access::LOCAL_WRITE,
+        );
+        let c = Self {
+            qpn: qp.qpn,
+            send_cq: qp.send_cq,
+            recv_cq: qp.recv_cq,
+            mr,
+            outbox: VecDeque::new(),
+            sending: false,
+            inbox: VecDeque::new(),
+        };
+        for slot in 0..RECV_SLOTS {
+            c.post_recv(dev, slot)?;
+        }
+        Ok(c)
+    }
+
+    fn slot_sge(&self, dev: &Device, at: usize, len: u32) -> Result<Sge, AppError> {
+        dev.mr(self.mr)
+            .map(|m| m.sge((at * MAX_CONTROL_MESSAGE) as u64, len))
+            .ok_or_else(|| AppError::Failed("control region vanished".into()))
+    }
+
+    fn post_recv(&self, dev: &mut Device, slot: usize) -> Result<(), AppError> {
+        let sge = self.slot_sge(dev, 1 + slot, MAX_CONTROL_MESSAGE as u32)?;
+        dev.post_recv(
+            self.qpn,
+            RecvRequest {
+                wr_id: slot as u64,
+                sgl: SgList::one(sge),
+            },
+        )
+        .map_err(|e| AppError::post(0, "a control receive", e))
+    }
+
+    /// Queues `msg`.
+    pub(crate) fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), AppError> {
+        let v = serde_json::to_vec(msg)
+            .map_err(|e| AppError::Failed(format!("control message: {e}")))?;
+        if v.len() > MAX_CONTROL_MESSAGE {
+            return Err(AppError::Failed(format!(
+                "control message of {} bytes, more than {MAX_CONTROL_MESSAGE}",
+                v.len()
+            )));
+        }
+        self.outbox.push_back(v);
+        Ok(())
+    }
+
+    /// The next message received, decoded (`Some(Err)`: not a message of this protocol).
+    pub(crate) fn recv<T: DeserializeOwned>(&mut self) -> Option<Result<T, AppError>> {
+        self.inbox.pop_front().map(|b| {
+            serde_json::from_slice(&b)
+                .map_err(|e| AppError::Failed(format!("the peer's control message: {e}")))
+        })
+    }
+
+    fn failed(what: &str, c: &Completion) -> AppError {
+        AppError::Failed(format!("control {what} completed with {:?}", c.status))
+    }
+
+    /// Takes completions, re-posts receives, sends what is queued.
+    pub(crate) fn poll(&mut self, dev: &mut Device) -> Result<(), AppError> {
+        while let Some(c) = dev.poll_cq(self.recv_cq) {
+            if c.status != WcStatus::Success {
+                return Err(Self::failed("receive", &c));
+            }
+            if self.inbox.len() >= MAX_INBOX {
+                return Err(AppError::Failed(
+                    "the peer sent control messages faster than they were read".into(),
+                ));
+            }
+            let slot = (c.wr_id as usize).min(RECV_SLOTS - 1);
+            let at = (1 + slot) * MAX_CONTROL_MESSAGE;
+            let len = (c.byte_len as usize).min(MAX_CONTROL_MESSAGE);
+            let bytes = dev
+                .mr(self.mr)
+                .map(|m| m.as_slice()[at..at + len].to_vec())
+                .unwrap_or_default();
+            self.inbox.push_back(bytes);
+            self.post_recv(dev, slot)?;
+        }
+        while let Some(c) = dev.poll_cq(self.send_cq) {
+            if c.status != WcStatus::Success {
+                return Err(Self::failed("send", &c));
+            }
+            self.sending = false;
+        }
+        if !self.sending {
+            if let Some(m) = self.outbox.pop_front() {
+                if let Some(r) = dev.mr_mut(self.mr) {
+                    r.as_mut_slice()[..m.len()].copy_from_slice(&m);
+                }
+                let sge = self.slot_sge(dev, 0, m.len() as u32)?;
+                let sgl = if m.is_empty() {
+                    SgList::new()
+                } else {
+                    SgList::one(sge)
+                };
+                dev.post_send(self.qpn, WorkRequest::new(0, WrOp::Send, sgl))
+                    .map_err(|e| AppError::post(0, "a control send", e))?;
+                self.sending = true;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn req_data(qp: u16, total: u16) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    v.extend_from_slice(&qp.to_be_bytes());
+    v.extend_from_slice(&total.to_be_bytes());
+    v
+}
+
+fn decode_req(b: &[u8]) -> Option<(u16, u16)> {
+    let b = b.strip_prefix(MAGIC)?;
+    let qp = u16::from_be_bytes(b.get(0..2)?.try_into().ok()?);
+    let total = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
+    Some((qp, total))
+}
+
+/// The text a peer put in its DREQ's private data (printable ASCII up to the first NUL).
+fn release_text(b: &[u8]) -> String {
+    b.iter()
+        .take_while(|&&x| x != 0)
+        .map(|&x| char::from(x))
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .collect()
+}
+
+/// The data QPs' (QPN, CQ) pairs: every QP but the last (the control QP).
+fn data_qps(mine: &[LocalQp], recv: bool) -> Vec<(Qpn, CqHandle)> {
+    let n = mine.len().saturating_sub(1);
+    mine[..n]
+        .iter()
+        .map(|q| (q.qpn, if recv { q.recv_cq } else { q.send_cq }))
+        .collect()
+}
+
+/// The decode side's plan in progress.
+struct ServerPlan {
+    i: u32,
+    receiver: KvReceiver,
+}
+
+/// The decode side over CM-made connections.
+struct KvCmServer {
+    cm: Cm,
+    cfg: KvServerConfig,
+    pd: PdHandle,
+    peer: Option<IpAddr>,
+    mine: Vec<LocalQp>,
+    psns: Vec<Psn>,
+    conns: Vec<Option<ConnId>>,
+    established: usize,
+    released: usize,
+    chan: Option<QpChannel>,
+    hello: Option<(KvSpec, Vec<PlanSpec>)>,
+    pool: Option<MrHandle>,
+    plan: Option<ServerPlan>,
+    next_plan: u32,
+    refused: Option<String>,
+    out: KvServerOutcome,
+}
+
+impl KvCmServer {
+    fn on_request(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        conn: ConnId,
+        req: &PeerRequest,
+    ) -> Result<(), AppError> {
+        let reject = |cm: &mut Cm, why: &[u8]| {
+            cm.reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, why);
+        };
+        let Some((k, total)) = req.rdma_cm().and_then(|(_, d)| decode_req(d)) else {
+            reject(&mut self.cm, b"not a roce kv REQ");
+            return Ok(());
+        };
+        match self.peer {
+            None => {
+                // 1..=64 data QPs and the control QP.
+                if !(2..=65).contains(&total) {
+                    reject(&mut self.cm, b"bad QP count");
+                    return Ok(());
+                }
+                let n = u32::from(total);
+                self.mine = roce_driver::qps::create_qps(
+                    dev,
+                    self.pd,
+                    n,
+                    roce_stack::QpCaps::default(),
+                    Access::REMOTE_WRITE,
+                )
+                .map_err(|e| AppError::Failed(e.to_string()))?;
+                self.psns = self
+                    .cfg
+                    .secrets
+                    .start_psns(n, 0xdec0)
+                    .map_err(|e| AppError::Failed(e.to_string()))?;
+                self.conns = vec![None; n as usize];
+                self.peer = Some(req.peer);
+            }
+            Some(p) if p != req.peer || usize::from(total) != self.conns.len() => {
+                reject(&mut self.cm, b"busy");
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        let k = usize::from(k);
+        if k >= self.conns.len() || self.conns[k].is_some() {
+            reject(&mut self.cm, b"bad QP index");
+            return Ok(());
+        }
+        self.conns[k] = Some(conn);
+        let offer = QpOffer {
+            qpn: self.mine[k].qpn,
+            starting_psn: self.psns[k],
+            responder_resources: 16,
+            initiator_depth: 16,
+            rnr_retry_count: 7,
+        };
+        if let Some(params) = self.cm.accept(now, conn, offer, &[]) {
+            connect_qp(
+                dev,
+                &self.mine[k],
+                &params,
+                &roce_stack::ConnectParams::default(),
+                CcConfig::None,
+                100_000_000_000,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Refuses the client's hello: the reason goes in the DREQs.
+    fn refuse(&mut self, now: Instant, why: String) {
+        let text = why.as_bytes();
+        let text = &text[..text.len().min(200)];
+        for c in self.conns.iter().flatten() {
+            self.cm.set_release_data(*c, text);
+            self.cm.disconnect(now, *c);
+        }
+        self.refused = Some(why);
+    }
+
+    fn on_hello(&mut self, dev: &mut Device, now: Instant, msg: KvMsg) -> Result<(), AppError> {
+        let KvMsg::Hello {
+            protocol,
+            spec,
+            transport,
+            plans,
+            ..
+        } = msg
+        else {
+            self.refuse(now, "expected a kv hello".into());
+            return Ok(());
+        };
+        if let Err(e) = roce_driver::qps::check_protocol("kv", protocol, super::run::KV_PROTOCOL)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                check_hello(
+                    &spec,
+                    &plans,
+                    &transport,
+                    self.cfg.max_pool,
+                    self.conns.len() - 1,
+                )
+            })
+        {
+            self.refuse(now, e);
+            return Ok(());
+        }
+        let pool = dev.reg_mr(
+            self.pd,
+            spec.pool_bytes as usize,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        );
+        let pool_buffer = dev
+            .mr(pool)
+            .map(RemoteBuffer::of)
+            .ok_or_else(|| AppError::Failed("pool region vanished".into()))?;
+        self.pool = Some(pool);
+        self.hello = Some((spec, plans));
+        if let Some(ch) = &mut self.chan {
+            ch.send(&KvMsg::Welcome {
+                qps: Vec::new(),
+                roce_port: ROCEV2_UDP_PORT,
+                pool: pool_buffer,
+            })?;
+        }
+        self.start_plan(dev)
+    }
+
+    /// Allocates the next plan's blocks, zeroes the pool, posts its receives, sends the blocks.
+    fn start_plan(&mut self, dev: &mut Device) -> Result<(), AppError> {
+        let (Some((spec, plans)), Some(pool), Some(ch)) = (&self.hello, self.pool, &mut self.chan)
+        else {
+            return Ok(());
+        };
+        let i = self.next_plan;
+        let Some(plan) = plans.get(i as usize) else {
+            return Ok(());
+        };
+        let bad = |e: super::KvError| AppError::Failed(format!("plan {}: {e}", plan.name));
+        let blocks = spec.allocate(plan, i).map_err(bad)?;
+        let transfer: Transfer = spec.transfer(plan, i, &blocks).map_err(bad)?;
+        let receiver = KvReceiver::new(dev, transfer, pool, &data_qps(&self.mine, true))?;
+        ch.send(&KvMsg::Blocks { plan: i, blocks })?;
+        self.plan = Some(ServerPlan { i, receiver });
+        self.next_plan += 1;
+        Ok(())
+    }
+
+    fn on_sent(&mut self, dev: &mut Device, now: Instant, msg: KvMsg) -> Result<(), AppError> {
+        let (Some(p), Some((spec, plans))) = (self.plan.as_mut(), &self.hello) else {
+            return Ok(());
+        };
+        match msg {
+            KvMsg::Sent { plan } if plan == p.i => {}
+            _ => {
+                self.refuse(now, "unexpected control message".into());
+                return Ok(());
+            }
+        }
+        // Completions that came with the last datagrams.
+        p.receiver.poll(dev, now)?;
+        let plan = &plans[p.i as usize];
+        let verdict = plan_verdict(&mut p.receiver, dev, plan, p.i, spec.qps, &mut self.out);
+        if let Some(ch) = &mut self.chan {
+            ch.send(&verdict)?;
+        }
+        self.plan = None;
+        self.start_plan(dev)
+    }
+}
+
+impl Application for KvCmServer {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            match e {
+                CmEvent::Request { conn, req } => {
+                    self.on_request(dev, now, conn, &req)?;
+                    flush(&mut self.cm, dev);
+                }
+                CmEvent::Established { conn, .. } => {
+                    if self.conns.contains(&Some(conn)) {
+                        self.established += 1;
+                    }
+                }
+                CmEvent::Disconnected { conn } => {
+                    if self.conns.contains(&Some(conn)) {
+                        self.released += 1;
+                    }
+                }
+                CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
+                    if !self.conns.contains(&Some(conn)) {
+                        continue;
+                    }
+                    if self.refused.is_some() {
+                        // A refused client that left without answering the DREQ.
+                        self.released += 1;
+                    } else {
+                        return Err(AppError::Failed(
+                            "the client stopped answering the CM".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        let all = !self.conns.is_empty() && self.established == self.conns.len();
+        if all && self.chan.is_none() {
+            let last = self.mine[self.mine.len() - 1];
+            self.chan = Some(QpChannel::new(dev, self.pd, &last)?);
+        }
+        if self.refused.is_none() {
+            if let Some(p) = &mut self.plan {
+                p.receiver.poll(dev, now)?;
+            }
+            if let Some(ch) = &mut self.chan {
+                ch.poll(dev)?;
+                if let Some(m) = ch.recv::<KvMsg>() {
+                    match m {
+                        Err(e) => self.refuse(now, e.to_string()),
+                        Ok(m) if self.hello.is_none() => self.on_hello(dev, now, m)?,
+                        Ok(m) => self.on_sent(dev, now, m)?,
+                    }
+                }
+            }
+            if let Some(ch) = &mut self.chan {
+                ch.poll(dev)?;
+            }
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        !self.conns.is_empty() && self.released == self.conns.len()
+    }
+}
+
+/// Serves one prefill client that connects through the CM to `bind` (UDP 4791) on RDMA-CM
+/// port `port`, as the decode side. Blocking; `ready` is called once the socket is bound.
+pub fn serve_cm(
+    bind: IpAddr,
+    port: u16,
+    cfg: KvServerConfig,
+    ready: impl FnOnce(),
+) -> Result<KvServerOutcome, DriverError> {
+    runtime()?.block_on(async move {
+        let mut dev = cfg.secrets.device(0xdec0)?;
+        let pd = dev.alloc_pd();
+        let mut cm = Cm::new(cm_config(&cfg.secrets, 0xdec0)?);
+        cm.listen(rdma_cm_service_id(port));
+        let mut ep = bind_endpoint(
+            dev,
+            SocketAddr::new(bind, ROCEV2_UDP_PORT),
+            ROCEV2_UDP_PORT,
+            cfg.impairment,
+            cfg.link,
+        )?;
+        let mut app = KvCmServer {
+            cm,
+            cfg,
+            pd,
+            peer: None,
+            mine: Vec::new(),
+            psns: Vec::new(),
+            conns: Vec::new(),
+            established: 0,
+            released: 0,
+            chan: None,
+            hello: None,
+            pool: None,
+            plan: None,
+            next_plan: 0,
+            refused: None,
+            out: KvServerOutcome::default(),
+        };
+        ready();
+        // Waiting for a client has no silence bound.
+        let forever = Duration::from_secs(365 * 24 * 3600);
+        ep.run(&mut app, true, pending(), forever).await?;
+        if let Some(why) = app.refused {
+            return Err(DriverError::Peer(format!("refused the client: {why}")));
+        }
+        Ok(app.out)
+    })
+}
+
+/// The prefill side's phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Start,
+    Connecting,
+    Welcome,
+    Blocks,
+    Sending,
+    Verdict,
+    Releasing,
+}
+
+/// The prefill side's plan in progress.
+struct ClientPlan {
+    sender: KvSender,
+    sizes: (u64, u64, u64),
+    before: QpStats,
+    started: std::time::Instant,
+    seconds: f64,
+    after: QpStats,
+}
+
+struct KvCmClient {
+    cm: Cm,
+    local: IpAddr,
+    server: IpAddr,
+    port: u16,
+    cfg: KvConfig,
+    plans: Vec<PlanSpec>,
+    pd: PdHandle,
+    mine: Vec<LocalQp>,
+    psns: Vec<Psn>,
+    conns: Vec<ConnId>,
+    established: usize,
+    released: usize,
+    chan: Option<QpChannel>,
+    phase: Phase,
+    src: MrHandle,
+    pool: Option<RemoteBuffer>,
+    next_plan: u32,
+    plan: Option<ClientPlan>,
+    rows: Vec<super::run::PlanRow>,
+    errors: Vec<String>,
+}
+
+impl KvCmClient {
+    fn connect_all(&mut self, now: Instant) -> Result<(), AppError> {
+        let total = self.mine.len() as u16;
+        for (k, q) in self.mine.iter().enumerate() {
+            let t = &self.cfg.transport;
+            let o = ConnectOptions {
+                local: self.local,
+                peer: self.server,
+                service_id: rdma_cm_service_id(self.port),
+                offer: QpOffer {
+                    qpn: q.qpn,
+                    starting_psn: self.psns[k],
+                    responder_resources: t.max_dest_rd_atomic,
+                    initiator_depth: t.max_rd_atomic,
+                    rnr_retry_count: 7,
+                },
+                mtu: t.mtu,
+                retry_count: t.retry_cnt,
+                local_ack_timeout: t.timeout,
+                private_data: rdma_cm_req_private(
+                    self.local,
+                    self.server,
+                    ROCEV2_UDP_PORT,
+                    &req_data(k as u16, total),
+                ),
+            };
+            let c = self.cm.connect(now, &o).map_err(|r| {
+                AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
+            })?;
+            self.conns.push(c);
+        }
+        Ok(())
+    }
+
+    fn on_cm_event(&mut self, dev: &mut Device, e: CmEvent) -> Result<(), AppError> {
+        match e {
+            CmEvent::Established { conn, params } => {
+                if let Some(k) = self.conns.iter().position(|c| *c == conn) {
+                    connect_qp(
+                        dev,
+                        &self.mine[k],
+                        &params,
+                        &self.cfg.transport,
+                        CcConfig::None,
+                        100_000_000_000,
+                    )?;
+                    self.established += 1;
+                }
+            }
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => {
+                let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
+                let hint = if reason == roce_stack::cm::reason::INVALID_SERVICE_ID {
+                    format!(" (nothing listens on RDMA-CM port {})", self.port)
+                } else {
+                    let t = release_text(&private_data);
+                    if t.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({t})")
+                    }
+                };
+                return Err(AppError::Failed(format!(
+                    "{} rejected the connection: {name} ({reason}){hint}",
+                    self.server
+                )));
+            }
+            CmEvent::TimedOut { .. } => {
+                return Err(AppError::Failed(format!(
+                    "no CM answer from {} (UDP 4791) after {} tries",
+                    self.server,
+                    u32::from(CmConfig::default().max_retries) + 1
+                )))
+            }
+            CmEvent::Disconnected { conn } => {
+                if self.phase == Phase::Releasing {
+                    self.released += 1;
+                } else {
+                    let why = self
+                        .cm
+                        .peer_release_data(conn)
+                        .map(release_text)
+                        .unwrap_or_default();
+                    return Err(AppError::Failed(format!(
+                        "the decode server ended the connection: {}",
+                        if why.is_empty() {
+                            "no reason given"
+                        } else {
+                            &why
+                        }
+                    )));
+                }
+            }
+            CmEvent::Request { conn, .. } => {
+                self.cm
+                    .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
+            }
+        }
+        Ok(())
+    }
+
+    /// The control message the current phase waits for.
+    fn on_message(&mut self, dev: &mut Device, now: Instant, m: KvMsg) -> Result<(), AppError> {
+        let unexpected = || AppError::Failed("unexpected control message from the server".into());
+        match (self.phase, m) {
+            (Phase::Welcome, KvMsg::Welcome { pool, .. }) => {
+                if pool.len < self.cfg.spec.pool_bytes {
+                    return Err(AppError::Failed("the server's pool is too short".into()));
+                }
+                self.pool = Some(pool);
+                self.phase = Phase::Blocks;
+            }
+            (Phase::Blocks, KvMsg::Blocks { plan, blocks }) if plan == self.next_plan => {
+                let spec = self.cfg.spec;
+                let p = &self.plans[plan as usize];
+                let transfer = spec
+                    .transfer(p, plan, &blocks)
+                    .map_err(|e| AppError::Failed(format!("plan {}: {e}", p.name)))?;
+                let data = transfer.source();
+                if let Some(m) = dev.mr_mut(self.src) {
+                    m.as_mut_slice()[..data.len()].copy_from_slice(&data);
+                }
+                let sizes = (transfer.wrs(), transfer.copies, transfer.bytes);
+                let pool = self.pool.unwrap_or(RemoteBuffer {
+                    va: 0,
+                    rkey: roce_proto::RKey(0),
+                    len: 0,
+                });
+                let sender = KvSender::new(
+                    dev,
+                    transfer,
+                    self.src,
+                    &data_qps(&self.mine, false),
+                    pool.va,
+                    pool.rkey,
+                )?;
+                let before = dev.stats();
+                self.plan = Some(ClientPlan {
+                    sender,
+                    sizes,
+                    before,
+                    started: std::time::Instant::now(),
+                    seconds: 0.0,
+                    after: before,
+                });
+                self.phase = Phase::Sending;
+            }
+            (
+                Phase::Verdict,
+                KvMsg::Verified {
+                    plan,
+                    complete,
+                    arrived,
+                    mismatches,
+                    ..
+                },
+            ) if plan == self.next_plan => {
+                let p = &self.plans[plan as usize];
+                let Some(run) = self.plan.take() else {
+                    return Err(unexpected());
+                };
+                if !complete && mismatches.is_empty() {
+                    self.errors.push(format!(
+                        "{}: {arrived} of {} immediates arrived",
+                        p.name, self.cfg.spec.qps
+                    ));
+                }
+                self.errors.extend(mismatches);
+                self.rows.push(plan_row(
+                    p,
+                    run.sizes,
+                    (&run.before, &run.after),
+                    run.seconds,
+                    complete,
+                ));
+                self.next_plan += 1;
+                if (self.next_plan as usize) < self.plans.len() {
+                    self.phase = Phase::Blocks;
+                } else {
+                    for &c in &self.conns {
+                        self.cm.disconnect(now, c);
+                    }
+                    self.phase = Phase::Releasing;
+                }
+            }
+            _ => return Err(unexpected()),
+        }
+        Ok(())
+    }
+}
+
+impl Application for KvCmClient {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if self.phase == Phase::Start {
+            self.connect_all(now)?;
+            self.phase = Phase::Connecting;
+        }
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            self.on_cm_event(dev, e)?;
+        }
+        if self.phase == Phase::Connecting && self.established == self.mine.len() {
+            let last = self.mine[self.mine.len() - 1];
+            let mut ch = QpChannel::new(dev, self.pd, &last)?;
+            ch.send(&KvMsg::Hello {
+                protocol: super::run::KV_PROTOCOL,
+                spec: self.cfg.spec,
+                transport: self.cfg.transport,
+                roce_port: ROCEV2_UDP_PORT,
+                qps: Vec::new(),
+                plans: self.plans.clone(),
+            })?;
+            self.chan = Some(ch);
+            self.phase = Phase::Welcome;
+        }
+        if self.phase == Phase::Sending {
+            if let Some(p) = &mut self.plan {
+                p.sender.poll(dev, now)?;
+                if p.sender.done() {
+                    p.seconds = p.started.elapsed().as_secs_f64();
+                    p.after = dev.stats();
+                    if let Some(ch) = &mut self.chan {
+                        ch.send(&KvMsg::Sent {
+                            plan: self.next_plan,
+                        })?;
+                    }
+                    self.phase = Phase::Verdict;
+                }
+            }
+        }
+        if let Some(ch) = &mut self.chan {
+            ch.poll(dev)?;
+            if let Some(m) = ch.recv::<KvMsg>() {
+                let m = m?;
+                self.on_message(dev, now, m)?;
+            }
+        }
+        if let Some(ch) = &mut self.chan {
+            ch.poll(dev)?;
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.phase == Phase::Releasing && self.released == self.conns.len()
+    }
+}
+
+/// Connects to a `--cm` decode server at `server` (UDP 4791, RDMA-CM port `port`) from
+/// `local`, pushes every plan as the prefill side, releases the connections, and reports.
+pub fn run_client_cm(
+    local: IpAddr,
+    server: IpAddr,
+    port: u16,
+    cfg: &KvConfig,
+) -> Result<KvReport, DriverError> {
+    cfg.validate()?;
+    if local.is_unspecified() {
+        return Err(DriverError::Setup(
+            "--cm needs the local address the server is reached from (--bind)".into(),
+        ));
+    }
+    runtime()?.block_on(async move {
+        let spec = cfg.spec;
+        let plans = cfg.all_plans();
+        let mut dev = cfg.secrets.device(0x9ef1)?;
+        let pd = dev.alloc_pd();
+        // The transfer's QPs and the control QP.
+        let mine = super::run::create_kv_qps(&mut dev, pd, spec.qps + 1, cfg.transport.mtu)?;
+        let psns = cfg.secrets.start_psns(spec.qps + 1, 0x9ef1)?;
+        let src_len = plans.iter().map(|p| spec.source_len(p)).max().unwrap_or(0);
+        let src = dev.reg_mr(pd, src_len as usize, Access::LOCAL_WRITE);
+        let mut ep = bind_endpoint(
+            dev,
+            SocketAddr::new(local, ROCEV2_UDP_PORT),
+            ROCEV2_UDP_PORT,
+            cfg.impairment,
+            cfg.link,
+        )?;
+        let mut app = KvCmClient {
+            cm: Cm::new(cm_config(&cfg.secrets, 0x9ef1)?),
+            local,
+            server,
+            port,
+            cfg: cfg.clone(),
+            plans,
+            pd,
+            mine,
+            psns,
+            conns: Vec::new(),
+            established: 0,
+            released: 0,
+            chan: None,
+            phase: Phase::Start,
+            src,
+            pool: None,
+            next_plan: 0,
+            plan: None,
+            rows: Vec::new(),
+            errors: Vec::new(),
+        };
+        let silence = cfg.silence.max(Duration::from_secs(5));
+        ep.run(&mut app, true, pending(), silence).await?;
+        Ok(kv_report(cfg, app.rows, app.errors, ep.link()))
+    })
+}
+
+/// `roce kv --cm`: a `--cm` decode server at `server_ip` and the prefill client at
+/// `client_ip` (both UDP 4791, so two addresses), each on its own thread.
+pub fn loopback_cm(
+    client_ip: IpAddr,
+    server_ip: IpAddr,
+    cfg: &KvConfig,
+) -> Result<KvReport, DriverError> {
+    cfg.validate()?;
+    if client_ip == server_ip {
+        return Err(DriverError::Setup(
+            "--cm runs both ends on UDP 4791: give them two addresses".into(),
+        ));
+    }
+    let server_cfg = KvServerConfig {
+        impairment: roce_driver::impair::Impairment {
+            seed: cfg.impairment.seed.wrapping_add(1),
+            ..cfg.impairment
+        },
+        secrets: cfg.secrets,
+        // The client's own pool, whatever its size: one user runs both ends.
+        max_pool: u64::MAX,
+        link: cfg.link,
+    };
+    let port = 18515;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::Builder::new()
+        .name("roce-kv-cm-decode".into())
+        .spawn(move || {
+            serve_cm(server_ip, port, server_cfg, move || {
+                let _ = tx.send(());
+            })
+        })
+        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
+    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        return match server.join() {
+            Ok(Err(e)) => Err(e),
+            _ => Err(DriverError::Setup("the server did not start".into())),
+        };
+    }
+    let report = run_client_cm(client_ip, server_ip, port, cfg);
+    match server.join() {
+        Ok(Ok(_)) => report,
+        Ok(Err(e)) => match report {
+            Ok(mut r) => {
+                r.errors.push(format!("server: {e}"));
+                r.ok = false;
+                Ok(r)
+            }
+            Err(c) => Err(c),
+        },
+        Err(_) => Err(DriverError::Setup("the server thread panicked".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn req_private_data_round_trips() {
+        assert_eq!(decode_req(&req_data(3, 5)), Some((3, 5)));
+        assert_eq!(decode_req(b"rkv0\0\x03\0\x05"), None);
+        assert_eq!(decode_req(b"rkv1\0"), None);
+        assert_eq!(release_text(b"no\x07 way\0junk"), "no way");
+    }
+}
