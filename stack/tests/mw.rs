@@ -2,11 +2,12 @@
 //! through a QP; remote access through a window is limited to its range, its rights and (type
 //! 2) its QP; a rebind changes the key byte so the old rkey stops working; SEND with
 //! Invalidate revokes a type 2 window (and is refused for a type 1 window); local invalidate
-//! too; a revoked rkey gets a remote access error.
+//! too; a revoked rkey gets a remote access error; all of it under loss, reordering and
+//! duplication too.
 use std::net::{IpAddr, Ipv4Addr};
 
 use roce_proto::{Qpn, RKey};
-use roce_stack::sim::Sim;
+use roce_stack::sim::{LinkConfig, Rng, SeedGuard, Sim};
 use roce_stack::{
     Access, ConnectParams, CqHandle, MrHandle, MwError, MwType, PdHandle, QpCaps, RecvRequest,
     RemoteAddr, SgList, WcStatus, WorkRequest, WrOp,
@@ -23,7 +24,13 @@ struct Two {
 
 /// Two devices with `n` QP pairs; b has one region that allows windows.
 fn two(n: usize, mr_access: Access) -> Two {
-    let mut sim = Sim::new(1);
+    two_on(n, mr_access, 1, LinkConfig::default())
+}
+
+/// [`two`] with seed `seed` over links like `link`.
+fn two_on(n: usize, mr_access: Access, seed: u64, link: LinkConfig) -> Two {
+    let mut sim = Sim::new(seed);
+    sim.set_default_link(link);
     let a = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
     let b = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
     let (pa, pb) = (sim.device(a).alloc_pd(), sim.device(b).alloc_pd());
@@ -262,4 +269,75 @@ fn type_1_windows_refuse_remote_invalidation_and_type_2_local_invalidation_works
     t.sim.device(1).invalidate_mw(pd, key).unwrap();
     assert_eq!(t.write(0, va, key, 8), WcStatus::RemAccessErr);
     assert_eq!(t.sim.device(1).invalidate_mw(pd, key), Err(MwError::State));
+}
+
+/// 100 seeds at 5 % loss, reordering and duplication: WRITEs through a type 2 window land
+/// whole, a SEND with Invalidate revokes it, and a WRITE after that never lands (a remote
+/// access error, or the retry count when that NAK was lost).
+#[test]
+fn under_impairment_a_window_serves_until_revoked() {
+    let link = LinkConfig {
+        loss: 0.05,
+        reorder: 0.05,
+        duplicate: 0.05,
+        ..LinkConfig::default()
+    };
+    let mut refused_by_nak = 0;
+    for seed in 0..100u64 {
+        let _g = SeedGuard(seed);
+        let mut t = two_on(1, ALL_MW, seed, link);
+        let mut rng = Rng::new(seed);
+        let ma = t.mr_a;
+        let pattern: Vec<u8> = (0..1 << 16).map(|_| rng.next_u64() as u8).collect();
+        t.sim
+            .device(0)
+            .mr_mut(ma)
+            .unwrap()
+            .as_mut_slice()
+            .copy_from_slice(&pattern);
+        let (pd, mr, va) = (t.pd_b, t.mr_b, t.va_b(0));
+        let y0 = t.pairs[0].2;
+        let mw = t.sim.device(1).alloc_mw(pd, MwType::Type2).unwrap();
+        let key = t
+            .sim
+            .device(1)
+            .bind_mw_qp(y0, mw, mr, va, 8192, Access::REMOTE_WRITE, seed as u8)
+            .unwrap();
+        for _ in 0..10 {
+            let off = rng.below(4096);
+            let len = 1 + rng.below(4096) as u32;
+            assert_eq!(
+                t.write(0, va + off, key, len),
+                WcStatus::Success,
+                "seed {seed}"
+            );
+            let got = &t.sim.device(1).mr(mr).unwrap().as_slice()[off as usize..][..len as usize];
+            assert_eq!(got, &pattern[..len as usize], "seed {seed}: WRITE data");
+        }
+        let c = t.send_inv(0, key);
+        assert_eq!(
+            (c.status, c.invalidated_rkey),
+            (WcStatus::Success, Some(key)),
+            "seed {seed}"
+        );
+        // Refused: a remote access NAK, or (when that NAK was lost, and the responder, in
+        // the error state after it, drops the retries) the retry count running out; the
+        // bytes stay as they were either way.
+        let before = t.sim.device(1).mr(mr).unwrap().as_slice()[4096..4104].to_vec();
+        let status = t.write(0, va + 4096, key, 8);
+        assert!(
+            matches!(status, WcStatus::RemAccessErr | WcStatus::RetryExcErr),
+            "seed {seed}: a revoked rkey gave {status:?}"
+        );
+        refused_by_nak += u32::from(status == WcStatus::RemAccessErr);
+        assert_eq!(
+            &t.sim.device(1).mr(mr).unwrap().as_slice()[4096..4104],
+            &before[..],
+            "seed {seed}: a WRITE through a revoked window landed"
+        );
+    }
+    assert!(
+        refused_by_nak >= 80,
+        "{refused_by_nak} of 100 refused by a NAK"
+    );
 }
