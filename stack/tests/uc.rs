@@ -48,13 +48,26 @@ fn run(seed: u64, loss: f64, n: u64) -> (Vec<u64>, u64, u64, u64, Vec<u64>) {
     let mr_b = sim
         .device(b)
         .reg_mr(pb, n as usize * SLOT as usize, Access::LOCAL_WRITE);
-    // READ and atomics do not exist on UC.
+    // READ, atomics, SEND with Invalidate, ATOMIC WRITE and FLUSH do not exist on UC.
     let sge = sim.device(a).mr(mr_a).unwrap().sge(0, 8);
     let remote = RemoteAddr {
         va: 0,
         rkey: roce_proto::RKey(1),
     };
-    for op in [WrOp::Read(remote), WrOp::FetchAdd { remote, add: 1 }] {
+    for op in [
+        WrOp::Read(remote),
+        WrOp::FetchAdd { remote, add: 1 },
+        WrOp::SendWithInv(remote.rkey),
+        WrOp::AtomicWrite {
+            remote,
+            data: [0; 8],
+        },
+        WrOp::Flush {
+            remote,
+            len: 8,
+            whole_region: false,
+        },
+    ] {
         assert_eq!(
             sim.device(a)
                 .post_send(x, WorkRequest::new(0, op, SgList::one(sge))),

@@ -451,7 +451,14 @@ impl Qp {
         if self.req.sq.len() >= self.caps.max_send_wr as usize {
             return Err(PostError::QueueFull);
         }
-        if self.uc && wr.op.is_read_or_atomic() {
+        // UC has SEND and RDMA WRITE, with and without immediate, and nothing else (IBTA
+        // Vol 1 table 38: no READ, atomics, SEND with Invalidate, ATOMIC WRITE or FLUSH).
+        if self.uc
+            && !matches!(
+                wr.op,
+                WrOp::Send | WrOp::SendWithImm(_) | WrOp::Write(_) | WrOp::WriteWithImm(..)
+            )
+        {
             return Err(PostError::Unsupported);
         }
         let write_local = matches!(wr.op, WrOp::Read(_)) || wr.op.is_atomic();
