@@ -101,6 +101,18 @@ impl DatagramCapture {
         Ok(())
     }
 
+    /// Writes one whole Ethernet frame (without FCS) as it is, e.g. a PFC frame.
+    pub fn record_frame(&mut self, time: SystemTime, frame: &[u8]) -> io::Result<()> {
+        let d = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let ts = Timestamp {
+            secs: d.as_secs() as i64,
+            nanos: d.subsec_nanos(),
+        };
+        self.out.write_packet(ts, frame, frame.len() as u32)?;
+        self.count += 1;
+        Ok(())
+    }
+
     /// Flushes the file.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()

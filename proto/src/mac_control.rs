@@ -106,6 +106,28 @@ impl Repr {
     }
 }
 
+/// Bytes of a minimum-size Ethernet frame without its FCS, as captures hold it.
+pub const MIN_FRAME: usize = 60;
+
+/// A whole PFC frame (IEEE 802.1Qbb) from `src_mac` pausing `priority` (0..=7) for `quanta`
+/// (0 resumes it), padded to the minimum frame size: destination 01:80:C2:00:00:01, EtherType
+/// 0x8808, opcode 0x0101, the class-enable vector with that priority's bit, the eight times.
+pub fn pfc_frame(src_mac: [u8; 6], priority: u8, quanta: u16) -> [u8; MIN_FRAME] {
+    let mut f = [0u8; MIN_FRAME];
+    f[..6].copy_from_slice(&DESTINATION);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+    let p = usize::from(priority & 7);
+    let mut times = [0u16; 8];
+    times[p] = quanta;
+    Repr::Pfc {
+        enable: 1 << p,
+        quanta: times,
+    }
+    .emit(&mut f[14..14 + PFC_LEN]);
+    f
+}
+
 /// How long `quanta` pause a link of `bps` bits per second (a quantum is 512 bit times).
 pub const fn pause_ns(quanta: u16, bps: u64) -> u64 {
     if bps == 0 {
@@ -117,6 +139,21 @@ pub const fn pause_ns(quanta: u16, bps: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_built_pfc_frame_parses_back() {
+        let f = pfc_frame([2, 0, 0, 0, 0, 0xfe], 3, 0xffff);
+        assert_eq!(&f[..6], &DESTINATION);
+        assert_eq!(&f[12..14], &[0x88, 0x08]);
+        assert_eq!(
+            Repr::parse(&f[14..]).unwrap(),
+            Repr::Pfc {
+                enable: 0b1000,
+                quanta: [0, 0, 0, 0xffff, 0, 0, 0, 0]
+            }
+        );
+        assert!(f[14 + PFC_LEN..].iter().all(|&b| b == 0));
+    }
 
     #[test]
     fn pfc_and_pause_round_trip_and_bad_vectors_are_errors() {

@@ -29,6 +29,19 @@ pub use switch::{
     FlowKey, PfcConfig, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD,
 };
 
+/// The switch's MAC address in the PFC frames it sends (locally administered).
+pub const SWITCH_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0xfe];
+
+/// The priority the switch's PFC frames pause: RoCE's usual lossless class.
+pub const PFC_PRIORITY: u8 = 3;
+
+/// The pause time of the switch's XOFF frames, in quanta (the largest).
+pub const PFC_XOFF_QUANTA: u16 = 0xffff;
+
+/// How often the switch repeats XOFF while a pause lasts, ns: well within the 65,535 quanta
+/// (335 µs at 100 Gb/s) an XOFF pauses for.
+pub const PFC_REFRESH_NS: u64 = 100_000;
+
 /// The earlier of two optional deadlines (`None` = no deadline).
 fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     a.into_iter().chain(b).min()
@@ -139,6 +152,13 @@ pub struct TapEvent<'a> {
 pub trait Tap {
     /// Called for each send, delivery and loss.
     fn on_datagram(&mut self, ev: &TapEvent<'_>);
+
+    /// Called for each link-level frame a node sends that is not a datagram: the switch's
+    /// PFC frames (a whole Ethernet frame without FCS, [`roce_proto::mac_control`]). Ignored
+    /// unless implemented.
+    fn on_frame(&mut self, time: Instant, frame: &[u8]) {
+        let _ = (time, frame);
+    }
 }
 
 impl<F: FnMut(&TapEvent<'_>)> Tap for F {
@@ -166,6 +186,8 @@ pub struct SimStats {
     pub reordered: u64,
     /// Addressed to no endpoint.
     pub unroutable: u64,
+    /// PFC frames the switch sent (XOFF, its refreshes, XON).
+    pub pfc_frames: u64,
 }
 
 /// One simulated host.
@@ -231,6 +253,8 @@ pub struct Sim {
     buf: Vec<u8>,
     stats: SimStats,
     switch: Option<Switch>,
+    /// PFC: when the switch last sent an XOFF, while it pauses.
+    pfc_xoff_at: Option<Instant>,
     /// `run_until_idle` gives up past this virtual time (returns `false`).
     pub time_limit: Instant,
 }
@@ -262,6 +286,7 @@ impl Sim {
             buf: Vec::with_capacity(8192),
             stats: SimStats::default(),
             switch: None,
+            pfc_xoff_at: None,
             time_limit: Instant::from_nanos(3_600 * 1_000_000_000),
         }
     }
@@ -379,6 +404,32 @@ impl Sim {
             self.endpoints[host].device.connect_qp(q, &c)?;
         }
         Ok(())
+    }
+
+    /// The PFC frames the switch sends upstream at `time` (to the tap): an XOFF when it
+    /// starts pausing, refreshed every [`PFC_REFRESH_NS`] while the pause lasts (the quanta
+    /// would run out), and an XON when it resumes.
+    fn pfc_frames(&mut self, time: Instant) {
+        let paused = self.switch.as_ref().is_some_and(Switch::paused);
+        let frame = match (paused, self.pfc_xoff_at) {
+            (true, None) => Some(PFC_XOFF_QUANTA),
+            (true, Some(t))
+                if time.saturating_duration_since(t).as_nanos() >= PFC_REFRESH_NS as u128 =>
+            {
+                Some(PFC_XOFF_QUANTA)
+            }
+            (false, Some(_)) => Some(0),
+            _ => None,
+        };
+        let Some(quanta) = frame else {
+            return;
+        };
+        self.pfc_xoff_at = paused.then_some(time);
+        self.stats.pfc_frames += 1;
+        if let Some(t) = self.tap.as_mut() {
+            let f = roce_proto::mac_control::pfc_frame(SWITCH_MAC, PFC_PRIORITY, quanta);
+            t.on_frame(time, &f);
+        }
     }
 
     fn tap(&mut self, kind: TapKind, a: &Arrival, time: Instant) {
@@ -555,6 +606,7 @@ impl Sim {
                     a.seq = self.seq;
                     self.queue.push(a);
                 }
+                self.pfc_frames(d);
                 continue;
             }
             if arr.is_none() {
@@ -563,13 +615,14 @@ impl Sim {
             let Some(a) = self.queue.pop() else { break };
             if a.to_switch {
                 let coin = self.rng.unit();
+                let at = a.at;
                 if let Some(sw) = self.switch.as_mut() {
-                    if let Err(a) = sw.enqueue(a.at, a, coin) {
+                    if let Err(a) = sw.enqueue(at, a, coin) {
                         self.stats.lost += 1;
-                        let at = a.at;
                         self.tap(TapKind::Lost, &a, at);
                     }
                 }
+                self.pfc_frames(at);
                 continue;
             }
             self.stats.delivered += 1;
