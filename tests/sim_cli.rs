@@ -170,3 +170,95 @@ fn sim_fabric_reports_fct_slowdowns_deterministically() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// `--pcap`: the fabric's traffic as it reached the receiver, with the switch's PFC frames,
+/// reads in `roce decode` (every ICRC valid) and tshark (MAC Control PFC, priority 3).
+/// `--plot`: the slowdown figure, one colour per congestion control; several `--cc` run the
+/// same flows once each (a JSON array); the speed line goes to stderr.
+#[test]
+fn sim_fabric_captures_pfc_frames_and_draws_figures() {
+    let dir = std::env::temp_dir().join(format!("roce-fabric-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = dir.join("incast.pcap");
+    let (code, out, err) = roce(&[
+        "sim",
+        "fabric",
+        "--workload",
+        "incast:32:256K",
+        "--cc",
+        "none",
+        "--pfc",
+        "on",
+        "--json",
+        "--pcap",
+        cap.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("packet-hops/s per core"), "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let frames = r["pfc_frames"].as_u64().unwrap();
+    let pauses = r["pfc_pauses"].as_u64().unwrap();
+    // Each pause: an XOFF, maybe refreshes, an XON.
+    assert!(pauses > 0 && frames >= 2 * pauses, "{r}");
+    let (code, text, err) = roce(&["decode", cap.to_str().unwrap(), "--check"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" PFC ")).count() as u64,
+        frames,
+        "{err}"
+    );
+    assert!(
+        err.contains("0 ICRC failures") && err.contains(&format!("({frames} of them PFC/PAUSE)")),
+        "{err}"
+    );
+    let t = std::process::Command::new("tshark")
+        .args(["-r", cap.to_str().unwrap(), "-Y", "macc", "-T", "fields"])
+        .args(["-e", "macc.opcode", "-e", "macc.cbfc.enbv"])
+        .args(["-e", "macc.cbfc.pause_time.c3"])
+        .output()
+        .expect("tshark (CI installs it)");
+    let rows: Vec<String> = String::from_utf8_lossy(&t.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(rows.len() as u64, frames, "{rows:?}");
+    assert_eq!(rows[0], "0x0101\t0x0008\t65535", "the first is an XOFF");
+    assert_eq!(
+        rows.iter().filter(|r| r.ends_with("\t0")).count() as u64,
+        pauses,
+        "one XON per pause: {rows:?}"
+    );
+    // Two congestion controls, one figure.
+    let figs = dir.join("figs");
+    let (code, out, err) = roce(&[
+        "sim",
+        "fabric",
+        "--workload",
+        "fbhadoop",
+        "--duration",
+        "3",
+        "--cc",
+        "dcqcn/none",
+        "--json",
+        "--plot",
+        figs.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let runs: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        (runs[0]["cc"].as_str(), runs[1]["cc"].as_str()),
+        (Some("dcqcn"), Some("none"))
+    );
+    assert_eq!(runs[0]["flows"], runs[1]["flows"], "the same flows");
+    let svg = std::fs::read_to_string(figs.join("fct.svg")).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..100.min(svg.len())]);
+    for label in ["dcqcn p99", "none p50", "flow size"] {
+        assert!(svg.contains(label), "no {label:?} in the figure");
+    }
+    let (code, _, err) = roce(&["sim", "fabric", "--cc", "dcqcn/none", "--pcap", "x.pcap"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--pcap takes one --cc"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

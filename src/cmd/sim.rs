@@ -35,9 +35,19 @@ pub(crate) struct FabricArgs {
     /// Target average load of the bottleneck link (Poisson workloads).
     #[arg(long, default_value_t = 0.3)]
     load: f64,
-    /// Congestion control: dcqcn (= paper), none, or any `--cc` of `roce loopback`.
+    /// Congestion control: dcqcn (= paper), none, or any `--cc` of `roce loopback`; several,
+    /// separated by `;` or `/` (dcqcn/none), run the same flows once each.
     #[arg(long, default_value = "dcqcn")]
     cc: String,
+    /// Write figures into this directory: `fct.svg` (slowdown by flow size, p50/p95/p99 per
+    /// congestion control) or, for an incast sweep, `incast.svg` (goodput and p99 against
+    /// the number of senders).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Write the run's traffic to this pcap file, as it reaches each receiver (with the
+    /// switch's PFC frames; one congestion control only). Every packet: large for long runs.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
     /// PFC at the switch port: on (pause the senders above XOFF, never drop) or off (tail drop).
     #[arg(long, default_value = "off")]
     pfc: String,
@@ -91,44 +101,156 @@ fn incast_sweep(a: &FabricArgs, size: Option<&str>, pfc: bool) -> anyhow::Result
             .map_err(|e| anyhow::anyhow!("--workload incast-sweep:SIZE: {e}"))?,
         None => 256 * 1024,
     };
-    let cc = flag("--cc", &a.cc, cc::parse)?;
-    let mut rows = Vec::new();
-    for n in [2usize, 4, 8, 16, 32, 64, 128] {
-        let mut spec = FctSpec::new(
-            Workload::Incast { n, size },
-            cc,
-            std::time::Duration::from_millis(a.duration),
-            a.seed,
-        );
-        spec.pfc = pfc;
-        spec.validate()?;
-        rows.push((n, congestion::fct::run(&spec)));
+    const SENDERS: [usize; 7] = [2, 4, 8, 16, 32, 64, 128];
+    let ccs = ccs(&a.cc)?;
+    let mut specs = Vec::new();
+    for &cc in &ccs {
+        for n in SENDERS {
+            let mut spec = FctSpec::new(
+                Workload::Incast { n, size },
+                cc,
+                std::time::Duration::from_millis(a.duration),
+                a.seed,
+            );
+            spec.pfc = pfc;
+            spec.validate()?;
+            specs.push(spec);
+        }
     }
+    let clock = Clock::start();
+    let reports = congestion::fct::run_many(&specs);
+    let sweeps: Vec<(String, Vec<(usize, congestion::fct::FctReport)>)> = reports
+        .chunks(SENDERS.len())
+        .map(|rs| {
+            let label = rs.first().map_or_else(String::new, |r| r.cc.clone());
+            (
+                label,
+                SENDERS.iter().copied().zip(rs.iter().cloned()).collect(),
+            )
+        })
+        .collect();
+    clock.report(sweeps.iter().flat_map(|(_, v)| v.iter().map(|(_, r)| r)));
     if a.json {
-        let v: Vec<_> = rows
+        let v: Vec<_> = sweeps
             .iter()
+            .flat_map(|(_, rows)| rows.iter())
             .map(|(n, r)| serde_json::json!({"senders": n, "report": r}))
             .collect();
         println!("{}", serde_json::to_string(&v)?);
     } else {
-        println!(
-            "{:>8} {:>12} {:>9} {:>9} {:>8} {:>8} {:>7}",
-            "senders", "goodput", "p50", "p99", "drops", "retx", "pauses"
-        );
-        for (n, r) in &rows {
+        for (label, rows) in &sweeps {
+            println!("cc {label}");
             println!(
-                "{:>8} {:>7.2} Gb/s {:>9.2} {:>9.2} {:>8} {:>8} {:>7}",
-                n,
-                r.goodput_gbps,
-                r.all.p50,
-                r.all.p99,
-                r.tail_drops,
-                r.retransmitted_packets,
-                r.pfc_pauses
+                "{:>8} {:>12} {:>9} {:>9} {:>8} {:>8} {:>7}",
+                "senders", "goodput", "p50", "p99", "drops", "retx", "pauses"
             );
+            for (n, r) in rows {
+                println!(
+                    "{:>8} {:>7.2} Gb/s {:>9.2} {:>9.2} {:>8} {:>8} {:>7}",
+                    n,
+                    r.goodput_gbps,
+                    r.all.p50,
+                    r.all.p99,
+                    r.tail_drops,
+                    r.retransmitted_packets,
+                    r.pfc_pauses
+                );
+            }
         }
     }
+    if let Some(dir) = &a.plot {
+        let svg = congestion::fct_plot::incast_svg(&sweeps)
+            .ok_or_else(|| anyhow::anyhow!("--plot: nothing to draw"))?;
+        write_figure(dir, "incast.svg", &svg)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The congestion controls of `--cc` (`;`- or `/`-separated; a comma belongs to one's
+/// `:key=value,...` overrides).
+fn ccs(s: &str) -> anyhow::Result<Vec<roce_stack::CcConfig>> {
+    let v: Vec<_> = s
+        .split([';', '/'])
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| flag("--cc", p, cc::parse))
+        .collect::<Result<_, _>>()?;
+    if v.is_empty() || v.len() > 4 {
+        bail!("--cc: one to four congestion controls");
+    }
+    Ok(v)
+}
+
+/// A simulator tap writing what reaches each receiver, and the switch's PFC frames, to a pcap
+/// file (closed when the simulator drops the tap).
+fn capture_tap(path: &std::path::Path) -> anyhow::Result<Box<dyn roce_stack::sim::Tap>> {
+    use roce_stack::sim::{TapEvent, TapKind};
+    struct Capture(roce_pcap::tap::DatagramCapture);
+    fn at(t: roce_stack::Instant) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanos())
+    }
+    impl roce_stack::sim::Tap for Capture {
+        fn on_datagram(&mut self, ev: &TapEvent<'_>) {
+            if ev.kind == TapKind::Delivered {
+                let src = std::net::SocketAddr::new(ev.src, ev.src_port);
+                let dst = std::net::SocketAddr::new(ev.dst, ev.dst_port);
+                let _ = self.0.record(at(ev.time), src, dst, ev.ecn, ev.datagram);
+            }
+        }
+        fn on_frame(&mut self, time: roce_stack::Instant, frame: &[u8]) {
+            let _ = self.0.record_frame(at(time), frame);
+        }
+    }
+    let cap = roce_pcap::tap::DatagramCapture::create(path)
+        .with_context(|| format!("--pcap {}", path.display()))?;
+    Ok(Box::new(Capture(cap)))
+}
+
+/// Writes figure `name` into `dir` (created if missing).
+fn write_figure(dir: &std::path::Path, name: &str, svg: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(name);
+    std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("roce sim fabric: wrote {}", path.display());
+    Ok(())
+}
+
+/// Wall time of the experiments, and the simulator's speed in packet-hops per second (one
+/// core: the simulator runs on the calling thread), on stderr so that the results on stdout
+/// stay the same for the same seed.
+struct Clock(std::time::Instant);
+
+impl Clock {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn report<'a>(&self, runs: impl Iterator<Item = &'a congestion::fct::FctReport>) {
+        let s = self.0.elapsed().as_secs_f64();
+        let (n, hops) = runs.fold((0, 0u64), |(n, h), r| (n + 1, h + r.packet_hops));
+        let cores = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(n.max(1));
+        let rss = peak_rss_mib().map_or_else(String::new, |m| format!(", peak RSS {m} MiB"));
+        eprintln!(
+            "roce sim fabric: {n} run(s) on {cores} core(s), {hops} packet-hops in {s:.2} s of wall time: {:.2} M packet-hops/s per core{rss}",
+            hops as f64 / s.max(1e-9) / 1e6 / cores as f64
+        );
+    }
+}
+
+/// The process's peak resident set (Linux `VmHWM`), MiB.
+fn peak_rss_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024)
 }
 
 /// The workloads shipped with the repository's shared docs, by name.
@@ -179,21 +301,47 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
             load: a.load,
         },
     };
-    let cc = flag("--cc", &a.cc, cc::parse)?;
-    let mut spec = FctSpec::new(
-        workload,
-        cc,
-        std::time::Duration::from_millis(a.duration),
-        a.seed,
-    );
-    spec.hosts = a.hosts;
-    spec.pfc = pfc;
-    spec.validate()?;
-    let r = congestion::fct::run(&spec);
+    let ccs = ccs(&a.cc)?;
+    let mut specs = Vec::new();
+    for cc in ccs {
+        let mut spec = FctSpec::new(
+            workload.clone(),
+            cc,
+            std::time::Duration::from_millis(a.duration),
+            a.seed,
+        );
+        spec.hosts = a.hosts;
+        spec.pfc = pfc;
+        spec.validate()?;
+        specs.push(spec);
+    }
+    let clock = Clock::start();
+    let runs = match &a.pcap {
+        Some(_) if specs.len() > 1 => bail!("--pcap takes one --cc"),
+        Some(p) => {
+            let r = congestion::fct::run_tapped(&specs[0], Some(capture_tap(p)?));
+            eprintln!("roce sim fabric: wrote {}", p.display());
+            vec![r]
+        }
+        // Each congestion control on its own core.
+        None => congestion::fct::run_many(&specs),
+    };
+    clock.report(runs.iter());
     if a.json {
-        println!("{}", serde_json::to_string(&r)?);
+        // One congestion control: its report; several: an array of them.
+        match runs.as_slice() {
+            [r] => println!("{}", serde_json::to_string(r)?),
+            rs => println!("{}", serde_json::to_string(rs)?),
+        }
     } else {
-        print!("{}", congestion::fct::table(&r));
+        for r in &runs {
+            print!("{}", congestion::fct::table(r));
+        }
+    }
+    if let Some(dir) = &a.plot {
+        let svg = congestion::fct_plot::fct_svg(&runs)
+            .ok_or_else(|| anyhow::anyhow!("--plot: no flow completed, nothing to draw"))?;
+        write_figure(dir, "fct.svg", &svg)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -272,8 +272,10 @@ pub struct FctReport {
     pub cnps: u64,
     /// Deepest queue, bytes.
     pub max_queue_bytes: u64,
-    /// PFC pauses the switch sent.
+    /// PFC pauses the switch sent (XOFF crossings).
     pub pfc_pauses: u64,
+    /// PFC frames the switch sent: each pause's XOFF, its refreshes every 100 µs, its XON.
+    pub pfc_frames: u64,
     /// Time the senders were paused, µs.
     pub pfc_paused_us: f64,
     /// Flows whose start waited for room under [`MAX_ACTIVE_BYTES`] (their FCT includes it;
@@ -281,6 +283,9 @@ pub struct FctReport {
     pub postponed: u64,
     /// Virtual time until the last completion, ms.
     pub sim_ms: f64,
+    /// Packets simulated, counted once per link they crossed (a datagram through the switch
+    /// crosses two): what the simulator's speed is measured in.
+    pub packet_hops: u64,
 }
 
 struct Flow {
@@ -288,6 +293,8 @@ struct Flow {
     start: Instant,
     done: Option<Instant>,
     mrs: (MrHandle, MrHandle),
+    /// (sender, sender QP, receiver QP).
+    qps: (usize, roce_proto::Qpn, roce_proto::Qpn),
 }
 
 /// The default of [`FctSpec::max_active_bytes`]: what the simulator's memory for flows is
@@ -303,7 +310,35 @@ fn frame_bytes(size: u64, mtu: u32) -> u64 {
 
 /// Runs one experiment. Deterministic for a seed.
 pub fn run(spec: &FctSpec) -> FctReport {
+    run_tapped(spec, None)
+}
+
+/// Runs independent experiments on every core (each on its own thread, at most
+/// `available_parallelism` at once); the reports come back in the order of `specs`.
+pub fn run_many(specs: &[FctSpec]) -> Vec<FctReport> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let mut out = Vec::with_capacity(specs.len());
+    for chunk in specs.chunks(cores.max(1)) {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|spec| s.spawn(move || run(spec)))
+                .collect();
+            for h in handles {
+                // A panic in a run is a bug: let it surface as one.
+                out.push(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            }
+        });
+    }
+    out
+}
+
+/// [`run`] with `tap` seeing every datagram and the switch's PFC frames (for a capture).
+pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) -> FctReport {
     let mut sim = Sim::new(spec.seed);
+    if let Some(t) = tap {
+        sim.set_tap(t);
+    }
     let mut rng = Rng::new(spec.seed ^ 0xfc7);
     let rx = sim.add_endpoint("10.0.0.1".parse().expect("literal"));
     let nhosts = match spec.workload {
@@ -432,6 +467,7 @@ pub fn run(spec: &FctSpec) -> FctReport {
                 start,
                 done: None,
                 mrs: (smr, rmr),
+                qps: (h, sq, rq),
             });
         }
         let t = now + step;
@@ -451,6 +487,12 @@ pub fn run(spec: &FctSpec) -> FctReport {
                         let (smr, rmr) = f.mrs;
                         sim.device(h).dereg_mr(smr);
                         sim.device(rx).dereg_mr(rmr);
+                        // A finished flow's QPs go back to RESET: they have nothing left to
+                        // do, and the devices then skip them when looking for timers.
+                        let (sh, sq, rq) = f.qps;
+                        let reset = roce_stack::QpAttr::to(roce_stack::QpState::Reset);
+                        let _ = sim.device(sh).modify_qp(sq, &reset);
+                        let _ = sim.device(rx).modify_qp(rq, &reset);
                     }
                 }
             }
@@ -521,9 +563,11 @@ pub fn run(spec: &FctSpec) -> FctReport {
         cnps,
         max_queue_bytes: sw.max_queue_bytes,
         pfc_pauses: sw.pauses,
+        pfc_frames: sim.stats().pfc_frames,
         pfc_paused_us: sw.paused_ns as f64 / 1e3,
         postponed,
         sim_ms: last_s * 1e3,
+        packet_hops: sim.stats().sent + sw.departed,
     }
 }
 
@@ -537,14 +581,15 @@ pub fn table(r: &FctReport) -> String {
     );
     let _ = writeln!(
         s,
-        "drops {}, retransmitted {}, CE marked {}, CNPs {}, deepest queue {} B, PFC pauses {} ({:.1} us paused)",
+        "drops {}, retransmitted {}, CE marked {}, CNPs {}, deepest queue {} B, PFC pauses {} ({:.1} us paused, {} PFC frames)",
         r.tail_drops,
         r.retransmitted_packets,
         r.ce_marked,
         r.cnps,
         r.max_queue_bytes,
         r.pfc_pauses,
-        r.pfc_paused_us
+        r.pfc_paused_us,
+        r.pfc_frames
     );
     if r.postponed > 0 {
         let _ = writeln!(

@@ -26,6 +26,7 @@ use roce_stack::{
 };
 
 pub mod fct;
+pub mod fct_plot;
 pub mod fit;
 pub mod render;
 
