@@ -115,6 +115,9 @@ fn sim_fabric_reports_fct_slowdowns_deterministically() {
             all["p99"].as_f64().unwrap(),
         );
         assert!(1.0 <= p50 && p50 <= p95 && p95 <= p99, "{text}");
+        // Conservation: every byte of every completed flow is in place at the receiver.
+        assert_eq!(r["mismatched_flows"], 0, "{text}");
+        assert!(r["verified_bytes"].as_u64().unwrap() > 0, "{text}");
         // The same seed, the same run.
         assert_eq!(run(&args).0, text, "{args:?} is not deterministic");
     }
@@ -133,6 +136,10 @@ fn sim_fabric_reports_fct_slowdowns_deterministically() {
     assert!(on["pfc_pauses"].as_u64().unwrap() > 0, "{on}");
     assert!(on["pfc_paused_us"].as_f64().unwrap() > 0.0, "{on}");
     assert_eq!(on["completed"], 32);
+    for r in [&off, &on] {
+        assert_eq!(r["verified_bytes"], 32 << 20, "{r}");
+        assert_eq!(r["mismatched_flows"], 0, "{r}");
+    }
     // The incast sweep: 2..128 senders; with PFC nothing is ever dropped.
     let (code, out, err) = roce(&[
         "sim",
