@@ -37,8 +37,14 @@ const PROTOCOL: u32 = 4;
 /// way.
 const LOSSY_DRAIN: Duration = Duration::from_millis(200);
 
-/// The Q_Key of the workload's UD QPs.
-const WORKLOAD_QKEY: roce_proto::QKey = roce_proto::QKey(0x0000_5eed);
+/// The Q_Key of a run's UD QPs: drawn by the client from its secrets (so that nobody off the
+/// path can address a datagram to them), sent to the server in its hello; the high bit clear
+/// (a set one would name a controlled Q_Key, IBTA Vol 1 §10.2.4).
+fn ud_qkey(secrets: &Secrets) -> Result<roce_proto::QKey, DriverError> {
+    Ok(roce_proto::QKey(
+        (secrets.cm_seed(0x0d_9e7)? as u32) & 0x7fff_ffff,
+    ))
+}
 
 /// What a run does and with which transport settings; the client sends it to the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,6 +165,7 @@ pub(crate) fn create_workload_qps(
     pd: PdHandle,
     spec: &WorkloadSpec,
     mtu: u32,
+    qkey: roce_proto::QKey,
 ) -> Result<Vec<LocalQp>, DriverError> {
     if !spec.any_lossy() {
         return create_qps(dev, pd, spec.qps, QpCaps::default(), ALL_REMOTE);
@@ -180,7 +187,7 @@ pub(crate) fn create_workload_qps(
                     pd,
                     send_cq,
                     recv_cq,
-                    WORKLOAD_QKEY,
+                    qkey,
                     mtu,
                     caps.max_send_wr.max(caps.max_recv_wr),
                 ),
@@ -232,6 +239,7 @@ pub(crate) fn address_handles(
     spec: &WorkloadSpec,
     peers: &[QpInfo],
     w: &Wiring,
+    qkey: roce_proto::QKey,
 ) -> Vec<(usize, AddressHandle)> {
     peers
         .iter()
@@ -245,7 +253,7 @@ pub(crate) fn address_handles(
                     remote: w.remote.ip(),
                     remote_port: w.remote.port(),
                     dest_qpn: p.qpn,
-                    qkey: WORKLOAD_QKEY,
+                    qkey,
                 },
             )
         })
@@ -262,6 +270,9 @@ struct Hello {
     line_rate_bps: u64,
     roce_port: u16,
     qps: Vec<QpInfo>,
+    /// The Q_Key of the UD QPs (unused without them).
+    #[serde(default)]
+    ud_qkey: u32,
 }
 
 /// The workload's control messages.
@@ -329,6 +340,7 @@ async fn serve_client(
         line_rate_bps,
         roce_port: client_port,
         qps,
+        ud_qkey,
     } = *hello;
     check_protocol("workload", protocol, PROTOCOL)?;
     let cfg = RunConfig {
@@ -348,7 +360,13 @@ async fn serve_client(
     let remote = SocketAddr::new(a.peer.ip(), client_port);
     let mut dev = secrets.device(0x5e7e)?;
     let pd = dev.alloc_pd();
-    let mine = create_workload_qps(&mut dev, pd, &cfg.spec, cfg.transport.mtu)?;
+    let mine = create_workload_qps(
+        &mut dev,
+        pd,
+        &cfg.spec,
+        cfg.transport.mtu,
+        roce_proto::QKey(ud_qkey & 0x7fff_ffff),
+    )?;
     let psns = secrets.start_psns(cfg.spec.qps, 0x5e7e)?;
     let plan = Plan::new(&cfg.spec);
     let recv: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
@@ -436,7 +454,8 @@ async fn client_async(
 
     let mut dev = cfg.secrets.device(0xc11e)?;
     let pd = dev.alloc_pd();
-    let mine = create_workload_qps(&mut dev, pd, &cfg.spec, cfg.transport.mtu)?;
+    let qkey = ud_qkey(&cfg.secrets)?;
+    let mine = create_workload_qps(&mut dev, pd, &cfg.spec, cfg.transport.mtu, qkey)?;
     let psns = cfg.secrets.start_psns(cfg.spec.qps, 0xc11e)?;
     ctl.send(&WorkloadMsg::Hello(Box::new(Hello {
         protocol: PROTOCOL,
@@ -446,6 +465,7 @@ async fn client_async(
         line_rate_bps: cfg.line_rate_bps,
         roce_port: client.roce_port,
         qps: qp_infos(&mine, &psns),
+        ud_qkey: qkey.0,
     })))
     .await?;
     let WorkloadMsg::Welcome {
@@ -468,7 +488,7 @@ async fn client_async(
     let plan = Plan::new(&cfg.spec);
     let send: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
     let mut requester = Requester::new(&mut dev, pd, plan, &send, &blocks);
-    for (q, ah) in address_handles(&cfg.spec, &qps, &w) {
+    for (q, ah) in address_handles(&cfg.spec, &qps, &w, qkey) {
         requester.set_address_handle(q, ah);
     }
     let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment, cfg.link)?;
