@@ -305,6 +305,47 @@ struct Flow {
     pattern: u64,
 }
 
+/// A host's protection domain, completion queue (completions are told apart by work request
+/// ID) and the QPs free for a new flow.
+#[derive(Debug, Clone)]
+struct Pool {
+    pd: roce_stack::PdHandle,
+    cq: roce_stack::CqHandle,
+    free: Vec<roce_proto::Qpn>,
+}
+
+/// Every host's [`Pool`], made when the host first sends or receives.
+#[derive(Debug, Default)]
+struct Pools(Vec<Option<Pool>>);
+
+impl Pools {
+    /// Host `h`'s pool (a copy of its PD and CQ, and its free QPs taken out: give them back
+    /// with [`Pools::give_back`]).
+    fn of(&mut self, sim: &mut Sim, h: usize) -> Pool {
+        if self.0.len() <= h {
+            self.0.resize(h + 1, None);
+        }
+        let p = self.0[h].get_or_insert_with(|| {
+            let d = sim.device(h);
+            Pool {
+                pd: d.alloc_pd(),
+                cq: d.create_cq(),
+                free: Vec::new(),
+            }
+        });
+        let mut out = p.clone();
+        // Hand out one free QP at most; the rest stay.
+        out.free = p.free.pop().into_iter().collect();
+        out
+    }
+
+    fn give_back(&mut self, h: usize, qp: roce_proto::Qpn) {
+        if let Some(Some(p)) = self.0.get_mut(h) {
+            p.free.push(qp);
+        }
+    }
+}
+
 /// Whether `got` holds the bytes of pattern `seed` (compared a piece at a time).
 fn holds_pattern(got: &[u8], seed: u64) -> bool {
     let mut rng = Rng::new(seed);
@@ -474,6 +515,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let mut flows: Vec<Flow> = Vec::new();
     let mut next = 0;
     let (mut active_bytes, mut postponed) = (0u64, 0u64);
+    let mut pools = Pools::default();
     let (mut verified_bytes, mut mismatched_flows) = (0u64, 0u64);
     let step = Duration::from_micros(2);
     let limit = Instant::ZERO + spec.duration * 10;
@@ -492,23 +534,29 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             active_bytes += 2 * size;
             next += 1;
             let (rq, rmr) = {
+                let mut pool = pools.of(&mut sim, rx);
                 let d = sim.device(rx);
-                let pd = d.alloc_pd();
-                let cq = d.create_cq();
-                let mr = d.reg_mr(pd, size as usize, Access::ALL);
-                (d.create_qp(pd, cq, cq, caps).expect("receiver QP"), mr)
+                let mr = d.reg_mr(pool.pd, size as usize, Access::ALL);
+                let qp = pool.free.pop().unwrap_or_else(|| {
+                    d.create_qp(pool.pd, pool.cq, pool.cq, caps)
+                        .expect("receiver QP")
+                });
+                (qp, mr)
             };
             let pattern = spec.seed ^ (flows.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let (sq, smr) = {
+                let mut pool = pools.of(&mut sim, h);
                 let d = sim.device(h);
-                let pd = d.alloc_pd();
-                let cq = d.create_cq();
-                let mr = d.reg_mr(pd, size as usize, Access::ALL);
+                let mr = d.reg_mr(pool.pd, size as usize, Access::ALL);
                 // The flow's bytes, checked in place at the receiver when it completes.
                 if let Some(m) = d.mr_mut(mr) {
                     Rng::new(pattern).fill(m.as_mut_slice());
                 }
-                (d.create_qp(pd, cq, cq, caps).expect("sender QP"), mr)
+                let qp = pool.free.pop().unwrap_or_else(|| {
+                    d.create_qp(pool.pd, pool.cq, pool.cq, caps)
+                        .expect("sender QP")
+                });
+                (qp, mr)
             };
             sim.connect(h, sq, rx, rq, &opts).expect("connect");
             sim.device(h)
@@ -552,12 +600,15 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                         }
                         sim.device(h).dereg_mr(smr);
                         sim.device(rx).dereg_mr(rmr);
-                        // A finished flow's QPs go back to RESET: they have nothing left to
-                        // do, and the devices then skip them when looking for timers.
+                        // A finished flow's QPs go back to RESET and to their hosts' pools,
+                        // for later flows: the devices hold as many QPs as flows run at once,
+                        // whatever the run's length.
                         let (sh, sq, rq) = f.qps;
                         let reset = roce_stack::QpAttr::to(roce_stack::QpState::Reset);
                         let _ = sim.device(sh).modify_qp(sq, &reset);
                         let _ = sim.device(rx).modify_qp(rq, &reset);
+                        pools.give_back(sh, sq);
+                        pools.give_back(rx, rq);
                     }
                 }
             }
