@@ -264,6 +264,18 @@ fn sim_fabric_captures_pfc_frames_and_draws_figures() {
     for label in ["dcqcn p99", "none p50", "flow size"] {
         assert!(svg.contains(label), "no {label:?} in the figure");
     }
+    let q = std::fs::read_to_string(figs.join("queue.svg")).unwrap();
+    assert!(q.starts_with("<svg") && q.contains("queue length (KB)"));
+    // The queue's distribution over time: a CDF ending at 1, percentiles in order.
+    for r in runs {
+        let cdf = r["queue"]["cdf"].as_array().unwrap();
+        assert_eq!(cdf.last().unwrap()[1], 1.0, "{r}");
+        let (p50, p99) = (
+            r["queue"]["p50_bytes"].as_u64().unwrap(),
+            r["queue"]["p99_bytes"].as_u64().unwrap(),
+        );
+        assert!(p50 <= p99, "{r}");
+    }
     let (code, _, err) = roce(&["sim", "fabric", "--cc", "dcqcn/none", "--pcap", "x.pcap"]);
     assert_ne!(code, 0);
     assert!(err.contains("--pcap takes one --cc"), "{err}");

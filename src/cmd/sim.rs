@@ -40,8 +40,8 @@ pub(crate) struct FabricArgs {
     #[arg(long, default_value = "dcqcn")]
     cc: String,
     /// Write figures into this directory: `fct.svg` (slowdown by flow size, p50/p95/p99 per
-    /// congestion control) or, for an incast sweep, `incast.svg` (goodput and p99 against
-    /// the number of senders).
+    /// congestion control) and `queue.svg` (the switch queue's CDF over time) or, for an
+    /// incast sweep, `incast.svg` (goodput and p99 against the number of senders).
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
     /// Write the run's traffic to this pcap file, as it reaches each receiver (with the
@@ -342,6 +342,9 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         let svg = congestion::fct_plot::fct_svg(&runs)
             .ok_or_else(|| anyhow::anyhow!("--plot: no flow completed, nothing to draw"))?;
         write_figure(dir, "fct.svg", &svg)?;
+        if let Some(q) = congestion::fct_plot::queue_svg(&runs) {
+            write_figure(dir, "queue.svg", &q)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

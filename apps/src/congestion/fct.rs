@@ -292,6 +292,72 @@ pub struct FctReport {
     /// Completed flows whose bytes at the receiver differ from the sender's (a bug if ever
     /// non-zero).
     pub mismatched_flows: u64,
+    /// The switch queue's length over time.
+    pub queue: QueueDist,
+}
+
+/// The distribution of the switch queue's length over time, sampled at the end of every step
+/// of the run (at most 2 µs of virtual time) and weighted by the step's length, in buckets
+/// of powers of two from 1 KB: each figure is a bucket's upper bound.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct QueueDist {
+    /// Time-weighted mean, bytes (exact samples, not buckets).
+    pub mean_bytes: f64,
+    /// Median, bytes (at most).
+    pub p50_bytes: u64,
+    /// 95th percentile, bytes (at most).
+    pub p95_bytes: u64,
+    /// 99th percentile, bytes (at most).
+    pub p99_bytes: u64,
+    /// (bucket upper bound in bytes, fraction of the time the queue was at most that), in
+    /// increasing order; the last is 1.
+    pub cdf: Vec<(u64, f64)>,
+}
+
+/// Upper bounds of the queue buckets: empty, then 1 KB to 16 MB by powers of two, then any.
+fn queue_bounds() -> impl Iterator<Item = u64> {
+    std::iter::once(0)
+        .chain((0..15).map(|k| 1000u64 << k))
+        .chain(std::iter::once(u64::MAX))
+}
+
+/// Time spent at each queue length bucket, ns.
+#[derive(Debug, Default)]
+struct QueueHistogram {
+    ns: Vec<u64>,
+    byte_ns: u128,
+}
+
+impl QueueHistogram {
+    fn add(&mut self, bytes: u64, ns: u64) {
+        if self.ns.is_empty() {
+            self.ns = vec![0; queue_bounds().count()];
+        }
+        let b = queue_bounds().position(|hi| bytes <= hi).unwrap_or(0);
+        self.ns[b] += ns;
+        self.byte_ns += u128::from(bytes) * u128::from(ns);
+    }
+
+    fn dist(&self) -> QueueDist {
+        let total: u64 = self.ns.iter().sum();
+        if total == 0 {
+            return QueueDist::default();
+        }
+        let mut cdf = Vec::new();
+        let mut acc = 0u64;
+        for (hi, &n) in queue_bounds().zip(&self.ns) {
+            acc += n;
+            cdf.push((hi, acc as f64 / total as f64));
+        }
+        let at = |q: f64| cdf.iter().find(|c| c.1 >= q).map_or(0, |c| c.0);
+        QueueDist {
+            mean_bytes: self.byte_ns as f64 / total as f64,
+            p50_bytes: at(0.50),
+            p95_bytes: at(0.95),
+            p99_bytes: at(0.99),
+            cdf,
+        }
+    }
 }
 
 struct Flow {
@@ -516,6 +582,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let mut next = 0;
     let (mut active_bytes, mut postponed) = (0u64, 0u64);
     let mut pools = Pools::default();
+    let mut queue = QueueHistogram::default();
     let (mut verified_bytes, mut mismatched_flows) = (0u64, 0u64);
     let step = Duration::from_micros(2);
     let limit = Instant::ZERO + spec.duration * 10;
@@ -582,6 +649,9 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             _ => t,
         };
         sim.run_until(t);
+        // The queue as the step leaves it, for the step's length.
+        let q = sim.switch().map_or(0, roce_stack::sim::Switch::queue_bytes);
+        queue.add(q, t.saturating_duration_since(now).as_nanos() as u64);
         for &h in &hosts {
             while let Some(c) = sim.device(h).poll_completion() {
                 if let Some(f) = flows.get_mut(c.wr_id as usize) {
@@ -686,6 +756,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         packet_hops: sim.stats().sent + sw.departed,
         verified_bytes,
         mismatched_flows,
+        queue: queue.dist(),
     }
 }
 
@@ -722,6 +793,21 @@ pub fn table(r: &FctReport) -> String {
             r.mismatched_flows
         )
     };
+    let kb = |b: u64| {
+        if b == u64::MAX {
+            "more than 16 MB".to_string()
+        } else {
+            format!("{} KB", b / 1000)
+        }
+    };
+    let _ = writeln!(
+        s,
+        "queue over time: mean {:.1} KB, p50 <= {}, p95 <= {}, p99 <= {}",
+        r.queue.mean_bytes / 1e3,
+        kb(r.queue.p50_bytes),
+        kb(r.queue.p95_bytes),
+        kb(r.queue.p99_bytes)
+    );
     if r.postponed > 0 {
         let _ = writeln!(
             s,
@@ -826,6 +912,32 @@ mod tests {
                 assert!(!holds_pattern(&b, 9), "{len}: byte {i} changed");
             }
         }
+    }
+
+    #[test]
+    fn the_queue_histogram_weights_by_time() {
+        let mut h = QueueHistogram::default();
+        h.add(0, 700);
+        h.add(1500, 200);
+        h.add(100_000, 100);
+        let d = h.dist();
+        // 70 % of the time empty, 90 % at most 2 KB, all of it at most 128 KB.
+        assert_eq!(d.p50_bytes, 0);
+        assert_eq!(d.p95_bytes, 128_000);
+        assert_eq!(d.p99_bytes, 128_000);
+        let at = |b: u64| d.cdf.iter().find(|c| c.0 == b).map(|c| c.1);
+        assert_eq!(at(0), Some(0.7));
+        assert_eq!(at(1000), Some(0.7));
+        assert_eq!(at(2000), Some(0.9));
+        assert_eq!(at(64_000), Some(0.9));
+        assert_eq!(at(128_000), Some(1.0));
+        assert!((d.mean_bytes - (1500.0 * 200.0 + 100_000.0 * 100.0) / 1000.0).abs() < 1e-6);
+        assert_eq!(d.cdf.last().map(|c| c.1), Some(1.0));
+        assert!(d
+            .cdf
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        assert_eq!(QueueHistogram::default().dist(), QueueDist::default());
     }
 
     /// Flows beyond the memory bound wait, in order, and all finish; the wait is in their FCT.

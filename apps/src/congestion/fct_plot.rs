@@ -204,3 +204,73 @@ pub fn incast_svg(sweeps: &[(String, Vec<(usize, FctReport)>)]) -> Option<String
     }
     Some(svg)
 }
+
+/// The CDF of the switch queue's length over time, one line per run (`None` when no run has
+/// a queue sample). The empty queue is drawn at 0.5 KB (the log axis has no 0).
+pub fn queue_svg(runs: &[FctReport]) -> Option<String> {
+    let kb = |b: u64| if b == 0 { 0.5 } else { b as f64 / 1e3 };
+    let finite = |c: &&(u64, f64)| c.0 != u64::MAX;
+    let xmax = runs
+        .iter()
+        .flat_map(|r| r.queue.cdf.iter().filter(finite))
+        .filter(|c| c.1 < 1.0)
+        .map(|c| kb(c.0) * 2.0)
+        .fold(2.0f64, f64::max);
+    if runs.iter().all(|r| r.queue.cdf.is_empty()) {
+        return None;
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (960, 480)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "switch queue over time: CDF (0.5 KB = empty)",
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((0.4f64..xmax).log_scale(), 0.0f64..1.02)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("queue length (KB)")
+            .y_desc("fraction of the time at most")
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .ok()?;
+        for (i, r) in runs.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let style = color.stroke_width(2);
+            let mut pts = Vec::new();
+            let mut last = 0.0;
+            for c in r.queue.cdf.iter().filter(finite) {
+                let x = kb(c.0).min(xmax);
+                pts.push((x, last));
+                pts.push((x, c.1));
+                last = c.1;
+            }
+            pts.push((xmax, 1.0));
+            chart
+                .draw_series(LineSeries::new(pts, style))
+                .ok()?
+                .label(format!(
+                    "{}: mean {:.1} KB, p99 <= {} KB",
+                    r.cc,
+                    r.queue.mean_bytes / 1e3,
+                    r.queue.p99_bytes.min(u64::MAX / 2) / 1000
+                ))
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
