@@ -294,6 +294,11 @@ pub struct FctReport {
     pub mismatched_flows: u64,
     /// The switch queue's length over time.
     pub queue: QueueDist,
+    /// Flows whose WRITE completed with an error (the retries ran out).
+    pub failed_flows: u64,
+    /// The simulator's bound on flow regions alive at once, bytes
+    /// ([`FctSpec::max_active_bytes`]).
+    pub max_active_bytes: u64,
 }
 
 /// The distribution of the switch queue's length over time, sampled at the end of every step
@@ -369,6 +374,8 @@ struct Flow {
     qps: (usize, roce_proto::Qpn, roce_proto::Qpn),
     /// Seed of its bytes.
     pattern: u64,
+    /// Its WRITE completed with an error.
+    failed: bool,
 }
 
 /// A host's protection domain, completion queue (completions are told apart by work request
@@ -584,6 +591,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let mut pools = Pools::default();
     let mut queue = QueueHistogram::default();
     let (mut verified_bytes, mut mismatched_flows) = (0u64, 0u64);
+    let (mut finished, mut failed_flows) = (0usize, 0u64);
     let step = Duration::from_micros(2);
     let limit = Instant::ZERO + spec.duration * 10;
     loop {
@@ -625,7 +633,15 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 });
                 (qp, mr)
             };
-            sim.connect(h, sq, rx, rq, &opts).expect("connect");
+            // Start PSNs of its own (QPs are reused: what is left on the wire of a QP's
+            // earlier flow falls outside the new one's window).
+            let psn = (flows.len() as u32).wrapping_mul(0x9e37_79b1) & 0x00ff_ffff;
+            let flow_opts = ConnectParams {
+                sq_psn: roce_proto::Psn::new(psn),
+                rq_psn: roce_proto::Psn::new(psn ^ 0x0080_0000),
+                ..opts
+            };
+            sim.connect(h, sq, rx, rq, &flow_opts).expect("connect");
             sim.device(h)
                 .set_congestion_control(sq, spec.cc.build(spec.line_rate_bps));
             let remote = sim.device(rx).mr(rmr).expect("region").remote_addr(0);
@@ -639,6 +655,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 mrs: (smr, rmr),
                 qps: (h, sq, rq),
                 pattern,
+                failed: false,
             });
         }
         let t = now + step;
@@ -655,18 +672,27 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         for &h in &hosts {
             while let Some(c) = sim.device(h).poll_completion() {
                 if let Some(f) = flows.get_mut(c.wr_id as usize) {
-                    if c.status == WcStatus::Success && f.done.is_none() {
-                        f.done = Some(sim.now());
+                    if f.done.is_none() && !f.failed {
+                        // Its one (signaled) WRITE completed: done, or failed (a QP in error
+                        // after its retries ran out); its regions and QPs are given back
+                        // either way.
+                        finished += 1;
                         active_bytes -= 2 * f.size;
                         let (smr, rmr) = f.mrs;
-                        let landed = sim
-                            .device(rx)
-                            .mr(rmr)
-                            .is_some_and(|m| holds_pattern(m.as_slice(), f.pattern));
-                        if landed {
-                            verified_bytes += f.size;
+                        if c.status == WcStatus::Success {
+                            f.done = Some(sim.now());
+                            let landed = sim
+                                .device(rx)
+                                .mr(rmr)
+                                .is_some_and(|m| holds_pattern(m.as_slice(), f.pattern));
+                            if landed {
+                                verified_bytes += f.size;
+                            } else {
+                                mismatched_flows += 1;
+                            }
                         } else {
-                            mismatched_flows += 1;
+                            f.failed = true;
+                            failed_flows += 1;
                         }
                         sim.device(h).dereg_mr(smr);
                         sim.device(rx).dereg_mr(rmr);
@@ -683,7 +709,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 }
             }
         }
-        let all_done = next == arrivals.len() && flows.iter().all(|f| f.done.is_some());
+        let all_done = next == arrivals.len() && finished == flows.len();
         if all_done || sim.now() >= limit {
             break;
         }
@@ -757,6 +783,8 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         verified_bytes,
         mismatched_flows,
         queue: queue.dist(),
+        failed_flows,
+        max_active_bytes: spec.max_active_bytes,
     }
 }
 
@@ -780,6 +808,13 @@ pub fn table(r: &FctReport) -> String {
         r.pfc_paused_us,
         r.pfc_frames
     );
+    if r.failed_flows > 0 {
+        let _ = writeln!(
+            s,
+            "FAILED: {} flows' WRITEs completed with an error (retries exhausted)",
+            r.failed_flows
+        );
+    }
     let _ = if r.mismatched_flows == 0 {
         writeln!(
             s,
@@ -813,7 +848,7 @@ pub fn table(r: &FctReport) -> String {
             s,
             "{} flows waited to start for memory (the simulator holds at most {} MiB of flows at once); their FCTs include the wait",
             r.postponed,
-            MAX_ACTIVE_BYTES >> 20
+            r.max_active_bytes >> 20
         );
     }
     let _ = writeln!(

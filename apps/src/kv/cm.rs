@@ -230,6 +230,8 @@ struct KvCmServer {
     next_plan: u32,
     refused: Option<String>,
     out: KvServerOutcome,
+    /// Stop once every QP is established (the first phase), or once every QP is released.
+    until_established: bool,
 }
 
 impl KvCmServer {
@@ -470,9 +472,17 @@ impl Application for KvCmServer {
     }
 
     fn done(&self) -> bool {
-        !self.conns.is_empty() && self.released == self.conns.len()
+        let all = !self.conns.is_empty();
+        if self.until_established {
+            all && self.established == self.conns.len()
+        } else {
+            all && self.released == self.conns.len()
+        }
     }
 }
+
+/// How long a server serving a client waits with nothing from it.
+const SERVING_SILENCE: Duration = Duration::from_secs(30);
 
 /// Serves one prefill client that connects through the CM to `bind` (UDP 4791) on RDMA-CM
 /// port `port`, as the decode side. Blocking; `ready` is called once the socket is bound.
@@ -511,11 +521,16 @@ pub fn serve_cm(
             next_plan: 0,
             refused: None,
             out: KvServerOutcome::default(),
+            until_established: true,
         };
         ready();
-        // Waiting for a client has no silence bound.
+        // Waiting for a client has no silence bound; serving one has (a client that fails
+        // midway stops answering).
         let forever = Duration::from_secs(365 * 24 * 3600);
+        app.until_established = true;
         ep.run(&mut app, true, pending(), forever).await?;
+        app.until_established = false;
+        ep.run(&mut app, true, pending(), SERVING_SILENCE).await?;
         if let Some(why) = app.refused {
             return Err(DriverError::Peer(format!("refused the client: {why}")));
         }
@@ -922,6 +937,10 @@ pub fn loopback_cm(
         };
     }
     let report = run_client_cm(client_ip, server_ip, port, cfg);
+    if let Err(e) = report {
+        // The client's failure is the story; the server, waiting for it, is not joined.
+        return Err(e);
+    }
     match server.join() {
         Ok(Ok(_)) => report,
         Ok(Err(e)) => match report {

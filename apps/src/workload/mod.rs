@@ -293,6 +293,14 @@ pub const MAX_RUN_BYTES: u64 = 4 << 30;
 /// up to 64.
 const LOSSY_RECV_EXTRA: u64 = 64;
 
+/// Receives a UD QP keeps posted at least: twice the driver's receive batch.
+const UD_MIN_RECVS: u64 = 128;
+
+/// The smallest message of a UC or UD QP: 8 bytes of its own data pattern, so that a
+/// datagram that came late or twice is told apart from every other (two empty SENDs could not
+/// be).
+const LOSSY_MIN_SIZE: u32 = 8;
+
 /// The per-QP memory both ends agree on, sized to the workload: message buffers are taken
 /// from rings in posting order (completions come in order, so a ring frees them in order),
 /// sized for a bounded number of bytes in flight rather than `depth` messages of the largest
@@ -312,6 +320,12 @@ pub struct Layout {
     pub recv_ring: u64,
     /// Receives the responder keeps posted per QP.
     pub recv_depth: u64,
+    /// Bytes of each receive of a UD QP: the largest UD message after its GRH area.
+    pub ud_recv_len: u64,
+    /// Receives the responder keeps posted per UD QP: more than per RC QP, since nothing
+    /// holds a UD sender back, and more than a receive batch of the driver (a receive missing
+    /// when a datagram arrives loses it).
+    pub ud_recv_depth: u64,
 }
 
 impl Layout {
@@ -327,12 +341,19 @@ impl Layout {
             .iter()
             .any(|k| matches!(k, OpKind::Send | OpKind::SendImm));
         let recv_depth = (2 * u64::from(spec.depth) + 1).min(MAX_POSTED_RECVS);
+        let ud_recv_len = u64::from(spec.datagram_max.min(spec.max_size).max(8))
+            .next_multiple_of(64)
+            + LOSSY_RECV_EXTRA;
+        let ud_recv_depth = recv_depth.clamp(UD_MIN_RECVS, MAX_POSTED_RECVS);
         // What the requester can have in flight, and slack for the wrap.
         let mut recv_ring = if sends { send_ring + slot } else { 0 };
-        if sends && spec.any_lossy() {
-            // A UC or UD QP's message can land in any receive (the one before it may have
-            // been lost), so each of its receives holds the largest message (and the GRH).
+        if sends && spec.transports.contains(&Transport::Uc) {
+            // A UC QP's message can land in any receive (the one before it may have been
+            // lost), so each of its receives holds the largest message.
             recv_ring = recv_ring.max(recv_depth * (slot + LOSSY_RECV_EXTRA));
+        }
+        if spec.transports.contains(&Transport::Ud) {
+            recv_ring = recv_ring.max(ud_recv_depth * ud_recv_len);
         }
         Self {
             slot,
@@ -341,6 +362,8 @@ impl Layout {
             read_area: area,
             recv_ring,
             recv_depth,
+            ud_recv_len,
+            ud_recv_depth,
         }
     }
 
@@ -637,7 +660,10 @@ impl Plan {
         let (mut min_size, mut max_size) = (self.spec.min_size, self.spec.max_size);
         if t == Transport::Ud {
             max_size = max_size.min(self.spec.datagram_max);
-            min_size = min_size.min(max_size);
+        }
+        if t.lossy() {
+            max_size = max_size.max(LOSSY_MIN_SIZE);
+            min_size = min_size.clamp(LOSSY_MIN_SIZE, max_size);
         }
         OpStream {
             kinds,

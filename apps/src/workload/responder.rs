@@ -36,6 +36,10 @@ use super::{
 /// it carries: bounds the work a message that matches nothing costs.
 const MAX_SKIP: u64 = 1 << 20;
 
+/// Most operations of the plan counted at the end of a UC or UD QP (those after its last
+/// delivered message); beyond it the count also takes in the operations that use no receive.
+const MAX_TAIL: u64 = 1 << 24;
+
 /// What a UC or UD QP delivered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delivery {
@@ -209,12 +213,12 @@ impl Responder {
         let qp = &mut self.qps[q];
         if qp.transport.lossy() {
             // Receives of the largest size, numbered in posting order.
-            let len = if l.recv_ring > 0 {
-                l.lossy_recv_len()
-            } else {
-                0
+            let (len, depth) = match qp.transport {
+                Transport::Ud => (l.ud_recv_len, l.ud_recv_depth),
+                _ if l.recv_ring > 0 => (l.lossy_recv_len(), l.recv_depth),
+                _ => (0, l.recv_depth),
             };
-            while (qp.posted.len() as u64) < l.recv_depth && !qp.lossy.fin {
+            while (qp.posted.len() as u64) < depth && !qp.lossy.fin {
                 let Some((ring_off, end)) = qp.ring.take(len) else {
                     break;
                 };
@@ -303,9 +307,9 @@ impl Responder {
             .collect()
     }
 
-    /// The receive-consuming operations left in `ops` (`None` beyond [`MAX_SKIP`]).
+    /// The receive-consuming operations left in `ops` (`None` beyond [`MAX_TAIL`]).
     fn receives_left(ops: &OpStream) -> Option<u64> {
-        if u64::from(ops.remaining()) > MAX_SKIP {
+        if u64::from(ops.remaining()) > MAX_TAIL {
             return None;
         }
         Some(ops.clone().filter(|o| o.kind.consumes_receive()).count() as u64)

@@ -498,7 +498,14 @@ async fn client_async(
     ctl.ready().await?;
     let started = std::time::Instant::now();
     let stop = ctl.peer_interrupts("server");
-    let result = ep.run(&mut requester, true, stop, cfg.silence).await;
+    // UC and UD are never acknowledged: the server saying nothing on RoCE is no sign it is
+    // gone (the control connection is: its loss stops the run).
+    let silence = if cfg.spec.any_lossy() {
+        cfg.silence.max(Duration::from_secs(3600))
+    } else {
+        cfg.silence
+    };
+    let result = ep.run(&mut requester, true, stop, silence).await;
     let seconds = started.elapsed().as_secs_f64();
     let mine_side = Side::of(
         requester.mismatches(),
