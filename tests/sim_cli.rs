@@ -281,3 +281,60 @@ fn sim_fabric_captures_pfc_frames_and_draws_figures() {
     assert!(err.contains("--pcap takes one --cc"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// PFC's head-of-line blocking, over three seeds: a 32:1 incast of 1 MB flows, and a 64 KB
+/// victim flow from the first sender to a receiver whose link does not cross the congested
+/// port. Without PFC the victim runs at line rate; with PFC and no congestion control its
+/// sender is paused with the rest and the victim waits; DCQCN cuts the pauses and the wait.
+#[test]
+fn pfc_head_of_line_blocking_hurts_a_victim_and_dcqcn_cuts_it() {
+    for seed in ["1", "2", "3"] {
+        let run = |cc: &str, pfc: &str| {
+            let (code, out, err) = roce(&[
+                "sim",
+                "fabric",
+                "--workload",
+                "incast:32:1M",
+                "--cc",
+                cc,
+                "--pfc",
+                pfc,
+                "--victim",
+                "64K",
+                "--seed",
+                seed,
+                "--json",
+            ]);
+            assert_eq!(code, 0, "{err}");
+            let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            assert_eq!(r["completed"], 32, "{r}");
+            assert_eq!(r["mismatched_flows"], 0, "{r}");
+            let slowdown = r["victim"][1].as_f64().unwrap_or_else(|| panic!("{r}"));
+            (
+                slowdown,
+                r["pfc_pauses"].as_u64().unwrap(),
+                r["tail_drops"].as_u64().unwrap(),
+            )
+        };
+        let (free, _, drops) = run("none", "off");
+        let (blocked, pauses, lossless) = run("none", "on");
+        let (helped, fewer, _) = run("dcqcn", "on");
+        assert!(
+            free < 1.5,
+            "seed {seed}: the victim alone is near line rate ({free})"
+        );
+        assert!(drops > 0 && lossless == 0, "seed {seed}");
+        assert!(
+            blocked > 10.0 * free,
+            "seed {seed}: no HOL blocking ({blocked} vs {free})"
+        );
+        assert!(
+            fewer < pauses,
+            "seed {seed}: DCQCN did not cut the pauses ({fewer} vs {pauses})"
+        );
+        assert!(
+            helped < blocked,
+            "seed {seed}: DCQCN did not help the victim"
+        );
+    }
+}

@@ -48,6 +48,11 @@ pub(crate) struct FabricArgs {
     /// switch's PFC frames; one congestion control only). Every packet: large for long runs.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Add a victim flow of SIZE bytes (K = 1024) from the first sender to a second receiver
+    /// whose link does not cross the congested switch port, 50 us in: with PFC, the pauses
+    /// of its sender block it too (head-of-line blocking). Reported apart.
+    #[arg(long, value_name = "SIZE")]
+    victim: Option<String>,
     /// PFC at the switch port: on (pause the senders above XOFF, never drop) or off (tail drop).
     #[arg(long, default_value = "off")]
     pfc: String,
@@ -302,6 +307,11 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         },
     };
     let ccs = ccs(&a.cc)?;
+    let victim = a
+        .victim
+        .as_deref()
+        .map(|v| crate::units::size(v).map_err(|e| anyhow::anyhow!("--victim: {e}")))
+        .transpose()?;
     let mut specs = Vec::new();
     for cc in ccs {
         let mut spec = FctSpec::new(
@@ -312,6 +322,7 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         );
         spec.hosts = a.hosts;
         spec.pfc = pfc;
+        spec.victim = victim;
         spec.validate()?;
         specs.push(spec);
     }

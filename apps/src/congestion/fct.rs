@@ -168,7 +168,14 @@ pub struct FctSpec {
     /// ([`MAX_ACTIVE_BYTES`] by default): a flow that would go beyond waits for earlier ones
     /// to finish (counted in [`FctReport::postponed`]).
     pub max_active_bytes: u64,
+    /// A victim flow of this many bytes: from the first sender, 50 µs into the run, to a
+    /// second receiver whose link does not cross the switch port the workload congests (PFC's
+    /// head-of-line blocking shows in its FCT). Reported apart from the workload's flows.
+    pub victim: Option<u64>,
 }
+
+/// When the victim flow starts: once the workload had time to build a queue.
+pub const VICTIM_START: Duration = Duration::from_micros(50);
 
 impl FctSpec {
     /// A run on a 100 Gb/s one-switch fabric (the HPCC paper's host links): 16 sender hosts,
@@ -187,6 +194,7 @@ impl FctSpec {
             seed,
             pfc: false,
             max_active_bytes: MAX_ACTIVE_BYTES,
+            victim: None,
         }
     }
 
@@ -203,7 +211,11 @@ impl FctSpec {
                 ConfigError::check_range("incast size", "1..=67108864", *size, 1, 64 << 20)
             }
             Workload::Poisson { .. } => Ok(()),
+        }?;
+        if let Some(v) = self.victim {
+            ConfigError::check_range("victim size", "1..=67108864", v, 1, 64 << 20)?;
         }
+        Ok(())
     }
 }
 
@@ -299,6 +311,8 @@ pub struct FctReport {
     /// The simulator's bound on flow regions alive at once, bytes
     /// ([`FctSpec::max_active_bytes`]).
     pub max_active_bytes: u64,
+    /// The victim flow's FCT, µs, and its slowdown, when there is one and it completed.
+    pub victim: Option<(f64, f64)>,
 }
 
 /// The distribution of the switch queue's length over time, sampled at the end of every step
@@ -376,6 +390,10 @@ struct Flow {
     pattern: u64,
     /// Its WRITE completed with an error.
     failed: bool,
+    /// Its receiver.
+    dst: usize,
+    /// The victim flow (reported apart).
+    victim: bool,
 }
 
 /// A host's protection domain, completion queue (completions are told apart by work request
@@ -553,6 +571,21 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             }
         }),
     });
+    // The victim's receiver: reached from the first sender over a link of its own, not
+    // through the switch port.
+    let victim_rx = spec.victim.and(hosts.first().copied()).map(|h0| {
+        let v = sim.add_endpoint("10.0.0.2".parse().expect("literal"));
+        *sim.link(h0, v) = LinkConfig {
+            delay: spec.hop_delay * 2,
+            bandwidth_bps: Some(spec.line_rate_bps),
+            ..LinkConfig::default()
+        };
+        *sim.link(v, h0) = LinkConfig {
+            delay: spec.hop_delay * 2,
+            ..LinkConfig::default()
+        };
+        v
+    });
     // Arrivals.
     let mut arrivals: Vec<(Instant, usize, u64)> = Vec::new();
     match &spec.workload {
@@ -572,6 +605,16 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             );
             arrivals.extend(flows.into_iter().map(|(t, h, size)| (t, hosts[h], size)));
         }
+    }
+    // (arrival, sender, receiver, size, is the victim), in time order.
+    let mut arrivals: Vec<(Instant, usize, usize, u64, bool)> = arrivals
+        .into_iter()
+        .map(|(t, h, size)| (t, h, rx, size, false))
+        .collect();
+    if let (Some(v), Some(size)) = (victim_rx, spec.victim) {
+        let at = Instant::ZERO + VICTIM_START;
+        let i = arrivals.partition_point(|a| a.0 <= at);
+        arrivals.insert(i, (at, hosts[0], v, size, true));
     }
     let caps = QpCaps {
         max_unacked_psns: 256,
@@ -600,7 +643,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         // simulator's memory bound; a flow that waits for room keeps its arrival time, so
         // the wait is in its FCT.
         while next < arrivals.len() && arrivals[next].0 <= now {
-            let (start, h, size) = arrivals[next];
+            let (start, h, dst, size, is_victim) = arrivals[next];
             if active_bytes > 0 && active_bytes + 2 * size > spec.max_active_bytes {
                 break;
             }
@@ -609,8 +652,8 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             active_bytes += 2 * size;
             next += 1;
             let (rq, rmr) = {
-                let mut pool = pools.of(&mut sim, rx);
-                let d = sim.device(rx);
+                let mut pool = pools.of(&mut sim, dst);
+                let d = sim.device(dst);
                 let mr = d.reg_mr(pool.pd, size as usize, Access::ALL);
                 let qp = pool.free.pop().unwrap_or_else(|| {
                     d.create_qp(pool.pd, pool.cq, pool.cq, caps)
@@ -641,10 +684,10 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 rq_psn: roce_proto::Psn::new(psn ^ 0x0080_0000),
                 ..opts
             };
-            sim.connect(h, sq, rx, rq, &flow_opts).expect("connect");
+            sim.connect(h, sq, dst, rq, &flow_opts).expect("connect");
             sim.device(h)
                 .set_congestion_control(sq, spec.cc.build(spec.line_rate_bps));
-            let remote = sim.device(rx).mr(rmr).expect("region").remote_addr(0);
+            let remote = sim.device(dst).mr(rmr).expect("region").remote_addr(0);
             let sge = sim.device(h).mr(smr).expect("region").sge(0, size as u32);
             let wr = WorkRequest::new(flows.len() as u64, WrOp::Write(remote), SgList::one(sge));
             sim.device(h).post_send(sq, wr).expect("post");
@@ -656,6 +699,8 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 qps: (h, sq, rq),
                 pattern,
                 failed: false,
+                dst,
+                victim: is_victim,
             });
         }
         let t = now + step;
@@ -682,7 +727,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                         if c.status == WcStatus::Success {
                             f.done = Some(sim.now());
                             let landed = sim
-                                .device(rx)
+                                .device(f.dst)
                                 .mr(rmr)
                                 .is_some_and(|m| holds_pattern(m.as_slice(), f.pattern));
                             if landed {
@@ -695,16 +740,16 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                             failed_flows += 1;
                         }
                         sim.device(h).dereg_mr(smr);
-                        sim.device(rx).dereg_mr(rmr);
+                        sim.device(f.dst).dereg_mr(rmr);
                         // A finished flow's QPs go back to RESET and to their hosts' pools,
                         // for later flows: the devices hold as many QPs as flows run at once,
                         // whatever the run's length.
                         let (sh, sq, rq) = f.qps;
                         let reset = roce_stack::QpAttr::to(roce_stack::QpState::Reset);
                         let _ = sim.device(sh).modify_qp(sq, &reset);
-                        let _ = sim.device(rx).modify_qp(rq, &reset);
+                        let _ = sim.device(f.dst).modify_qp(rq, &reset);
                         pools.give_back(sh, sq);
-                        pools.give_back(rx, rq);
+                        pools.give_back(f.dst, rq);
                     }
                 }
             }
@@ -718,12 +763,17 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let mut all = Vec::new();
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
     let (mut fct_sum, mut bytes, mut last) = (0.0, 0u64, Instant::ZERO);
+    let mut victim = None;
     for f in &flows {
         let Some(done) = f.done else { continue };
         let fct = done.saturating_duration_since(f.start).as_nanos() as f64;
         let ideal =
             rtt_ns + frame_bytes(f.size, spec.mtu) as f64 * 8.0 * 1e9 / spec.line_rate_bps as f64;
         let s = (fct / ideal).max(1.0);
+        if f.victim {
+            victim = Some((fct / 1e3, s));
+            continue;
+        }
         all.push(s);
         let b = BUCKETS
             .iter()
@@ -735,6 +785,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         last = last.max(done);
     }
     let completed = all.len();
+    let workload_flows = flows.iter().filter(|f| !f.victim).count();
     let now = sim.now();
     let sw = sim.switch().map(|s| s.stats_at(now)).unwrap_or_default();
     let mut stats = roce_stack::QpStats::default();
@@ -751,7 +802,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let last_s = last.as_nanos() as f64 / 1e9;
     FctReport {
         cc: spec.cc.kind().to_string(),
-        flows: flows.len(),
+        flows: workload_flows,
         completed,
         all: Slowdown::of(all),
         buckets: BUCKETS
@@ -785,6 +836,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         queue: queue.dist(),
         failed_flows,
         max_active_bytes: spec.max_active_bytes,
+        victim,
     }
 }
 
@@ -808,6 +860,12 @@ pub fn table(r: &FctReport) -> String {
         r.pfc_paused_us,
         r.pfc_frames
     );
+    if let Some((fct, slow)) = r.victim {
+        let _ = writeln!(
+            s,
+            "victim flow (first sender -> 10.0.0.2, not through the congested port): FCT {fct:.1} us, slowdown {slow:.2}"
+        );
+    }
     if r.failed_flows > 0 {
         let _ = writeln!(
             s,
