@@ -790,11 +790,11 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let sw = sim.switch().map(|s| s.stats_at(now)).unwrap_or_default();
     let mut stats = roce_stack::QpStats::default();
     for &h in &hosts {
-        for q in sim.endpoints[h].device.qps() {
+        for q in sim.endpoints()[h].device.qps() {
             stats.add(q.stats());
         }
     }
-    let cnps = sim.endpoints[rx]
+    let cnps = sim.endpoints()[rx]
         .device
         .qps()
         .map(|q| q.stats().cnps_sent)

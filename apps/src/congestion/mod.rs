@@ -354,7 +354,7 @@ pub fn run(sc: &Scenario) -> Run {
             series.flow_gbps[i].push(d as f64 * 8.0 / dt_s / 1e9);
             let f = &flows[i];
             let rate = sim
-                .endpoints
+                .endpoints()
                 .get(f.host)
                 .and_then(|e| e.device.qp(f.qpn))
                 .and_then(|q| q.rate_bps())
@@ -390,11 +390,11 @@ pub fn run(sc: &Scenario) -> Run {
     let mut stats = roce_stack::QpStats::default();
     let mut rx_stats = roce_stack::QpStats::default();
     for f in &flows {
-        if let Some(q) = sim.endpoints[f.host].device.qp(f.qpn) {
+        if let Some(q) = sim.endpoints()[f.host].device.qp(f.qpn) {
             stats.add(q.stats());
         }
     }
-    for q in sim.endpoints[rx].device.qps() {
+    for q in sim.endpoints()[rx].device.qps() {
         rx_stats.add(q.stats());
     }
     let late_join = late_join(sc, &series, &cur_bytes_delta(&half_flow_bytes, &last_bytes));

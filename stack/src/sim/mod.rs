@@ -12,6 +12,7 @@
 //! bottleneck bandwidth, a buffer limit and RED ECN marking, for congestion experiments.
 use core::cmp::Ordering;
 use core::time::Duration;
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 
@@ -24,7 +25,9 @@ use crate::time::Instant;
 
 pub use crate::rng::Rng;
 
+mod fabric;
 mod switch;
+pub use fabric::{ecmp_hash, Fabric, FabricConfig, PortKind, PortStats, Topology};
 pub use switch::{
     FlowKey, PfcConfig, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD,
 };
@@ -218,6 +221,8 @@ struct Arrival {
     data: Vec<u8>,
     /// Arrives at the switch (not yet at `to`).
     to_switch: bool,
+    /// In a fabric: the port of the switch it is queued at that it came in through.
+    ingress: u32,
 }
 
 impl PartialEq for Arrival {
@@ -243,8 +248,21 @@ pub struct Sim {
     now: Instant,
     seed: u64,
     rng: Rng,
-    /// The hosts, indexed as [`Sim::add_endpoint`] returned.
-    pub endpoints: Vec<Endpoint>,
+    endpoints: Vec<Endpoint>,
+    /// Endpoint index by address.
+    by_ip: HashMap<IpAddr, usize>,
+    /// Endpoints to ask for datagrams at the next pump (something happened to them), and a
+    /// flag per endpoint for membership.
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+    /// Each endpoint's next wake-up (device deadline or end of serialisation), and the heap
+    /// of them; an entry that differs from `armed` is stale and skipped.
+    armed: Vec<Option<Instant>>,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    fabric: Option<Fabric>,
+    fabric_out: Vec<fabric::Out>,
+    /// One UDP source port for every connection instead of each QP pair's own.
+    entropy_port: Option<u16>,
     default_link: LinkConfig,
     links: HashMap<(usize, usize), (LinkConfig, Instant)>,
     queue: BinaryHeap<Arrival>,
@@ -278,6 +296,14 @@ impl Sim {
             seed,
             rng: Rng::new(seed),
             endpoints: Vec::new(),
+            by_ip: HashMap::new(),
+            dirty: Vec::new(),
+            is_dirty: Vec::new(),
+            armed: Vec::new(),
+            timers: BinaryHeap::new(),
+            fabric: None,
+            fabric_out: Vec::new(),
+            entropy_port: None,
             default_link: LinkConfig::default(),
             links: HashMap::new(),
             queue: BinaryHeap::new(),
@@ -312,6 +338,9 @@ impl Sim {
     /// `0x11 + 0x100 * i`, so QPNs differ between hosts.
     pub fn add_endpoint(&mut self, ip: IpAddr) -> usize {
         let i = self.endpoints.len();
+        self.by_ip.entry(ip).or_insert(i);
+        self.is_dirty.push(false);
+        self.armed.push(None);
         self.endpoints.push(Endpoint {
             device: Device::new(DeviceConfig {
                 qpn_base: 0x11 + 0x100 * i as u32,
@@ -329,7 +358,67 @@ impl Sim {
     /// # Panics
     /// If `i` is not a host index.
     pub fn device(&mut self, i: usize) -> &mut Device {
+        self.touch(i);
         &mut self.endpoints[i].device
+    }
+
+    /// The hosts, indexed as [`Sim::add_endpoint`] returned (to read; change a device
+    /// through [`Sim::device`], so that the simulator knows to look at it).
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    /// Every connection made from now on uses UDP source port `port` (`None`: each QP pair's
+    /// own, [`PathConfig::udp_sport`]): no entropy for ECMP.
+    pub fn set_entropy_port(&mut self, port: Option<u16>) {
+        self.entropy_port = port;
+    }
+
+    /// Joins the hosts by `cfg`'s fabric: from now on every datagram crosses it (the links of
+    /// [`Sim::link`] are no longer used), host `i` of the topology being endpoint `i`. Errors
+    /// unless exactly the topology's number of hosts were added.
+    pub fn set_fabric(&mut self, cfg: FabricConfig) -> Result<(), &'static str> {
+        let f = Fabric::new(cfg)?;
+        if f.hosts() != self.endpoints.len() {
+            return Err("the fabric's hosts must be the simulator's endpoints");
+        }
+        self.fabric = Some(f);
+        Ok(())
+    }
+
+    /// The fabric, if any.
+    pub fn fabric(&self) -> Option<&Fabric> {
+        self.fabric.as_ref()
+    }
+
+    /// Marks endpoint `i` to be asked for datagrams at the next pump.
+    fn touch(&mut self, i: usize) {
+        if !self.is_dirty[i] {
+            self.is_dirty[i] = true;
+            self.dirty.push(i);
+        }
+    }
+
+    /// Records endpoint `i`'s next wake-up.
+    fn rearm(&mut self, i: usize) {
+        let e = &self.endpoints[i];
+        let t = min_opt(e.device.poll_timeout(), e.blocked.then_some(e.egress_busy));
+        if t != self.armed[i] {
+            self.armed[i] = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, i)));
+            }
+        }
+    }
+
+    /// Drops stale wake-ups from the top of the heap.
+    fn clean_timers(&mut self) {
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if self.armed[i] == Some(t) {
+                break;
+            }
+            self.timers.pop();
+        }
     }
 
     /// Impairments used for links not configured with [`Sim::link`].
@@ -379,7 +468,11 @@ impl Sim {
         qb: Qpn,
         p: &ConnectParams,
     ) -> Result<(), ModifyError> {
-        let sport = PathConfig::udp_sport(qa.0, qb.0);
+        let sport = self
+            .entropy_port
+            .unwrap_or_else(|| PathConfig::udp_sport(qa.0, qb.0));
+        self.touch(a);
+        self.touch(b);
         let ends = [
             (a, qa, qb, b, p.rq_psn, p.sq_psn),
             (b, qb, qa, a, p.sq_psn, p.rq_psn),
@@ -425,6 +518,12 @@ impl Sim {
             return;
         };
         self.pfc_xoff_at = paused.then_some(time);
+        if !paused {
+            // Resumed: every sender may go on.
+            for i in 0..self.endpoints.len() {
+                self.touch(i);
+            }
+        }
         self.stats.pfc_frames += 1;
         if let Some(t) = self.tap.as_mut() {
             let f = roce_proto::mac_control::pfc_frame(SWITCH_MAC, PFC_PRIORITY, quanta);
@@ -449,52 +548,78 @@ impl Sim {
         }
     }
 
-    /// Collects every datagram the devices want to send and puts it on its link.
+    /// Collects every datagram the devices want to send and puts it on its link (or the
+    /// fabric). Only the devices something happened to since the last pump are asked: a
+    /// datagram or a timeout, a call of [`Sim::device`], the end of a pause or of their
+    /// NIC's last frame.
     pub fn pump(&mut self) {
+        let mut list = core::mem::take(&mut self.dirty);
+        list.sort_unstable();
+        for &i in &list {
+            self.is_dirty[i] = false;
+            self.pump_one(i);
+        }
+        for &i in &list {
+            self.rearm(i);
+        }
+        list.clear();
+        self.dirty = list;
+        self.clean_timers();
+    }
+
+    fn pump_one(&mut self, from: usize) {
+        self.endpoints[from].blocked = false;
         // PFC: while the switch pauses, the senders upstream of its port send nothing (the
-        // port's own endpoint, downstream, goes on).
-        let paused_port = self
+        // port's own endpoint, downstream, goes on); in a fabric, a paused host port.
+        let switch_paused = self
             .switch
             .as_ref()
-            .filter(|s| s.paused())
-            .map(|s| s.config().port);
-        for from in 0..self.endpoints.len() {
-            self.endpoints[from].blocked = false;
-            if paused_port.is_some_and(|p| p != from) {
-                continue;
+            .is_some_and(|s| s.paused() && s.config().port != from);
+        let fabric_paused = self.fabric.as_ref().is_some_and(|f| f.host_paused(from));
+        if switch_paused || fabric_paused {
+            return;
+        }
+        loop {
+            let now = self.now;
+            if self.endpoints[from].egress_busy > now {
+                self.endpoints[from].blocked = true;
+                break;
             }
-            loop {
-                let now = self.now;
-                if self.endpoints[from].egress_busy > now {
-                    self.endpoints[from].blocked = true;
-                    break;
+            let Some(t) = self.endpoints[from]
+                .device
+                .poll_transmit(now, &mut self.buf)
+            else {
+                break;
+            };
+            self.stats.sent += 1;
+            let dst = t.path.remote;
+            let Some(&to) = self.by_ip.get(&dst) else {
+                self.stats.unroutable += 1;
+                continue;
+            };
+            let arrival = Arrival {
+                at: now,
+                seq: 0,
+                from,
+                to,
+                src: t.path.local,
+                dst,
+                src_port: t.path.src_port,
+                ecn: t.ecn,
+                data: self.buf[..t.len].to_vec(),
+                to_switch: false,
+                ingress: 0,
+            };
+            self.tap(TapKind::Sent, &arrival, now);
+            match self.fabric.as_mut() {
+                Some(f) => {
+                    let done = f.host_send(now, from, arrival);
+                    self.endpoints[from].egress_busy = done;
+                    if f.host_paused(from) {
+                        break;
+                    }
                 }
-                let Some(t) = self.endpoints[from]
-                    .device
-                    .poll_transmit(now, &mut self.buf)
-                else {
-                    break;
-                };
-                self.stats.sent += 1;
-                let dst = t.path.remote;
-                let Some(to) = self.endpoints.iter().position(|e| e.ip == dst) else {
-                    self.stats.unroutable += 1;
-                    continue;
-                };
-                let arrival = Arrival {
-                    at: now,
-                    seq: 0,
-                    from,
-                    to,
-                    src: t.path.local,
-                    dst,
-                    src_port: t.path.src_port,
-                    ecn: t.ecn,
-                    data: self.buf[..t.len].to_vec(),
-                    to_switch: false,
-                };
-                self.tap(TapKind::Sent, &arrival, now);
-                self.transmit(arrival);
+                None => self.transmit(arrival),
             }
         }
     }
@@ -560,6 +685,7 @@ impl Sim {
                     a.data.clone()
                 },
                 to_switch,
+                ingress: 0,
             };
             self.queue.push(copy);
         }
@@ -571,15 +697,49 @@ impl Sim {
             self.queue.peek().map(|a| a.at),
             self.switch.as_ref().and_then(Switch::next_departure),
         );
-        let timer = self
-            .endpoints
-            .iter()
-            .filter_map(|e| {
-                let egress = e.blocked.then_some(e.egress_busy);
-                min_opt(e.device.poll_timeout(), egress)
-            })
-            .min();
+        let arrival = min_opt(arrival, self.fabric.as_ref().and_then(Fabric::next_event));
+        let timer = self.timers.peek().map(|r| r.0 .0);
         min_opt(arrival, timer)
+    }
+
+    fn deliver(&mut self, a: &Arrival) {
+        let now = self.now;
+        self.stats.delivered += 1;
+        self.tap(TapKind::Delivered, a, now);
+        // The simulated senders write roce's own IPv4 header, and the simulator sees it.
+        let meta = RxMeta::new(SocketAddr::new(a.src, a.src_port), a.dst, a.ecn)
+            .with_ipv4(crate::path::Ipv4Seen::ROCE);
+        self.endpoints[a.to]
+            .device
+            .handle_datagram(now, &meta, &a.data);
+        self.touch(a.to);
+        self.rearm(a.to);
+    }
+
+    /// Processes the earliest fabric event (due by now) and what it gave.
+    fn fabric_event(&mut self) {
+        let now = self.now;
+        let mut out = core::mem::take(&mut self.fabric_out);
+        if let Some(f) = self.fabric.as_mut() {
+            f.process(now, &mut self.rng, &mut out);
+        }
+        for o in out.drain(..) {
+            match o {
+                fabric::Out::Deliver(a) => self.deliver(&a),
+                fabric::Out::Drop(a) => {
+                    self.stats.lost += 1;
+                    self.tap(TapKind::Lost, &a, now);
+                }
+                fabric::Out::Pfc(frame) => {
+                    self.stats.pfc_frames += 1;
+                    if let Some(t) = self.tap.as_mut() {
+                        t.on_frame(now, &frame);
+                    }
+                }
+                fabric::Out::HostResumed(h) => self.touch(h),
+            }
+        }
+        self.fabric_out = out;
     }
 
     /// Sends what is pending, then advances to the next event and processes it. `false` when
@@ -592,21 +752,33 @@ impl Sim {
         self.now = self.now.max(t);
         let now = self.now;
         loop {
-            // The switch's departures and the arrivals, in time order.
+            // The switch's departures, the arrivals and the fabric's events, in time order.
             let dep = self
                 .switch
                 .as_ref()
                 .and_then(Switch::next_departure)
                 .filter(|&d| d <= now);
             let arr = self.queue.peek().map(|a| a.at).filter(|&a| a <= now);
+            let fab = self
+                .fabric
+                .as_ref()
+                .and_then(Fabric::next_event)
+                .filter(|&f| f <= now);
             if let Some(d) = dep.filter(|&d| arr.is_none_or(|a| d <= a)) {
-                if let Some(mut a) = self.switch.as_mut().and_then(|s| s.depart(d)) {
-                    a.to_switch = false;
-                    self.seq += 1;
-                    a.seq = self.seq;
-                    self.queue.push(a);
+                if fab.is_none_or(|f| d <= f) {
+                    if let Some(mut a) = self.switch.as_mut().and_then(|s| s.depart(d)) {
+                        a.to_switch = false;
+                        self.seq += 1;
+                        a.seq = self.seq;
+                        self.queue.push(a);
+                    }
+                    self.pfc_frames(d);
+                    continue;
                 }
-                self.pfc_frames(d);
+            }
+            if let Some(f) = fab.filter(|&f| arr.is_none_or(|a| f < a)) {
+                let _ = f;
+                self.fabric_event();
                 continue;
             }
             if arr.is_none() {
@@ -625,19 +797,27 @@ impl Sim {
                 self.pfc_frames(at);
                 continue;
             }
-            self.stats.delivered += 1;
-            self.tap(TapKind::Delivered, &a, now);
-            // The simulated senders write roce's own IPv4 header, and the simulator sees it.
-            let meta = RxMeta::new(SocketAddr::new(a.src, a.src_port), a.dst, a.ecn)
-                .with_ipv4(crate::path::Ipv4Seen::ROCE);
-            self.endpoints[a.to]
-                .device
-                .handle_datagram(now, &meta, &a.data);
+            self.deliver(&a);
         }
-        for e in &mut self.endpoints {
+        // The wake-ups that are due: device deadlines and NICs done serialising.
+        let mut due = Vec::new();
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if self.armed[i] == Some(t) {
+                self.armed[i] = None;
+                due.push(i);
+            }
+        }
+        due.sort_unstable();
+        for i in due {
+            let e = &mut self.endpoints[i];
             if e.device.poll_timeout().is_some_and(|d| d <= now) {
                 e.device.handle_timeout(now);
             }
+            self.touch(i);
         }
         self.pump();
         true

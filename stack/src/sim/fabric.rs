@@ -1,0 +1,979 @@
+//! A multi-switch fabric for the simulator: hosts and switches joined by point-to-point links,
+//! per-port egress queues over a per-switch shared buffer, RED ECN marking per queue, tail
+//! drop, PFC (IEEE 802.1Qbb) per ingress port, and ECMP over the shortest paths by a hash of
+//! each datagram's 5-tuple, so the RoCEv2 UDP source port (the QP's entropy) picks the path.
+//!
+//! # Model
+//!
+//! Every link is two directed *ports*, one per end. A port sends one frame at a time at its
+//! rate and the frame reaches the other end one link delay after its last bit. Frames are the
+//! datagram plus [`FRAME_OVERHEAD`] bytes.
+//!
+//! - **Hosts** keep what they have not sent yet inside the device (the transport may still
+//!   change its mind, as on a real NIC): a host port never queues. The simulator asks a host's
+//!   device for its next datagram only when the port is free and not paused.
+//! - **Switches** route each arriving frame to an egress port on a shortest path to its
+//!   destination host. When there are several, the choice is `hash(5-tuple, switch) % n`
+//!   ([`ecmp_hash`]); with [`FabricConfig::ecmp`] off every switch takes the first.
+//! - **Buffer**: every frame queued at a switch counts against that switch's shared buffer
+//!   ([`FabricConfig::buffer_bytes`]); a frame that does not fit is dropped (tail drop).
+//! - **ECN**: RED on the egress queue's depth at arrival ([`RedConfig`]), its thresholds
+//!   scaled by the port's rate over the host rate (a 400 Gb/s port marks at four times the
+//!   depth of a 100 Gb/s one).
+//! - **PFC**: a switch counts, per ingress port, the bytes in its buffer that came in through
+//!   it. Above [`PfcConfig::xoff_bytes`] it sends an XOFF upstream; the upstream port stops
+//!   after the frame it is sending, one link delay later (the pause frame's flight). The XOFF
+//!   is repeated every [`PFC_REFRESH_NS`] while the count stays above `xon_bytes`; at or below
+//!   it an XON resumes the port, again a link delay later. Buffer above `xoff_bytes` is the
+//!   headroom for what is on the wire meanwhile: at least two link delays at the upstream
+//!   port's rate plus a frame ([`FabricConfig::pfc_headroom`]).
+//!
+//! One priority carries all RoCE traffic (the PFC frames pause [`PFC_PRIORITY`]).
+//!
+//! # Topologies
+//!
+//! [`Topology::Switch`] (one switch), [`Topology::LeafSpine`] (every leaf to every spine) and
+//! [`Topology::FatTree`] (pods of ToR and aggregation switches, every ToR to every
+//! aggregation switch of its pod, aggregation switch `j` of every pod to core group `j`), with
+//! [`Topology::k_ary`] and the HPCC paper's fabric ([`Topology::HPCC`]) as presets.
+use core::cmp::Ordering;
+use core::time::Duration;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::IpAddr;
+
+use roce_proto::Ecn;
+
+use super::switch::{PfcConfig, RedConfig, FRAME_OVERHEAD};
+use super::{Arrival, PFC_PRIORITY, PFC_REFRESH_NS, PFC_XOFF_QUANTA};
+use crate::rng::Rng;
+use crate::time::Instant;
+
+/// The shape of a fabric. Hosts are numbered first (`0..hosts()`), leaf by leaf (ToR by ToR);
+/// the simulator's endpoint `i` is host `i`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One switch with `hosts` hosts.
+    Switch {
+        /// Hosts on the switch.
+        hosts: usize,
+    },
+    /// Two tiers: `leaves` leaf switches with `hosts_per_leaf` hosts each, every leaf joined
+    /// to every one of `spines` spine switches by one link.
+    LeafSpine {
+        /// Leaf (ToR) switches.
+        leaves: usize,
+        /// Hosts under each leaf.
+        hosts_per_leaf: usize,
+        /// Spine switches.
+        spines: usize,
+    },
+    /// Three tiers: `pods` pods, each of `tors` ToR switches with `hosts_per_tor` hosts and
+    /// `aggs` aggregation switches, every ToR joined to every aggregation switch of its pod;
+    /// `cores` core switches in `aggs` equal groups, aggregation switch `j` of every pod
+    /// joined to every core of group `j`.
+    FatTree {
+        /// Pods.
+        pods: usize,
+        /// ToR switches per pod.
+        tors: usize,
+        /// Aggregation switches per pod.
+        aggs: usize,
+        /// Hosts under each ToR.
+        hosts_per_tor: usize,
+        /// Core switches (a multiple of `aggs`).
+        cores: usize,
+    },
+}
+
+impl Topology {
+    /// The HPCC paper's fabric (Li et al., SIGCOMM 2019, §5.1): 320 hosts, 20 ToR, 20
+    /// aggregation and 16 core switches; 16 hosts per ToR, pods of 4 ToR and 4 aggregation
+    /// switches, each aggregation switch joined to 4 cores. With 100 Gb/s host links and
+    /// 400 Gb/s between switches it is not oversubscribed.
+    pub const HPCC: Self = Self::FatTree {
+        pods: 5,
+        tors: 4,
+        aggs: 4,
+        hosts_per_tor: 16,
+        cores: 16,
+    };
+
+    /// The k-ary fat tree (Al-Fares et al., SIGCOMM 2008): `k` pods of `k/2` ToR and `k/2`
+    /// aggregation switches, `k/2` hosts per ToR, `(k/2)²` cores; `k³/4` hosts.
+    pub fn k_ary(k: usize) -> Self {
+        let h = k / 2;
+        Self::FatTree {
+            pods: k,
+            tors: h,
+            aggs: h,
+            hosts_per_tor: h,
+            cores: h * h,
+        }
+    }
+
+    /// Number of hosts.
+    pub fn hosts(&self) -> usize {
+        match *self {
+            Self::Switch { hosts } => hosts,
+            Self::LeafSpine {
+                leaves,
+                hosts_per_leaf,
+                ..
+            } => leaves * hosts_per_leaf,
+            Self::FatTree {
+                pods,
+                tors,
+                hosts_per_tor,
+                ..
+            } => pods * tors * hosts_per_tor,
+        }
+    }
+
+    /// Number of switches.
+    pub fn switches(&self) -> usize {
+        match *self {
+            Self::Switch { .. } => 1,
+            Self::LeafSpine { leaves, spines, .. } => leaves + spines,
+            Self::FatTree {
+                pods,
+                tors,
+                aggs,
+                cores,
+                ..
+            } => pods * (tors + aggs) + cores,
+        }
+    }
+
+    /// Checks the shape: every count at least 1, at most 4,096 hosts and 1,024 switches, and
+    /// core groups that divide evenly.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        let ok = match *self {
+            Self::Switch { hosts } => hosts >= 1,
+            Self::LeafSpine {
+                leaves,
+                hosts_per_leaf,
+                spines,
+            } => leaves >= 1 && hosts_per_leaf >= 1 && spines >= 1,
+            Self::FatTree {
+                pods,
+                tors,
+                aggs,
+                hosts_per_tor,
+                cores,
+            } => {
+                pods >= 1
+                    && tors >= 1
+                    && aggs >= 1
+                    && hosts_per_tor >= 1
+                    && cores >= aggs
+                    && cores % aggs == 0
+            }
+        };
+        if !ok {
+            return Err("every count must be at least 1, and the cores a multiple of the aggregation switches per pod");
+        }
+        if self.hosts() > 4096 || self.switches() > 1024 {
+            return Err("at most 4096 hosts and 1024 switches");
+        }
+        Ok(())
+    }
+
+    /// The links, as (node, node, tier of the upper end), nodes numbered hosts first.
+    fn links(&self) -> Vec<(usize, usize, u8)> {
+        let mut l = Vec::new();
+        match *self {
+            Self::Switch { hosts } => {
+                for h in 0..hosts {
+                    l.push((h, hosts, 1));
+                }
+            }
+            Self::LeafSpine {
+                leaves,
+                hosts_per_leaf,
+                spines,
+            } => {
+                let hosts = leaves * hosts_per_leaf;
+                for h in 0..hosts {
+                    l.push((h, hosts + h / hosts_per_leaf, 1));
+                }
+                for leaf in 0..leaves {
+                    for s in 0..spines {
+                        l.push((hosts + leaf, hosts + leaves + s, 2));
+                    }
+                }
+            }
+            Self::FatTree {
+                pods,
+                tors,
+                aggs,
+                hosts_per_tor,
+                cores,
+            } => {
+                let hosts = pods * tors * hosts_per_tor;
+                let tor0 = hosts;
+                let agg0 = tor0 + pods * tors;
+                let core0 = agg0 + pods * aggs;
+                let group = cores / aggs;
+                for h in 0..hosts {
+                    l.push((h, tor0 + h / hosts_per_tor, 1));
+                }
+                for p in 0..pods {
+                    for t in 0..tors {
+                        for a in 0..aggs {
+                            l.push((tor0 + p * tors + t, agg0 + p * aggs + a, 2));
+                        }
+                    }
+                    for a in 0..aggs {
+                        for c in 0..group {
+                            l.push((agg0 + p * aggs + a, core0 + a * group + c, 3));
+                        }
+                    }
+                }
+            }
+        }
+        l
+    }
+}
+
+/// A fabric: its shape, rates, buffers and the switches' ECN, PFC and ECMP.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FabricConfig {
+    /// The shape.
+    pub topology: Topology,
+    /// Host links, bits/s (both directions).
+    pub host_rate_bps: u64,
+    /// Links between switches, bits/s.
+    pub fabric_rate_bps: u64,
+    /// Propagation delay of every link.
+    pub link_delay: Duration,
+    /// Each switch's shared buffer, bytes.
+    pub buffer_bytes: u64,
+    /// ECN marking per egress queue, thresholds for a port at the host rate (scaled with
+    /// each port's rate); `None`: never mark.
+    pub red: Option<RedConfig>,
+    /// PFC thresholds per ingress port; `None`: off (the buffer tail-drops).
+    pub pfc: Option<PfcConfig>,
+    /// ECMP: spread over the equal-cost next hops by the 5-tuple's hash; off: always the
+    /// first (one path per destination).
+    pub ecmp: bool,
+}
+
+impl FabricConfig {
+    /// `topology` at 100 Gb/s to hosts and 400 Gb/s between switches, 1 µs links, 32 MB of
+    /// buffer per switch, RED at 100 KB / 400 KB / 20 % for a 100 Gb/s port, PFC off, ECMP
+    /// on.
+    pub fn new(topology: Topology) -> Self {
+        Self {
+            topology,
+            host_rate_bps: 100_000_000_000,
+            fabric_rate_bps: 400_000_000_000,
+            link_delay: Duration::from_micros(1),
+            buffer_bytes: 32_000_000,
+            red: Some(RedConfig {
+                kmin_bytes: 100_000,
+                kmax_bytes: 400_000,
+                pmax: 0.2,
+            }),
+            pfc: None,
+            ecmp: true,
+        }
+    }
+
+    /// The PFC headroom an ingress port at `rate_bps` needs: what can arrive after its XOFF
+    /// is sent (the pause's flight and the frames in flight back, two link delays at that
+    /// rate) plus the frame the upstream port was sending when the pause reached it, and one
+    /// more that had started.
+    pub fn pfc_headroom(&self, rate_bps: u64, mtu: u32) -> u64 {
+        let delay_bytes = rate_bps / 8 * self.link_delay.as_nanos() as u64 / 1_000_000_000;
+        2 * delay_bytes + 2 * (u64::from(mtu) + 100 + FRAME_OVERHEAD)
+    }
+
+    /// PFC thresholds for this fabric with frames of at most `mtu` payload: XOFF where the
+    /// switch with the most ports could still absorb every ingress port's headroom at the
+    /// fastest rate, XON at half of it.
+    pub fn pfc_thresholds(&self, mtu: u32) -> PfcConfig {
+        let (ports, _) = self.max_switch_ports();
+        let headroom = self.pfc_headroom(self.host_rate_bps.max(self.fabric_rate_bps), mtu);
+        let per_port = (self.buffer_bytes / ports.max(1) as u64).saturating_sub(headroom);
+        let xoff = per_port.max(4 * (u64::from(mtu) + 100));
+        PfcConfig {
+            xoff_bytes: xoff,
+            xon_bytes: xoff / 2,
+        }
+    }
+
+    fn max_switch_ports(&self) -> (usize, usize) {
+        let hosts = self.topology.hosts();
+        let mut deg = vec![0usize; hosts + self.topology.switches()];
+        for (a, b, _) in self.topology.links() {
+            deg[a] += 1;
+            deg[b] += 1;
+        }
+        (deg[hosts..].iter().copied().max().unwrap_or(0), hosts)
+    }
+}
+
+/// The ECMP hash of a datagram's 5-tuple (UDP, so the protocol is fixed) at the switch
+/// `salt` identifies: stable (the same tuple always gives the same value, so a QP's packets
+/// stay in order on one path) and spread (a change of any bit, the UDP source port above
+/// all, changes about half the bits). Switches salt it with their own index, so that
+/// consecutive tiers do not make the same choice (hash polarisation).
+pub fn ecmp_hash(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, salt: u32) -> u32 {
+    fn fold(ip: IpAddr) -> u64 {
+        match ip {
+            IpAddr::V4(a) => u64::from(u32::from(a)),
+            IpAddr::V6(a) => {
+                let v = u128::from(a);
+                (v as u64) ^ ((v >> 64) as u64).rotate_left(17)
+            }
+        }
+    }
+    // splitmix64's finaliser over the fields, one round each.
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let mut h = mix(u64::from(salt) ^ 0x9e37_79b9_7f4a_7c15);
+    h = mix(h ^ fold(src));
+    h = mix(h ^ fold(dst).rotate_left(32));
+    h = mix(h ^ (u64::from(src_port) << 16 | u64::from(dst_port)));
+    (h >> 32) as u32
+}
+
+/// Where a port leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortKind {
+    /// A host's link to its ToR.
+    HostUp,
+    /// A switch's link down to a host.
+    ToHost,
+    /// A switch's link to a switch of the next tier up.
+    Up,
+    /// A switch's link to a switch of the tier below.
+    Down,
+}
+
+/// Counters of one port (diff two snapshots for a window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortStats {
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Frame bytes sent.
+    pub tx_bytes: u64,
+    /// Frames dropped at this egress queue: the switch's buffer was full.
+    pub drops: u64,
+    /// Frames marked CE at this queue.
+    pub marked: u64,
+    /// Deepest queue, bytes.
+    pub max_queue_bytes: u64,
+    /// Times PFC paused this port.
+    pub pauses: u64,
+    /// Nanoseconds this port was paused.
+    pub paused_ns: u64,
+}
+
+/// One directed port.
+#[derive(Debug)]
+struct Port {
+    node: u32,
+    peer: u32,
+    /// The port at `peer` back to `node`.
+    back: u32,
+    kind: PortKind,
+    rate_bps: u64,
+    red: Option<RedConfig>,
+    queue: VecDeque<Arrival>,
+    queue_bytes: u64,
+    /// Sending the head frame (its departure event is pending).
+    busy: bool,
+    paused_since: Option<Instant>,
+    /// Ingress side (this port's peer sends into our node through it): bytes in our node's
+    /// buffer that came in through here, and whether we are pausing the peer.
+    ingress_bytes: u64,
+    pausing: bool,
+    stats: PortStats,
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// The port finished sending its head frame.
+    Depart(u32),
+    /// A frame sent on the port reached the port's peer.
+    Arrive(u32, Arrival),
+    /// A PFC frame reached the port: pause (`true`) or resume it.
+    Pause(u32, bool),
+    /// Repeat the XOFF of the ingress port while it pauses.
+    Refresh(u32),
+}
+
+#[derive(Debug)]
+struct Event {
+    at: Instant,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// What processing a fabric event gave the simulator.
+#[derive(Debug)]
+pub(super) enum Out {
+    /// A frame reached its host.
+    Deliver(Arrival),
+    /// A switch dropped a frame (buffer full).
+    Drop(Arrival),
+    /// A switch sent a PFC frame (the whole Ethernet frame, no FCS).
+    Pfc([u8; roce_proto::mac_control::MIN_FRAME]),
+    /// A host's port was resumed: its device may send again.
+    HostResumed(usize),
+}
+
+/// The fabric (see the module docs).
+#[derive(Debug)]
+pub struct Fabric {
+    cfg: FabricConfig,
+    hosts: usize,
+    ports: Vec<Port>,
+    /// Ports of each node.
+    node_ports: Vec<Vec<u32>>,
+    /// Tier of each node (hosts 0).
+    tiers: Vec<u8>,
+    /// Buffer in use per node (switches).
+    buffer: Vec<u64>,
+    /// Egress candidates of switch `s` to host `d`: `routes[(s - hosts) * hosts + d]` is a
+    /// range into `route_ports`.
+    routes: Vec<(u32, u32)>,
+    route_ports: Vec<u32>,
+    events: BinaryHeap<Event>,
+    seq: u64,
+    hops: u64,
+    drops: u64,
+    pfc_frames: u64,
+}
+
+impl Fabric {
+    /// Builds the fabric and its routes. Errors on a shape [`Topology::validate`] refuses.
+    pub fn new(cfg: FabricConfig) -> Result<Self, &'static str> {
+        cfg.topology.validate()?;
+        let hosts = cfg.topology.hosts();
+        let nodes = hosts + cfg.topology.switches();
+        let mut tiers = vec![0u8; nodes];
+        let mut node_ports: Vec<Vec<u32>> = vec![Vec::new(); nodes];
+        let mut ports = Vec::new();
+        for (a, b, tier) in cfg.topology.links() {
+            tiers[b] = tier;
+            let rate = if a < hosts {
+                cfg.host_rate_bps
+            } else {
+                cfg.fabric_rate_bps
+            };
+            let (pa, pb) = (ports.len() as u32, ports.len() as u32 + 1);
+            let (ka, kb) = if a < hosts {
+                (PortKind::HostUp, PortKind::ToHost)
+            } else {
+                (PortKind::Up, PortKind::Down)
+            };
+            for (node, peer, back, kind) in [(a, b, pb, ka), (b, a, pa, kb)] {
+                let red = if node < hosts {
+                    None
+                } else {
+                    cfg.red.map(|r| scale_red(r, rate, cfg.host_rate_bps))
+                };
+                node_ports[node].push(ports.len() as u32);
+                ports.push(Port {
+                    node: node as u32,
+                    peer: peer as u32,
+                    back,
+                    kind,
+                    rate_bps: rate.max(1),
+                    red,
+                    queue: VecDeque::new(),
+                    queue_bytes: 0,
+                    busy: false,
+                    paused_since: None,
+                    ingress_bytes: 0,
+                    pausing: false,
+                    stats: PortStats::default(),
+                });
+            }
+        }
+        let mut f = Self {
+            cfg,
+            hosts,
+            ports,
+            node_ports,
+            tiers,
+            buffer: vec![0; nodes],
+            routes: Vec::new(),
+            route_ports: Vec::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            hops: 0,
+            drops: 0,
+            pfc_frames: 0,
+        };
+        f.build_routes();
+        Ok(f)
+    }
+
+    /// Shortest paths by breadth-first search from every host (hosts do not forward).
+    fn build_routes(&mut self) {
+        let nodes = self.node_ports.len();
+        let switches = nodes - self.hosts;
+        self.routes = vec![(0, 0); switches * self.hosts];
+        let mut dist = vec![u32::MAX; nodes];
+        let mut q = VecDeque::new();
+        for d in 0..self.hosts {
+            dist.fill(u32::MAX);
+            dist[d] = 0;
+            q.clear();
+            q.push_back(d);
+            while let Some(n) = q.pop_front() {
+                if n < self.hosts && n != d {
+                    continue;
+                }
+                for &p in &self.node_ports[n] {
+                    let m = self.ports[p as usize].peer as usize;
+                    if dist[m] == u32::MAX {
+                        dist[m] = dist[n] + 1;
+                        q.push_back(m);
+                    }
+                }
+            }
+            for s in self.hosts..nodes {
+                let start = self.route_ports.len() as u32;
+                for &p in &self.node_ports[s] {
+                    let m = self.ports[p as usize].peer as usize;
+                    let via_host = m < self.hosts && m != d;
+                    if !via_host && dist[m] != u32::MAX && dist[m] + 1 == dist[s] {
+                        self.route_ports.push(p);
+                    }
+                }
+                let end = self.route_ports.len() as u32;
+                self.routes[(s - self.hosts) * self.hosts + d] = (start, end);
+            }
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FabricConfig {
+        &self.cfg
+    }
+
+    /// Number of hosts.
+    pub fn hosts(&self) -> usize {
+        self.hosts
+    }
+
+    /// Number of ports (two per link).
+    pub fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// Port `p`: (node, peer node, kind, rate in bits/s). Nodes are numbered hosts first,
+    /// then the switches tier by tier.
+    pub fn port(&self, p: usize) -> (usize, usize, PortKind, u64) {
+        let x = &self.ports[p];
+        (x.node as usize, x.peer as usize, x.kind, x.rate_bps)
+    }
+
+    /// Tier of node `n`: 0 for hosts, 1 for ToR / leaf switches, 2 for aggregation / spine,
+    /// 3 for core.
+    pub fn tier(&self, n: usize) -> u8 {
+        self.tiers[n]
+    }
+
+    /// Counters of port `p` with its paused time brought up to `now`.
+    pub fn port_stats(&self, p: usize, now: Instant) -> PortStats {
+        let x = &self.ports[p];
+        let mut s = x.stats;
+        if let Some(t) = x.paused_since {
+            s.paused_ns += now.saturating_duration_since(t).as_nanos() as u64;
+        }
+        s
+    }
+
+    /// Bytes queued at port `p` now.
+    pub fn queue_bytes(&self, p: usize) -> u64 {
+        self.ports[p].queue_bytes
+    }
+
+    /// Frames sent on any port so far (a datagram crossing three switches makes four hops).
+    pub fn hops(&self) -> u64 {
+        self.hops
+    }
+
+    /// Frames dropped at any switch.
+    pub fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    /// PFC frames sent (XOFF, their refreshes and XON).
+    pub fn pfc_frames(&self) -> u64 {
+        self.pfc_frames
+    }
+
+    /// The equal-cost egress ports of switch node `s` toward host `d` (empty if `s` is a
+    /// host).
+    pub fn next_hops(&self, s: usize, d: usize) -> &[u32] {
+        if s < self.hosts || d >= self.hosts {
+            return &[];
+        }
+        let (a, b) = self.routes[(s - self.hosts) * self.hosts + d];
+        &self.route_ports[a as usize..b as usize]
+    }
+
+    /// The path a datagram with this 5-tuple takes from host `from` to host `to`: the ports
+    /// it leaves on, in order.
+    pub fn path(
+        &self,
+        from: usize,
+        to: usize,
+        src: IpAddr,
+        dst: IpAddr,
+        src_port: u16,
+    ) -> Vec<usize> {
+        let mut out = Vec::new();
+        let Some(&first) = self.node_ports.get(from).and_then(|p| p.first()) else {
+            return out;
+        };
+        let mut p = first as usize;
+        out.push(p);
+        for _ in 0..8 {
+            let n = self.ports[p].peer as usize;
+            if n == to || n < self.hosts {
+                break;
+            }
+            match self.choose(n, to, src, dst, src_port) {
+                Some(e) => {
+                    p = e;
+                    out.push(p);
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    fn choose(&self, s: usize, d: usize, src: IpAddr, dst: IpAddr, sport: u16) -> Option<usize> {
+        let c = self.next_hops(s, d);
+        match c.len() {
+            0 => None,
+            1 => Some(c[0] as usize),
+            n if self.cfg.ecmp => {
+                let h = ecmp_hash(src, dst, sport, roce_proto::ROCEV2_UDP_PORT, s as u32);
+                Some(c[(h as usize) % n] as usize)
+            }
+            _ => Some(c[0] as usize),
+        }
+    }
+
+    /// `true` while PFC pauses host `h`'s port.
+    pub fn host_paused(&self, h: usize) -> bool {
+        self.node_ports
+            .get(h)
+            .and_then(|p| p.first())
+            .is_some_and(|&p| self.ports[p as usize].paused_since.is_some())
+    }
+
+    /// The earliest pending event.
+    pub(super) fn next_event(&self) -> Option<Instant> {
+        self.events.peek().map(|e| e.at)
+    }
+
+    fn push(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Event {
+            at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    fn tx_ns(bytes: u64, rate: u64) -> u64 {
+        (bytes * 8).saturating_mul(1_000_000_000).div_ceil(rate)
+    }
+
+    fn frame_len(a: &Arrival) -> u64 {
+        a.data.len() as u64 + FRAME_OVERHEAD
+    }
+
+    /// Host `h` puts a frame on its link at `now`; returns when its last bit has left.
+    pub(super) fn host_send(&mut self, now: Instant, h: usize, a: Arrival) -> Instant {
+        let p = self.node_ports[h][0];
+        let port = &mut self.ports[p as usize];
+        let len = Self::frame_len(&a);
+        let done = now.add_nanos(Self::tx_ns(len, port.rate_bps));
+        port.stats.tx_frames += 1;
+        port.stats.tx_bytes += len;
+        self.hops += 1;
+        let at = done + self.cfg.link_delay;
+        self.push(at, Ev::Arrive(p, a));
+        done
+    }
+
+    /// Starts sending port `p`'s head frame if it is idle, not paused and has one.
+    fn kick(&mut self, p: u32, now: Instant) {
+        let port = &mut self.ports[p as usize];
+        if port.busy || port.paused_since.is_some() {
+            return;
+        }
+        let Some(head) = port.queue.front() else {
+            return;
+        };
+        let ns = Self::tx_ns(Self::frame_len(head), port.rate_bps);
+        port.busy = true;
+        self.push(now.add_nanos(ns), Ev::Depart(p));
+    }
+
+    fn pfc_frame(&mut self, node: u32, quanta: u16) -> Out {
+        self.pfc_frames += 1;
+        let n = node.to_be_bytes();
+        let mac = [0x02, 0x00, 0xfa, n[1], n[2], n[3]];
+        Out::Pfc(roce_proto::mac_control::pfc_frame(
+            mac,
+            PFC_PRIORITY,
+            quanta,
+        ))
+    }
+
+    /// Processes the earliest event if it is due at `now`, appending what it gave to `out`.
+    /// `false` when nothing was due.
+    pub(super) fn process(&mut self, now: Instant, rng: &mut Rng, out: &mut Vec<Out>) -> bool {
+        if self.events.peek().is_none_or(|e| e.at > now) {
+            return false;
+        }
+        let Some(Event { at, ev, .. }) = self.events.pop() else {
+            return false;
+        };
+        match ev {
+            Ev::Depart(p) => self.depart(p, at, out),
+            Ev::Arrive(p, a) => self.arrive(p, a, at, rng, out),
+            Ev::Pause(p, on) => {
+                let port = &mut self.ports[p as usize];
+                match (on, port.paused_since) {
+                    (true, None) => {
+                        port.paused_since = Some(at);
+                        port.stats.pauses += 1;
+                    }
+                    (false, Some(t)) => {
+                        port.stats.paused_ns += at.saturating_duration_since(t).as_nanos() as u64;
+                        port.paused_since = None;
+                        if (port.node as usize) < self.hosts {
+                            out.push(Out::HostResumed(port.node as usize));
+                        }
+                        self.kick(p, at);
+                    }
+                    _ => {}
+                }
+            }
+            Ev::Refresh(r) => {
+                let port = &self.ports[r as usize];
+                if port.pausing {
+                    let node = port.node;
+                    let f = self.pfc_frame(node, PFC_XOFF_QUANTA);
+                    out.push(f);
+                    self.push(at.add_nanos(PFC_REFRESH_NS), Ev::Refresh(r));
+                }
+            }
+        }
+        true
+    }
+
+    fn depart(&mut self, p: u32, now: Instant, out: &mut Vec<Out>) {
+        let port = &mut self.ports[p as usize];
+        port.busy = false;
+        let Some(a) = port.queue.pop_front() else {
+            return;
+        };
+        let len = Self::frame_len(&a);
+        port.queue_bytes -= len;
+        port.stats.tx_frames += 1;
+        port.stats.tx_bytes += len;
+        let node = port.node as usize;
+        let ingress = a.ingress;
+        self.hops += 1;
+        self.buffer[node] -= len;
+        // PFC: the bytes leave the ingress port's account.
+        if let Some(pfc) = self.cfg.pfc {
+            let r = &mut self.ports[ingress as usize];
+            r.ingress_bytes = r.ingress_bytes.saturating_sub(len);
+            if r.pausing && r.ingress_bytes <= pfc.xon_bytes {
+                r.pausing = false;
+                let up = r.back;
+                let f = self.pfc_frame(node as u32, 0);
+                out.push(f);
+                self.push(now + self.cfg.link_delay, Ev::Pause(up, false));
+            }
+        }
+        self.push(now + self.cfg.link_delay, Ev::Arrive(p, a));
+        self.kick(p, now);
+    }
+
+    fn arrive(&mut self, p: u32, mut a: Arrival, now: Instant, rng: &mut Rng, out: &mut Vec<Out>) {
+        let node = self.ports[p as usize].peer as usize;
+        if node < self.hosts {
+            out.push(Out::Deliver(a));
+            return;
+        }
+        let Some(e) = self.choose(node, a.to, a.src, a.dst, a.src_port) else {
+            // No route (not one of the fabric's hosts): dropped.
+            self.drops += 1;
+            out.push(Out::Drop(a));
+            return;
+        };
+        let len = Self::frame_len(&a);
+        if self.buffer[node] + len > self.cfg.buffer_bytes {
+            self.drops += 1;
+            self.ports[e].stats.drops += 1;
+            out.push(Out::Drop(a));
+            return;
+        }
+        // The ingress port at this node: the one back toward the sender.
+        let ingress = self.ports[p as usize].back;
+        let coin = rng.unit();
+        let eg = &mut self.ports[e];
+        if let Some(red) = eg.red {
+            if matches!(a.ecn, Ecn::Ect0 | Ecn::Ect1) && coin < red.probability(eg.queue_bytes) {
+                a.ecn = Ecn::Ce;
+                eg.stats.marked += 1;
+            }
+        }
+        a.ingress = ingress;
+        eg.queue_bytes += len;
+        eg.stats.max_queue_bytes = eg.stats.max_queue_bytes.max(eg.queue_bytes);
+        eg.queue.push_back(a);
+        self.buffer[node] += len;
+        self.kick(e as u32, now);
+        if let Some(pfc) = self.cfg.pfc {
+            let r = &mut self.ports[ingress as usize];
+            r.ingress_bytes += len;
+            if !r.pausing && r.ingress_bytes > pfc.xoff_bytes {
+                r.pausing = true;
+                let up = r.back;
+                let f = self.pfc_frame(node as u32, PFC_XOFF_QUANTA);
+                out.push(f);
+                self.push(now + self.cfg.link_delay, Ev::Pause(up, true));
+                self.push(now.add_nanos(PFC_REFRESH_NS), Ev::Refresh(ingress));
+            }
+        }
+    }
+}
+
+/// RED thresholds for a port at `rate` from those for `base` (linear in the rate: the same
+/// queueing delay).
+fn scale_red(r: RedConfig, rate: u64, base: u64) -> RedConfig {
+    let k = rate as f64 / base.max(1) as f64;
+    RedConfig {
+        kmin_bytes: (r.kmin_bytes as f64 * k) as u64,
+        kmax_bytes: (r.kmax_bytes as f64 * k) as u64,
+        pmax: r.pmax,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_presets_have_the_published_sizes() {
+        let t = Topology::HPCC;
+        assert_eq!((t.hosts(), t.switches()), (320, 56));
+        let k4 = Topology::k_ary(4);
+        assert_eq!((k4.hosts(), k4.switches()), (16, 20));
+        let f = Fabric::new(FabricConfig::new(t)).unwrap();
+        // 320 host links, 5 pods × 16 ToR-agg links, 20 aggs × 4 cores.
+        assert_eq!(f.port_count(), 2 * (320 + 80 + 80));
+        let tiers = |n: u8| (0..376).filter(|&i| f.tier(i) == n).count();
+        assert_eq!((tiers(0), tiers(1), tiers(2), tiers(3)), (320, 20, 20, 16));
+    }
+
+    #[test]
+    fn routes_are_shortest_and_equal_cost() {
+        let f = Fabric::new(FabricConfig::new(Topology::HPCC)).unwrap();
+        // ToR 0 (node 320): host 0 is below it, host 16 under ToR 1 of the same pod (via any
+        // of 4 aggs), host 300 in pod 4 (via any of 4 aggs, then any of 4 cores).
+        assert_eq!(f.next_hops(320, 0).len(), 1);
+        assert_eq!(f.next_hops(320, 16).len(), 4);
+        assert_eq!(f.next_hops(320, 300).len(), 4);
+        let agg = 340;
+        assert_eq!(f.next_hops(agg, 300).len(), 4);
+        assert_eq!(f.next_hops(agg, 16).len(), 1);
+        let ip = |i: u32| IpAddr::from([10, 0, (i >> 8) as u8, i as u8]);
+        // Paths: 2 hops under one ToR, 4 in a pod, 6 across pods.
+        assert_eq!(f.path(0, 1, ip(0), ip(1), 1000).len(), 2);
+        assert_eq!(f.path(0, 16, ip(0), ip(16), 1000).len(), 4);
+        let p = f.path(0, 300, ip(0), ip(300), 1000);
+        assert_eq!(p.len(), 6);
+        assert_eq!(f.port(*p.last().unwrap()).1, 300);
+    }
+
+    #[test]
+    fn the_ecmp_hash_is_stable_and_spreads_source_ports() {
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 1, 7]));
+        assert_eq!(
+            ecmp_hash(a, b, 0xc123, 4791, 5),
+            ecmp_hash(a, b, 0xc123, 4791, 5)
+        );
+        // 16,000 source ports over 4 and over 16 paths: each within 10 % of its share.
+        for n in [4u32, 16] {
+            let mut bins = vec![0u32; n as usize];
+            for sport in 0..16_000u16 {
+                bins[(ecmp_hash(a, b, 0xc000 | sport, 4791, 7) % n) as usize] += 1;
+            }
+            let share = 16_000 / n;
+            for (i, &c) in bins.iter().enumerate() {
+                assert!(
+                    c.abs_diff(share) * 10 < share,
+                    "{n} paths: bin {i} got {c} of {share}"
+                );
+            }
+        }
+        // Consecutive tiers decide independently: the choice at one salt says nothing of
+        // the next (each of the 16 combinations of 4 × 4 occurs).
+        let mut seen = [[0u32; 4]; 4];
+        for sport in 0..4_000u16 {
+            let x = ecmp_hash(a, b, sport, 4791, 320) % 4;
+            let y = ecmp_hash(a, b, sport, 4791, 340) % 4;
+            seen[x as usize][y as usize] += 1;
+        }
+        assert!(seen.iter().flatten().all(|&c| c > 150), "{seen:?}");
+    }
+
+    #[test]
+    fn refused_shapes() {
+        assert!(Topology::LeafSpine {
+            leaves: 0,
+            hosts_per_leaf: 1,
+            spines: 1
+        }
+        .validate()
+        .is_err());
+        assert!(Topology::FatTree {
+            pods: 2,
+            tors: 2,
+            aggs: 3,
+            hosts_per_tor: 2,
+            cores: 4
+        }
+        .validate()
+        .is_err());
+        assert!(Topology::Switch { hosts: 5000 }.validate().is_err());
+    }
+}

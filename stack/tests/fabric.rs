@@ -1,0 +1,255 @@
+//! The simulator's multi-switch fabric: real RC WRITEs over leaf-spine and fat trees, with
+//! ECMP, PFC, tail drop and ECN, every byte checked at its receiver. Seeds come from
+//! `SIM_SEED` (or a fixed list) and a failure prints its seed.
+#![cfg(feature = "sim")]
+
+use roce_proto::Ecn;
+use roce_stack::rng::Rng;
+use roce_stack::sim::{FabricConfig, PfcConfig, PortKind, SeedGuard, Sim, Topology};
+use roce_stack::{
+    Access, CcConfig, ConnectParams, MrHandle, PathConfig, QpCaps, SgList, WcStatus, WorkRequest,
+    WrOp,
+};
+
+struct Flow {
+    from: usize,
+    to: usize,
+    size: usize,
+    mrs: (MrHandle, MrHandle),
+    seed: u64,
+}
+
+/// A sim with `cfg`'s hosts on its fabric.
+fn fabric_sim(seed: u64, cfg: FabricConfig) -> Sim {
+    let mut sim = Sim::new(seed);
+    for i in 0..cfg.topology.hosts() {
+        sim.add_endpoint(format!("10.1.{}.{}", i / 200, 1 + i % 200).parse().unwrap());
+    }
+    sim.set_fabric(cfg).unwrap();
+    sim
+}
+
+/// Starts one WRITE of `size` random bytes per (from, to, size) on QPs of its own, with
+/// DCQCN when `cc`; runs until every one completed (or 1 s of virtual time) and checks each
+/// region landed byte for byte. Returns the flows.
+fn run_flows(sim: &mut Sim, flows: &[(usize, usize, usize)], cc: bool) -> Vec<Flow> {
+    let caps = QpCaps {
+        max_unacked_psns: 256,
+        infinite_retry_at_7: true,
+        ..QpCaps::default()
+    };
+    let rate = sim.fabric().unwrap().config().host_rate_bps;
+    let mut out = Vec::new();
+    let mut cqs = Vec::new();
+    for (n, &(from, to, size)) in flows.iter().enumerate() {
+        let seed = sim.seed() ^ (n as u64 + 1).wrapping_mul(0x9e37_79b9);
+        let (pa, ca) = {
+            let d = sim.device(from);
+            (d.alloc_pd(), d.create_cq())
+        };
+        let (pb, cb) = {
+            let d = sim.device(to);
+            (d.alloc_pd(), d.create_cq())
+        };
+        let ma = sim.device(from).reg_mr(pa, size, Access::ALL);
+        Rng::new(seed).fill(sim.device(from).mr_mut(ma).unwrap().as_mut_slice());
+        let mb = sim.device(to).reg_mr(pb, size, Access::ALL);
+        let qa = sim.device(from).create_qp(pa, ca, ca, caps).unwrap();
+        let qb = sim.device(to).create_qp(pb, cb, cb, caps).unwrap();
+        let p = ConnectParams {
+            mtu: 1024,
+            timeout: 12,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            path: PathConfig {
+                ecn: if cc { Ecn::Ect0 } else { Ecn::NotEct },
+                ..PathConfig::default()
+            },
+            ..ConnectParams::default()
+        };
+        sim.connect(from, qa, to, qb, &p).unwrap();
+        if cc {
+            sim.device(from)
+                .set_congestion_control(qa, CcConfig::Dcqcn(Default::default()).build(rate));
+        }
+        let remote = sim.device(to).mr(mb).unwrap().remote_addr(0);
+        let sge = sim.device(from).mr(ma).unwrap().sge(0, size as u32);
+        sim.device(from)
+            .post_send(
+                qa,
+                WorkRequest::new(n as u64, WrOp::Write(remote), SgList::one(sge)),
+            )
+            .unwrap();
+        cqs.push((from, qa));
+        out.push(Flow {
+            from,
+            to,
+            size,
+            mrs: (ma, mb),
+            seed,
+        });
+    }
+    sim.time_limit = roce_stack::Instant::from_micros(1_000_000);
+    let mut done = vec![false; flows.len()];
+    while done.iter().any(|d| !d) {
+        assert!(sim.step(), "the fabric went idle with flows unfinished");
+        assert!(sim.now() < sim.time_limit, "flows still running after 1 s");
+        for &(h, _) in &cqs {
+            while let Some(c) = sim.device(h).poll_completion() {
+                assert_eq!(c.status, WcStatus::Success, "flow {}", c.wr_id);
+                done[c.wr_id as usize] = true;
+            }
+        }
+    }
+    // What is still on the wire (a last ACK, a CNP) lands too.
+    assert!(sim.run_until_idle(), "the fabric never went idle");
+    for (n, f) in out.iter().enumerate() {
+        let mut want = vec![0u8; f.size];
+        Rng::new(f.seed).fill(&mut want);
+        let got = sim.device(f.to).mr(f.mrs.1).unwrap().as_slice().to_vec();
+        assert!(
+            got == want,
+            "flow {n} ({} -> {}): bytes differ",
+            f.from,
+            f.to
+        );
+    }
+    out
+}
+
+fn seeds() -> Vec<u64> {
+    match std::env::var("SIM_SEED") {
+        Ok(_) => vec![roce_stack::sim::seed_from_env(0)],
+        Err(_) => vec![1, 2, 3],
+    }
+}
+
+fn leaf_spine(spines: usize) -> FabricConfig {
+    FabricConfig::new(Topology::LeafSpine {
+        leaves: 2,
+        hosts_per_leaf: 8,
+        spines,
+    })
+}
+
+#[test]
+fn pfc_never_drops_and_every_port_resumes() {
+    for seed in seeds() {
+        let _g = SeedGuard(seed);
+        // A 7:1 incast into host 15 under a small buffer: without PFC it drops.
+        let mut cfg = leaf_spine(2);
+        cfg.buffer_bytes = 300_000;
+        let flows: Vec<_> = (0..7).map(|h| (h, 15, 400_000)).collect();
+        let mut lossy = fabric_sim(seed, cfg);
+        run_flows(&mut lossy, &flows, false);
+        let f = lossy.fabric().unwrap();
+        assert!(f.drops() > 0, "seed {seed}: the incast never overflowed");
+
+        cfg.pfc = Some(cfg.pfc_thresholds(1024));
+        let mut sim = fabric_sim(seed, cfg);
+        run_flows(&mut sim, &flows, false);
+        let now = sim.now();
+        let f = sim.fabric().unwrap();
+        assert_eq!(f.drops(), 0, "seed {seed}: PFC dropped");
+        let pauses: u64 = (0..f.port_count())
+            .map(|p| f.port_stats(p, now).pauses)
+            .sum();
+        assert!(pauses > 0, "seed {seed}: nothing was paused");
+        assert!(
+            f.pfc_frames() >= 2 * pauses,
+            "an XON for every XOFF at least"
+        );
+        for h in 0..f.hosts() {
+            assert!(!f.host_paused(h), "seed {seed}: host {h} still paused");
+        }
+        let retx: u64 = (0..16)
+            .flat_map(|h| sim.endpoints()[h].device.qps().map(|q| q.stats()))
+            .map(|s| s.retransmitted_packets)
+            .sum();
+        assert_eq!(retx, 0, "seed {seed}: lossless, yet retransmitted");
+    }
+}
+
+#[test]
+fn ecmp_spreads_one_host_pairs_qps_and_one_entropy_port_does_not() {
+    for seed in seeds() {
+        let _g = SeedGuard(seed);
+        // 32 QPs from host 0 to host 8 (other leaf), 4 spines.
+        let flows: Vec<_> = (0..32).map(|_| (0, 8, 64_000)).collect();
+        let uplinks = |sim: &Sim| -> Vec<u64> {
+            let f = sim.fabric().unwrap();
+            let now = sim.now();
+            (0..f.port_count())
+                .filter(|&p| {
+                    let (node, _, kind, _) = f.port(p);
+                    kind == PortKind::Up && node == 16
+                })
+                .map(|p| f.port_stats(p, now).tx_bytes)
+                .collect()
+        };
+        let mut sim = fabric_sim(seed, leaf_spine(4));
+        run_flows(&mut sim, &flows, false);
+        let spread = uplinks(&sim);
+        assert_eq!(spread.len(), 4);
+        assert!(
+            spread.iter().all(|&b| b > 0),
+            "seed {seed}: a spine unused: {spread:?}"
+        );
+        let mut one = fabric_sim(seed, leaf_spine(4));
+        one.set_entropy_port(Some(0xc000));
+        run_flows(&mut one, &flows, false);
+        let one = uplinks(&one);
+        assert_eq!(
+            one.iter().filter(|&&b| b > 0).count(),
+            1,
+            "seed {seed}: {one:?}"
+        );
+        // The same frames crossed the leaf's uplinks either way, each exactly once.
+        assert_eq!(spread.iter().sum::<u64>(), one.iter().sum::<u64>());
+    }
+}
+
+#[test]
+fn a_fat_tree_carries_random_pairs_exactly_once() {
+    for seed in seeds() {
+        let _g = SeedGuard(seed);
+        let mut cfg = FabricConfig::new(Topology::k_ary(4));
+        cfg.pfc = Some(cfg.pfc_thresholds(1024));
+        let mut sim = fabric_sim(seed, cfg);
+        let mut rng = Rng::new(seed);
+        let flows: Vec<_> = (0..40)
+            .map(|_| {
+                let a = rng.below(16) as usize;
+                let b = (a + 1 + rng.below(15) as usize) % 16;
+                (a, b, 1 + rng.below(200_000) as usize)
+            })
+            .collect();
+        run_flows(&mut sim, &flows, true);
+        let now = sim.now();
+        let f = sim.fabric().unwrap();
+        assert_eq!(f.drops(), 0);
+        // Conservation at the edge: every frame a host sent reached a host.
+        let (mut up, mut down) = (0, 0);
+        for p in 0..f.port_count() {
+            let (_, _, kind, _) = f.port(p);
+            let s = f.port_stats(p, now);
+            match kind {
+                PortKind::HostUp => up += s.tx_frames,
+                PortKind::ToHost => down += s.tx_frames,
+                _ => {}
+            }
+        }
+        assert_eq!(up, down, "seed {seed}");
+        assert!(up > 0);
+    }
+}
+
+#[test]
+fn pfc_thresholds_leave_the_headroom() {
+    let cfg = FabricConfig::new(Topology::HPCC);
+    let p: PfcConfig = cfg.pfc_thresholds(1024);
+    // The ToR has 20 ports: 20 × (XOFF + headroom) fits its buffer.
+    let headroom = cfg.pfc_headroom(cfg.fabric_rate_bps, 1024);
+    assert!(20 * (p.xoff_bytes + headroom) <= cfg.buffer_bytes);
+    assert!(p.xon_bytes < p.xoff_bytes);
+}
