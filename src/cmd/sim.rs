@@ -16,23 +16,38 @@ pub(crate) enum SimCommand {
     /// table (or JSON) and can plot per-flow rates and the queue depth.
     Congestion(CongestionArgs),
     /// Flow completion times (FCT slowdown at p50/p95/p99 per flow-size bucket) of Poisson
-    /// flows with WebSearch / FB Hadoop sizes, or of an n:1 incast, each flow a real RC
-    /// WRITE, on the one-switch fabric (every flow toward one receiver).
-    Fabric(FabricArgs),
+    /// flows with WebSearch / FB Hadoop sizes, of an n:1 incast or of long flows, each flow a
+    /// real RC WRITE, through one switch port or over a leaf-spine or fat-tree fabric with
+    /// ECMP.
+    Fabric(Box<FabricArgs>),
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct FabricArgs {
-    /// Topology: switch (one switch, every flow to one receiver). leaf-spine and fat-tree are
-    /// not implemented yet.
+    /// Topology: `switch` (one switch port in front of one receiver, every flow toward it,
+    /// --hosts senders); `leaf-spine[:LEAVES:HOSTS:SPINES]` (default 4:16:4, flows between
+    /// random host pairs); `fat-tree` (the HPCC paper's: 320 hosts, 20 ToR, 20 aggregation,
+    /// 16 core switches) or `fat-tree:K` (the k-ary fat tree, k³/4 hosts).
     #[arg(long, default_value = "switch")]
     topology: String,
-    /// websearch, fbhadoop, `incast:N[:SIZE]` (N senders, SIZE bytes each, default 64K),
-    /// `incast-sweep[:SIZE]` (goodput and slowdown for 2 to 128 senders), or a CDF file
-    /// (`<bytes> <cumulative percent>` per line).
+    /// Oversubscription at the ToR of a leaf-spine or fat tree: its hosts' bandwidth over
+    /// its uplinks' (sets the rate between switches; 1: 400 Gb/s on the presets).
+    #[arg(long, default_value_t = 1.0)]
+    oversub: f64,
+    /// ECMP in a fabric: `on` (the 5-tuple hash, each QP its own UDP source port), `one-port`
+    /// (every QP the same UDP source port: only the addresses spread flows), `off` (one path
+    /// per destination).
+    #[arg(long, default_value = "on")]
+    ecmp: String,
+    /// websearch, fbhadoop, `incast:N[:SIZE]` (N senders, SIZE bytes each, default 64K; in
+    /// a fabric the last N hosts into host 0), `incast-sweep[:SIZE]` (goodput and slowdown
+    /// for 2 to 128 senders), `elephant[:N[:SIZE]]` (fabrics: every host sends N flows of
+    /// SIZE, default 4 of 4M, to the host half the fabric away), or a CDF file (`<bytes>
+    /// <cumulative percent>` per line).
     #[arg(long, default_value = "websearch")]
     workload: String,
-    /// Target average load of the bottleneck link (Poisson workloads).
+    /// Target average load of the bottleneck link, or in a fabric of every host link
+    /// (Poisson workloads).
     #[arg(long, default_value_t = 0.3)]
     load: f64,
     /// Congestion control: dcqcn (= paper), none, or any `--cc` of `roce loopback`; several,
@@ -65,6 +80,15 @@ pub(crate) struct FabricArgs {
     /// Seed of arrivals, sizes and hosts.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Bytes of flow regions alive at once in each run, MiB (K/M/G suffixes): a flow that
+    /// would go beyond waits for earlier ones (counted: its FCT includes the wait). Default
+    /// 1 GiB, and 4 GiB in a fabric of more than 64 hosts.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// Switch buffer (K/M suffixes): the switch port's in the one-switch model (default 4M),
+    /// each switch's shared buffer in a fabric (default 32M).
+    #[arg(long, value_name = "SIZE")]
+    buffer: Option<String>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -99,18 +123,27 @@ pub(crate) fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
 
 /// `--workload incast-sweep[:SIZE]`: n:1 incasts of SIZE-byte flows (default 256K) for n = 2
 /// to 128: goodput and FCT slowdown against n, one row (or JSON object) per n.
-fn incast_sweep(a: &FabricArgs, size: Option<&str>, pfc: bool) -> anyhow::Result<ExitCode> {
+fn incast_sweep(
+    a: &FabricArgs,
+    size: Option<&str>,
+    pfc: bool,
+    fabric: Option<congestion::fct::FabricSpec>,
+) -> anyhow::Result<ExitCode> {
     use congestion::fct::{FctSpec, Workload};
     let size = match size {
         Some(v) => crate::units::size(v)
             .map_err(|e| anyhow::anyhow!("--workload incast-sweep:SIZE: {e}"))?,
         None => 256 * 1024,
     };
-    const SENDERS: [usize; 7] = [2, 4, 8, 16, 32, 64, 128];
+    // In a fabric, as many as it has hosts to send.
+    let senders: Vec<usize> = [2, 4, 8, 16, 32, 64, 128]
+        .into_iter()
+        .filter(|&n| fabric.is_none_or(|f| n < f.topology.hosts()))
+        .collect();
     let ccs = ccs(&a.cc)?;
     let mut specs = Vec::new();
     for &cc in &ccs {
-        for n in SENDERS {
+        for &n in &senders {
             let mut spec = FctSpec::new(
                 Workload::Incast { n, size },
                 cc,
@@ -118,6 +151,8 @@ fn incast_sweep(a: &FabricArgs, size: Option<&str>, pfc: bool) -> anyhow::Result
                 a.seed,
             );
             spec.pfc = pfc;
+            spec.fabric = fabric;
+            spec.buffer_bytes = buffer_bytes(a, fabric, spec.buffer_bytes)?;
             spec.validate()?;
             specs.push(spec);
         }
@@ -125,12 +160,12 @@ fn incast_sweep(a: &FabricArgs, size: Option<&str>, pfc: bool) -> anyhow::Result
     let clock = Clock::start();
     let reports = congestion::fct::run_many(&specs);
     let sweeps: Vec<(String, Vec<(usize, congestion::fct::FctReport)>)> = reports
-        .chunks(SENDERS.len())
+        .chunks(senders.len().max(1))
         .map(|rs| {
             let label = rs.first().map_or_else(String::new, |r| r.cc.clone());
             (
                 label,
-                SENDERS.iter().copied().zip(rs.iter().cloned()).collect(),
+                senders.iter().copied().zip(rs.iter().cloned()).collect(),
             )
         })
         .collect();
@@ -268,14 +303,118 @@ fn workload_cdf(name: &str) -> anyhow::Result<congestion::fct::Cdf> {
     congestion::fct::Cdf::parse(&text).map_err(|e| anyhow::anyhow!("--workload {name}: {e}"))
 }
 
+/// `--topology`, `--oversub` and `--ecmp`: `None` for the one-switch model.
+fn fabric_spec(a: &FabricArgs) -> anyhow::Result<Option<congestion::fct::FabricSpec>> {
+    use congestion::fct::{Ecmp, FabricSpec};
+    use roce_stack::sim::Topology;
+    let nums = |rest: &str, n: usize| -> anyhow::Result<Vec<usize>> {
+        let v: Vec<usize> = rest
+            .split(':')
+            .map(|x| {
+                x.parse()
+                    .map_err(|_| anyhow::anyhow!("--topology {}: {x} is not a count", a.topology))
+            })
+            .collect::<Result<_, _>>()?;
+        if v.len() != n {
+            bail!("--topology {}: {n} counts expected", a.topology);
+        }
+        Ok(v)
+    };
+    let ecmp = match a.ecmp.as_str() {
+        "on" => Ecmp::On,
+        "one-port" => Ecmp::OnePort,
+        "off" => Ecmp::Off,
+        other => bail!("--ecmp {other}: on, one-port or off"),
+    };
+    let (topology, tor_hosts, uplinks) = match a.topology.split_once(':') {
+        _ if a.topology == "switch" => return Ok(None),
+        None if a.topology == "leaf-spine" => (
+            Topology::LeafSpine {
+                leaves: 4,
+                hosts_per_leaf: 16,
+                spines: 4,
+            },
+            16,
+            4,
+        ),
+        None if a.topology == "fat-tree" => (Topology::HPCC, 16, 4),
+        Some(("leaf-spine", rest)) => {
+            let v = nums(rest, 3)?;
+            (
+                Topology::LeafSpine {
+                    leaves: v[0],
+                    hosts_per_leaf: v[1],
+                    spines: v[2],
+                },
+                v[1],
+                v[2],
+            )
+        }
+        Some(("fat-tree", rest)) => {
+            let k = nums(rest, 1)?[0];
+            if k < 2 || k % 2 != 0 || k > 24 {
+                bail!("--topology fat-tree:K: K must be even, 2..=24");
+            }
+            (Topology::k_ary(k), k / 2, k / 2)
+        }
+        _ => bail!(
+            "--topology {}: switch, leaf-spine[:LEAVES:HOSTS:SPINES], fat-tree or fat-tree:K",
+            a.topology
+        ),
+    };
+    topology
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--topology {}: {e}", a.topology))?;
+    if !(a.oversub >= 0.25 && a.oversub <= 64.0) {
+        bail!("--oversub must be 0.25..=64");
+    }
+    let host_bps = 100e9;
+    let fabric_rate_bps =
+        (tor_hosts as f64 * host_bps / (uplinks.max(1) as f64 * a.oversub)).round() as u64;
+    Ok(Some(FabricSpec {
+        topology,
+        fabric_rate_bps: fabric_rate_bps.max(1_000_000),
+        ecmp,
+    }))
+}
+
+/// `--buffer`, or its default: `one_switch` there, 32 MB per switch in a fabric.
+fn buffer_bytes(
+    a: &FabricArgs,
+    f: Option<congestion::fct::FabricSpec>,
+    one_switch: u64,
+) -> anyhow::Result<u64> {
+    match &a.buffer {
+        Some(v) => {
+            let b = crate::units::size(v).map_err(|e| anyhow::anyhow!("--buffer: {e}"))?;
+            if !(16 << 10..=1 << 30).contains(&b) {
+                bail!("--buffer must be 16K..=1G");
+            }
+            Ok(b)
+        }
+        None if f.is_some() => Ok(32_000_000),
+        None => Ok(one_switch),
+    }
+}
+
+/// `--memory`, or its default for the fabric.
+fn memory_bound(a: &FabricArgs, f: Option<congestion::fct::FabricSpec>) -> anyhow::Result<u64> {
+    match &a.memory {
+        Some(v) => {
+            let b = crate::units::size(v).map_err(|e| anyhow::anyhow!("--memory: {e}"))?;
+            if !(16 << 20..=256 << 30).contains(&b) {
+                bail!("--memory must be 16M..=256G");
+            }
+            Ok(b)
+        }
+        None if f.is_some_and(|f| f.topology.hosts() > 64) => Ok(4 << 30),
+        None => Ok(congestion::fct::MAX_ACTIVE_BYTES),
+    }
+}
+
 fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
     use congestion::fct::{FctSpec, Workload};
-    if a.topology != "switch" {
-        bail!(
-            "--topology {}: only `switch` is implemented (leaf-spine and fat-tree are not yet)",
-            a.topology
-        );
-    }
+    let fabric = fabric_spec(a)?;
     let pfc = match a.pfc.as_str() {
         "on" => true,
         "off" => false,
@@ -285,9 +424,28 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         bail!("--duration must be 1..=1000 ms");
     }
     if let Some(rest) = a.workload.strip_prefix("incast-sweep") {
-        return incast_sweep(a, rest.strip_prefix(':'), pfc);
+        return incast_sweep(a, rest.strip_prefix(':'), pfc, fabric);
     }
+    let elephant = a
+        .workload
+        .strip_prefix("elephant")
+        .filter(|r| r.is_empty() || r.starts_with(':'));
     let workload = match a.workload.strip_prefix("incast:") {
+        _ if elephant.is_some() => {
+            let mut it = elephant.unwrap_or_default().split(':').skip(1);
+            let per_host = match it.next() {
+                Some(v) => v
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--workload elephant:N[:SIZE]: N is a number"))?,
+                None => 4,
+            };
+            let size = match it.next() {
+                Some(v) => crate::units::size(v)
+                    .map_err(|e| anyhow::anyhow!("--workload elephant SIZE: {e}"))?,
+                None => 4 << 20,
+            };
+            Workload::Elephant { per_host, size }
+        }
         Some(rest) => {
             let mut it = rest.split(':');
             let n: usize = it
@@ -323,6 +481,9 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         spec.hosts = a.hosts;
         spec.pfc = pfc;
         spec.victim = victim;
+        spec.fabric = fabric;
+        spec.max_active_bytes = memory_bound(a, fabric)?;
+        spec.buffer_bytes = buffer_bytes(a, fabric, spec.buffer_bytes)?;
         spec.validate()?;
         specs.push(spec);
     }

@@ -1,25 +1,34 @@
-//! Flow completion times on the one-switch fabric (`roce sim fabric --topology switch`): the
-//! HPCC paper's method (Li et al., SIGCOMM 2019, section 5) on the n:1 fabric the simulator has
-//! today, every flow toward one receiver through the switch's bottleneck port.
+//! Flow completion times (`roce sim fabric`): the HPCC paper's method (Li et al., SIGCOMM
+//! 2019, section 5) on the simulator's networks, every flow a real RC WRITE stream.
 //!
-//! * **Workloads**: Poisson flow arrivals at a target load of the bottleneck link, sizes drawn
-//!   from a piecewise-linear CDF (`../shared/docs/workloads/`: WebSearch, FB Hadoop, or any
-//!   file in that format), each from a random sender host; or an n:1 incast (n flows of one
-//!   size starting together).
-//! * **Each flow is a real RC RDMA WRITE** on a QP pair of its own, created when it starts;
-//!   its FCT runs from its start to its completion at the sender (the last ACK).
-//! * **Metric**: FCT slowdown = FCT / ideal FCT (the flow alone: base RTT plus its frame bytes
-//!   at line rate), at p50, p95 and p99 per flow-size bucket; drops, retransmissions, ECN
-//!   marks, CNPs, the deepest queue.
+//! * **Networks**: the one-switch model (`--topology switch`: every flow toward one receiver
+//!   through the switch port in front of it), or a multi-switch fabric
+//!   ([`roce_stack::sim::Fabric`]: leaf-spine, fat trees, the HPCC paper's 320 hosts) with
+//!   ECMP, flows between its hosts.
+//! * **Workloads**: Poisson flow arrivals at a target load (of the bottleneck link, or of
+//!   every host link in a fabric, between random host pairs), sizes drawn from a
+//!   piecewise-linear CDF (`../shared/docs/workloads/`: WebSearch, FB Hadoop, or any file in
+//!   that format); an n:1 incast (n flows of one size starting together); in a fabric, a
+//!   permutation of long flows (elephants).
+//! * **Each flow is real RC RDMA WRITEs** on a QP pair of its own (reused once free): up to
+//!   eight periods of its sender's pattern region per WRITE, the last one's completion at
+//!   the sender (its last ACK) ending its FCT. Its bytes are checked in place at the
+//!   receiver.
+//! * **Metric**: FCT slowdown = FCT / ideal FCT (the flow alone: a round trip over its path
+//!   plus its frame bytes at the host rate), at p50, p95 and p99 per flow-size bucket;
+//!   drops, retransmissions, ECN marks, CNPs, the queues' distribution over time, PFC pauses,
+//!   per-tier link utilisation (how evenly ECMP spread the load).
 //!
-//! PFC (`--pfc on`): the switch pauses every sender above its XOFF threshold and resumes
-//! them at XON, so the buffer never drops. The leaf-spine and fat-tree topologies, ECMP and
-//! HPCC are not here yet.
+//! PFC (`--pfc on`): the one switch pauses every sender above its XOFF threshold; a fabric's
+//! switches pause the upstream port of each ingress over its threshold. Either way the
+//! buffer never drops.
 use core::time::Duration;
 use std::fmt::Write as _;
 
 use roce_stack::rng::Rng;
-use roce_stack::sim::{LinkConfig, PfcConfig, RedConfig, Sim, SwitchConfig};
+use roce_stack::sim::{
+    Fabric, FabricConfig, LinkConfig, PfcConfig, PortKind, RedConfig, Sim, SwitchConfig, Topology,
+};
 use roce_stack::{
     Access, CcConfig, ConnectParams, Instant, MrHandle, QpCaps, SgList, WcStatus, WorkRequest, WrOp,
 };
@@ -137,6 +146,15 @@ pub enum Workload {
         /// Bytes per flow.
         size: u64,
     },
+    /// Long flows in a permutation (fabrics only): every host `h` of `n` sends `per_host`
+    /// flows of `size` bytes to host `(h + n/2) mod n`, all starting at 0, each on a QP of
+    /// its own.
+    Elephant {
+        /// Flows per host.
+        per_host: usize,
+        /// Bytes per flow.
+        size: u64,
+    },
 }
 
 /// One experiment.
@@ -164,14 +182,160 @@ pub struct FctSpec {
     pub seed: u64,
     /// PFC at the switch port (pause the senders instead of dropping).
     pub pfc: bool,
-    /// Bytes of flow regions (sender and receiver) alive at once, at most
-    /// ([`MAX_ACTIVE_BYTES`] by default): a flow that would go beyond waits for earlier ones
-    /// to finish (counted in [`FctReport::postponed`]).
+    /// Bytes of receiver regions of flows alive at once, at most ([`MAX_ACTIVE_BYTES`] by
+    /// default): a flow that would go beyond waits for earlier ones to finish (counted in
+    /// [`FctReport::postponed`]). Senders send from one pattern region each (1 MiB + 64 KiB
+    /// per host), not counted here.
     pub max_active_bytes: u64,
     /// A victim flow of this many bytes: from the first sender, 50 µs into the run, to a
     /// second receiver whose link does not cross the switch port the workload congests (PFC's
     /// head-of-line blocking shows in its FCT). Reported apart from the workload's flows.
     pub victim: Option<u64>,
+    /// A multi-switch fabric (`None`: the one-switch model, every flow toward one receiver).
+    pub fabric: Option<FabricSpec>,
+}
+
+/// The UDP source port of every QP with [`Ecmp::OnePort`].
+pub const ONE_ENTROPY_PORT: u16 = 0xc000;
+
+/// How the fabric's switches spread flows over equal-cost paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ecmp {
+    /// By the hash of the 5-tuple, each QP pair with its own UDP source port (RoCEv2's
+    /// entropy).
+    On,
+    /// By the hash, but every QP with the same UDP source port: only the addresses vary.
+    OnePort,
+    /// Every switch takes the first equal-cost port: one path per destination.
+    Off,
+}
+
+/// A multi-switch fabric for [`FctSpec::fabric`]: hosts at [`FctSpec::line_rate_bps`],
+/// links of [`FctSpec::hop_delay`]; buffers, RED and PFC thresholds as
+/// [`FabricSpec::config`] says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FabricSpec {
+    /// The shape.
+    pub topology: Topology,
+    /// Links between switches, bits/s.
+    pub fabric_rate_bps: u64,
+    /// Path spreading.
+    pub ecmp: Ecmp,
+}
+
+impl FabricSpec {
+    /// One line: the shape, its size, the rate between switches and the ECMP mode.
+    pub fn describe(&self) -> String {
+        let shape = match self.topology {
+            Topology::Switch { .. } => "one switch".to_string(),
+            Topology::LeafSpine {
+                leaves,
+                hosts_per_leaf,
+                spines,
+            } => format!("leaf-spine {leaves}x{hosts_per_leaf} hosts, {spines} spines"),
+            Topology::FatTree {
+                pods,
+                tors,
+                aggs,
+                hosts_per_tor,
+                cores,
+            } => format!(
+                "fat tree {pods} pods of {tors} ToR x {hosts_per_tor} hosts and {aggs} aggregation, {cores} core"
+            ),
+        };
+        let ecmp = match self.ecmp {
+            Ecmp::On => "on",
+            Ecmp::OnePort => "one UDP source port",
+            Ecmp::Off => "off",
+        };
+        format!(
+            "{shape}: {} hosts, {} switches, {} Gb/s between switches, ECMP {ecmp}",
+            self.topology.hosts(),
+            self.topology.switches(),
+            self.fabric_rate_bps as f64 / 1e9
+        )
+    }
+
+    /// The simulator's fabric for `spec`: [`FctSpec::buffer_bytes`] per switch, RED as
+    /// [`FabricConfig::new`] has it
+    /// (100 KB / 400 KB / 20 % at 100 Gb/s, scaled with port rate), and with `spec.pfc`
+    /// [`FabricConfig::pfc_thresholds`] at `spec.mtu`.
+    pub fn config(&self, spec: &FctSpec) -> FabricConfig {
+        let mut c = FabricConfig::new(self.topology);
+        c.host_rate_bps = spec.line_rate_bps;
+        c.fabric_rate_bps = self.fabric_rate_bps;
+        c.link_delay = spec.hop_delay;
+        c.buffer_bytes = spec.buffer_bytes;
+        c.ecmp = self.ecmp != Ecmp::Off;
+        if let Some(r) = c.red.as_mut() {
+            // Thresholds are for a port at the host rate: keep their queueing delay.
+            let k = spec.line_rate_bps as f64 / 100e9;
+            r.kmin_bytes = (r.kmin_bytes as f64 * k) as u64;
+            r.kmax_bytes = (r.kmax_bytes as f64 * k) as u64;
+        }
+        if spec.pfc {
+            c.pfc = Some(c.pfc_thresholds(spec.mtu));
+        }
+        c
+    }
+}
+
+/// Utilisation of one tier's links (frame bytes sent over the port's capacity until the
+/// last completion): how evenly ECMP spread the load.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LinkTier {
+    /// Which links: `host-tor`, `tor-host`, `tor-up`, `agg-up` (a leaf-spine's spine tier is
+    /// `tor-up`), `agg-down`, `core-down`.
+    pub tier: String,
+    /// Links in the tier.
+    pub links: usize,
+    /// Mean utilisation, 0..1.
+    pub mean: f64,
+    /// Least and most used link.
+    pub min: f64,
+    /// Most used link.
+    pub max: f64,
+    /// Coefficient of variation (standard deviation over mean): 0 is a perfect spread.
+    pub cv: f64,
+}
+
+/// Per-tier utilisation of `f`'s links over `[0, until]`.
+fn link_tiers(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkTier> {
+    let secs = until.as_nanos().max(1) as f64 / 1e9;
+    let mut tiers: Vec<(String, Vec<f64>)> = Vec::new();
+    for p in 0..f.port_count() {
+        let (node, _, kind, rate) = f.port(p);
+        let name = match (kind, f.tier(node)) {
+            (PortKind::HostUp, _) => "host-tor",
+            (PortKind::ToHost, _) => "tor-host",
+            (PortKind::Up, 1) => "tor-up",
+            (PortKind::Up, _) => "agg-up",
+            (PortKind::Down, 2) => "agg-down",
+            (PortKind::Down, _) => "core-down",
+        };
+        let u = f.port_stats(p, now).tx_bytes as f64 * 8.0 / (rate as f64 * secs);
+        match tiers.iter_mut().find(|t| t.0 == name) {
+            Some(t) => t.1.push(u),
+            None => tiers.push((name.to_string(), vec![u])),
+        }
+    }
+    tiers
+        .into_iter()
+        .map(|(tier, v)| {
+            let n = v.len() as f64;
+            let mean = v.iter().sum::<f64>() / n;
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+            LinkTier {
+                tier,
+                links: v.len(),
+                mean,
+                min: v.iter().copied().fold(f64::INFINITY, f64::min),
+                max: v.iter().copied().fold(0.0, f64::max),
+                cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+            }
+        })
+        .collect()
 }
 
 /// When the victim flow starts: once the workload had time to build a queue.
@@ -195,6 +359,7 @@ impl FctSpec {
             pfc: false,
             max_active_bytes: MAX_ACTIVE_BYTES,
             victim: None,
+            fabric: None,
         }
     }
 
@@ -202,18 +367,52 @@ impl FctSpec {
     pub fn validate(&self) -> Result<(), ConfigError> {
         ConfigError::check_range("--hosts", "1..=250", self.hosts as u64, 1, 250)?;
         ConfigError::check_mtu(self.mtu)?;
+        let incast_max = self.fabric.map_or(250, |f| f.topology.hosts() as u64);
         match &self.workload {
             Workload::Poisson { load, .. } if !(*load > 0.0 && *load < 1.0) => {
                 Err(ConfigError::Conflict("--load must be between 0 and 1"))
             }
             Workload::Incast { n, size } => {
-                ConfigError::check_range("incast senders", "1..=250", *n as u64, 1, 250)?;
+                ConfigError::check_range(
+                    "incast senders",
+                    "1..=250 (fewer than the fabric's hosts)",
+                    *n as u64,
+                    1,
+                    incast_max,
+                )?;
                 ConfigError::check_range("incast size", "1..=67108864", *size, 1, 64 << 20)
+            }
+            Workload::Elephant { per_host, size } => {
+                if self.fabric.is_none() {
+                    return Err(ConfigError::Conflict(
+                        "the elephant workload needs a multi-switch --topology",
+                    ));
+                }
+                ConfigError::check_range("flows per host", "1..=64", *per_host as u64, 1, 64)?;
+                ConfigError::check_range("elephant size", "1..=67108864", *size, 1, 64 << 20)
             }
             Workload::Poisson { .. } => Ok(()),
         }?;
         if let Some(v) = self.victim {
+            if self.fabric.is_some() {
+                return Err(ConfigError::Conflict(
+                    "--victim is an experiment of --topology switch",
+                ));
+            }
             ConfigError::check_range("victim size", "1..=67108864", v, 1, 64 << 20)?;
+        }
+        if let Some(f) = &self.fabric {
+            f.topology.validate().map_err(ConfigError::Conflict)?;
+            if f.topology.hosts() < 2 {
+                return Err(ConfigError::Conflict("a fabric needs at least 2 hosts"));
+            }
+            if let Workload::Incast { n, .. } = self.workload {
+                if n >= f.topology.hosts() {
+                    return Err(ConfigError::Conflict(
+                        "an incast needs fewer senders than the fabric has hosts",
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -262,6 +461,8 @@ pub const BUCKETS: [(u64, &str); 5] = [
 pub struct FctReport {
     /// Congestion control.
     pub cc: String,
+    /// The network: `switch` (the one-switch model) or the fabric's shape, rates and ECMP.
+    pub topology: String,
     /// Flows started.
     pub flows: usize,
     /// Flows completed.
@@ -313,6 +514,8 @@ pub struct FctReport {
     pub max_active_bytes: u64,
     /// The victim flow's FCT, µs, and its slowdown, when there is one and it completed.
     pub victim: Option<(f64, f64)>,
+    /// A fabric's link utilisation per tier (empty for the one-switch model).
+    pub links: Vec<LinkTier>,
 }
 
 /// The distribution of the switch queue's length over time, sampled at the end of every step
@@ -386,14 +589,18 @@ struct Flow {
     mrs: (MrHandle, MrHandle),
     /// (sender, sender QP, receiver QP).
     qps: (usize, roce_proto::Qpn, roce_proto::Qpn),
-    /// Seed of its bytes.
+    /// Offset of its bytes in its sender's pattern.
     pattern: u64,
+    /// WRITEs it was posted as.
+    wrs: u64,
     /// Its WRITE completed with an error.
     failed: bool,
     /// Its receiver.
     dst: usize,
     /// The victim flow (reported apart).
     victim: bool,
+    /// Links on its path (2 through one switch).
+    links: u32,
 }
 
 /// A host's protection domain, completion queue (completions are told apart by work request
@@ -403,6 +610,8 @@ struct Pool {
     pd: roce_stack::PdHandle,
     cq: roce_stack::CqHandle,
     free: Vec<roce_proto::Qpn>,
+    /// Its pattern region, once it sent.
+    pattern: Option<MrHandle>,
 }
 
 /// Every host's [`Pool`], made when the host first sends or receives.
@@ -422,12 +631,32 @@ impl Pools {
                 pd: d.alloc_pd(),
                 cq: d.create_cq(),
                 free: Vec::new(),
+                pattern: None,
             }
         });
         let mut out = p.clone();
         // Hand out one free QP at most; the rest stay.
         out.free = p.free.pop().into_iter().collect();
         out
+    }
+
+    /// Host `h`'s pattern region (made on first use): [`PATTERN_PERIOD`] +
+    /// [`PATTERN_SLACK`] random bytes every flow it sends is cut from.
+    fn pattern(&mut self, sim: &mut Sim, h: usize, seed: u64) -> MrHandle {
+        let _ = self.of(sim, h);
+        let pd = self.0[h].as_ref().map(|p| p.pd).expect("made above");
+        if let Some(m) = self.0[h].as_ref().and_then(|p| p.pattern) {
+            return m;
+        }
+        let d = sim.device(h);
+        let mr = d.reg_mr(pd, (PATTERN_PERIOD + PATTERN_SLACK) as usize, Access::ALL);
+        if let Some(m) = d.mr_mut(mr) {
+            Rng::new(seed ^ (h as u64).wrapping_mul(0xa076_1d64_78bd_642f)).fill(m.as_mut_slice());
+        }
+        if let Some(p) = self.0[h].as_mut() {
+            p.pattern = Some(mr);
+        }
+        mr
     }
 
     fn give_back(&mut self, h: usize, qp: roce_proto::Qpn) {
@@ -437,18 +666,58 @@ impl Pools {
     }
 }
 
-/// Whether `got` holds the bytes of pattern `seed` (compared a piece at a time).
-fn holds_pattern(got: &[u8], seed: u64) -> bool {
-    let mut rng = Rng::new(seed);
-    let mut want = vec![0u8; got.len().min(1 << 16)];
-    // `Rng::fill` continues the stream across calls only in whole words: fill pieces that
-    // are multiples of 8 bytes.
-    let piece = want.len().max(8) / 8 * 8;
-    got.chunks(piece.max(8)).all(|g| {
-        let w = &mut want[..g.len()];
-        rng.fill(w);
-        g == &w[..]
-    })
+/// A flow's bytes repeat its sender's pattern with this period: odd, so that a packet
+/// placed a whole number of MTUs away from where it belongs never finds the same bytes there.
+const PATTERN_PERIOD: u64 = (1 << 20) - 1;
+
+/// Offsets into the pattern flows start at (one per flow, below this).
+const PATTERN_SLACK: u64 = 1 << 16;
+
+/// WRITEs a flow may be posted as (its work request IDs are `flow × this + n`).
+const WRS_PER_FLOW: u64 = 16;
+
+/// Whether `got` holds `pattern` from `offset` on, repeated every [`PATTERN_PERIOD`] bytes.
+fn holds_pattern(got: &[u8], pattern: &[u8], offset: u64) -> bool {
+    let o = offset as usize;
+    let Some(period) = pattern.get(o..o + PATTERN_PERIOD as usize) else {
+        return false;
+    };
+    got.chunks(period.len()).all(|g| g == &period[..g.len()])
+}
+
+/// Posts a flow of `size` bytes from the sender's pattern region at `offset` to the start of
+/// the receiver's region, as WRITEs of up to [`MAX_SGE`](roce_stack::MAX_SGE) periods each
+/// (IDs `flow × WRS_PER_FLOW + n`); returns how many.
+fn post_flow(
+    sim: &mut Sim,
+    flow: usize,
+    (h, sq, smr): (usize, roce_proto::Qpn, MrHandle),
+    (dst, rmr): (usize, MrHandle),
+    size: u64,
+    offset: u64,
+) -> u64 {
+    let remote = sim.device(dst).mr(rmr).expect("region").remote_addr(0);
+    let per_wr = PATTERN_PERIOD * roce_stack::MAX_SGE as u64;
+    let wrs = size.div_ceil(per_wr).max(1);
+    for n in 0..wrs {
+        let start = n * per_wr;
+        let len = (size - start).min(per_wr);
+        let mut sgl = SgList::default();
+        let mut at = 0;
+        while at < len {
+            let l = (len - at).min(PATTERN_PERIOD);
+            let sge = sim.device(h).mr(smr).expect("region").sge(offset, l as u32);
+            sgl.push(sge);
+            at += l;
+        }
+        let to = roce_stack::RemoteAddr {
+            va: remote.va + start,
+            ..remote
+        };
+        let wr = WorkRequest::new(flow as u64 * WRS_PER_FLOW + n, WrOp::Write(to), sgl);
+        sim.device(h).post_send(sq, wr).expect("post");
+    }
+    wrs
 }
 
 /// The default of [`FctSpec::max_active_bytes`]: what the simulator's memory for flows is
@@ -517,17 +786,26 @@ pub fn run_many(specs: &[FctSpec]) -> Vec<FctReport> {
     out
 }
 
-/// [`run`] with `tap` seeing every datagram and the switch's PFC frames (for a capture).
-pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) -> FctReport {
-    let mut sim = Sim::new(spec.seed);
-    if let Some(t) = tap {
-        sim.set_tap(t);
-    }
-    let mut rng = Rng::new(spec.seed ^ 0xfc7);
+/// A run's network, set up: who sends, what arrives, and how each flow's ideal FCT is
+/// computed.
+struct Net {
+    /// Hosts whose completions are polled (every sender).
+    senders: Vec<usize>,
+    /// Hosts whose CNPs are counted (every receiver).
+    receivers: Vec<usize>,
+    /// (arrival, sender, receiver, size, is the victim), in time order.
+    arrivals: Vec<(Instant, usize, usize, u64, bool)>,
+    /// A multi-switch fabric (not the one-switch model).
+    fabric: bool,
+}
+
+/// The one-switch model: every workload flow to endpoint 0 through the switch port in front
+/// of it.
+fn one_switch(sim: &mut Sim, spec: &FctSpec, rng: &mut Rng) -> Net {
     let rx = sim.add_endpoint("10.0.0.1".parse().expect("literal"));
     let nhosts = match spec.workload {
         Workload::Incast { n, .. } => n,
-        Workload::Poisson { .. } => spec.hosts,
+        _ => spec.hosts,
     };
     let hosts: Vec<usize> = (0..nhosts)
         .map(|i| {
@@ -586,7 +864,6 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         };
         v
     });
-    // Arrivals.
     let mut arrivals: Vec<(Instant, usize, u64)> = Vec::new();
     match &spec.workload {
         Workload::Incast { n, size } => {
@@ -601,12 +878,12 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 spec.line_rate_bps,
                 spec.duration,
                 hosts.len(),
-                &mut rng,
+                rng,
             );
             arrivals.extend(flows.into_iter().map(|(t, h, size)| (t, hosts[h], size)));
         }
+        Workload::Elephant { .. } => {}
     }
-    // (arrival, sender, receiver, size, is the victim), in time order.
     let mut arrivals: Vec<(Instant, usize, usize, u64, bool)> = arrivals
         .into_iter()
         .map(|(t, h, size)| (t, h, rx, size, false))
@@ -616,6 +893,87 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         let i = arrivals.partition_point(|a| a.0 <= at);
         arrivals.insert(i, (at, hosts[0], v, size, true));
     }
+    Net {
+        senders: hosts,
+        receivers: vec![rx],
+        arrivals,
+        fabric: false,
+    }
+}
+
+/// A multi-switch fabric: flows between its hosts.
+fn multi_switch(sim: &mut Sim, spec: &FctSpec, f: &FabricSpec, rng: &mut Rng) -> Net {
+    let cfg = f.config(spec);
+    let n = cfg.topology.hosts();
+    for i in 0..n {
+        sim.add_endpoint(
+            format!("10.{}.{}.{}", 1 + i / 64_000, (i / 250) % 256, 1 + i % 250)
+                .parse()
+                .expect("generated"),
+        );
+    }
+    sim.set_fabric(cfg).expect("a validated topology");
+    if f.ecmp == Ecmp::OnePort {
+        sim.set_entropy_port(Some(ONE_ENTROPY_PORT));
+    }
+    let mut arrivals = Vec::new();
+    match &spec.workload {
+        // Random pairs: the sender uniformly, the receiver uniformly among the others; the
+        // arrival rate loads every host link at `load` on average.
+        Workload::Poisson { cdf, load } => {
+            let flows = poisson_flows(
+                cdf,
+                *load,
+                spec.line_rate_bps.saturating_mul(n as u64),
+                spec.duration,
+                n,
+                rng,
+            );
+            for (t, h, size) in flows {
+                let d = if n > 1 {
+                    (h + 1 + rng.below(n as u64 - 1) as usize) % n
+                } else {
+                    h
+                };
+                arrivals.push((t, h, d, size, false));
+            }
+        }
+        // Into host 0 from the last `n` hosts (other racks first).
+        Workload::Incast { n: k, size } => {
+            for h in (n - (*k).min(n - 1)..n).rev() {
+                arrivals.push((Instant::ZERO, h, 0, *size, false));
+            }
+        }
+        // A permutation of long flows: host h to host h + n/2.
+        Workload::Elephant { per_host, size } => {
+            for h in 0..n {
+                for _ in 0..*per_host {
+                    arrivals.push((Instant::ZERO, h, (h + n / 2) % n, *size, false));
+                }
+            }
+        }
+    }
+    let all: Vec<usize> = (0..n).collect();
+    Net {
+        senders: all.clone(),
+        receivers: all,
+        arrivals,
+        fabric: true,
+    }
+}
+
+/// [`run`] with `tap` seeing every datagram and the switches' PFC frames (for a capture).
+pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) -> FctReport {
+    let mut sim = Sim::new(spec.seed);
+    if let Some(t) = tap {
+        sim.set_tap(t);
+    }
+    let mut rng = Rng::new(spec.seed ^ 0xfc7);
+    let net = match &spec.fabric {
+        None => one_switch(&mut sim, spec, &mut rng),
+        Some(f) => multi_switch(&mut sim, spec, f, &mut rng),
+    };
+    let arrivals = &net.arrivals;
     let caps = QpCaps {
         max_unacked_psns: 256,
         infinite_retry_at_7: true,
@@ -629,6 +987,12 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         ..ConnectParams::default()
     };
     let mut flows: Vec<Flow> = Vec::new();
+    // The fabric's switch egress queues (sampled for the queue distribution).
+    let switch_ports: Vec<usize> = sim.fabric().map_or_else(Vec::new, |f| {
+        (0..f.port_count())
+            .filter(|&p| f.port(p).2 != PortKind::HostUp)
+            .collect()
+    });
     let mut next = 0;
     let (mut active_bytes, mut postponed) = (0u64, 0u64);
     let mut pools = Pools::default();
@@ -644,12 +1008,12 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         // the wait is in its FCT.
         while next < arrivals.len() && arrivals[next].0 <= now {
             let (start, h, dst, size, is_victim) = arrivals[next];
-            if active_bytes > 0 && active_bytes + 2 * size > spec.max_active_bytes {
+            if active_bytes > 0 && active_bytes + size > spec.max_active_bytes {
                 break;
             }
             // Flows start at their arrival unless they waited here.
             postponed += u64::from(now > start);
-            active_bytes += 2 * size;
+            active_bytes += size;
             next += 1;
             let (rq, rmr) = {
                 let mut pool = pools.of(&mut sim, dst);
@@ -661,20 +1025,19 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 });
                 (qp, mr)
             };
-            let pattern = spec.seed ^ (flows.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            // The flow's bytes: its sender's pattern from an offset of its own, repeated
+            // every PATTERN_PERIOD bytes; checked in place at the receiver when it completes.
+            let offset = (spec.seed ^ (flows.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                % PATTERN_SLACK;
             let (sq, smr) = {
                 let mut pool = pools.of(&mut sim, h);
+                let smr = pools.pattern(&mut sim, h, spec.seed);
                 let d = sim.device(h);
-                let mr = d.reg_mr(pool.pd, size as usize, Access::ALL);
-                // The flow's bytes, checked in place at the receiver when it completes.
-                if let Some(m) = d.mr_mut(mr) {
-                    Rng::new(pattern).fill(m.as_mut_slice());
-                }
                 let qp = pool.free.pop().unwrap_or_else(|| {
                     d.create_qp(pool.pd, pool.cq, pool.cq, caps)
                         .expect("sender QP")
                 });
-                (qp, mr)
+                (qp, smr)
             };
             // Start PSNs of its own (QPs are reused: what is left on the wire of a QP's
             // earlier flow falls outside the new one's window).
@@ -685,22 +1048,37 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 ..opts
             };
             sim.connect(h, sq, dst, rq, &flow_opts).expect("connect");
+            let links = match sim.fabric() {
+                Some(f) => {
+                    let (a, b) = (sim.endpoints()[h].ip, sim.endpoints()[dst].ip);
+                    f.path(h, dst, a, b, 0).len() as u32
+                }
+                None => 2,
+            };
             sim.device(h)
                 .set_congestion_control(sq, spec.cc.build(spec.line_rate_bps));
-            let remote = sim.device(dst).mr(rmr).expect("region").remote_addr(0);
-            let sge = sim.device(h).mr(smr).expect("region").sge(0, size as u32);
-            let wr = WorkRequest::new(flows.len() as u64, WrOp::Write(remote), SgList::one(sge));
-            sim.device(h).post_send(sq, wr).expect("post");
+            // WRITEs of up to MAX_SGE periods each, in order on the QP: the last one's
+            // completion is the flow's.
+            let wrs = post_flow(
+                &mut sim,
+                flows.len(),
+                (h, sq, smr),
+                (dst, rmr),
+                size,
+                offset,
+            );
             flows.push(Flow {
                 size,
                 start,
                 done: None,
                 mrs: (smr, rmr),
                 qps: (h, sq, rq),
-                pattern,
+                pattern: offset,
+                wrs,
                 failed: false,
                 dst,
                 victim: is_victim,
+                links,
             });
         }
         let t = now + step;
@@ -711,25 +1089,42 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             _ => t,
         };
         sim.run_until(t);
-        // The queue as the step leaves it, for the step's length.
-        let q = sim.switch().map_or(0, roce_stack::sim::Switch::queue_bytes);
-        queue.add(q, t.saturating_duration_since(now).as_nanos() as u64);
-        for &h in &hosts {
+        // The queue as the step leaves it, for the step's length: the switch port's, or each
+        // of the fabric's switch egress queues.
+        let ns = t.saturating_duration_since(now).as_nanos() as u64;
+        match sim.fabric() {
+            Some(fab) => {
+                for &p in &switch_ports {
+                    queue.add(fab.queue_bytes(p), ns);
+                }
+            }
+            None => queue.add(
+                sim.switch().map_or(0, roce_stack::sim::Switch::queue_bytes),
+                ns,
+            ),
+        }
+        for &h in &net.senders {
             while let Some(c) = sim.device(h).poll_completion() {
-                if let Some(f) = flows.get_mut(c.wr_id as usize) {
-                    if f.done.is_none() && !f.failed {
+                let (fi, wi) = (c.wr_id / WRS_PER_FLOW, c.wr_id % WRS_PER_FLOW);
+                if let Some(f) = flows.get_mut(fi as usize) {
+                    // An earlier WRITE of the flow that succeeded: the last one will tell.
+                    let more = wi + 1 < f.wrs && c.status == WcStatus::Success;
+                    if f.done.is_none() && !f.failed && !more {
                         // Its one (signaled) WRITE completed: done, or failed (a QP in error
                         // after its retries ran out); its regions and QPs are given back
                         // either way.
                         finished += 1;
-                        active_bytes -= 2 * f.size;
+                        active_bytes -= f.size;
                         let (smr, rmr) = f.mrs;
                         if c.status == WcStatus::Success {
                             f.done = Some(sim.now());
-                            let landed = sim
-                                .device(f.dst)
-                                .mr(rmr)
-                                .is_some_and(|m| holds_pattern(m.as_slice(), f.pattern));
+                            let e = sim.endpoints();
+                            let landed = match (e[h].device.mr(smr), e[f.dst].device.mr(rmr)) {
+                                (Some(p), Some(m)) => {
+                                    holds_pattern(m.as_slice(), p.as_slice(), f.pattern)
+                                }
+                                _ => false,
+                            };
                             if landed {
                                 verified_bytes += f.size;
                             } else {
@@ -739,7 +1134,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                             f.failed = true;
                             failed_flows += 1;
                         }
-                        sim.device(h).dereg_mr(smr);
+                        // (The sender's pattern stays for its later flows.)
                         sim.device(f.dst).dereg_mr(rmr);
                         // A finished flow's QPs go back to RESET and to their hosts' pools,
                         // for later flows: the devices hold as many QPs as flows run at once,
@@ -759,7 +1154,6 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             break;
         }
     }
-    let rtt_ns = (spec.hop_delay * 4).as_nanos() as f64;
     let mut all = Vec::new();
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
     let (mut fct_sum, mut bytes, mut last) = (0.0, 0u64, Instant::ZERO);
@@ -767,6 +1161,8 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     for f in &flows {
         let Some(done) = f.done else { continue };
         let fct = done.saturating_duration_since(f.start).as_nanos() as f64;
+        // The flow alone: a round trip over its path's links, its frames at the host rate.
+        let rtt_ns = 2.0 * f64::from(f.links) * spec.hop_delay.as_nanos() as f64;
         let ideal =
             rtt_ns + frame_bytes(f.size, spec.mtu) as f64 * 8.0 * 1e9 / spec.line_rate_bps as f64;
         let s = (fct / ideal).max(1.0);
@@ -787,21 +1183,41 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let completed = all.len();
     let workload_flows = flows.iter().filter(|f| !f.victim).count();
     let now = sim.now();
-    let sw = sim.switch().map(|s| s.stats_at(now)).unwrap_or_default();
+    let mut sw = sim.switch().map(|s| s.stats_at(now)).unwrap_or_default();
+    let mut links = Vec::new();
+    if let Some(fab) = sim.fabric() {
+        // The fabric's switches as one: drops, marks, pauses and frames over every port.
+        for p in 0..fab.port_count() {
+            let ps = fab.port_stats(p, now);
+            sw.tail_drops += ps.drops;
+            sw.marked += ps.marked;
+            sw.max_queue_bytes = sw.max_queue_bytes.max(ps.max_queue_bytes);
+            sw.pauses += ps.pauses;
+            sw.paused_ns += ps.paused_ns;
+        }
+        sw.departed = fab.hops();
+        links = link_tiers(fab, now, last);
+    }
     let mut stats = roce_stack::QpStats::default();
-    for &h in &hosts {
+    for &h in &net.senders {
         for q in sim.endpoints()[h].device.qps() {
             stats.add(q.stats());
         }
     }
-    let cnps = sim.endpoints()[rx]
-        .device
-        .qps()
+    let cnps = net
+        .receivers
+        .iter()
+        .flat_map(|&r| sim.endpoints()[r].device.qps())
         .map(|q| q.stats().cnps_sent)
         .sum();
     let last_s = last.as_nanos() as f64 / 1e9;
+    let topology = match &spec.fabric {
+        None => "switch".to_string(),
+        Some(f) => f.describe(),
+    };
     FctReport {
         cc: spec.cc.kind().to_string(),
+        topology,
         flows: workload_flows,
         completed,
         all: Slowdown::of(all),
@@ -830,7 +1246,14 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         pfc_paused_us: sw.paused_ns as f64 / 1e3,
         postponed,
         sim_ms: last_s * 1e3,
-        packet_hops: sim.stats().sent + sw.departed,
+        // A fabric counts every hop, hosts' included; the one-switch model its links and
+        // the switch port.
+        packet_hops: if net.fabric {
+            sw.departed
+        } else {
+            sim.stats().sent + sw.departed
+        },
+        links,
         verified_bytes,
         mismatched_flows,
         queue: queue.dist(),
@@ -843,6 +1266,9 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
 /// The report as a table.
 pub fn table(r: &FctReport) -> String {
     let mut s = String::new();
+    if r.topology != "switch" {
+        let _ = writeln!(s, "{}", r.topology);
+    }
     let _ = writeln!(
         s,
         "cc {}: {} of {} flows completed, goodput {:.2} Gb/s, mean FCT {:.1} us, {:.2} ms simulated",
@@ -864,6 +1290,18 @@ pub fn table(r: &FctReport) -> String {
         let _ = writeln!(
             s,
             "victim flow (first sender -> 10.0.0.2, not through the congested port): FCT {fct:.1} us, slowdown {slow:.2}"
+        );
+    }
+    for l in &r.links {
+        let _ = writeln!(
+            s,
+            "links {:<9} {:>4}: utilisation mean {:>5.1} %, min {:>5.1} %, max {:>5.1} %, cv {:.2}",
+            l.tier,
+            l.links,
+            l.mean * 100.0,
+            l.min * 100.0,
+            l.max * 100.0,
+            l.cv
         );
     }
     if r.failed_flows > 0 {
@@ -993,18 +1431,42 @@ mod tests {
     }
 
     #[test]
-    fn a_pattern_is_recognised_and_one_changed_byte_is_not() {
-        for len in [0usize, 1, 7, 8, 1000, 65_536, 65_537, 300_001] {
-            let mut b = vec![0u8; len];
-            Rng::new(9).fill(&mut b);
-            assert!(holds_pattern(&b, 9), "{len}");
-            if len > 0 {
-                assert!(!holds_pattern(&b, 10), "{len}");
+    fn a_pattern_is_recognised_and_a_changed_or_misplaced_byte_is_not() {
+        let mut pattern = vec![0u8; (PATTERN_PERIOD + PATTERN_SLACK) as usize];
+        Rng::new(9).fill(&mut pattern);
+        let period = PATTERN_PERIOD as usize;
+        for (len, offset) in [
+            (0usize, 0u64),
+            (1, 5),
+            (1000, 64),
+            (period, 7),
+            (3 * period + 17, 65_535),
+        ] {
+            let o = offset as usize;
+            let mut b: Vec<u8> = (0..len).map(|i| pattern[o + i % period]).collect();
+            assert!(holds_pattern(&b, &pattern, offset), "{len}");
+            if len > 1 {
+                assert!(!holds_pattern(&b, &pattern, offset + 1), "{len}");
                 let i = len * 2 / 3;
                 b[i] ^= 1;
-                assert!(!holds_pattern(&b, 9), "{len}: byte {i} changed");
+                assert!(
+                    !holds_pattern(&b, &pattern, offset),
+                    "{len}: byte {i} changed"
+                );
+                b[i] ^= 1;
+            }
+            // A packet's worth of bytes (1 KB) placed a whole number of MTUs off: never the
+            // same bytes (the period is odd).
+            if len > 4096 {
+                let mut moved = b.clone();
+                moved.copy_within(0..1024, 2048);
+                assert!(!holds_pattern(&moved, &pattern, offset), "{len}");
             }
         }
+        assert!(
+            !holds_pattern(&[0; 4], &pattern[..100], 0),
+            "a short pattern region"
+        );
     }
 
     #[test]
@@ -1045,8 +1507,8 @@ mod tests {
             ..FctSpec::new(work.clone(), CcConfig::None, Duration::from_millis(5), 1)
         };
         let tight = FctSpec {
-            // Room for two flows (both ends) at a time.
-            max_active_bytes: 4 << 20,
+            // Room for two flows' receiver regions at a time.
+            max_active_bytes: 2 << 20,
             ..free.clone()
         };
         let (a, b) = (run(&free), run(&tight));
