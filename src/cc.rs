@@ -6,6 +6,10 @@
 //! | `fixed:rate=R` | a fixed pacing rate (keys `rate`, `burst`) |
 //! | `dcqcn`, `paper` | DCQCN with the paper's parameters |
 //! | `nvidia` | DCQCN with NVIDIA's firmware defaults |
+//! | `hpcc` | HPCC with the paper's parameters (needs INT: `roce sim fabric` on a fabric) |
+//!
+//! HPCC keys: `eta` (target utilisation), `max_stage`, `wai` (additive increase, bytes),
+//! `t` (base RTT), `min_rate`.
 //!
 //! DCQCN keys (aliases in brackets): `g` (`alpha_gain`), `k` (`alpha_period`), `alpha_mode`
 //! (`on-cut` or `periodic`), `alpha0` (`initial_alpha`), `reduce_period`
@@ -19,6 +23,7 @@
 //! `CcConfig`'s `Display` prints the fully explicit form, which [`parse`] reads back to the
 //! same value.
 use roce_stack::cc::dcqcn::{AlphaMode, DcqcnParams};
+use roce_stack::cc::hpcc::HpccParams;
 use roce_stack::cc::pacing::DEFAULT_BURST_BYTES;
 use roce_stack::CcConfig;
 
@@ -31,7 +36,7 @@ pub(crate) enum CcConfigError {
     /// The name before `:` is not a known controller or preset.
     #[error(
         "unknown congestion control `{name}` (expected one of: none, fixed, dcqcn, paper, \
-         nvidia; optionally followed by `:key=value,...`)"
+         nvidia, hpcc; optionally followed by `:key=value,...`)"
     )]
     UnknownPreset {
         /// The name given.
@@ -84,6 +89,27 @@ pub(crate) enum CcConfigError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// HPCC where no switch stamps telemetry.
+    #[error(
+        "hpcc needs in-network telemetry, which only `roce sim fabric` on a leaf-spine or fat \
+         tree stamps"
+    )]
+    NeedsInt,
+    /// HPCC parameters that do not make sense ([`HpccParams::validate`]).
+    #[error("invalid HPCC parameters: {reason}")]
+    InvalidHpcc {
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+/// [`parse`] for a QP on a real link or a plain simulated one: every controller but HPCC,
+/// whose input (in-network telemetry) only the simulator's fabric stamps.
+pub(crate) fn parse_no_int(s: &str) -> Result<CcConfig, CcConfigError> {
+    match parse(s)? {
+        CcConfig::Hpcc(_) => Err(CcConfigError::NeedsInt),
+        c => Ok(c),
+    }
 }
 
 /// Parses `name` or `name:key=value,...` (see the module docs).
@@ -100,6 +126,7 @@ pub(crate) fn parse(s: &str) -> Result<CcConfig, CcConfigError> {
         },
         "dcqcn" | "paper" => CcConfig::PAPER,
         "nvidia" => CcConfig::NVIDIA,
+        "hpcc" => CcConfig::Hpcc(HpccParams::paper()),
         _ => {
             return Err(CcConfigError::UnknownPreset {
                 name: name.trim().to_string(),
@@ -129,6 +156,10 @@ pub(crate) fn parse(s: &str) -> Result<CcConfig, CcConfigError> {
             .validate()
             .map(|()| cfg)
             .map_err(|e| CcConfigError::InvalidParams { reason: e.reason }),
+        CcConfig::Hpcc(p) => p
+            .validate()
+            .map(|()| cfg)
+            .map_err(|reason| CcConfigError::InvalidHpcc { reason }),
         _ => Ok(cfg),
     }
 }
@@ -169,6 +200,39 @@ fn set(cfg: &mut CcConfig, key: &str, value: &str) -> Result<&'static str, CcCon
             },
             SetError::Bad(k, reason) => bad(k, reason),
         }),
+        CcConfig::Hpcc(p) => {
+            let with =
+                |k: &'static str, r: Result<f64, UnitError>| r.map_err(|e| bad(k, reason(e)));
+            match key.as_str() {
+                "eta" => {
+                    p.eta = with("eta", units::fraction(value))?;
+                    Ok("eta")
+                }
+                "max_stage" => {
+                    p.max_stage = value
+                        .parse()
+                        .map_err(|_| bad("max_stage", "a whole number"))?;
+                    Ok("max_stage")
+                }
+                "wai" | "w_ai" => {
+                    p.w_ai_bytes = units::size(value).map_err(|e| bad("wai", reason(e)))? as f64;
+                    Ok("wai")
+                }
+                "t" | "base_rtt" => {
+                    p.base_rtt = units::duration(value).map_err(|e| bad("t", reason(e)))?;
+                    Ok("t")
+                }
+                "min_rate" => {
+                    p.min_rate_bps = units::rate(value).map_err(|e| bad("min_rate", reason(e)))?;
+                    Ok("min_rate")
+                }
+                _ => Err(CcConfigError::UnknownKey {
+                    preset: "hpcc",
+                    key,
+                    expected: "eta, max_stage, wai, t, min_rate",
+                }),
+            }
+        }
     }
 }
 
@@ -326,6 +390,8 @@ mod tests {
             "nvidia",
             "fixed:rate=7.3G,burst=1",
             "nvidia:g=0.3,first_cnp_rate=1G,alpha_mode=on-cut,t=1.5us",
+            "hpcc",
+            "hpcc:eta=0.9,max_stage=3,wai=120,t=12.5us,min_rate=1G",
         ] {
             let c: CcConfig = s.parse_cc().unwrap();
             let shown = c.to_string();
@@ -352,6 +418,9 @@ mod tests {
             matches!(err("dcqcn:zz=1"), CcConfigError::UnknownKey { ref key, .. } if key == "zz")
         );
         assert!(err("dcqcn:zz=1").to_string().contains("min_rate"));
+        assert!(err("hpcc:eta=2").to_string().contains("eta"));
+        assert!(err("hpcc:zz=1").to_string().contains("max_stage"));
+        assert!(parse_no_int("hpcc").is_err() && parse_no_int("paper").is_ok());
         assert!(matches!(err("dcqcn:t"), CcConfigError::NotKeyValue { .. }));
         let e = err("dcqcn:t=55");
         assert!(

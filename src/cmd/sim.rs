@@ -522,7 +522,7 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn sim_congestion(a: &CongestionArgs) -> anyhow::Result<ExitCode> {
-    let cc = flag("--cc", &a.cc, cc::parse)?;
+    let cc = flag("--cc", &a.cc, cc::parse_no_int)?;
     if a.duration == 0 {
         bail!("--duration must be at least 1 ms");
     }

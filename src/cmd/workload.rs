@@ -192,7 +192,7 @@ fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
             ..ConnectParams::default()
         },
         impairment: a.impair.impairment(seed)?,
-        cc: flag("--cc", &a.cc, cc::parse)?,
+        cc: flag("--cc", &a.cc, cc::parse_no_int)?,
         secrets: Secrets::from_seed(a.seed),
         link: a.link.link,
         ..RunConfig::default()

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 
 use roce_proto::{Qpn, RocePacket};
 
+use crate::cc::hpcc::IntStack;
 use crate::cc::CongestionControl;
 use crate::handle::{CqHandle, MrHandle, PdHandle};
 use crate::memory::{Access, MemoryRegion, MrTable};
@@ -508,6 +509,21 @@ impl Device {
     /// headers (addresses, ECN). Datagrams from anyone but the QP's peer, malformed datagrams,
     /// bad ICRCs, unknown QPs and wrong states are dropped and counted.
     pub fn handle_datagram(&mut self, now: Instant, meta: &RxMeta, datagram: &[u8]) {
+        self.handle_datagram_int(now, meta, datagram, None);
+    }
+
+    /// [`Device::handle_datagram`] for a datagram that carries in-network telemetry (the
+    /// simulator's fabric stamps it): a request's is kept and echoed in the QP's next ACK; an
+    /// ACK's goes to the QP's congestion control ([`CongestionControl::on_int`]).
+    ///
+    /// [`CongestionControl::on_int`]: crate::CongestionControl::on_int
+    pub fn handle_datagram_int(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        datagram: &[u8],
+        int: Option<&IntStack>,
+    ) {
         let qpn = match RocePacket::new_checked(datagram) {
             Ok(p) => p.bth().dest_qp(),
             Err(_) => {
@@ -530,7 +546,7 @@ impl Device {
         }
         match self.split(qpn) {
             Some((qp, mut ctx)) => {
-                if qp.handle_datagram(now, meta, datagram, &mut ctx) {
+                if qp.handle_datagram(now, meta, datagram, int, &mut ctx) {
                     self.accepted += 1;
                 }
             }
@@ -578,6 +594,7 @@ impl Device {
                     len: buf.len(),
                     ecn: path.ecn,
                     path,
+                    int: None,
                 });
             }
         }
@@ -589,6 +606,7 @@ impl Device {
                         len: buf.len(),
                         ecn: path.ecn,
                         path,
+                        int: None,
                     });
                 }
             }
@@ -619,6 +637,7 @@ impl Device {
                         len,
                         ecn: qp.path().ecn,
                         path: *qp.path(),
+                        int: qp.take_int_out(),
                     });
                 }
                 None => {

@@ -253,3 +253,96 @@ fn pfc_thresholds_leave_the_headroom() {
     assert!(20 * (p.xoff_bytes + headroom) <= cfg.buffer_bytes);
     assert!(p.xon_bytes < p.xoff_bytes);
 }
+
+/// HPCC on the fabric's telemetry: four long flows into one host. Once the first round
+/// trips are over, the bottleneck (the ToR's port to the receiver) stays busy while its queue
+/// stays near empty; without congestion control the same flows pile megabytes up there.
+#[test]
+fn hpcc_keeps_the_bottleneck_busy_and_its_queue_near_empty() {
+    use roce_stack::cc::hpcc::HpccParams;
+    for seed in seeds() {
+        let _g = SeedGuard(seed);
+        let run = |cc: Option<CcConfig>| {
+            let mut cfg = leaf_spine(2);
+            cfg.int = cc.is_some();
+            let mut sim = fabric_sim(seed, cfg);
+            let caps = QpCaps {
+                max_unacked_psns: 256,
+                ack_req_every: 8,
+                ..QpCaps::default()
+            };
+            // The ToR port toward host 15.
+            let f = sim.fabric().unwrap();
+            let bottleneck = (0..f.port_count())
+                .find(|&p| f.port(p).1 == 15 && f.port(p).2 == PortKind::ToHost)
+                .unwrap();
+            let size = 4 << 20;
+            for (n, from) in [0usize, 1, 8, 9].into_iter().enumerate() {
+                let (pa, ca) = (sim.device(from).alloc_pd(), sim.device(from).create_cq());
+                let (pb, cb) = (sim.device(15).alloc_pd(), sim.device(15).create_cq());
+                let ma = sim.device(from).reg_mr(pa, size, Access::ALL);
+                let mb = sim.device(15).reg_mr(pb, size, Access::ALL);
+                let qa = sim.device(from).create_qp(pa, ca, ca, caps).unwrap();
+                let qb = sim.device(15).create_qp(pb, cb, cb, caps).unwrap();
+                let p = ConnectParams {
+                    mtu: 1024,
+                    path: PathConfig {
+                        ecn: Ecn::NotEct,
+                        ..PathConfig::default()
+                    },
+                    ..ConnectParams::default()
+                };
+                sim.connect(from, qa, 15, qb, &p).unwrap();
+                if let Some(cc) = cc {
+                    sim.device(from)
+                        .set_congestion_control(qa, cc.build(100_000_000_000));
+                }
+                let remote = sim.device(15).mr(mb).unwrap().remote_addr(0);
+                let sge = sim.device(from).mr(ma).unwrap().sge(0, size as u32);
+                sim.device(from)
+                    .post_send(
+                        qa,
+                        WorkRequest::new(n as u64, WrOp::Write(remote), SgList::one(sge)),
+                    )
+                    .unwrap();
+            }
+            // 100 µs to settle, then 600 µs sampled every µs.
+            sim.run_until(roce_stack::Instant::from_micros(100));
+            let tx0 = sim
+                .fabric()
+                .unwrap()
+                .port_stats(bottleneck, sim.now())
+                .tx_bytes;
+            let mut q = Vec::new();
+            for us in 101..=700 {
+                sim.run_until(roce_stack::Instant::from_micros(us));
+                q.push(sim.fabric().unwrap().queue_bytes(bottleneck));
+            }
+            let tx = sim
+                .fabric()
+                .unwrap()
+                .port_stats(bottleneck, sim.now())
+                .tx_bytes
+                - tx0;
+            let util = tx as f64 * 8.0 / (100e9 * 600e-6);
+            q.sort_unstable();
+            (util, q[q.len() / 2], q[q.len() * 99 / 100])
+        };
+        let hpcc = CcConfig::Hpcc(HpccParams {
+            base_rtt: core::time::Duration::from_micros(9),
+            ..HpccParams::paper()
+        });
+        let (u, p50, p99) = run(Some(hpcc));
+        let (u_none, p50_none, _) = run(None);
+        assert!(
+            u > 0.8,
+            "seed {seed}: HPCC left the bottleneck idle ({u:.3})"
+        );
+        assert!(u_none > 0.95, "seed {seed}");
+        assert!(
+            p50 < 20_000 && p99 < 100_000,
+            "seed {seed}: HPCC queue p50 {p50} B, p99 {p99} B"
+        );
+        assert!(p50_none > 1_000_000, "seed {seed}: {p50_none}");
+    }
+}

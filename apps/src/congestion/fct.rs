@@ -25,6 +25,7 @@
 use core::time::Duration;
 use std::fmt::Write as _;
 
+use roce_stack::cc::hpcc::HpccParams;
 use roce_stack::rng::Rng;
 use roce_stack::sim::{
     Fabric, FabricConfig, LinkConfig, PfcConfig, PortKind, RedConfig, Sim, SwitchConfig, Topology,
@@ -195,6 +196,10 @@ pub struct FctSpec {
     pub fabric: Option<FabricSpec>,
 }
 
+/// With HPCC, the requester asks for an ACK every this many packets (each ACK echoes the
+/// telemetry HPCC reacts to; the default, 64, is a fifth of a round trip at 100 Gb/s).
+pub const HPCC_ACK_EVERY: u32 = 8;
+
 /// The UDP source port of every QP with [`Ecmp::OnePort`].
 pub const ONE_ENTROPY_PORT: u16 = 0xc000;
 
@@ -225,6 +230,19 @@ pub struct FabricSpec {
 }
 
 impl FabricSpec {
+    /// The fabric's base round trip, HPCC's `T`: its longest path's links (2 through one
+    /// switch, 4 in a leaf-spine, 6 in a fat tree) there and back, plus a full frame's
+    /// serialisation at the host rate on each link of the way out.
+    pub fn base_rtt(&self, spec: &FctSpec) -> Duration {
+        let links: u64 = match self.topology {
+            Topology::Switch { .. } => 2,
+            Topology::LeafSpine { .. } => 4,
+            Topology::FatTree { .. } => 6,
+        };
+        let frame_ns = (u64::from(spec.mtu) + 100) * 8 * 1_000_000_000 / spec.line_rate_bps.max(1);
+        Duration::from_nanos(2 * links * spec.hop_delay.as_nanos() as u64 + links * frame_ns)
+    }
+
     /// One line: the shape, its size, the rate between switches and the ECMP mode.
     pub fn describe(&self) -> String {
         let shape = match self.topology {
@@ -263,6 +281,7 @@ impl FabricSpec {
     /// [`FabricConfig::pfc_thresholds`] at `spec.mtu`.
     pub fn config(&self, spec: &FctSpec) -> FabricConfig {
         let mut c = FabricConfig::new(self.topology);
+        c.int = matches!(spec.cc, CcConfig::Hpcc(_));
         c.host_rate_bps = spec.line_rate_bps;
         c.fabric_rate_bps = self.fabric_rate_bps;
         c.link_delay = spec.hop_delay;
@@ -400,6 +419,11 @@ impl FctSpec {
                 ));
             }
             ConfigError::check_range("victim size", "1..=67108864", v, 1, 64 << 20)?;
+        }
+        if matches!(self.cc, CcConfig::Hpcc(_)) && self.fabric.is_none() {
+            return Err(ConfigError::Conflict(
+                "--cc hpcc needs a fabric (--topology leaf-spine or fat-tree): the one-switch model stamps no INT",
+            ));
         }
         if let Some(f) = &self.fabric {
             f.topology.validate().map_err(ConfigError::Conflict)?;
@@ -974,18 +998,38 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         Some(f) => multi_switch(&mut sim, spec, f, &mut rng),
     };
     let arrivals = &net.arrivals;
+    // HPCC: telemetry instead of ECN, ACKs often enough to react within a round trip, and
+    // T the fabric's base round trip (unless `t=` changed it from the paper's).
+    let cc = match spec.cc {
+        CcConfig::Hpcc(mut p) => {
+            if p.base_rtt == HpccParams::paper().base_rtt {
+                p.base_rtt = spec.fabric.map_or(p.base_rtt, |f| f.base_rtt(spec));
+            }
+            CcConfig::Hpcc(p)
+        }
+        c => c,
+    };
+    let hpcc = matches!(cc, CcConfig::Hpcc(_));
     let caps = QpCaps {
         max_unacked_psns: 256,
         infinite_retry_at_7: true,
+        ack_req_every: if hpcc {
+            HPCC_ACK_EVERY
+        } else {
+            QpCaps::default().ack_req_every
+        },
         ..QpCaps::default()
     };
-    let opts = ConnectParams {
+    let mut opts = ConnectParams {
         mtu: spec.mtu,
         timeout: 12,
         retry_cnt: 7,
         rnr_retry: 7,
         ..ConnectParams::default()
     };
+    if hpcc {
+        opts.path.ecn = roce_proto::Ecn::NotEct;
+    }
     let mut flows: Vec<Flow> = Vec::new();
     // The fabric's switch egress queues (sampled for the queue distribution).
     let switch_ports: Vec<usize> = sim.fabric().map_or_else(Vec::new, |f| {
@@ -1056,7 +1100,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 None => 2,
             };
             sim.device(h)
-                .set_congestion_control(sq, spec.cc.build(spec.line_rate_bps));
+                .set_congestion_control(sq, cc.build(spec.line_rate_bps));
             // WRITEs of up to MAX_SGE periods each, in order on the QP: the last one's
             // completion is the flow's.
             let wrs = post_flow(

@@ -6,7 +6,8 @@
 //! times passed in.
 //!
 //! * [`NoCc`] never throttles; [`pacing::FixedRate`] paces to a constant rate;
-//!   [`dcqcn::Dcqcn`] is the DCQCN reaction point.
+//!   [`dcqcn::Dcqcn`] is the DCQCN reaction point; [`hpcc::Hpcc`] runs HPCC on the in-network
+//!   telemetry its ACKs echo ([`CongestionControl::on_int`]).
 //! * [`cnp`]: the notification point, when a CE mark earns the sender a CNP.
 //! * [`CcConfig`]: which controller a QP is built with.
 //!
@@ -18,9 +19,11 @@ use crate::time::Instant;
 
 pub mod cnp;
 pub mod dcqcn;
+pub mod hpcc;
 pub mod pacing;
 
 use dcqcn::{Dcqcn, DcqcnParams};
+use hpcc::{Hpcc, HpccParams, IntStack};
 use pacing::FixedRate;
 
 /// A per-QP congestion controller. Pure: it sees only times passed in.
@@ -45,6 +48,17 @@ pub trait CongestionControl: Debug + Send {
     fn rate_bps(&self) -> Option<u64> {
         None
     }
+    /// An ACK for PSN `acked` echoed the telemetry `int` its data packet collected; `next`
+    /// is one past the highest PSN sent (`snd_nxt`). Ignored unless implemented (HPCC).
+    fn on_int(
+        &mut self,
+        now: Instant,
+        int: &IntStack,
+        acked: roce_proto::Psn,
+        next: roce_proto::Psn,
+    ) {
+        let _ = (now, int, acked, next);
+    }
 }
 
 /// No congestion control: never throttles, ignores CNPs.
@@ -67,9 +81,10 @@ impl CongestionControl for NoCc {
 /// | [`CcConfig::None`] | [`NoCc`]: no pacing, CNPs ignored |
 /// | [`CcConfig::Fixed`] | [`FixedRate`]: paces to a rate, ignores CNPs |
 /// | [`CcConfig::Dcqcn`] | [`Dcqcn`] with the given parameters ([`CcConfig::PAPER`], [`CcConfig::NVIDIA`]) |
+/// | [`CcConfig::Hpcc`] | [`Hpcc`] with the given parameters |
 ///
 /// The `roce` command line writes these as `none`, `fixed:rate=10Gbps`, `dcqcn`/`paper`,
-/// `nvidia`, with `:key=value` overrides.
+/// `nvidia`, `hpcc`, with `:key=value` overrides.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum CcConfig {
@@ -84,6 +99,8 @@ pub enum CcConfig {
     },
     /// DCQCN with these parameters.
     Dcqcn(DcqcnParams),
+    /// HPCC with these parameters (needs a network that stamps INT: the simulator's fabric).
+    Hpcc(HpccParams),
 }
 
 impl CcConfig {
@@ -92,12 +109,13 @@ impl CcConfig {
     /// The NVIDIA preset.
     pub const NVIDIA: Self = Self::Dcqcn(DcqcnParams::nvidia());
 
-    /// Short name of the controller for reports: `"none"`, `"fixed"` or `"dcqcn"`.
+    /// Short name of the controller for reports: `"none"`, `"fixed"`, `"dcqcn"` or `"hpcc"`.
     pub const fn kind(&self) -> &'static str {
         match self {
             Self::None => "none",
             Self::Fixed { .. } => "fixed",
             Self::Dcqcn(_) => "dcqcn",
+            Self::Hpcc(_) => "hpcc",
         }
     }
 
@@ -110,6 +128,7 @@ impl CcConfig {
                 burst_bytes,
             } => Box::new(FixedRate::with_burst(rate_bps, burst_bytes)),
             Self::Dcqcn(p) => Box::new(Dcqcn::new(p, line_rate_bps)),
+            Self::Hpcc(p) => Box::new(Hpcc::new(p, line_rate_bps)),
         }
     }
 }
@@ -154,6 +173,15 @@ impl core::fmt::Display for CcConfig {
                     p.halve_in_hyper, p.burst_bytes
                 )
             }
+            Self::Hpcc(p) => write!(
+                f,
+                "hpcc:eta={},max_stage={},wai={},t={}ns,min_rate={}bps",
+                p.eta,
+                p.max_stage,
+                p.w_ai_bytes,
+                p.base_rtt.as_nanos(),
+                p.min_rate_bps
+            ),
         }
     }
 }

@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use roce_proto::{Ecn, Opcode, PKey, PacketRepr, Psn, Qpn};
 
 use crate::cc::cnp::{cnp_repr, CnpPacer};
+use crate::cc::hpcc::IntStack;
 use crate::cc::{CongestionControl, NoCc};
 use crate::handle::{CqHandle, PdHandle};
 use crate::memory::MrTable;
@@ -48,6 +49,8 @@ pub struct Transmit {
     pub ecn: Ecn,
     /// The path (addresses and UDP ports).
     pub path: PathConfig,
+    /// An ACK's echo of the telemetry of the request it answers (networks that stamp INT).
+    pub int: Option<IntStack>,
 }
 
 impl Transmit {
@@ -184,6 +187,10 @@ pub struct Qp {
     cnp_pacer: Option<CnpPacer>,
     /// A CNP is owed to the peer and goes out first.
     cnp_pending: bool,
+    /// The telemetry of the last request that carried some, for the next ACK to echo.
+    int_echo: Option<IntStack>,
+    /// The echo of the datagram just written (an ACK), for the caller to send with it.
+    int_out: Option<IntStack>,
     /// Requests or responses next.
     turn: TxTurn,
     /// Counters.
@@ -280,6 +287,8 @@ impl Qp {
             cc: Box::new(NoCc),
             cnp_pacer: caps.cnp_interval.map(CnpPacer::new),
             cnp_pending: false,
+            int_echo: None,
+            int_out: None,
             turn: TxTurn::default(),
             srq: None,
             uc: false,
@@ -612,7 +621,13 @@ impl Qp {
         n
     }
 
+    /// The INT echo of the datagram [`Qp::poll_transmit`] just wrote, if it was an ACK.
+    pub(crate) fn take_int_out(&mut self) -> Option<IntStack> {
+        self.int_out.take()
+    }
+
     fn transmit(&mut self, now: Instant, ctx: &mut Ctx<'_>, buf: &mut Vec<u8>) -> Option<usize> {
+        self.int_out = None;
         if self.state == QpState::Err {
             // The NAK that moved the responder to ERR still goes out.
             let (psn, syndrome) = self.resp.fatal_nak.take()?;
@@ -680,6 +695,7 @@ impl Qp {
         buf: &mut Vec<u8>,
     ) -> Option<usize> {
         self.stats.acks_sent += 1;
+        self.int_out = self.int_echo;
         // NAKs count as they go on the wire: a queued sequence NAK that a newer ACK replaced
         // was never sent.
         let n = &mut self.stats.naks_sent;
@@ -706,14 +722,22 @@ impl Qp {
         now: Instant,
         meta: &RxMeta,
         bytes: &[u8],
+        int: Option<&IntStack>,
         ctx: &mut Ctx<'_>,
     ) -> bool {
-        self.receive(now, meta, bytes, ctx)
+        self.receive(now, meta, bytes, int, ctx)
     }
 
     /// Transport header validation (IBTA Vol 1 §9.6) and dispatch to the requester or the
     /// responder; the congestion-control packets (CE marks, CNPs) are handled here.
-    fn receive(&mut self, now: Instant, meta: &RxMeta, bytes: &[u8], ctx: &mut Ctx<'_>) -> bool {
+    fn receive(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        bytes: &[u8],
+        int: Option<&IntStack>,
+        ctx: &mut Ctx<'_>,
+    ) -> bool {
         let path = &self.attr.path;
         if !self.state.receives() {
             self.stats.drops.count(DropReason::WrongState);
@@ -779,11 +803,18 @@ impl Qp {
         if op.0 >= 0x20 || !op.is_defined() {
             self.stats.drops.count(DropReason::BadOpcode);
         } else if op.is_request() {
+            if let Some(i) = int {
+                // The telemetry the next ACK echoes (the receiver's half of HPCC).
+                self.int_echo = Some(*i);
+            }
             self.on_request(now, &pkt, ctx);
         } else if !op.is_response() {
             self.stats.drops.count(DropReason::BadOpcode);
         } else if self.state.sends() {
             self.on_response(now, &pkt, ctx);
+            if let Some(i) = int {
+                self.cc.on_int(now, i, pkt.bth.psn, self.req.snd_nxt());
+            }
         } else {
             self.stats.drops.count(DropReason::WrongState);
         }

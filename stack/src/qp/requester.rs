@@ -80,6 +80,11 @@ pub(super) struct Requester {
 }
 
 impl Requester {
+    /// One past the highest PSN sent so far (`snd_nxt`).
+    pub(super) fn snd_nxt(&self) -> Psn {
+        self.high_psn
+    }
+
     pub(super) fn new(caps: &QpCaps, retry: Retries, rnr: Retries) -> Self {
         Self {
             sq: VecDeque::with_capacity(caps.max_send_wr.min(64) as usize),

@@ -30,6 +30,11 @@
 //!
 //! One priority carries all RoCE traffic (the PFC frames pause [`PFC_PRIORITY`]).
 //!
+//! **INT** ([`FabricConfig::int`]): each switch egress port stamps the data packets it sends
+//! with its queue length, transmitted bytes, time and rate ([`IntHop`]), as per-packet
+//! metadata beside the frame (the bytes, ICRCs and captures are unchanged); the receiving
+//! device echoes the last stamps in its next ACK, which carries them back unchanged.
+//!
 //! # Topologies
 //!
 //! [`Topology::Switch`] (one switch), [`Topology::LeafSpine`] (every leaf to every spine) and
@@ -45,6 +50,7 @@ use roce_proto::Ecn;
 
 use super::switch::{PfcConfig, RedConfig, FRAME_OVERHEAD};
 use super::{Arrival, PFC_PRIORITY, PFC_REFRESH_NS, PFC_XOFF_QUANTA};
+use crate::cc::hpcc::IntHop;
 use crate::rng::Rng;
 use crate::time::Instant;
 
@@ -256,6 +262,9 @@ pub struct FabricConfig {
     /// ECMP: spread over the equal-cost next hops by the 5-tuple's hash; off: always the
     /// first (one path per destination).
     pub ecmp: bool,
+    /// In-network telemetry: every switch egress port stamps an [`IntHop`] on each data
+    /// packet it sends (HPCC's input); receivers echo it in their ACKs.
+    pub int: bool,
 }
 
 impl FabricConfig {
@@ -276,6 +285,7 @@ impl FabricConfig {
             }),
             pfc: None,
             ecmp: true,
+            int: false,
         }
     }
 
@@ -799,7 +809,7 @@ impl Fabric {
     fn depart(&mut self, p: u32, now: Instant, out: &mut Vec<Out>) {
         let port = &mut self.ports[p as usize];
         port.busy = false;
-        let Some(a) = port.queue.pop_front() else {
+        let Some(mut a) = port.queue.pop_front() else {
             return;
         };
         let len = Self::frame_len(&a);
@@ -808,6 +818,16 @@ impl Fabric {
         port.stats.tx_bytes += len;
         let node = port.node as usize;
         let ingress = a.ingress;
+        if a.stamp {
+            if let Some(int) = a.int.as_mut() {
+                int.push(IntHop {
+                    qlen_bytes: port.queue_bytes,
+                    tx_bytes: port.stats.tx_bytes,
+                    ts_ns: now.as_nanos(),
+                    rate_bps: port.rate_bps,
+                });
+            }
+        }
         self.hops += 1;
         self.buffer[node] -= len;
         // PFC: the bytes leave the ingress port's account.

@@ -18,6 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use roce_proto::{Ecn, Qpn, ROCEV2_UDP_PORT};
 
+use crate::cc::hpcc::IntStack;
 use crate::device::{Device, DeviceConfig};
 use crate::path::{PathConfig, RxMeta};
 use crate::qp::{ConnectParams, ModifyError};
@@ -223,6 +224,10 @@ struct Arrival {
     to_switch: bool,
     /// In a fabric: the port of the switch it is queued at that it came in through.
     ingress: u32,
+    /// In-network telemetry: collected on the way (`stamp`), or an ACK's echo (carried).
+    int: Option<Box<IntStack>>,
+    /// The fabric's switches stamp `int` as the frame leaves each egress port.
+    stamp: bool,
 }
 
 impl PartialEq for Arrival {
@@ -609,8 +614,21 @@ impl Sim {
                 data: self.buf[..t.len].to_vec(),
                 to_switch: false,
                 ingress: 0,
+                int: None,
+                stamp: false,
             };
             self.tap(TapKind::Sent, &arrival, now);
+            let mut arrival = arrival;
+            // INT: an ACK carries the echo it was given; anything else collects stamps when
+            // the fabric gives them.
+            match t.int {
+                Some(echo) => arrival.int = Some(Box::new(echo)),
+                None if self.fabric.as_ref().is_some_and(|f| f.config().int) => {
+                    arrival.int = Some(Box::default());
+                    arrival.stamp = true;
+                }
+                None => {}
+            }
             match self.fabric.as_mut() {
                 Some(f) => {
                     let done = f.host_send(now, from, arrival);
@@ -686,6 +704,8 @@ impl Sim {
                 },
                 to_switch,
                 ingress: 0,
+                int: None,
+                stamp: false,
             };
             self.queue.push(copy);
         }
@@ -711,7 +731,7 @@ impl Sim {
             .with_ipv4(crate::path::Ipv4Seen::ROCE);
         self.endpoints[a.to]
             .device
-            .handle_datagram(now, &meta, &a.data);
+            .handle_datagram_int(now, &meta, &a.data, a.int.as_deref());
         self.touch(a.to);
         self.rearm(a.to);
     }
