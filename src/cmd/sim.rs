@@ -80,9 +80,10 @@ pub(crate) struct FabricArgs {
     /// Seed of arrivals, sizes and hosts.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Bytes of flow regions alive at once in each run, MiB (K/M/G suffixes): a flow that
-    /// would go beyond waits for earlier ones (counted: its FCT includes the wait). Default
-    /// 1 GiB, and 4 GiB in a fabric of more than 64 hosts.
+    /// Bytes of flows' receiver regions alive at once in each run (K/M/G suffixes): a flow
+    /// that would go beyond waits for earlier ones (counted: its FCT includes the wait).
+    /// Default 1 GiB; in a fabric of more than 64 hosts up to 8 GiB, within 60 % of the
+    /// memory available, shared by the runs that go at once.
     #[arg(long, value_name = "SIZE")]
     memory: Option<String>,
     /// Switch buffer (K/M suffixes): the switch port's in the one-switch model (default 4M),
@@ -407,9 +408,34 @@ fn memory_bound(a: &FabricArgs, f: Option<congestion::fct::FabricSpec>) -> anyho
             }
             Ok(b)
         }
-        None if f.is_some_and(|f| f.topology.hosts() > 64) => Ok(4 << 30),
+        None if f.is_some_and(|f| f.topology.hosts() > 64) => {
+            // Large fabrics: up to 8 GiB per run, within 60 % of the memory available now,
+            // shared by the runs that go at once.
+            let runs =
+                a.cc.split([';', '/'])
+                    .filter(|c| !c.trim().is_empty())
+                    .count();
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+            let at_once = runs.clamp(1, cores.max(1)) as u64;
+            let avail = mem_available().unwrap_or(8 << 30);
+            Ok((avail / 10 * 6 / at_once).clamp(congestion::fct::MAX_ACTIVE_BYTES, 8 << 30))
+        }
         None => Ok(congestion::fct::MAX_ACTIVE_BYTES),
     }
+}
+
+/// The memory the kernel says is available (Linux `MemAvailable`), bytes.
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
