@@ -164,7 +164,7 @@ fn sim_fabric_reports_fct_slowdowns_deterministically() {
         (vec!["--topology", "ring"], "switch, leaf-spine"),
         (vec!["--topology", "fat-tree:5"], "K must be even"),
         (vec!["--topology", "leaf-spine:2:x:2"], "x is not a count"),
-        (vec!["--ecmp", "maybe"], "on, one-port or off"),
+        (vec!["--ecmp", "maybe"], "on, adaptive, one-port or off"),
         (vec!["--workload", "elephant"], "multi-switch"),
         (
             vec!["--topology", "fat-tree:4", "--workload", "incast:16"],
@@ -429,6 +429,38 @@ fn sim_fabric_on_fat_trees_and_leaf_spines() {
         );
         assert!(u_on > u_one && u_one > u_off, "seed {seed}");
         assert!(cv_on < cv_off, "seed {seed}");
+        // Where the uplinks are the bottleneck (2:1 oversubscribed), the senders' adaptive
+        // path choice spreads long flows better than the hash alone, without reordering.
+        let uplink_bound = |mode: &str| {
+            let (_, r) = run(&[
+                "--topology",
+                "leaf-spine:2:8:4",
+                "--oversub",
+                "2",
+                "--workload",
+                "elephant:2:16M",
+                "--cc",
+                "none",
+                "--ecmp",
+                mode,
+                "--seed",
+                seed,
+            ]);
+            assert_eq!(r["retransmitted_packets"], 0, "{mode}: {r}");
+            (
+                r["goodput_gbps"].as_f64().unwrap(),
+                tor_up(&r).1,
+                r["repaths"].as_u64().unwrap(),
+            )
+        };
+        let (hashed, cv_hashed, none) = uplink_bound("on");
+        let (adaptive, cv_adaptive, moves) = uplink_bound("adaptive");
+        assert_eq!(none, 0);
+        assert!(moves > 0, "seed {seed}");
+        assert!(
+            adaptive > hashed && cv_adaptive < cv_hashed,
+            "seed {seed}: adaptive {adaptive} Gb/s (cv {cv_adaptive}) vs {hashed} (cv {cv_hashed})"
+        );
     }
 
     let dir = std::env::temp_dir().join(format!("roce-fabric-ls-{}", std::process::id()));

@@ -34,9 +34,10 @@ pub(crate) struct FabricArgs {
     /// its uplinks' (sets the rate between switches; 1: 400 Gb/s on the presets).
     #[arg(long, default_value_t = 1.0)]
     oversub: f64,
-    /// ECMP in a fabric: `on` (the 5-tuple hash, each QP its own UDP source port), `one-port`
-    /// (every QP the same UDP source port: only the addresses spread flows), `off` (one path
-    /// per destination).
+    /// ECMP in a fabric: `on` (the 5-tuple hash, each QP its own UDP source port),
+    /// `adaptive` (as on, and senders move a QP whose path is marked to another of 4 source
+    /// ports, weighted toward the least-marked), `one-port` (every QP the same UDP source
+    /// port: only the addresses spread flows), `off` (one path per destination).
     #[arg(long, default_value = "on")]
     ecmp: String,
     /// websearch, fbhadoop, `incast:N[:SIZE]` (N senders, SIZE bytes each, default 64K; in
@@ -325,7 +326,8 @@ fn fabric_spec(a: &FabricArgs) -> anyhow::Result<Option<congestion::fct::FabricS
         "on" => Ecmp::On,
         "one-port" => Ecmp::OnePort,
         "off" => Ecmp::Off,
-        other => bail!("--ecmp {other}: on, one-port or off"),
+        "adaptive" => Ecmp::Adaptive,
+        other => bail!("--ecmp {other}: on, adaptive, one-port or off"),
     };
     let (topology, tor_hosts, uplinks) = match a.topology.split_once(':') {
         _ if a.topology == "switch" => return Ok(None),

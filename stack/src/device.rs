@@ -512,6 +512,20 @@ impl Device {
         self.handle_datagram_int(now, meta, datagram, None);
     }
 
+    /// Moves QP `qpn` to UDP source port `port` (another ECMP path) once its packets in
+    /// flight are acknowledged; new request packets wait for that, so none overtakes on the
+    /// new path. `false` for an unknown QP.
+    pub fn repath_qp(&mut self, qpn: Qpn, port: u16) -> bool {
+        match self.idx(qpn) {
+            Some(i) => {
+                self.qps[i].repath(port);
+                self.mark(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// [`Device::handle_datagram`] for a datagram that carries in-network telemetry (the
     /// simulator's fabric stamps it): a request's is kept and echoed in the QP's next ACK; an
     /// ACK's goes to the QP's congestion control ([`CongestionControl::on_int`]).

@@ -43,6 +43,7 @@ pub mod handle;
 pub mod memory;
 pub mod model;
 pub mod path;
+pub mod paths;
 pub mod qp;
 pub mod rng;
 pub mod srq;

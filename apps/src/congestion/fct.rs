@@ -214,7 +214,18 @@ pub enum Ecmp {
     OnePort,
     /// Every switch takes the first equal-cost port: one path per destination.
     Off,
+    /// As `On`, and each sender moves a marked QP to another of [`ADAPTIVE_PATHS`] UDP
+    /// source ports, the least-marked ones likelier ([`roce_stack::paths::PathChooser`]),
+    /// after its packets in flight are acknowledged.
+    Adaptive,
 }
+
+/// Candidate paths (UDP source ports) per QP with [`Ecmp::Adaptive`].
+pub const ADAPTIVE_PATHS: usize = 4;
+
+/// How often [`Ecmp::Adaptive`] looks at each QP's marks: just over the notification point's
+/// CNP interval (50 µs), so that a congested path shows in every epoch.
+pub const ADAPTIVE_EPOCH: Duration = Duration::from_micros(55);
 
 /// A multi-switch fabric for [`FctSpec::fabric`]: hosts at [`FctSpec::line_rate_bps`],
 /// links of [`FctSpec::hop_delay`]; buffers, RED and PFC thresholds as
@@ -266,6 +277,7 @@ impl FabricSpec {
             Ecmp::On => "on",
             Ecmp::OnePort => "one UDP source port",
             Ecmp::Off => "off",
+            Ecmp::Adaptive => "on, with the senders' adaptive path choice",
         };
         format!(
             "{shape}: {} hosts, {} switches, {} Gb/s between switches, ECMP {ecmp}",
@@ -540,6 +552,8 @@ pub struct FctReport {
     pub victim: Option<(f64, f64)>,
     /// A fabric's link utilisation per tier (empty for the one-switch model).
     pub links: Vec<LinkTier>,
+    /// Path moves the senders chose ([`Ecmp::Adaptive`]).
+    pub repaths: u64,
 }
 
 /// The distribution of the switch queue's length over time, sampled at the end of every step
@@ -625,6 +639,8 @@ struct Flow {
     victim: bool,
     /// Links on its path (2 through one switch).
     links: u32,
+    /// Its sender's path choice ([`Ecmp::Adaptive`]).
+    paths: Option<roce_stack::paths::PathChooser>,
 }
 
 /// A host's protection domain, completion queue (completions are told apart by work request
@@ -1010,6 +1026,10 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         c => c,
     };
     let hpcc = matches!(cc, CcConfig::Hpcc(_));
+    let adaptive = spec.fabric.is_some_and(|f| f.ecmp == Ecmp::Adaptive);
+    let mut next_epoch = Instant::ZERO + ADAPTIVE_EPOCH;
+    let mut path_rng = Rng::new(spec.seed ^ 0xada9);
+    let mut repaths = 0u64;
     let caps = QpCaps {
         max_unacked_psns: 256,
         infinite_retry_at_7: true,
@@ -1123,6 +1143,13 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 dst,
                 victim: is_victim,
                 links,
+                paths: adaptive.then(|| {
+                    let q = sim.endpoints()[h].device.qp(sq);
+                    let port = q.map_or(0, |q| q.path().src_port);
+                    let s = q.map(|q| *q.stats()).unwrap_or_default();
+                    roce_stack::paths::PathChooser::new(port, ADAPTIVE_PATHS)
+                        .with_baseline(s.cnps_received, s.tx_packets)
+                }),
             });
         }
         let t = now + step;
@@ -1146,6 +1173,23 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                 sim.switch().map_or(0, roce_stack::sim::Switch::queue_bytes),
                 ns,
             ),
+        }
+        if adaptive && sim.now() >= next_epoch {
+            next_epoch = sim.now() + ADAPTIVE_EPOCH;
+            for f in flows.iter_mut().filter(|f| f.done.is_none() && !f.failed) {
+                let (h, sq, _) = f.qps;
+                let Some(s) = sim.endpoints()[h].device.qp(sq).map(|q| *q.stats()) else {
+                    continue;
+                };
+                if let Some(port) = f
+                    .paths
+                    .as_mut()
+                    .and_then(|p| p.on_epoch(s.cnps_received, s.tx_packets, &mut path_rng))
+                {
+                    sim.device(h).repath_qp(sq, port);
+                    repaths += 1;
+                }
+            }
         }
         for &h in &net.senders {
             while let Some(c) = sim.device(h).poll_completion() {
@@ -1298,6 +1342,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             sim.stats().sent + sw.departed
         },
         links,
+        repaths,
         verified_bytes,
         mismatched_flows,
         queue: queue.dist(),

@@ -191,6 +191,12 @@ pub struct Qp {
     int_echo: Option<IntStack>,
     /// The echo of the datagram just written (an ACK), for the caller to send with it.
     int_out: Option<IntStack>,
+    /// A UDP source port (path) to move to once nothing is in flight ([`Qp::repath`]).
+    repath: Option<u16>,
+    /// Path moves made.
+    repaths: u64,
+    /// The last packet on the old path asked for an ACK (the move waits for it).
+    repath_acked: bool,
     /// Requests or responses next.
     turn: TxTurn,
     /// Counters.
@@ -289,6 +295,9 @@ impl Qp {
             cnp_pending: false,
             int_echo: None,
             int_out: None,
+            repath: None,
+            repaths: 0,
+            repath_acked: false,
             turn: TxTurn::default(),
             srq: None,
             uc: false,
@@ -349,6 +358,54 @@ impl Qp {
     pub fn cnp_pacer(&self) -> Option<&CnpPacer> {
         self.cnp_pacer.as_ref()
     }
+    /// Moves the QP's datagrams to UDP source port `port` (another path under ECMP): new
+    /// request packets wait until every packet in flight is acknowledged, then go on the new
+    /// port, so nothing overtakes on the new path (the responder accepts any source port of
+    /// its peer and checks the ICRC over the real one). Retransmissions of what is in flight
+    /// still go the old way.
+    pub(crate) fn repath(&mut self, port: u16) {
+        self.repath = (port != self.attr.path.src_port).then_some(port);
+        if self.repath.is_none() {
+            // Back to the path in use: nothing to wait for, and no ACK was asked for a move.
+            self.repath_acked = false;
+        }
+    }
+
+    /// The path moves made so far ([`Device::repath_qp`](crate::Device::repath_qp)).
+    pub fn repaths(&self) -> u64 {
+        self.repaths
+    }
+
+    /// `true` when a move is pending, packets are in flight and none of them asked for an
+    /// ACK since: the next new packet goes on the old path with AckReq set (without it the
+    /// responder might not answer before its ACK coalescing says so, and the move would wait
+    /// for a timeout).
+    pub(super) fn repath_pending_ack(&self, drained: bool) -> bool {
+        self.repath.is_some() && !drained && !self.repath_acked && !self.uc
+    }
+
+    /// The packet [`Qp::repath_pending_ack`] asked for went out with AckReq.
+    pub(super) fn repath_asked(&mut self) {
+        self.repath_acked = true;
+    }
+
+    /// Applies a pending [`Qp::repath`] once nothing is in flight; `false` while new request
+    /// packets must wait for that.
+    pub(super) fn repath_ready(&mut self, nothing_in_flight: bool) -> bool {
+        let Some(port) = self.repath else {
+            return true;
+        };
+        if !nothing_in_flight {
+            return false;
+        }
+        self.attr.path.src_port = port;
+        self.seeds = SeedCache::default();
+        self.repath = None;
+        self.repath_acked = false;
+        self.repaths += 1;
+        true
+    }
+
     pub(crate) fn set_congestion_control(&mut self, cc: Box<dyn CongestionControl>) {
         self.cc = cc;
     }

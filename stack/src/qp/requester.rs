@@ -188,6 +188,14 @@ impl Qp {
         ctx: &mut Ctx<'_>,
         buf: &mut Vec<u8>,
     ) -> Option<usize> {
+        // A path move waits for the packets in flight (only a new packet would overtake):
+        // the last one on the old path asks for the ACK that will say they all arrived.
+        let new_packet = self.req.req_psn == self.req.high_psn;
+        let drained = self.req.una == self.req.high_psn;
+        let force_ack_req = new_packet && self.repath_pending_ack(drained);
+        if new_packet && !force_ack_req && !self.repath_ready(drained) {
+            return None;
+        }
         let next = self.next_request_packet()?;
         let NextPacket { wqe: w, k, .. } = next;
         let mtu = self.attr.mtu;
@@ -270,6 +278,10 @@ impl Qp {
             op => {
                 self.segment_headers(&mut repr, &op, &w, pos, plen);
             }
+        }
+        if force_ack_req && !self.uc {
+            repr.bth.ack_req = true;
+            self.repath_asked();
         }
         let atomic_data;
         if let WrOp::AtomicWrite { data, .. } = w.wr.op {
