@@ -393,6 +393,22 @@ fn sim_fabric_on_fat_trees_and_leaf_spines() {
         ]
     );
     assert_eq!(run(&args).0, text, "not deterministic");
+    // Every switch-to-switch link one by one: 16 ToR-aggregation and 16 aggregation-core
+    // links, both directions.
+    let per_link = r["fabric_links"].as_array().unwrap();
+    assert_eq!(per_link.len(), 64, "{r}");
+    for l in per_link {
+        let (from, to) = (l["from"].as_str().unwrap(), l["to"].as_str().unwrap());
+        assert!(
+            ["tor", "agg", "core"].iter().any(|k| from.starts_with(k))
+                && ["tor", "agg", "core"].iter().any(|k| to.starts_with(k)),
+            "{l}"
+        );
+        assert!(
+            (0.0..=1.0).contains(&l["utilisation"].as_f64().unwrap()),
+            "{l}"
+        );
+    }
 
     let tor_up = |r: &serde_json::Value| -> (f64, f64) {
         let t = r["links"]

@@ -165,7 +165,8 @@ fn run(data: &[u8]) -> (u64, u64, u64, u64) {
     connect(&mut sides[0], qb, "10.0.0.1", "10.0.0.2", mtu);
     connect(&mut sides[1], qa, "10.0.0.2", "10.0.0.1", mtu);
     let mut now = Instant::ZERO;
-    let mut wire: VecDeque<(usize, Vec<u8>)> = VecDeque::new();
+    // (to, datagram, the UDP source port it was sent from: a QP may move paths).
+    let mut wire: VecDeque<(usize, Vec<u8>, u16)> = VecDeque::new();
     let mut last_sent: Vec<Vec<u8>> = Vec::new();
     let mut buf = Vec::new();
     let mut next_id = 1u64;
@@ -360,23 +361,22 @@ fn run(data: &[u8]) -> (u64, u64, u64, u64) {
             7 => {
                 // Network: deliver, drop, duplicate or delay the head of the wire.
                 let what = inp.byte() % 4;
-                if let Some((to, bytes)) = wire.pop_front() {
+                if let Some((to, bytes, port)) = wire.pop_front() {
                     match what {
                         0 => {}
                         1 => {
-                            let meta = from_peer(&sides[to], Ecn::Ect0, false);
-                            sides[to].dev.handle_datagram(now, &meta, &bytes);
-                            sides[to].dev.handle_datagram(now, &meta, &bytes);
+                            deliver(&mut sides[to], now, &bytes, port);
+                            deliver(&mut sides[to], now, &bytes, port);
                         }
-                        2 => wire.push_back((to, bytes)),
-                        _ => deliver(&mut sides[to], now, &bytes),
+                        2 => wire.push_back((to, bytes, port)),
+                        _ => deliver(&mut sides[to], now, &bytes, port),
                     }
                 }
             }
             8 => {
                 // Deliver everything in order.
-                while let Some((to, bytes)) = wire.pop_front() {
-                    deliver(&mut sides[to], now, &bytes);
+                while let Some((to, bytes, port)) = wire.pop_front() {
+                    deliver(&mut sides[to], now, &bytes, port);
                 }
             }
             _ => {
@@ -431,6 +431,11 @@ fn run(data: &[u8]) -> (u64, u64, u64, u64) {
                             let _ = sd.dev.invalidate_mw(sd.pd, k);
                         }
                     }
+                    6 | 7 => {
+                        // Move to another path (UDP source port), as an adaptive sender does.
+                        let port = 0xc000 | (inp.u32() as u16 & 0x3fff);
+                        sides[s].dev.repath_qp(me, port);
+                    }
                     _ => {}
                 }
             }
@@ -444,7 +449,7 @@ fn run(data: &[u8]) -> (u64, u64, u64, u64) {
                 }
                 last_sent.push(b.clone());
                 if wire.len() < 4096 {
-                    wire.push_back((1 - i, b));
+                    wire.push_back((1 - i, b, t.path.src_port));
                 }
             }
         }
@@ -452,13 +457,13 @@ fn run(data: &[u8]) -> (u64, u64, u64, u64) {
     }
     // Let the pair settle, with a bound.
     for _ in 0..64 {
-        while let Some((to, bytes)) = wire.pop_front() {
-            deliver(&mut sides[to], now, &bytes);
+        while let Some((to, bytes, port)) = wire.pop_front() {
+            deliver(&mut sides[to], now, &bytes, port);
         }
         for (i, sd) in sides.iter_mut().enumerate() {
             while let Some(t) = sd.dev.poll_transmit(now, &mut buf) {
                 if wire.len() < 100_000 {
-                    wire.push_back((1 - i, buf[..t.len].to_vec()));
+                    wire.push_back((1 - i, buf[..t.len].to_vec(), t.path.src_port));
                 }
             }
         }
@@ -482,8 +487,10 @@ fn run(data: &[u8]) -> (u64, u64, u64, u64) {
 }
 
 /// A datagram from `sd`'s peer, delivered.
-fn deliver(sd: &mut Side, now: Instant, bytes: &[u8]) {
-    let meta = from_peer(sd, Ecn::Ect0, false);
+/// Delivers a datagram from the peer, sent from UDP source port `port`.
+fn deliver(sd: &mut Side, now: Instant, bytes: &[u8], port: u16) {
+    let mut meta = from_peer(sd, Ecn::Ect0, false);
+    meta.src.set_port(port);
     sd.dev.handle_datagram(now, &meta, bytes);
 }
 

@@ -331,6 +331,42 @@ pub struct LinkTier {
     pub cv: f64,
 }
 
+/// One link between switches: how much it carried (ECMP collisions show as the outliers).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LinkUse {
+    /// Sending switch (`tor3`, `agg5`, `core2`; a leaf-spine's `leaf`/`spine`).
+    pub from: String,
+    /// Receiving switch.
+    pub to: String,
+    /// Frame bytes sent over the port's capacity until the last completion, 0..1.
+    pub utilisation: f64,
+    /// Deepest queue at the port, bytes.
+    pub max_queue_bytes: u64,
+    /// Times PFC paused the port.
+    pub pauses: u64,
+}
+
+/// Every switch-to-switch port of `f` over `[0, until]`.
+fn link_uses(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkUse> {
+    let secs = until.as_nanos().max(1) as f64 / 1e9;
+    (0..f.port_count())
+        .filter_map(|p| {
+            let (node, peer, kind, rate) = f.port(p);
+            if !matches!(kind, PortKind::Up | PortKind::Down) {
+                return None;
+            }
+            let s = f.port_stats(p, now);
+            Some(LinkUse {
+                from: f.node_name(node),
+                to: f.node_name(peer),
+                utilisation: s.tx_bytes as f64 * 8.0 / (rate as f64 * secs),
+                max_queue_bytes: s.max_queue_bytes,
+                pauses: s.pauses,
+            })
+        })
+        .collect()
+}
+
 /// Per-tier utilisation of `f`'s links over `[0, until]`.
 fn link_tiers(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkTier> {
     let secs = until.as_nanos().max(1) as f64 / 1e9;
@@ -554,6 +590,8 @@ pub struct FctReport {
     pub links: Vec<LinkTier>,
     /// Path moves the senders chose ([`Ecmp::Adaptive`]).
     pub repaths: u64,
+    /// A fabric's switch-to-switch links one by one (JSON; the table names the busiest).
+    pub fabric_links: Vec<LinkUse>,
 }
 
 /// The distribution of the switch queue's length over time, sampled at the end of every step
@@ -1273,6 +1311,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let now = sim.now();
     let mut sw = sim.switch().map(|s| s.stats_at(now)).unwrap_or_default();
     let mut links = Vec::new();
+    let mut fabric_links = Vec::new();
     if let Some(fab) = sim.fabric() {
         // The fabric's switches as one: drops, marks, pauses and frames over every port.
         for p in 0..fab.port_count() {
@@ -1285,6 +1324,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         }
         sw.departed = fab.hops();
         links = link_tiers(fab, now, last);
+        fabric_links = link_uses(fab, now, last);
     }
     let mut stats = roce_stack::QpStats::default();
     for &h in &net.senders {
@@ -1342,6 +1382,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             sim.stats().sent + sw.departed
         },
         links,
+        fabric_links,
         repaths,
         verified_bytes,
         mismatched_flows,
@@ -1391,6 +1432,25 @@ pub fn table(r: &FctReport) -> String {
             l.min * 100.0,
             l.max * 100.0,
             l.cv
+        );
+    }
+    if let Some(b) = r
+        .fabric_links
+        .iter()
+        .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation))
+    {
+        let _ = writeln!(
+            s,
+            "busiest link between switches: {} -> {}, {:.1} % (its deepest queue {} B){}",
+            b.from,
+            b.to,
+            b.utilisation * 100.0,
+            b.max_queue_bytes,
+            if r.repaths > 0 {
+                format!("; {} path moves by the senders", r.repaths)
+            } else {
+                String::new()
+            }
         );
     }
     if r.failed_flows > 0 {

@@ -609,6 +609,27 @@ impl Fabric {
         self.tiers[n]
     }
 
+    /// A name for node `n`: `host7`; `tor3` (a leaf-spine's `leaf3`), `agg5` (`spine1`),
+    /// `core2`, numbered within their tier.
+    pub fn node_name(&self, n: usize) -> String {
+        if n < self.hosts {
+            return format!("host{n}");
+        }
+        let tier = self.tiers.get(n).copied().unwrap_or(0);
+        let first = (self.hosts..self.tiers.len())
+            .find(|&i| self.tiers[i] == tier)
+            .unwrap_or(n);
+        let leaf_spine = matches!(self.cfg.topology, Topology::LeafSpine { .. });
+        let kind = match (tier, leaf_spine) {
+            (1, true) => "leaf",
+            (1, false) => "tor",
+            (2, true) => "spine",
+            (2, false) => "agg",
+            _ => "core",
+        };
+        format!("{kind}{}", n - first)
+    }
+
     /// Counters of port `p` with its paused time brought up to `now`.
     pub fn port_stats(&self, p: usize, now: Instant) -> PortStats {
         let x = &self.ports[p];
@@ -922,6 +943,11 @@ mod tests {
         assert_eq!(f.port_count(), 2 * (320 + 80 + 80));
         let tiers = |n: u8| (0..376).filter(|&i| f.tier(i) == n).count();
         assert_eq!((tiers(0), tiers(1), tiers(2), tiers(3)), (320, 20, 20, 16));
+        let names: Vec<String> = [5, 320, 339, 340, 360, 375]
+            .iter()
+            .map(|&n| f.node_name(n))
+            .collect();
+        assert_eq!(names, ["host5", "tor0", "tor19", "agg0", "core0", "core15"]);
     }
 
     #[test]
