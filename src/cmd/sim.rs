@@ -283,16 +283,19 @@ impl Clock {
 
 /// The process's peak resident set (Linux `VmHWM`), MiB.
 fn peak_rss_mib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
+    proc_kib("/proc/self/status", "VmHWM:").map(|k| k / 1024)
+}
+
+/// The `KEY: N kB` line of a Linux `/proc` file, in KiB.
+fn proc_kib(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))?
         .trim()
         .trim_end_matches("kB")
         .trim()
         .parse()
-        .ok()?;
-    Some(kib / 1024)
+        .ok()
 }
 
 /// The workloads shipped with the repository's shared docs, by name.
@@ -381,20 +384,35 @@ fn fabric_spec(a: &FabricArgs) -> anyhow::Result<Option<congestion::fct::FabricS
     }))
 }
 
+/// An optional size flag that must lie in `lo..=hi` (`range` says so in the error).
+fn bounded_size(
+    name: &str,
+    value: Option<&str>,
+    lo: u64,
+    hi: u64,
+    range: &str,
+) -> anyhow::Result<Option<u64>> {
+    let v = crate::args::size_flag(name, value)?;
+    if v.is_some_and(|b| !(lo..=hi).contains(&b)) {
+        bail!("{name} must be {range}");
+    }
+    Ok(v)
+}
+
 /// `--buffer`, or its default: `one_switch` there, 32 MB per switch in a fabric.
 fn buffer_bytes(
     a: &FabricArgs,
     f: Option<congestion::fct::FabricSpec>,
     one_switch: u64,
 ) -> anyhow::Result<u64> {
-    match &a.buffer {
-        Some(v) => {
-            let b = crate::units::size(v).map_err(|e| anyhow::anyhow!("--buffer: {e}"))?;
-            if !(16 << 10..=1 << 30).contains(&b) {
-                bail!("--buffer must be 16K..=1G");
-            }
-            Ok(b)
-        }
+    match bounded_size(
+        "--buffer",
+        a.buffer.as_deref(),
+        16 << 10,
+        1 << 30,
+        "16K..=1G",
+    )? {
+        Some(b) => Ok(b),
         None if f.is_some() => Ok(32_000_000),
         None => Ok(one_switch),
     }
@@ -402,14 +420,14 @@ fn buffer_bytes(
 
 /// `--memory`, or its default for the fabric.
 fn memory_bound(a: &FabricArgs, f: Option<congestion::fct::FabricSpec>) -> anyhow::Result<u64> {
-    match &a.memory {
-        Some(v) => {
-            let b = crate::units::size(v).map_err(|e| anyhow::anyhow!("--memory: {e}"))?;
-            if !(16 << 20..=256 << 30).contains(&b) {
-                bail!("--memory must be 16M..=256G");
-            }
-            Ok(b)
-        }
+    match bounded_size(
+        "--memory",
+        a.memory.as_deref(),
+        16 << 20,
+        256 << 30,
+        "16M..=256G",
+    )? {
+        Some(b) => Ok(b),
         None if f.is_some_and(|f| f.topology.hosts() > 64) => {
             // Large fabrics: up to 8 GiB per run, within 60 % of the memory available now,
             // shared by the runs that go at once.
@@ -428,16 +446,7 @@ fn memory_bound(a: &FabricArgs, f: Option<congestion::fct::FabricSpec>) -> anyho
 
 /// The memory the kernel says is available (Linux `MemAvailable`), bytes.
 fn mem_available() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
+    proc_kib("/proc/meminfo", "MemAvailable:").map(|k| k * 1024)
 }
 
 fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {

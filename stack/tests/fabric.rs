@@ -3,7 +3,7 @@
 //! `SIM_SEED` (or a fixed list) and a failure prints its seed.
 #![cfg(feature = "sim")]
 
-use roce_proto::Ecn;
+use roce_proto::{Ecn, Qpn};
 use roce_stack::rng::Rng;
 use roce_stack::sim::{FabricConfig, PfcConfig, PortKind, SeedGuard, Sim, Topology};
 use roce_stack::{
@@ -29,6 +29,53 @@ fn fabric_sim(seed: u64, cfg: FabricConfig) -> Sim {
     sim
 }
 
+/// Starts flow `n`: one WRITE of `size` random bytes from `from` to `to` on a QP pair of its
+/// own with `caps`, connected with `p`, under `cc` (none: no congestion control).
+fn start_flow(
+    sim: &mut Sim,
+    n: usize,
+    (from, to, size): (usize, usize, usize),
+    caps: QpCaps,
+    p: &ConnectParams,
+    cc: Option<CcConfig>,
+) -> (Flow, Qpn) {
+    let rate = sim.fabric().unwrap().config().host_rate_bps;
+    let seed = sim.seed() ^ (n as u64 + 1).wrapping_mul(0x9e37_79b9);
+    let (pa, ca) = {
+        let d = sim.device(from);
+        (d.alloc_pd(), d.create_cq())
+    };
+    let (pb, cb) = {
+        let d = sim.device(to);
+        (d.alloc_pd(), d.create_cq())
+    };
+    let ma = sim.device(from).reg_mr(pa, size, Access::ALL);
+    Rng::new(seed).fill(sim.device(from).mr_mut(ma).unwrap().as_mut_slice());
+    let mb = sim.device(to).reg_mr(pb, size, Access::ALL);
+    let qa = sim.device(from).create_qp(pa, ca, ca, caps).unwrap();
+    let qb = sim.device(to).create_qp(pb, cb, cb, caps).unwrap();
+    sim.connect(from, qa, to, qb, p).unwrap();
+    if let Some(cc) = cc {
+        sim.device(from).set_congestion_control(qa, cc.build(rate));
+    }
+    let remote = sim.device(to).mr(mb).unwrap().remote_addr(0);
+    let sge = sim.device(from).mr(ma).unwrap().sge(0, size as u32);
+    sim.device(from)
+        .post_send(
+            qa,
+            WorkRequest::new(n as u64, WrOp::Write(remote), SgList::one(sge)),
+        )
+        .unwrap();
+    let flow = Flow {
+        from,
+        to,
+        size,
+        mrs: (ma, mb),
+        seed,
+    };
+    (flow, qa)
+}
+
 /// Starts one WRITE of `size` random bytes per (from, to, size) on QPs of its own, with
 /// DCQCN when `cc`; runs until every one completed (or 1 s of virtual time) and checks each
 /// region landed byte for byte. Returns the flows.
@@ -38,56 +85,24 @@ fn run_flows(sim: &mut Sim, flows: &[(usize, usize, usize)], cc: bool) -> Vec<Fl
         infinite_retry_at_7: true,
         ..QpCaps::default()
     };
-    let rate = sim.fabric().unwrap().config().host_rate_bps;
+    let p = ConnectParams {
+        mtu: 1024,
+        timeout: 12,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        path: PathConfig {
+            ecn: if cc { Ecn::Ect0 } else { Ecn::NotEct },
+            ..PathConfig::default()
+        },
+        ..ConnectParams::default()
+    };
+    let dcqcn = cc.then(|| CcConfig::Dcqcn(Default::default()));
     let mut out = Vec::new();
     let mut cqs = Vec::new();
-    for (n, &(from, to, size)) in flows.iter().enumerate() {
-        let seed = sim.seed() ^ (n as u64 + 1).wrapping_mul(0x9e37_79b9);
-        let (pa, ca) = {
-            let d = sim.device(from);
-            (d.alloc_pd(), d.create_cq())
-        };
-        let (pb, cb) = {
-            let d = sim.device(to);
-            (d.alloc_pd(), d.create_cq())
-        };
-        let ma = sim.device(from).reg_mr(pa, size, Access::ALL);
-        Rng::new(seed).fill(sim.device(from).mr_mut(ma).unwrap().as_mut_slice());
-        let mb = sim.device(to).reg_mr(pb, size, Access::ALL);
-        let qa = sim.device(from).create_qp(pa, ca, ca, caps).unwrap();
-        let qb = sim.device(to).create_qp(pb, cb, cb, caps).unwrap();
-        let p = ConnectParams {
-            mtu: 1024,
-            timeout: 12,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            path: PathConfig {
-                ecn: if cc { Ecn::Ect0 } else { Ecn::NotEct },
-                ..PathConfig::default()
-            },
-            ..ConnectParams::default()
-        };
-        sim.connect(from, qa, to, qb, &p).unwrap();
-        if cc {
-            sim.device(from)
-                .set_congestion_control(qa, CcConfig::Dcqcn(Default::default()).build(rate));
-        }
-        let remote = sim.device(to).mr(mb).unwrap().remote_addr(0);
-        let sge = sim.device(from).mr(ma).unwrap().sge(0, size as u32);
-        sim.device(from)
-            .post_send(
-                qa,
-                WorkRequest::new(n as u64, WrOp::Write(remote), SgList::one(sge)),
-            )
-            .unwrap();
-        cqs.push((from, qa));
-        out.push(Flow {
-            from,
-            to,
-            size,
-            mrs: (ma, mb),
-            seed,
-        });
+    for (n, &f) in flows.iter().enumerate() {
+        let (flow, qa) = start_flow(sim, n, f, caps, &p, dcqcn);
+        cqs.push((flow.from, qa));
+        out.push(flow);
     }
     sim.time_limit = roce_stack::Instant::from_micros(1_000_000);
     let mut done = vec![false; flows.len()];
@@ -277,34 +292,16 @@ fn hpcc_keeps_the_bottleneck_busy_and_its_queue_near_empty() {
                 .find(|&p| f.port(p).1 == 15 && f.port(p).2 == PortKind::ToHost)
                 .unwrap();
             let size = 4 << 20;
+            let p = ConnectParams {
+                mtu: 1024,
+                path: PathConfig {
+                    ecn: Ecn::NotEct,
+                    ..PathConfig::default()
+                },
+                ..ConnectParams::default()
+            };
             for (n, from) in [0usize, 1, 8, 9].into_iter().enumerate() {
-                let (pa, ca) = (sim.device(from).alloc_pd(), sim.device(from).create_cq());
-                let (pb, cb) = (sim.device(15).alloc_pd(), sim.device(15).create_cq());
-                let ma = sim.device(from).reg_mr(pa, size, Access::ALL);
-                let mb = sim.device(15).reg_mr(pb, size, Access::ALL);
-                let qa = sim.device(from).create_qp(pa, ca, ca, caps).unwrap();
-                let qb = sim.device(15).create_qp(pb, cb, cb, caps).unwrap();
-                let p = ConnectParams {
-                    mtu: 1024,
-                    path: PathConfig {
-                        ecn: Ecn::NotEct,
-                        ..PathConfig::default()
-                    },
-                    ..ConnectParams::default()
-                };
-                sim.connect(from, qa, 15, qb, &p).unwrap();
-                if let Some(cc) = cc {
-                    sim.device(from)
-                        .set_congestion_control(qa, cc.build(100_000_000_000));
-                }
-                let remote = sim.device(15).mr(mb).unwrap().remote_addr(0);
-                let sge = sim.device(from).mr(ma).unwrap().sge(0, size as u32);
-                sim.device(from)
-                    .post_send(
-                        qa,
-                        WorkRequest::new(n as u64, WrOp::Write(remote), SgList::one(sge)),
-                    )
-                    .unwrap();
+                start_flow(&mut sim, n, (from, 15, size), caps, &p, cc);
             }
             // 100 µs to settle, then 600 µs sampled every µs.
             sim.run_until(roce_stack::Instant::from_micros(100));

@@ -346,12 +346,17 @@ pub struct LinkUse {
     pub pauses: u64,
 }
 
+/// Frame bytes port `p` of `f` sent over its capacity during `[0, until]`.
+fn utilisation(f: &Fabric, p: usize, now: Instant, until: Instant) -> f64 {
+    let secs = until.as_nanos().max(1) as f64 / 1e9;
+    f.port_stats(p, now).tx_bytes as f64 * 8.0 / (f.port(p).3 as f64 * secs)
+}
+
 /// Every switch-to-switch port of `f` over `[0, until]`.
 fn link_uses(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkUse> {
-    let secs = until.as_nanos().max(1) as f64 / 1e9;
     (0..f.port_count())
         .filter_map(|p| {
-            let (node, peer, kind, rate) = f.port(p);
+            let (node, peer, kind, _) = f.port(p);
             if !matches!(kind, PortKind::Up | PortKind::Down) {
                 return None;
             }
@@ -359,7 +364,7 @@ fn link_uses(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkUse> {
             Some(LinkUse {
                 from: f.node_name(node),
                 to: f.node_name(peer),
-                utilisation: s.tx_bytes as f64 * 8.0 / (rate as f64 * secs),
+                utilisation: utilisation(f, p, now, until),
                 max_queue_bytes: s.max_queue_bytes,
                 pauses: s.pauses,
             })
@@ -369,10 +374,9 @@ fn link_uses(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkUse> {
 
 /// Per-tier utilisation of `f`'s links over `[0, until]`.
 fn link_tiers(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkTier> {
-    let secs = until.as_nanos().max(1) as f64 / 1e9;
     let mut tiers: Vec<(String, Vec<f64>)> = Vec::new();
     for p in 0..f.port_count() {
-        let (node, _, kind, rate) = f.port(p);
+        let (node, _, kind, _) = f.port(p);
         let name = match (kind, f.tier(node)) {
             (PortKind::HostUp, _) => "host-tor",
             (PortKind::ToHost, _) => "tor-host",
@@ -381,7 +385,7 @@ fn link_tiers(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkTier> {
             (PortKind::Down, 2) => "agg-down",
             (PortKind::Down, _) => "core-down",
         };
-        let u = f.port_stats(p, now).tx_bytes as f64 * 8.0 / (rate as f64 * secs);
+        let u = utilisation(f, p, now, until);
         match tiers.iter_mut().find(|t| t.0 == name) {
             Some(t) => t.1.push(u),
             None => tiers.push((name.to_string(), vec![u])),
@@ -873,8 +877,6 @@ struct Net {
     receivers: Vec<usize>,
     /// (arrival, sender, receiver, size, is the victim), in time order.
     arrivals: Vec<(Instant, usize, usize, u64, bool)>,
-    /// A multi-switch fabric (not the one-switch model).
-    fabric: bool,
 }
 
 /// The one-switch model: every workload flow to endpoint 0 through the switch port in front
@@ -975,7 +977,6 @@ fn one_switch(sim: &mut Sim, spec: &FctSpec, rng: &mut Rng) -> Net {
         senders: hosts,
         receivers: vec![rx],
         arrivals,
-        fabric: false,
     }
 }
 
@@ -1036,7 +1037,6 @@ fn multi_switch(sim: &mut Sim, spec: &FctSpec, f: &FabricSpec, rng: &mut Rng) ->
         senders: all.clone(),
         receivers: all,
         arrivals,
-        fabric: true,
     }
 }
 
@@ -1376,7 +1376,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         sim_ms: last_s * 1e3,
         // A fabric counts every hop, hosts' included; the one-switch model its links and
         // the switch port.
-        packet_hops: if net.fabric {
+        packet_hops: if spec.fabric.is_some() {
             sw.departed
         } else {
             sim.stats().sent + sw.departed

@@ -156,6 +156,15 @@ impl TxTurn {
     }
 }
 
+/// A pending path move ([`Qp::repath`]).
+#[derive(Debug, Clone, Copy)]
+struct Repath {
+    /// The UDP source port to move to.
+    port: u16,
+    /// The last packet on the old path asked for an ACK (the move waits for it).
+    asked: bool,
+}
+
 /// One RC queue pair. Created and driven through [`Device`](crate::Device).
 #[derive(Debug)]
 pub struct Qp {
@@ -191,12 +200,10 @@ pub struct Qp {
     int_echo: Option<IntStack>,
     /// The echo of the datagram just written (an ACK), for the caller to send with it.
     int_out: Option<IntStack>,
-    /// A UDP source port (path) to move to once nothing is in flight ([`Qp::repath`]).
-    repath: Option<u16>,
+    /// A path move waiting for the packets in flight ([`Qp::repath`]).
+    repath: Option<Repath>,
     /// Path moves made.
     repaths: u64,
-    /// The last packet on the old path asked for an ACK (the move waits for it).
-    repath_acked: bool,
     /// Requests or responses next.
     turn: TxTurn,
     /// Counters.
@@ -297,7 +304,6 @@ impl Qp {
             int_out: None,
             repath: None,
             repaths: 0,
-            repath_acked: false,
             turn: TxTurn::default(),
             srq: None,
             uc: false,
@@ -364,11 +370,14 @@ impl Qp {
     /// its peer and checks the ICRC over the real one). Retransmissions of what is in flight
     /// still go the old way.
     pub(crate) fn repath(&mut self, port: u16) {
-        self.repath = (port != self.attr.path.src_port).then_some(port);
-        if self.repath.is_none() {
-            // Back to the path in use: nothing to wait for, and no ACK was asked for a move.
-            self.repath_acked = false;
-        }
+        self.repath = if port == self.attr.path.src_port {
+            // Back to the path in use: nothing to wait for.
+            None
+        } else {
+            // A move already pending keeps the ACK it asked for.
+            let asked = self.repath.is_some_and(|r| r.asked);
+            Some(Repath { port, asked })
+        };
     }
 
     /// The path moves made so far ([`Device::repath_qp`](crate::Device::repath_qp)).
@@ -381,27 +390,28 @@ impl Qp {
     /// responder might not answer before its ACK coalescing says so, and the move would wait
     /// for a timeout).
     pub(super) fn repath_pending_ack(&self, drained: bool) -> bool {
-        self.repath.is_some() && !drained && !self.repath_acked && !self.uc
+        self.repath.is_some_and(|r| !r.asked) && !drained && !self.uc
     }
 
     /// The packet [`Qp::repath_pending_ack`] asked for went out with AckReq.
     pub(super) fn repath_asked(&mut self) {
-        self.repath_acked = true;
+        if let Some(r) = self.repath.as_mut() {
+            r.asked = true;
+        }
     }
 
     /// Applies a pending [`Qp::repath`] once nothing is in flight; `false` while new request
     /// packets must wait for that.
     pub(super) fn repath_ready(&mut self, nothing_in_flight: bool) -> bool {
-        let Some(port) = self.repath else {
+        let Some(r) = self.repath else {
             return true;
         };
         if !nothing_in_flight {
             return false;
         }
-        self.attr.path.src_port = port;
+        self.attr.path.src_port = r.port;
         self.seeds = SeedCache::default();
         self.repath = None;
-        self.repath_acked = false;
         self.repaths += 1;
         true
     }

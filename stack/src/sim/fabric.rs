@@ -302,7 +302,7 @@ impl FabricConfig {
     /// switch with the most ports could still absorb every ingress port's headroom at the
     /// fastest rate, XON at half of it.
     pub fn pfc_thresholds(&self, mtu: u32) -> PfcConfig {
-        let (ports, _) = self.max_switch_ports();
+        let ports = self.max_switch_ports();
         let headroom = self.pfc_headroom(self.host_rate_bps.max(self.fabric_rate_bps), mtu);
         let per_port = (self.buffer_bytes / ports.max(1) as u64).saturating_sub(headroom);
         let xoff = per_port.max(4 * (u64::from(mtu) + 100));
@@ -312,14 +312,15 @@ impl FabricConfig {
         }
     }
 
-    fn max_switch_ports(&self) -> (usize, usize) {
+    /// Ports of the switch with the most.
+    fn max_switch_ports(&self) -> usize {
         let hosts = self.topology.hosts();
         let mut deg = vec![0usize; hosts + self.topology.switches()];
         for (a, b, _) in self.topology.links() {
             deg[a] += 1;
             deg[b] += 1;
         }
-        (deg[hosts..].iter().copied().max().unwrap_or(0), hosts)
+        deg[hosts..].iter().copied().max().unwrap_or(0)
     }
 }
 

@@ -796,8 +796,7 @@ impl Sim {
                     continue;
                 }
             }
-            if let Some(f) = fab.filter(|&f| arr.is_none_or(|a| f < a)) {
-                let _ = f;
+            if fab.is_some_and(|f| arr.is_none_or(|a| f < a)) {
                 self.fabric_event();
                 continue;
             }
