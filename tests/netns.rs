@@ -19,11 +19,16 @@ fn ip(args: &[&str]) -> bool {
 }
 
 /// The namespaces `roce-a`/`roce-b` with 10.78.0.1/24 and 10.78.0.2/24; removed on drop.
-struct Pair;
+/// One at a time: the tests of this file share the names.
+struct Pair(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+static ONE_PAIR: std::sync::Mutex<()> = std::sync::Mutex::new(());
 impl Pair {
     fn new() -> Option<Self> {
+        let guard = ONE_PAIR.lock().unwrap_or_else(|e| e.into_inner());
         let _ = ip(&["netns", "del", "roce-a"]);
         let _ = ip(&["netns", "del", "roce-b"]);
+        // A pair left in this namespace by a run that stopped half way.
+        let _ = ip(&["link", "del", "roce-va"]);
         let steps: [&[&str]; 11] = [
             &["netns", "add", "roce-a"],
             &["netns", "add", "roce-b"],
@@ -55,7 +60,7 @@ impl Pair {
             &["-n", "roce-a", "link", "set", "lo", "up"],
             &["-n", "roce-b", "link", "set", "lo", "up"],
         ];
-        let pair = Self;
+        let pair = Self(guard);
         steps.iter().all(|s| ip(s)).then_some(pair)
     }
 }
@@ -76,7 +81,7 @@ fn server_and_client_across_a_veth_pair_on_both_links() {
         eprintln!("SKIPPED: network namespaces need root and iproute2");
         return;
     };
-    for link in ["packet", "udp"] {
+    for link in ["packet", "packet-ring", "udp"] {
         let mut server = Command::new("ip")
             .args([
                 "netns",
@@ -127,8 +132,10 @@ fn server_and_client_across_a_veth_pair_on_both_links() {
         assert!(status.success(), "{link}: the server failed");
         let r: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(r["ok"], true);
-        assert_eq!(r["link"]["client"], link, "{r}");
-        assert_eq!(r["link"]["server"], link, "{r}");
+        // The report's names are snake_case.
+        let name = link.replace('-', "_");
+        assert_eq!(r["link"]["client"], name.as_str(), "{r}");
+        assert_eq!(r["link"]["server"], name.as_str(), "{r}");
         let (full, solved) = (
             r["icrc_full"].as_u64().unwrap(),
             r["icrc_solved"].as_u64().unwrap(),
@@ -136,5 +143,67 @@ fn server_and_client_across_a_veth_pair_on_both_links() {
         // Both ends are roce, which writes identification 0 and DF: on either link every
         // ICRC gets the full check (the UDP link matches that header exactly).
         assert!(full > 0 && solved == 0, "{link}: {full} {solved}");
+    }
+}
+
+/// Across the veth pair the packet link also sends through its packet socket, writing the
+/// IPv4/UDP header itself, once the peer's first accepted datagram showed its hardware
+/// address; a UDP-link peer's kernel takes those datagrams like any others (IP checksum,
+/// UDP checksum 0), and a packet-link peer checks the ICRC over exactly that header.
+#[test]
+fn perf_across_a_veth_pair_sends_through_the_packet_socket() {
+    let Some(_pair) = Pair::new() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "cannot make network namespaces under CI (needs root and iproute2)"
+        );
+        eprintln!("SKIPPED: network namespaces need root and iproute2");
+        return;
+    };
+    for (client, server) in [
+        ("packet-ring", "packet-ring"),
+        ("packet", "udp"),
+        ("udp", "packet"),
+    ] {
+        let mut srv = Command::new("ip")
+            .args(["netns", "exec", "roce-b", BIN, "perf", "write", "--server"])
+            .args(["--bind", "10.78.0.2", "--link", server])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let out = Command::new("ip")
+            .args(["netns", "exec", "roce-a", BIN, "perf", "write"])
+            .args(["--client", "10.78.0.2", "--bind", "10.78.0.1"])
+            .args([
+                "--link", client, "-s", "65536", "--mtu", "1024", "-n", "300",
+            ])
+            .arg("--json")
+            .output()
+            .unwrap();
+        let status = srv.wait().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && status.success(),
+            "{client}/{server}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(r["link"], client, "{r}");
+        let (packet, udp) = (
+            r["sent"]["packet"].as_u64().unwrap(),
+            r["sent"]["udp"].as_u64().unwrap(),
+        );
+        // 300 WRITEs of 64 packets each.
+        assert!(packet + udp >= 300 * 64, "{client}/{server}: {r}");
+        if client == "udp" {
+            assert_eq!(packet, 0, "{r}");
+        } else {
+            // Through the UDP sockets only until the server's first ACK was accepted.
+            assert!(udp > 0 && udp < 2048, "{client}/{server}: {r}");
+            assert!(packet > 16_000, "{client}/{server}: {r}");
+        }
+        assert_eq!(r["sent"]["packet_dropped"], 0, "{r}");
     }
 }

@@ -155,6 +155,11 @@ impl Endpoint {
         self.sock.link()
     }
 
+    /// How this endpoint's datagrams left: through the packet socket or the UDP sockets.
+    pub fn sent_counts(&self) -> crate::socket::SentCounts {
+        self.sock.sent_counts()
+    }
+
     /// Sends to this UDP port instead of 4791 (two endpoints sharing one address).
     pub fn set_peer_port(&mut self, port: u16) {
         self.peer_port = port;
@@ -344,7 +349,11 @@ impl Endpoint {
                     data,
                 });
             }
+            // Whether a connected QP accepted it: then the packet link may send to this peer
+            // where the datagram came from on the link.
+            let before = dev.accepted_connected_datagrams();
             impair.process(now, meta, data, |meta, d| dev.handle_datagram(now, meta, d));
+            dev.accepted_connected_datagrams() != before
         })?;
         self.stats.received += total as u64;
         Ok(total)

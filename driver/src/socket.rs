@@ -74,7 +74,8 @@ fn sendmmsg(io: &std::net::UdpSocket, addr: &SocketAddrAny, dgrams: &[&[u8]]) ->
     rustix::net::sendmmsg(io, &mut out[..n], SendFlags::empty()).map_err(io::Error::from)
 }
 
-/// How an endpoint receives (it always sends through UDP sockets, with DF and identification 0).
+/// How an endpoint receives (and so how it may send: the packet link also sends through its
+/// packet socket, see [`crate::packet::PacketSend`]; both write DF and identification 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LinkChoice {
@@ -124,11 +125,26 @@ impl std::fmt::Display for Link {
     }
 }
 
+/// How an endpoint's datagrams left ([`RoceSocket::sent_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SentCounts {
+    /// Through the packet link's packet socket.
+    pub packet: u64,
+    /// Through the UDP sockets.
+    pub udp: u64,
+    /// Refused by a full interface queue on the packet socket (lost, as on a wire).
+    pub packet_dropped: u64,
+}
+
 /// The receiving socket (port 4791) and the per-source-port sending sockets.
 #[derive(Debug)]
 pub struct RoceSocket {
     /// The packet link's receive side, when it is used.
     packet: Option<crate::packet::PacketRx>,
+    /// The packet link's sending side (with `packet`, when the packet socket opened).
+    send: Option<crate::packet::PacketSend>,
+    /// Datagrams sent through the UDP sockets.
+    sent_udp: u64,
     /// Not registered with tokio's epoll while the endpoint is busy (see [`RoceSocket::readable`]).
     io: std::net::UdpSocket,
     state: UdpSocketState,
@@ -164,6 +180,9 @@ impl RoceSocket {
                 Ok(p) => {
                     crate::packet::silence_udp(&s.io)?;
                     s.packet = Some(p);
+                    if let SocketAddr::V4(local) = s.local {
+                        s.send = crate::packet::PacketSend::open(local).ok();
+                    }
                 }
                 Err(e) if choice == LinkChoice::Auto => {
                     // No CAP_NET_RAW (or no packet sockets here): the UDP link.
@@ -190,6 +209,16 @@ impl RoceSocket {
         self.packet
             .as_ref()
             .map_or((0, 0), |p| (p.malformed, p.ring_drops()))
+    }
+
+    /// Datagrams sent so far through the packet socket, through the UDP sockets, and refused
+    /// by a full interface queue on the packet socket (see [`crate::packet::PacketSend`]).
+    pub fn sent_counts(&self) -> SentCounts {
+        SentCounts {
+            packet: self.send.as_ref().map_or(0, |s| s.sent),
+            udp: self.sent_udp,
+            packet_dropped: self.send.as_ref().map_or(0, |s| s.dropped),
+        }
     }
 
     /// The link datagrams are received on.
@@ -223,6 +252,8 @@ impl RoceSocket {
         let local = std_sock.local_addr()?;
         Ok(Self {
             packet: None,
+            send: None,
+            sent_udp: 0,
             io: std_sock,
             state,
             local,
@@ -286,6 +317,12 @@ impl RoceSocket {
         datagrams: &[&[u8]],
     ) -> io::Result<()> {
         let datagrams = &datagrams[..datagrams.len().min(SEND_BATCH)];
+        if let (Some(send), SocketAddr::V4(to)) = (&mut self.send, dst) {
+            if let Some(hop) = send.hop(*to.ip()) {
+                return send.send(hop, src_port, to, ecn, datagrams).await;
+            }
+        }
+        self.sent_udp += datagrams.len() as u64;
         let i = self.sender(src_port)?;
         let s = &mut self.senders[i];
         if s.tos != Some(ecn) {
@@ -348,11 +385,22 @@ impl RoceSocket {
 
     /// Reads what is queued without waiting (one batch) and hands each datagram to `f` with
     /// what the link knows of it (source, the local address it was sent to, ECN and, on the
-    /// packet link, the IPv4 identification and DF) and its bytes (the UDP payload). Returns
-    /// how many datagrams were read.
-    pub fn try_recv(&mut self, mut f: impl FnMut(&RxMeta, &[u8])) -> io::Result<usize> {
+    /// packet link, the IPv4 identification and DF) and its bytes (the UDP payload). `f`
+    /// answers whether the transport accepted the datagram: the packet link then sends to
+    /// that peer where the datagram came from on the link ([`crate::packet::PacketSend`]).
+    /// Returns how many datagrams were read.
+    pub fn try_recv(&mut self, mut f: impl FnMut(&RxMeta, &[u8]) -> bool) -> io::Result<usize> {
         if let Some(p) = &mut self.packet {
-            return p.try_recv(f);
+            let send = &mut self.send;
+            return p.try_recv(|meta, d, from| {
+                if f(meta, d) {
+                    if let (Some(send), Some(from), IpAddr::V4(ip)) =
+                        (send.as_mut(), from, meta.src.ip())
+                    {
+                        send.learn(ip, from);
+                    }
+                }
+            });
         }
         let Self {
             io,

@@ -26,8 +26,8 @@ fn a_spinning_receiver_sees_datagrams_after_it_slept_once() {
             // Sleep in epoll (registers the socket), then drain it: tokio now believes the
             // socket is not readable.
             rx.readable().await.unwrap();
-            assert_eq!(rx.try_recv(|_, _| {}).unwrap(), 1, "round {round}");
-            assert_eq!(rx.try_recv(|_, _| {}).unwrap(), 0, "round {round}");
+            assert_eq!(rx.try_recv(|_, _| false).unwrap(), 1, "round {round}");
+            assert_eq!(rx.try_recv(|_, _| false).unwrap(), 0, "round {round}");
             tx.send_batch(0xc123, b, Ecn::NotEct, &[b"while spinning"])
                 .await
                 .unwrap();
@@ -36,7 +36,10 @@ fn a_spinning_receiver_sees_datagrams_after_it_slept_once() {
             let mut got = 0;
             while got == 0 && t0.elapsed() < Duration::from_secs(2) {
                 got = rx
-                    .try_recv(|_, d| assert_eq!(d, b"while spinning"))
+                    .try_recv(|_, d| {
+                        assert_eq!(d, b"while spinning");
+                        false
+                    })
                     .unwrap();
             }
             assert_eq!(got, 1, "round {round}: queued, but try_recv never looked");
@@ -77,6 +80,7 @@ fn the_packet_ring_hands_over_whole_datagrams_once_and_counts_what_it_drops() {
                         other => panic!("the packet link sees the IPv4 header: {other:?}"),
                     };
                     got.push((id, d.to_vec()));
+                    false
                 })
                 .unwrap();
             }
@@ -91,7 +95,11 @@ fn the_packet_ring_hands_over_whole_datagrams_once_and_counts_what_it_drops() {
         for (i, (_, d)) in got.iter().enumerate() {
             assert_eq!(d, &vec![i as u8; 100]);
         }
-        assert_eq!(rx.try_recv(|_, _| panic!("seen twice")).unwrap(), 0);
+        assert_eq!(
+            rx.try_recv(|_, _| -> bool { panic!("seen twice") })
+                .unwrap(),
+            0
+        );
         // Longer than a slot (lo's MTU lets it through whole): counted, not handed over.
         tx.send_to(&vec![7u8; 9000], at).unwrap();
         tx.send_to(b"after", at).unwrap();

@@ -83,6 +83,9 @@ pub struct Device {
     drops: QpStats,
     /// Datagrams accepted by a QP.
     accepted: u64,
+    /// Of those, datagrams accepted by a connected (RC or UC) QP: from its one peer, in its
+    /// PSN window.
+    accepted_connected: u64,
     /// QP1: MADs in and out.
     gsi: crate::gsi::Gsi,
     /// UD QPs, by index; their QPNs follow the RC range ([`Device::create_ud_qp`]).
@@ -113,6 +116,7 @@ impl Device {
             served: 0,
             drops: QpStats::default(),
             accepted: 0,
+            accepted_connected: 0,
             gsi: crate::gsi::Gsi::default(),
             uds: Vec::new(),
             srqs: Vec::new(),
@@ -562,6 +566,7 @@ impl Device {
             Some((qp, mut ctx)) => {
                 if qp.handle_datagram(now, meta, datagram, int, &mut ctx) {
                     self.accepted += 1;
+                    self.accepted_connected += 1;
                 }
             }
             None => self.drops.drops.count(DropReason::UnknownQp),
@@ -572,6 +577,14 @@ impl Device {
     /// driver counts as a sign of life of the peer, where junk from elsewhere is not.
     pub fn accepted_datagrams(&self) -> u64 {
         self.accepted
+    }
+
+    /// Datagrams a connected (RC or UC) QP accepted so far: from the one peer address it was
+    /// connected to, to its own, in its PSN window. Unlike a UD datagram (anyone with the
+    /// Q_Key) or a MAD (anyone), an off-path sender cannot produce one without guessing the
+    /// QPN and PSN, so a driver may trust where such a datagram came from on the link.
+    pub fn accepted_connected_datagrams(&self) -> u64 {
+        self.accepted_connected
     }
 
     /// Runs expired timers. Call once `now >= poll_timeout()`; early calls are harmless.

@@ -533,6 +533,7 @@ pub fn run_client_cm(
             let mut res = app.result();
             res.retransmitted_packets = ep.dev.stats().retransmitted_packets;
             res.link = Some(ep.link().name());
+            res.sent = Some(ep.sent_counts());
             drop(ep);
             if !out(&res) || last {
                 return Ok(());

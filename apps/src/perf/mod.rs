@@ -447,6 +447,10 @@ pub struct PerfResult {
     /// How the client received (`"udp"` or `"packet"`; RoCE tests).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link: Option<&'static str>,
+    /// How the client's datagrams left: through the packet link's packet socket (once the
+    /// server's datagrams showed where it is on the link) or the UDP sockets (RoCE tests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sent: Option<roce_driver::socket::SentCounts>,
     /// Datagrams the server received from anyone but the client and ignored (UDP
     /// baselines): someone else is sending to its port.
     #[serde(skip_serializing_if = "is_zero")]
@@ -496,6 +500,7 @@ impl PerfResult {
             retransmitted_packets: 0,
             foreign_datagrams: 0,
             link: None,
+            sent: None,
             baseline: None,
             ratio: None,
             request_size: (spec.request > 0).then_some(spec.request),

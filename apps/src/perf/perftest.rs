@@ -311,6 +311,7 @@ pub async fn run_session(
         let mut r = app.result();
         r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
         r.link = Some(ep.link().name());
+        r.sent = Some(ep.sent_counts());
         s.keys("keys at the end of the test", &mine[0]).await?;
         s.reports(Some(&r)).await?;
         s.keys("closing keys", &mine[0]).await?;
@@ -347,6 +348,7 @@ pub async fn run_session(
         r.bw_avg_gbps = Some(peer_report[1]);
         r.msg_rate_mpps = Some(peer_report[2]);
         r.link = Some(ep.link().name());
+        r.sent = Some(ep.sent_counts());
         Ok((Some(r), s))
     }
 }

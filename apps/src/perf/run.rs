@@ -252,6 +252,7 @@ async fn run_one(
     let mut r = app.result();
     r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
     r.link = Some(ep.link().name());
+    r.sent = Some(ep.sent_counts());
     Ok(r)
 }
 

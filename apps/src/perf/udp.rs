@@ -36,6 +36,8 @@ async fn recv_one(
             if m.src.ip() == peer {
                 len = Some(d.len());
             }
+            // The baseline stays on the UDP sockets: nothing is "accepted" for the packet link.
+            false
         })
         .map_err(|e| DriverError::Run(RunError::Io(e)))?;
         if let Some(len) = len {
@@ -205,8 +207,11 @@ async fn udp_exchange(
             sent += k;
         }
         let mut n = 0u64;
-        sock.try_recv(|m, _| n += u64::from(m.src.ip() == dst.ip()))
-            .map_err(io)?;
+        sock.try_recv(|m, _| {
+            n += u64::from(m.src.ip() == dst.ip());
+            false
+        })
+        .map_err(io)?;
         let now = StdInstant::now();
         if n > 0 {
             replies += n;
@@ -285,13 +290,14 @@ pub(crate) async fn udp_server(
             sock.try_recv(|m, d| {
                 if m.src != client {
                     foreign += 1;
-                    return;
+                    return false;
                 }
                 if spec.lat && n == 0 {
                     let k = d.len().min(pong.len());
                     pong[..k].copy_from_slice(&d[..k]);
                 }
                 n += 1;
+                false
             })
             .map_err(io)?;
             if n > 0 {

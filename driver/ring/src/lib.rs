@@ -9,6 +9,10 @@
 //! or its retire timer (at least 1 ms) fires, which a transport's 4 µs round trips cannot
 //! wait for; V2 hands over every frame as it lands and wakes the socket's waiters for each.
 //!
+//! [`PacketTx`] is the packet link's sending side: whole IPv4 datagrams handed to the kernel
+//! with `sendmmsg` on a packet socket, framed for the interface, past the kernel's IP and UDP
+//! output path.
+//!
 //! # The audit: all of roce's `unsafe` is in this file
 //!
 //! * [`RxRing::new`] calls `setsockopt` twice with pointers to live, correctly sized values
@@ -28,6 +32,9 @@
 //!   duration of the callback (the borrow cannot escape), and only after the offsets and
 //!   lengths the kernel wrote in the header are checked to lie inside the slot. Header fields
 //!   are read byte-wise from that checked slice.
+//! * [`PacketTx::new`] owns the descriptor `socket` returns (checked). [`PacketTx::send`]
+//!   builds the message headers on its own stack frame, pointing at a `sockaddr_ll` and
+//!   `iovec`s there and at slices borrowed for the call; the kernel only reads through them.
 #![warn(missing_docs)]
 
 use std::io;
@@ -139,7 +146,49 @@ pub struct Frame<'a> {
     pub cut: bool,
     /// The kernel dropped frames since the previous one (the ring was full).
     pub losing: bool,
+    /// Where it came from on the link (the `sockaddr_ll` the kernel writes after the slot's
+    /// header), when that is a 6-byte hardware address.
+    pub from: Option<LinkPeer>,
 }
+
+/// The link-layer end of a frame: the interface it came in on and the hardware address it
+/// came from (the `sockaddr_ll` of a packet socket, `linux/if_packet.h`). The packet link
+/// sends back to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinkPeer {
+    /// Index of the interface.
+    pub ifindex: i32,
+    /// Its `ARPHRD_*` type ([`LinkPeer::ETHERNET`], [`LinkPeer::LOOPBACK`], ...).
+    pub hatype: u16,
+    /// The 6-byte hardware (MAC) address.
+    pub addr: [u8; 6],
+}
+
+impl LinkPeer {
+    /// `ARPHRD_ETHER`.
+    pub const ETHERNET: u16 = 1;
+    /// `ARPHRD_LOOPBACK`.
+    pub const LOOPBACK: u16 = 772;
+
+    /// Reads a `sockaddr_ll` (20 bytes, native byte order as the kernel wrote it); `None` when
+    /// it is short or its hardware address is not 6 bytes long.
+    pub fn from_sockaddr_ll(b: &[u8]) -> Option<Self> {
+        let b = b.get(..SOCKADDR_LL_LEN)?;
+        if b[11] != 6 {
+            return None;
+        }
+        let mut addr = [0; 6];
+        addr.copy_from_slice(&b[12..18]);
+        Some(Self {
+            ifindex: i32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+            hatype: u16::from_ne_bytes([b[8], b[9]]),
+            addr,
+        })
+    }
+}
+
+/// `sizeof(struct sockaddr_ll)`.
+const SOCKADDR_LL_LEN: usize = 20;
 
 /// A `TPACKET_V2` receive ring on a packet socket. Owns the socket and the mapping.
 #[derive(Debug)]
@@ -311,6 +360,8 @@ impl RxRing {
                 len,
                 cut: status & TP_STATUS_COPY != 0 || data.len() < len,
                 losing: status & TP_STATUS_LOSING != 0,
+                // The kernel writes it at TPACKET_ALIGN(sizeof(tpacket2_hdr)), before the data.
+                from: bytes.get(HDR_LEN..net).and_then(LinkPeer::from_sockaddr_ll),
             });
             self.status(i).store(TP_STATUS_KERNEL, Ordering::Release);
             self.next = if i + 1 == self.layout.frames() {
@@ -335,9 +386,121 @@ impl Drop for RxRing {
     }
 }
 
+/// Most datagrams one [`PacketTx::send`] hands to the kernel.
+pub const TX_BATCH: usize = 32;
+
+/// A packet socket that only sends (`AF_PACKET`, `SOCK_DGRAM`, protocol 0, so the kernel
+/// delivers nothing to it): whole IPv4 datagrams, header included, each framed by the kernel
+/// for the interface and hardware address given. No IP or UDP layer of the kernel runs on
+/// the way out.
+#[derive(Debug)]
+pub struct PacketTx {
+    fd: OwnedFd,
+}
+
+impl PacketTx {
+    /// Opens the socket (non-blocking). Fails with `PermissionDenied` without `CAP_NET_RAW`.
+    #[allow(unsafe_code)]
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: no pointers; the return value is checked, and a descriptor returned is
+        // owned by nobody else.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a descriptor just opened and not owned elsewhere.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        Ok(Self { fd })
+    }
+
+    /// The socket (to wait for it to become writable).
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Sends up to [`TX_BATCH`] IPv4 datagrams in one `sendmmsg`, each the concatenation of
+    /// its two parts (header, payload), to `to`'s hardware address on `to`'s interface.
+    /// Returns how many the kernel took.
+    #[allow(unsafe_code)]
+    pub fn send(&self, to: &LinkPeer, datagrams: &[[&[u8]; 2]]) -> io::Result<usize> {
+        let n = datagrams.len().min(TX_BATCH);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut addr = [0u8; 8];
+        addr[..6].copy_from_slice(&to.addr);
+        let ll = libc::sockaddr_ll {
+            sll_family: libc::AF_PACKET as u16,
+            sll_protocol: (libc::ETH_P_IP as u16).to_be(),
+            sll_ifindex: to.ifindex,
+            sll_hatype: 0,
+            sll_pkttype: 0,
+            sll_halen: 6,
+            sll_addr: addr,
+        };
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut iovs = [[empty; 2]; TX_BATCH];
+        for (iov, d) in iovs.iter_mut().zip(&datagrams[..n]) {
+            for (v, part) in iov.iter_mut().zip(d) {
+                // The kernel only reads through it (sendmmsg), so the cast away from const is
+                // never written through.
+                v.iov_base = part.as_ptr().cast_mut().cast();
+                v.iov_len = part.len();
+            }
+        }
+        // SAFETY: `mmsghdr` is a C struct of integers and pointers, for which all zeroes is a
+        // valid value (null pointers, zero lengths).
+        let mut msgs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
+        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()).take(n) {
+            m.msg_hdr.msg_name = std::ptr::addr_of!(ll).cast_mut().cast();
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = 2;
+        }
+        // SAFETY: `msgs[..n]` point at `ll` and at `iovs`, all live on this stack frame until
+        // the call returns; each iovec points into a slice borrowed for this call with its
+        // length; the kernel reads them and writes only `msg_len` (and `msg_flags`) in `msgs`.
+        let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_sockaddr_ll() {
+        let mut b = [0u8; 20];
+        b[0..2].copy_from_slice(&(libc::AF_PACKET as u16).to_ne_bytes());
+        b[4..8].copy_from_slice(&7i32.to_ne_bytes());
+        b[8..10].copy_from_slice(&LinkPeer::ETHERNET.to_ne_bytes());
+        b[11] = 6;
+        b[12..18].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        assert_eq!(
+            LinkPeer::from_sockaddr_ll(&b),
+            Some(LinkPeer {
+                ifindex: 7,
+                hatype: LinkPeer::ETHERNET,
+                addr: [2, 0, 0, 0, 0, 9]
+            })
+        );
+        assert_eq!(LinkPeer::from_sockaddr_ll(&b[..19]), None);
+        b[11] = 0;
+        assert_eq!(LinkPeer::from_sockaddr_ll(&b), None, "no hardware address");
+    }
 
     #[test]
     fn layouts_hold_whole_slots_in_whole_pages() {
