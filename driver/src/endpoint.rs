@@ -246,7 +246,7 @@ impl Endpoint {
             if !app.done() && now.saturating_duration_since(last_rx) > silence {
                 return Err(RunError::PeerSilent(silence));
             }
-            if now.saturating_duration_since(last_io) < self.busy_poll {
+            if now.saturating_duration_since(last_io) < self.busy_poll.max(self.sock.idle_spin()) {
                 // Spin without yielding to the runtime (whose every turn is an epoll_wait):
                 // the stop signal waits for the sleep below, at most `busy_poll` away.
                 std::hint::spin_loop();

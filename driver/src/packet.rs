@@ -382,8 +382,11 @@ const TTL: u8 = 64;
 pub struct PacketSend {
     tx: PacketTx,
     src: Ipv4Addr,
-    hops: Vec<(Ipv4Addr, LinkPeer)>,
+    /// Each peer: where on the link it is, and this host's hardware address on that interface.
+    hops: Vec<(Ipv4Addr, LinkPeer, [u8; 6])>,
     oldest: usize,
+    /// This host's hardware address per interface index, as far as asked for.
+    own: Vec<(i32, [u8; 6])>,
     /// Datagrams sent through the packet socket.
     pub sent: u64,
     /// Datagrams the kernel refused because the interface's queue was full (`ENOBUFS`): lost
@@ -399,37 +402,63 @@ impl PacketSend {
             src: *local.ip(),
             hops: Vec::new(),
             oldest: 0,
+            own: Vec::new(),
             sent: 0,
             dropped: 0,
         })
     }
 
     /// Records that an accepted datagram from `peer` came from `from`: later datagrams to
-    /// `peer` go there. Only Ethernet interfaces (not `lo`).
+    /// `peer` go there. Only Ethernet interfaces (not `lo`) whose own hardware address is
+    /// known (`getifaddrs`, asked once per interface).
     pub fn learn(&mut self, peer: Ipv4Addr, from: LinkPeer) {
         if from.hatype != LinkPeer::ETHERNET || self.src.is_unspecified() {
             return;
         }
-        if let Some(h) = self.hops.iter_mut().find(|h| h.0 == peer) {
-            h.1 = from;
-        } else if self.hops.len() < MAX_HOPS {
-            self.hops.push((peer, from));
-        } else {
-            self.hops[self.oldest] = (peer, from);
-            self.oldest = (self.oldest + 1) % MAX_HOPS;
+        let at = self.hops.iter().position(|h| h.0 == peer);
+        if at.is_some_and(|i| self.hops[i].1 == from) {
+            return;
+        }
+        let Some(own) = self.own_address(from.ifindex) else {
+            return;
+        };
+        match at {
+            Some(i) => self.hops[i] = (peer, from, own),
+            None if self.hops.len() < MAX_HOPS => self.hops.push((peer, from, own)),
+            None => {
+                self.hops[self.oldest] = (peer, from, own);
+                self.oldest = (self.oldest + 1) % MAX_HOPS;
+            }
         }
     }
 
-    /// Where datagrams to `peer` go on the link, once learned.
-    pub fn hop(&self, peer: Ipv4Addr) -> Option<LinkPeer> {
-        self.hops.iter().find(|h| h.0 == peer).map(|h| h.1)
+    /// This host's hardware address on interface `ifindex`.
+    fn own_address(&mut self, ifindex: i32) -> Option<[u8; 6]> {
+        if let Some(o) = self.own.iter().find(|o| o.0 == ifindex) {
+            return Some(o.1);
+        }
+        let mac = nix::ifaddrs::getifaddrs().ok()?.find_map(|a| {
+            let l = *a.address?.as_link_addr()?;
+            (i32::try_from(l.ifindex()).ok()? == ifindex).then_some(l.addr()?)
+        })?;
+        if self.own.len() >= MAX_HOPS {
+            self.own.clear();
+        }
+        self.own.push((ifindex, mac));
+        Some(mac)
+    }
+
+    /// Where datagrams to `peer` go on the link, once learned (and this host's hardware
+    /// address there).
+    pub fn hop(&self, peer: Ipv4Addr) -> Option<(LinkPeer, [u8; 6])> {
+        self.hops.iter().find(|h| h.0 == peer).map(|h| (h.1, h.2))
     }
 
     /// Sends `datagrams` (UDP payloads, at most [`TX_BATCH`]) from UDP port `src_port` to
     /// `dst` through `hop`, waiting while the socket's send buffer is full.
     pub async fn send(
         &mut self,
-        hop: LinkPeer,
+        (hop, own): (LinkPeer, [u8; 6]),
         src_port: u16,
         dst: SocketAddrV4,
         ecn: Ecn,
@@ -445,7 +474,7 @@ impl PacketSend {
         let mut done = 0;
         let mut waiter: Option<tokio::net::UdpSocket> = None;
         while done < datagrams.len() {
-            match self.tx.send(&hop, &parts[done..datagrams.len()]) {
+            match self.tx.send(&hop, own, &parts[done..datagrams.len()]) {
                 Ok(k) => {
                     done += k.max(1);
                     self.sent += k as u64;
@@ -624,12 +653,27 @@ mod tests {
             None,
             "lo: Linux drops injected local-source frames"
         );
+        // Interface 2 stands for one whose own address was looked up.
+        s.own.push((2, [2, 0, 0, 0, 0, 0xee]));
         s.learn(peer, eth(1));
         s.learn(peer, eth(2));
         assert_eq!(
             s.hop(peer),
-            Some(eth(2)),
+            Some((eth(2), [2, 0, 0, 0, 0, 0xee])),
             "the latest accepted frame decides"
+        );
+        let other = Ipv4Addr::new(10, 0, 0, 3);
+        s.learn(
+            other,
+            LinkPeer {
+                ifindex: 1_000_000,
+                ..eth(4)
+            },
+        );
+        assert_eq!(
+            s.hop(other),
+            None,
+            "no interface of that index: its own address is unknown"
         );
         for k in 0..(MAX_HOPS as u32 + 10) {
             s.learn(Ipv4Addr::from(0x0b00_0000 + k), eth(3));
@@ -637,7 +681,8 @@ mod tests {
         assert_eq!(s.hops.len(), MAX_HOPS);
         assert_eq!(s.hop(peer), None, "the oldest is forgotten first");
         assert_eq!(
-            s.hop(Ipv4Addr::from(0x0b00_0000 + MAX_HOPS as u32 + 9)),
+            s.hop(Ipv4Addr::from(0x0b00_0000 + MAX_HOPS as u32 + 9))
+                .map(|h| h.0),
             Some(eth(3))
         );
     }
