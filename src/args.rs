@@ -21,11 +21,13 @@ pub(crate) fn flag<T, E: std::fmt::Display>(
 /// `--link`: how an endpoint receives RoCE datagrams.
 #[derive(Debug, Args)]
 pub(crate) struct LinkArgs {
-    /// How RoCE datagrams are received: auto (a packet socket, which sees the real IPv4
-    /// header, when the process has CAP_NET_RAW and the address is IPv4; else udp), udp (a
-    /// UDP socket: over IPv4 the ICRC check solves for the identification and DF it does not
-    /// see), packet (recvmmsg), packet-ring (a packet socket's memory-mapped ring: the lowest
-    /// latency; on lo lower bandwidth than packet).
+    /// How RoCE datagrams are received (and sent): auto (packet-ring when the process has
+    /// CAP_NET_RAW and the address is IPv4; else udp), udp (a UDP socket: over IPv4 the ICRC
+    /// check solves for the identification and DF it does not see), packet (a packet socket,
+    /// which sees the real IPv4 header, read with recvmmsg), packet-ring (the same socket's
+    /// memory-mapped ring, polled 50 us before sleeping: the fastest). Both packet links send
+    /// Ethernet frames they build through a packet socket once a peer's datagram showed where
+    /// it is on the link (not on lo, where Linux refuses them; there they send through UDP).
     #[arg(long, default_value = "auto", value_parser = parse_link)]
     pub(crate) link: LinkChoice,
 }

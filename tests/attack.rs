@@ -746,8 +746,11 @@ fn loopback_memory_does_not_grow_with_the_count() {
     }
     let peak = run.peak;
     let _ = run.wait(Duration::ZERO);
+    // Plus, on the packet ring (the default as root), the two endpoints' receive rings: fixed
+    // sizes, resident once the kernel has written every slot.
+    let rings = 2.0 * roce_driver::packet::RING_BYTES as f64 / f64::from(1 << 20);
     assert!(
-        peak < 48.0,
+        peak < 48.0 + rings,
         "loopback --count 4294967295 peaked at {peak:.0} MiB"
     );
 }

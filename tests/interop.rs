@@ -222,6 +222,20 @@ fn scapy_peer_over_the_packet_link() {
 }
 
 #[test]
+fn scapy_peer_over_the_packet_ring() {
+    if !can_run() {
+        return;
+    }
+    let o = drive(
+        "127.0.97.2".parse().unwrap(),
+        "127.0.97.1".parse().unwrap(),
+        LinkChoice::PacketRing,
+    );
+    assert_eq!(o.link, roce_driver::Link::PacketRing);
+    check(&o, true);
+}
+
+#[test]
 fn scapy_peer_over_ipv6() {
     if !can_run() {
         return;

@@ -141,8 +141,18 @@ fn server_and_client_across_a_veth_pair_on_both_links() {
             r["icrc_solved"].as_u64().unwrap(),
         );
         // Both ends are roce, which writes identification 0 and DF: on either link every
-        // ICRC gets the full check (the UDP link matches that header exactly).
+        // ICRC gets the full check (the UDP link matches that header exactly), also over the
+        // frames the packet links built themselves.
         assert!(full > 0 && solved == 0, "{link}: {full} {solved}");
+        let (packet, udp) = (
+            r["sent_packet_socket"].as_u64().unwrap(),
+            r["sent_udp"].as_u64().unwrap(),
+        );
+        if link == "udp" {
+            assert_eq!(packet, 0, "{r}");
+        } else {
+            assert!(packet > udp, "{link}: most through the packet socket: {r}");
+        }
     }
 }
 

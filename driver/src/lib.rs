@@ -7,7 +7,8 @@
 //!   socket, the system clock, an impairment stage, a capture tap, and the [`Application`]
 //!   that posts work and consumes completions ([`app`]).
 //! * [`socket`]: the UDP sockets (quinn-udp receive with ECN and recvmmsg, sendmmsg from one
-//!   socket per RoCEv2 entropy source port).
+//!   socket per RoCEv2 entropy source port), and [`packet`]: the packet link (a packet socket
+//!   that sees each datagram's real IPv4 header and, on Ethernet, sends frames it builds).
 //! * [`impair`]: seeded loss, reordering, duplication, corruption and CE marking of what an end
 //!   receives, so real-socket runs can be stressed the way the simulator is.
 //! * [`control`]: the TCP control channel (bounded JSON lines, session signals, timeouts) and

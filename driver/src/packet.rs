@@ -115,7 +115,8 @@ const MAX_FRAME: usize = 4096 + 512;
 /// Bytes of ring: 3,640 slots. Every frame takes a whole slot whatever its size, so this is
 /// what holds as many small datagrams as the UDP link's receive buffer (4 MiB of kernel
 /// buffers, about 5,000 small datagrams) does, for bursts while the endpoint is descheduled.
-const RING_BYTES: usize = 16 << 20;
+/// Resident once the kernel has written every slot (a `roce loopback` does: 2 rings).
+pub const RING_BYTES: usize = 16 << 20;
 
 thread_local! {
     /// The `recvmmsg` message headers, allocated once per thread: they hold raw pointers, so

@@ -68,6 +68,10 @@ pub struct Report {
     pub link_malformed: u64,
     /// Datagrams lost to a full packet-link receive ring, both ends.
     pub ring_dropped: u64,
+    /// Datagrams both ends sent through the packet link's packet socket (frames it built).
+    pub sent_packet_socket: u64,
+    /// Datagrams both ends sent through UDP sockets.
+    pub sent_udp: u64,
     /// What the UC and UD QPs delivered, per transport (empty when every QP is RC).
     pub unreliable: Vec<TransportDelivery>,
 }
@@ -187,6 +191,8 @@ impl Report {
             unreliable: unreliable(server),
             link_malformed: client.link_malformed + server.link_malformed,
             ring_dropped: client.ring_dropped + server.ring_dropped,
+            sent_packet_socket: client.sent.packet + server.sent.packet,
+            sent_udp: client.sent.udp + server.sent.udp,
             secrets: match secrets.seed() {
                 None => "os-random".into(),
                 Some(s) => format!("seed {s}"),
@@ -290,6 +296,11 @@ impl fmt::Display for Report {
             name(self.link.server),
             self.icrc_full,
             self.icrc_solved
+        )?;
+        writeln!(
+            f,
+            "sent            through the packet socket {}, through UDP sockets {}",
+            self.sent_packet_socket, self.sent_udp
         )?;
         if self.link_malformed + self.ring_dropped > 0 {
             writeln!(

@@ -129,6 +129,9 @@ pub(crate) struct Side {
     pub(crate) link_malformed: u64,
     #[serde(default)]
     pub(crate) ring_dropped: u64,
+    /// How this end's datagrams left (packet socket or UDP sockets).
+    #[serde(default)]
+    pub(crate) sent: roce_driver::socket::SentCounts,
     /// What each UC and UD QP delivered (the responder's view).
     #[serde(default)]
     pub(crate) deliveries: Vec<Delivery>,
@@ -147,6 +150,7 @@ impl Side {
             link_malformed,
             ring_dropped,
             link: Some(ep.link()),
+            sent: ep.sent_counts(),
             complete: complete && mismatches.is_empty(),
             mismatches: mismatches.iter().map(ToString::to_string).collect(),
             verified_bytes: tally.verified_bytes,
