@@ -217,3 +217,69 @@ fn perf_across_a_veth_pair_sends_through_the_packet_socket() {
         assert_eq!(r["sent"]["packet_dropped"], 0, "{r}");
     }
 }
+
+/// On `lo` the packet links send through UDP sockets, because Linux drops frames injected
+/// there with a loopback source; in a namespace whose `lo` accepts them (`route_localnet` and
+/// `accept_local`, set here inside a fresh namespace only) they send the frames they build.
+#[test]
+fn loopback_sends_its_own_frames_only_where_lo_accepts_them() {
+    let _one = ONE_PAIR.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = "roce-lo";
+    let _ = ip(&["netns", "del", ns]);
+    if !(ip(&["netns", "add", ns]) && ip(&["-n", ns, "link", "set", "lo", "up"])) {
+        let _ = ip(&["netns", "del", ns]);
+        assert!(
+            std::env::var("CI").is_err(),
+            "cannot make network namespaces under CI (needs root and iproute2)"
+        );
+        eprintln!("SKIPPED: network namespaces need root and iproute2");
+        return;
+    }
+    let sysctl = |value: &str| {
+        let ok = ["all", "lo"].iter().all(|dev| {
+            ["route_localnet", "accept_local"].iter().all(|key| {
+                Command::new("ip")
+                    .args(["netns", "exec", ns, "sysctl", "-qw"])
+                    .arg(format!("net.ipv4.conf.{dev}.{key}={value}"))
+                    .status()
+                    .is_ok_and(|s| s.success())
+            })
+        });
+        assert!(ok, "sysctl in {ns}");
+    };
+    let run = |link: &str| -> serde_json::Value {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, BIN, "loopback", "--count", "100"])
+            .args(["--link", link, "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{link}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let count = |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap();
+    for link in ["packet-ring", "packet"] {
+        let r = run(link);
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(
+            count(&r, "sent_packet_socket"),
+            0,
+            "{link} on a default lo: {r}"
+        );
+    }
+    sysctl("1");
+    for link in ["packet-ring", "packet"] {
+        let r = run(link);
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(
+            count(&r, "sent_packet_socket") > count(&r, "sent_udp"),
+            "{link} on an lo that takes injected frames: {r}"
+        );
+        assert_eq!(count(&r, "icrc_solved"), 0, "{r}");
+    }
+    let _ = ip(&["netns", "del", ns]);
+}

@@ -24,7 +24,8 @@
 //!   written here (the same header the UDP sockets produce), to the interface and hardware
 //!   address that datagram came from. On `lo` the UDP sockets keep sending: Linux drops
 //!   injected frames with a loopback or local source address (`IP_LOCALNET`,
-//!   `IP_LOCAL_SOURCE`).
+//!   `IP_LOCAL_SOURCE`) unless `route_localnet` and `accept_local` are set (read, never
+//!   changed: [`loopback_takes_injected_frames`]).
 //!
 //! Opening a packet socket needs `CAP_NET_RAW`. Everything here is safe code: socket2 creates
 //! the socket and attaches the filters; the ring's mapping (the one `unsafe` part of roce) is
@@ -377,7 +378,7 @@ const TTL: u8 = 64;
 /// transport* (a QP's peer, in its PSN window, ICRC valid): the interface and source hardware
 /// address of that frame are where replies go ([`PacketSend::learn`]); until then, and for
 /// peers behind `lo` (Linux drops injected frames with loopback or local source addresses as
-/// martians), the UDP socket sends. A forged frame from elsewhere on the link is not
+/// martians, unless [`loopback_takes_injected_frames`]), the UDP socket sends. A forged frame from elsewhere on the link is not
 /// accepted, so it cannot redirect the traffic.
 #[derive(Debug)]
 pub struct PacketSend {
@@ -388,6 +389,8 @@ pub struct PacketSend {
     oldest: usize,
     /// This host's hardware address per interface index, as far as asked for.
     own: Vec<(i32, [u8; 6])>,
+    /// This network namespace lets frames injected on `lo` through ([`loopback_takes_injected_frames`]).
+    loopback: bool,
     /// Datagrams sent through the packet socket.
     pub sent: u64,
     /// Datagrams the kernel refused because the interface's queue was full (`ENOBUFS`): lost
@@ -404,16 +407,19 @@ impl PacketSend {
             hops: Vec::new(),
             oldest: 0,
             own: Vec::new(),
+            loopback: loopback_takes_injected_frames(),
             sent: 0,
             dropped: 0,
         })
     }
 
     /// Records that an accepted datagram from `peer` came from `from`: later datagrams to
-    /// `peer` go there. Only Ethernet interfaces (not `lo`) whose own hardware address is
-    /// known (`getifaddrs`, asked once per interface).
+    /// `peer` go there. Only Ethernet interfaces (and `lo` where it takes injected frames)
+    /// whose own hardware address is known (`getifaddrs`, asked once per interface).
     pub fn learn(&mut self, peer: Ipv4Addr, from: LinkPeer) {
-        if from.hatype != LinkPeer::ETHERNET || self.src.is_unspecified() {
+        let framed = from.hatype == LinkPeer::ETHERNET
+            || (from.hatype == LinkPeer::LOOPBACK && self.loopback);
+        if !framed || self.src.is_unspecified() {
             return;
         }
         let at = self.hops.iter().position(|h| h.0 == peer);
@@ -502,6 +508,20 @@ impl PacketSend {
         }
         Ok(())
     }
+}
+
+/// Whether Linux accepts IPv4 frames injected on `lo` with a loopback source address:
+/// only with `route_localnet` (else drop reason `IP_LOCALNET`) and `accept_local` (else
+/// `IP_LOCAL_SOURCE`) set for `lo` or all interfaces of this network namespace. System
+/// settings roce reads and never changes.
+pub fn loopback_takes_injected_frames() -> bool {
+    let on = |key: &str| {
+        ["all", "lo"].iter().any(|dev| {
+            std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{dev}/{key}"))
+                .is_ok_and(|v| v.trim() == "1")
+        })
+    };
+    on("route_localnet") && on("accept_local")
 }
 
 /// The IPv4 and UDP headers of a datagram of `payload` bytes from `src` to `dst`, as a Linux
@@ -642,6 +662,8 @@ mod tests {
             addr: [2, 0, 0, 0, 0, i],
         };
         let peer = Ipv4Addr::new(10, 0, 0, 2);
+        // As on a default `lo` (whatever this machine's settings are).
+        s.loopback = false;
         s.learn(
             peer,
             LinkPeer {
