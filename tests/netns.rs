@@ -71,15 +71,19 @@ impl Drop for Pair {
     }
 }
 
+/// Without root or iproute2: reported, and a failure under CI.
+fn skipped() {
+    assert!(
+        std::env::var("CI").is_err(),
+        "cannot make network namespaces under CI (needs root and iproute2)"
+    );
+    eprintln!("SKIPPED: network namespaces need root and iproute2");
+}
+
 #[test]
 fn server_and_client_across_a_veth_pair_on_both_links() {
     let Some(_pair) = Pair::new() else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "cannot make network namespaces under CI (needs root and iproute2)"
-        );
-        eprintln!("SKIPPED: network namespaces need root and iproute2");
-        return;
+        return skipped();
     };
     for link in ["packet", "packet-ring", "udp"] {
         let mut server = Command::new("ip")
@@ -163,12 +167,7 @@ fn server_and_client_across_a_veth_pair_on_both_links() {
 #[test]
 fn perf_across_a_veth_pair_sends_through_the_packet_socket() {
     let Some(_pair) = Pair::new() else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "cannot make network namespaces under CI (needs root and iproute2)"
-        );
-        eprintln!("SKIPPED: network namespaces need root and iproute2");
-        return;
+        return skipped();
     };
     for (client, server) in [
         ("packet-ring", "packet-ring"),
@@ -228,12 +227,7 @@ fn loopback_sends_its_own_frames_only_where_lo_accepts_them() {
     let _ = ip(&["netns", "del", ns]);
     if !(ip(&["netns", "add", ns]) && ip(&["-n", ns, "link", "set", "lo", "up"])) {
         let _ = ip(&["netns", "del", ns]);
-        assert!(
-            std::env::var("CI").is_err(),
-            "cannot make network namespaces under CI (needs root and iproute2)"
-        );
-        eprintln!("SKIPPED: network namespaces need root and iproute2");
-        return;
+        return skipped();
     }
     let sysctl = |value: &str| {
         let ok = ["all", "lo"].iter().all(|dev| {

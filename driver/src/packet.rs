@@ -510,6 +510,19 @@ impl PacketSend {
     }
 }
 
+/// The 16-bit ones' complement sum of `b` (an even number of bytes), as the IPv4 header
+/// checksum uses it (RFC 1071).
+fn ones_complement_sum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w.get(1).copied().unwrap_or(0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
 /// Whether Linux accepts IPv4 frames injected on `lo` with a loopback source address:
 /// only with `route_localnet` (else drop reason `IP_LOCALNET`) and `accept_local` (else
 /// `IP_LOCAL_SOURCE`) set for `lo` or all interfaces of this network namespace. System
@@ -545,14 +558,8 @@ pub fn ipv4_udp_header(
     h[9] = 17;
     h[12..16].copy_from_slice(&src.ip().octets());
     h[16..20].copy_from_slice(&dst.ip().octets());
-    let mut sum: u32 = h[..20]
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let checksum = !ones_complement_sum(&h[..20]);
+    h[10..12].copy_from_slice(&checksum.to_be_bytes());
     h[20..22].copy_from_slice(&src.port().to_be_bytes());
     h[22..24].copy_from_slice(&dst.port().to_be_bytes());
     h[24..26].copy_from_slice(&(total - 20).to_be_bytes());
@@ -621,14 +628,7 @@ mod tests {
         for ecn in [Ecn::NotEct, Ecn::Ect0, Ecn::Ce] {
             let h = ipv4_udp_header(src, dst, ecn, payload.len()).unwrap();
             // The header checksum: the ones' complement sum of the header is all ones.
-            let mut sum: u32 = h[..20]
-                .chunks(2)
-                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-                .sum();
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            assert_eq!(sum, 0xffff);
+            assert_eq!(ones_complement_sum(&h[..20]), 0xffff);
             assert_eq!(h[8], 64, "TTL");
             assert_eq!(&h[26..28], &[0, 0], "UDP checksum 0");
             let mut d = h.to_vec();
