@@ -9,9 +9,9 @@
 //! or its retire timer (at least 1 ms) fires, which a transport's 4 µs round trips cannot
 //! wait for; V2 hands over every frame as it lands and wakes the socket's waiters for each.
 //!
-//! [`PacketTx`] is the packet link's sending side: whole IPv4 datagrams handed to the kernel
-//! with `sendmmsg` on a packet socket, framed for the interface, past the kernel's IP and UDP
-//! output path.
+//! [`PacketTx`] is the packet link's sending side: Ethernet frames around whole IPv4
+//! datagrams handed to the kernel with `sendmmsg` on a packet socket, past the kernel's IP and
+//! UDP output path.
 //!
 //! # The audit: all of roce's `unsafe` is in this file
 //!
@@ -32,9 +32,11 @@
 //!   duration of the callback (the borrow cannot escape), and only after the offsets and
 //!   lengths the kernel wrote in the header are checked to lie inside the slot. Header fields
 //!   are read byte-wise from that checked slice.
-//! * [`PacketTx::new`] owns the descriptor `socket` returns (checked). [`PacketTx::send`]
-//!   builds the message headers on its own stack frame, pointing at a `sockaddr_ll` and
-//!   `iovec`s there and at slices borrowed for the call; the kernel only reads through them.
+//! * [`PacketTx::new`] owns the descriptor `socket` returns (checked) and calls `setsockopt`
+//!   once as above. [`PacketTx::send`] builds the message headers on its own stack frame
+//!   (zeroed C structs, then filled), pointing at a `sockaddr_ll`, virtio-net and Ethernet
+//!   headers and `iovec`s there and at slices borrowed for the call; the kernel only reads
+//!   through them and writes each message's `msg_len`.
 #![warn(missing_docs)]
 
 use std::io;
