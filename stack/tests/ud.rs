@@ -257,3 +257,18 @@ fn under_loss_what_arrives_is_intact_and_what_is_lost_is_counted() {
         assert_eq!(a.dev.ud_qp(a.qpn).unwrap().stats().sent, n, "seed {seed}");
     }
 }
+
+/// A UD datagram is accepted from anyone who has the Q_Key, so it counts as accepted but not
+/// as accepted by a connected QP: the packet link learns where a peer is on the link only from
+/// the latter (`Device::accepted_connected_datagrams`), so a UD datagram with a forged
+/// source cannot redirect a connection's traffic.
+#[test]
+fn ud_datagrams_are_not_connected_acceptances() {
+    let (mut a, mut b) = (end(0x100), end(0x200));
+    recv(&mut b, 0, 2048, 7);
+    send(&mut a, 0, b"from anyone", ah(A, B, b.qpn, QKEY), None, 1);
+    assert_eq!(carry(&mut a, &mut b, |_| true), 1);
+    assert_eq!(b.dev.ud_qp(b.qpn).unwrap().stats().received, 1);
+    assert_eq!(b.dev.accepted_datagrams(), 1);
+    assert_eq!(b.dev.accepted_connected_datagrams(), 0);
+}
