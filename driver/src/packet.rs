@@ -479,24 +479,13 @@ impl PacketSend {
         let parts: [[&[u8]; 2]; TX_BATCH] =
             std::array::from_fn(|k| [&headers[k][..], datagrams.get(k).copied().unwrap_or(&[])]);
         let mut done = 0;
-        let mut waiter: Option<tokio::net::UdpSocket> = None;
         while done < datagrams.len() {
-            match self.tx.send(&hop, own, &parts[done..datagrams.len()]) {
+            let tx = &self.tx;
+            let rest = &parts[done..datagrams.len()];
+            match crate::socket::send_when_writable(tx.fd(), || tx.send(&hop, own, rest)).await {
                 Ok(k) => {
                     done += k.max(1);
                     self.sent += k as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let w = match &mut waiter {
-                        Some(w) => w,
-                        w @ None => w.insert(tokio::net::UdpSocket::from_std(
-                            std::net::UdpSocket::from(self.tx.fd().try_clone()?),
-                        )?),
-                    };
-                    w.writable().await?;
-                    let _ = w.try_io(Interest::WRITABLE, || {
-                        Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOBUFS.raw_os_error()) => {

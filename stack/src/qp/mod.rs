@@ -782,22 +782,11 @@ impl Qp {
 
     // ------------------------------------------------------------------ receive
 
-    /// Takes a datagram addressed to this QP; `true` when it passed the transport checks and was
+    /// Takes a datagram addressed to this QP: transport header validation (IBTA Vol 1 §9.6)
+    /// and dispatch to the requester or the responder; the congestion-control packets (CE
+    /// marks, CNPs) are handled here. `true` when it passed the transport checks and was
     /// processed (which is what counts as the peer being alive).
     pub(crate) fn handle_datagram(
-        &mut self,
-        now: Instant,
-        meta: &RxMeta,
-        bytes: &[u8],
-        int: Option<&IntStack>,
-        ctx: &mut Ctx<'_>,
-    ) -> bool {
-        self.receive(now, meta, bytes, int, ctx)
-    }
-
-    /// Transport header validation (IBTA Vol 1 §9.6) and dispatch to the requester or the
-    /// responder; the congestion-control packets (CE marks, CNPs) are handled here.
-    fn receive(
         &mut self,
         now: Instant,
         meta: &RxMeta,
