@@ -232,9 +232,13 @@ fn loopback_sends_its_own_frames_only_where_lo_accepts_them() {
     let sysctl = |value: &str| {
         let ok = ["all", "lo"].iter().all(|dev| {
             ["route_localnet", "accept_local"].iter().all(|key| {
+                // Through /proc (the namespace's own, entered by `ip netns exec`), not the
+                // `sysctl` program, which a minimal system may lack.
                 Command::new("ip")
-                    .args(["netns", "exec", ns, "sysctl", "-qw"])
-                    .arg(format!("net.ipv4.conf.{dev}.{key}={value}"))
+                    .args(["netns", "exec", ns, "sh", "-c"])
+                    .arg(format!(
+                        "echo {value} > /proc/sys/net/ipv4/conf/{dev}/{key}"
+                    ))
                     .status()
                     .is_ok_and(|s| s.success())
             })
