@@ -110,7 +110,8 @@ fn the_server_speaks_what_a_stock_client_expects() {
     // 5. The test (a scripted client sends no RDMA traffic), then the end-of-test record.
     let r = step(&mut t, &mine);
     assert_eq!(Dest::parse(&r, Variant::Gid).unwrap(), d);
-    // 6. Reports: size, iterations (8 bytes each, big-endian), three doubles.
+    // 6. Reports: size, iterations (8 bytes each, big-endian), three doubles: peak and
+    //    average in MB/sec (perftest's unit without --report_gbits), Mpps.
     step(&mut t, &65536u64.to_be_bytes());
     step(&mut t, &5000u64.to_be_bytes());
     for x in [12.5f64, 11.25, 0.021] {
@@ -128,9 +129,20 @@ fn the_server_speaks_what_a_stock_client_expects() {
         String::from_utf8_lossy(&out.stderr)
     );
     let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(j["bw_peak_gbps"], 12.5);
-    assert_eq!(j["bw_avg_gbps"], 11.25);
+    // The JSON keeps Gb/s: MB/sec x 2^20 x 8 / 10^9.
+    let gbps = |mb: f64| mb * 1_048_576.0 * 8.0 / 1e9;
+    assert!(
+        (j["bw_peak_gbps"].as_f64().unwrap() - gbps(12.5)).abs() < 1e-9,
+        "{j}"
+    );
+    assert!(
+        (j["bw_avg_gbps"].as_f64().unwrap() - gbps(11.25)).abs() < 1e-9,
+        "{j}"
+    );
     assert_eq!(j["msg_rate_mpps"], 0.021);
+    // The server measures nothing: size and iterations are the client's.
+    assert_eq!(j["size"], 65536);
+    assert_eq!(j["iterations"], 5000);
 }
 
 #[test]

@@ -68,6 +68,10 @@ pub(crate) struct PerfArgs {
     /// without a host, `--client HOST` the side with one. write or read, bandwidth, one size.
     #[arg(long, conflicts_with_all = ["baseline", "cm", "all"])]
     perftest: bool,
+    /// --perftest: bandwidth in Gb/sec (10^9 bits/s) instead of perftest's MB/sec (2^20
+    /// bytes/s), in the reports exchanged and printed; give the stock tool the same flag.
+    #[arg(long = "report_gbits", alias = "report-gbits", requires = "perftest")]
+    report_gbits: bool,
     /// Connection type, as perftest's -c: RC, UC (send and write, nothing acknowledged or
     /// retransmitted) or UD (send only, sizes up to the MTU, lost messages not retransmitted).
     #[arg(short = 'c', long = "connection", default_value = "RC")]
@@ -119,11 +123,12 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         let [spec] = specs[..] else {
             anyhow::bail!("--perftest runs one size (no -a)");
         };
+        let gbits = a.report_gbits;
         let print = |r: &PerfResult| {
             if a.json {
                 println!("{}", serde_json::to_string(r).unwrap_or_default());
             } else {
-                println!("{}\n{r}", PerfResult::header(a.lat));
+                println!("{}", r.perftest_report(gbits));
             }
         };
         if a.ends.server {
@@ -132,10 +137,17 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
                 .bind
                 .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
             let port = a.ends.port;
-            let r =
-                perf::perftest::serve_perftest(bind, port, &spec, secrets, a.link.link, || {
+            let r = perf::perftest::serve_perftest(
+                bind,
+                port,
+                &spec,
+                secrets,
+                a.link.link,
+                gbits,
+                || {
                     eprintln!("roce perf: waiting for a perftest client on TCP {bind}:{port}");
-                })?;
+                },
+            )?;
             eprintln!("roce perf: the client's figures:");
             print(&r);
             return Ok(ExitCode::SUCCESS);
@@ -147,6 +159,7 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
                 &spec,
                 secrets,
                 a.link.link,
+                gbits,
             )?,
             None => {
                 // One process: a perftest-speaking server thread and the client.
@@ -160,6 +173,7 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
                         &spec,
                         secrets,
                         a.link.link,
+                        gbits,
                         move || {
                             let _ = tx.send(());
                         },
@@ -177,6 +191,7 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
                     &spec,
                     secrets,
                     a.link.link,
+                    gbits,
                 )?;
                 match server.join() {
                     Ok(Ok(_)) => {}

@@ -2,6 +2,8 @@
 // Each test crate uses its own part of this.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod rxe;
+
 use std::process::Command;
 
 /// The `roce` binary Cargo built for these tests.

@@ -586,6 +586,28 @@ impl PerfResult {
         }
     }
 
+    /// The header and row as stock perftest prints a bandwidth test: MB/sec (2^20 bytes/s),
+    /// or Gb/sec with `--report_gbits` (`gbits`).
+    pub fn perftest_report(&self, gbits: bool) -> String {
+        if self.mode == "lat" {
+            return format!("{}\n{}", Self::header(true), self.row());
+        }
+        let (unit, k) = if gbits {
+            ("Gb/sec", 1.0)
+        } else {
+            ("MB/sec", perftest::MB_PER_GBIT)
+        };
+        let f = |x: Option<f64>| x.unwrap_or(0.0) * k;
+        format!(
+            " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]\n {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+            self.size,
+            self.iterations,
+            f(self.bw_peak_gbps),
+            f(self.bw_avg_gbps),
+            self.msg_rate_mpps.unwrap_or(0.0)
+        )
+    }
+
     fn row(&self) -> String {
         let f = |x: Option<f64>| x.unwrap_or(0.0);
         if self.mode == "lat" {

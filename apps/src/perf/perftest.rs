@@ -16,7 +16,8 @@
 //! 5. the test: the client writes (or reads) the server's region; the server waits;
 //! 6. one more key record (the end of the test), the bandwidth reports (`xchg_bw_reports`:
 //!    size and iterations as 8-byte big-endian integers, peak and average Gb/s and Mpps as
-//!    big-endian doubles), and a last key record (`ctx_close_connection`).
+//!    big-endian doubles, the bandwidths in the sender's unit: MB/sec, or Gb/sec with
+//!    `--report_gbits`), and a last key record (`ctx_close_connection`).
 //!
 //! Each side parses its own command line: give both the same test, size and iterations.
 use std::net::{IpAddr, SocketAddr};
@@ -150,25 +151,39 @@ impl Session {
         })
     }
 
-    /// Step 6's reports: size, iterations, peak and average Gb/s, Mpps. Returns the peer's.
-    pub async fn reports(&mut self, r: Option<&PerfResult>) -> Result<[f64; 3], DriverError> {
+    /// Step 6's reports (`xchg_bw_reports`): size, iterations, peak and average bandwidth,
+    /// message rate. perftest sends the bandwidth in its own run's unit, MB/sec (2^20 bytes
+    /// per second) or, with `--report_gbits`, Gb/sec (10^9 bits per second), and prints the
+    /// peer's figures under its own header without converting: both sides must be given the
+    /// same unit. `gbits` is this side's. Returns the peer's size, iterations and figures, the
+    /// bandwidths converted to Gb/s.
+    pub async fn reports(
+        &mut self,
+        r: Option<&PerfResult>,
+        gbits: bool,
+    ) -> Result<(u64, u64, [f64; 3]), DriverError> {
+        let unit = if gbits { 1.0 } else { MB_PER_GBIT };
         let (size, iters, peak, avg, rate) = r.map_or((0, 0, 0.0, 0.0, 0.0), |r| {
             (
                 r.size,
                 r.iterations,
-                r.bw_peak_gbps.unwrap_or(0.0),
-                r.bw_avg_gbps.unwrap_or(0.0),
+                r.bw_peak_gbps.unwrap_or(0.0) * unit,
+                r.bw_avg_gbps.unwrap_or(0.0) * unit,
                 r.msg_rate_mpps.unwrap_or(0.0),
             )
         });
-        self.xchg("report: size", &size.to_be_bytes()).await?;
-        if self.peer_version >= 5.33 {
-            self.xchg("report: iterations", &iters.to_be_bytes())
-                .await?;
+        let be = |t: Vec<u8>| u64::from_be_bytes(t.try_into().unwrap_or([0; 8]));
+        let peer_size = be(self.xchg("report: size", &size.to_be_bytes()).await?);
+        let peer_iters = if self.peer_version >= 5.33 {
+            be(self
+                .xchg("report: iterations", &iters.to_be_bytes())
+                .await?)
         } else {
-            self.xchg("report: iterations", &(iters as u32).to_be_bytes())
+            let t = self
+                .xchg("report: iterations", &(iters as u32).to_be_bytes())
                 .await?;
-        }
+            u64::from(u32::from_be_bytes(t.try_into().unwrap_or([0; 4])))
+        };
         let mut out = [0.0; 3];
         for (i, (what, x)) in [
             ("report: peak", peak),
@@ -179,11 +194,18 @@ impl Session {
         .enumerate()
         {
             let t = self.xchg(what, &x.to_be_bytes()).await?;
-            out[i] = f64::from_be_bytes(t.try_into().unwrap_or([0; 8]));
+            let v = f64::from_be_bytes(t.try_into().unwrap_or([0; 8]));
+            // A stock server reports a struct it never filled: keep only finite figures.
+            out[i] = if v.is_finite() { v } else { 0.0 };
         }
-        Ok(out)
+        out[0] /= unit;
+        out[1] /= unit;
+        Ok((peer_size, peer_iters, out))
     }
 }
+
+/// perftest's MB/sec (2^20 bytes per second) in one Gb/sec (10^9 bits per second).
+pub const MB_PER_GBIT: f64 = 1e9 / 8.0 / 1_048_576.0;
 
 /// Our key record for QP `q`.
 fn dest(q: &LocalQp, psn: Psn, out_reads: u8, rkey: RKey, vaddr: u64, local: IpAddr) -> Dest {
@@ -219,6 +241,7 @@ pub async fn run_session(
     local: IpAddr,
     secrets: Secrets,
     link: LinkChoice,
+    gbits: bool,
 ) -> Result<(Option<PerfResult>, Session), DriverError> {
     if !matches!(spec.test, PerfTest::Write | PerfTest::Read) || spec.lat {
         return Err(DriverError::Setup(
@@ -243,6 +266,17 @@ pub async fn run_session(
         .mr(dst)
         .map(|m| (m.rkey(), m.va()))
         .ok_or_else(|| DriverError::Setup("region gone".into()))?;
+    // The link listens before the exchange says the QPs are ready: a peer that starts
+    // sending the moment it reads the last key record finds the socket (or the packet ring)
+    // already open, and its first window waits there until the loop runs.
+    let mut ep = bind_endpoint(
+        dev,
+        SocketAddr::new(local, ROCEV2_UDP_PORT),
+        ROCEV2_UDP_PORT,
+        Impairment::default(),
+        link,
+    )?;
+    let dev = &mut ep.dev;
     let mine: Vec<Dest> = qps
         .iter()
         .zip(&psns)
@@ -290,15 +324,8 @@ pub async fn run_session(
     };
     let mut spec = *spec;
     spec.mtu = mtu;
-    let mut app = PerfApp::new(&mut dev, spec, s.client, &qps, (src, dst), remote)
+    let mut app = PerfApp::new(&mut ep.dev, spec, s.client, &qps, (src, dst), remote)
         .map_err(|e| DriverError::Setup(e.to_string()))?;
-    let mut ep = bind_endpoint(
-        dev,
-        SocketAddr::new(local, ROCEV2_UDP_PORT),
-        ROCEV2_UDP_PORT,
-        Impairment::default(),
-        link,
-    )?;
     ep.set_busy_poll(spin(&spec));
     if s.client {
         ep.run(
@@ -313,7 +340,7 @@ pub async fn run_session(
         r.link = Some(ep.link().name());
         r.sent = Some(ep.sent_counts());
         s.keys("keys at the end of the test", &mine[0]).await?;
-        s.reports(Some(&r)).await?;
+        s.reports(Some(&r), gbits).await?;
         s.keys("closing keys", &mine[0]).await?;
         Ok((Some(r), s))
     } else {
@@ -341,9 +368,12 @@ pub async fn run_session(
             .map_err(|e| err("keys at the end of the test", e))?;
         s.transcript.push((false, theirs));
         s.transcript.push((true, rec[..n].to_vec()));
-        let peer_report = s.reports(None).await?;
+        let (size, iters, peer_report) = s.reports(None, gbits).await?;
         s.keys("closing keys", &mine[0]).await?;
         let mut r = app.result();
+        // The server measures nothing: its figures are the client's.
+        r.size = size;
+        r.iterations = iters;
         r.bw_peak_gbps = Some(peer_report[0]);
         r.bw_avg_gbps = Some(peer_report[1]);
         r.msg_rate_mpps = Some(peer_report[2]);
@@ -362,6 +392,7 @@ pub fn serve_perftest(
     spec: &PerfSpec,
     secrets: Secrets,
     link: LinkChoice,
+    gbits: bool,
     ready: impl FnOnce(),
 ) -> Result<PerfResult, DriverError> {
     spec.validate()?;
@@ -379,7 +410,8 @@ pub fn serve_perftest(
             .local_addr()
             .map_err(|e| DriverError::Setup(e.to_string()))?
             .ip();
-        let (r, _) = run_session(Session::new(tcp, false), spec, local, secrets, link).await?;
+        let (r, _) =
+            run_session(Session::new(tcp, false), spec, local, secrets, link, gbits).await?;
         r.ok_or_else(|| DriverError::Peer("no result".into()))
     })
 }
@@ -392,6 +424,7 @@ pub fn run_perftest_client(
     spec: &PerfSpec,
     secrets: Secrets,
     link: LinkChoice,
+    gbits: bool,
 ) -> Result<PerfResult, DriverError> {
     spec.validate()?;
     runtime()?.block_on(async move {
@@ -412,7 +445,8 @@ pub fn run_perftest_client(
             .local_addr()
             .map_err(|e| DriverError::Setup(e.to_string()))?
             .ip();
-        let (r, _) = run_session(Session::new(tcp, true), spec, local, secrets, link).await?;
+        let (r, _) =
+            run_session(Session::new(tcp, true), spec, local, secrets, link, gbits).await?;
         r.ok_or_else(|| DriverError::Peer("no result".into()))
     })
 }
