@@ -36,6 +36,9 @@ enum Command {
     /// perftest-style bandwidth, message rate and latency (write, read, send, atomic), and the
     /// plain-UDP baseline (udp) of the same wire size through the same sockets.
     Perf(cmd::perf::PerfArgs),
+    /// The verbs examples' SEND ping-pong (rc, uc, ud, srq), against rdma-core's stock
+    /// ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong or roce.
+    Pingpong(cmd::pingpong::PingPongArgs),
     /// KV-cache push of prefill/decode disaggregation: the decode side registers a pool once
     /// and allocates blocks, the prefill side WRITEs the KV layer by layer (the last WRITE per QP
     /// with an immediate); plan by plan, with the model max(bytes/bandwidth, WRs x per-WR cost).
@@ -79,6 +82,7 @@ impl Command {
             Self::Decode(_) => "decode",
             Self::Analyze(_) => "analyze",
             Self::Perf(_) => "perf",
+            Self::Pingpong(_) => "pingpong",
             Self::Kv(_) => "kv",
             Self::Sim(_) => "sim",
             Self::GenCapture { .. } => "gen-capture",
@@ -93,6 +97,7 @@ impl Command {
             Self::Decode(a) => cmd::decode::run(a),
             Self::Analyze(a) => cmd::analyze::run(a),
             Self::Perf(a) => cmd::perf::run(a),
+            Self::Pingpong(a) => cmd::pingpong::run(a),
             Self::Kv(a) => cmd::kv::run(a),
             Self::Sim(c) => cmd::sim::run(c),
             Self::GenCapture {

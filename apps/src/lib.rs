@@ -7,6 +7,8 @@
 //!   seeded mix of every RC operation on several QPs, every byte and completion checked on both
 //!   ends against the in-order model.
 //! * [`perf`]: `roce perf`, perftest-style bandwidth and latency and the plain-UDP baselines.
+//! * [`pingpong`]: `roce pingpong`, the verbs examples' SEND ping-pong (`ibv_rc_pingpong`, ...),
+//!   either end a stock tool.
 //! * [`kv`]: `roce kv`, the KV-cache push of prefill/decode disaggregation, plan by plan, with
 //!   the model that explains the times.
 //! * [`congestion`]: `roce sim congestion`, DCQCN experiments in the simulator and their
@@ -17,6 +19,7 @@
 pub mod congestion;
 pub mod kv;
 pub mod perf;
+pub mod pingpong;
 pub mod workload;
 
 /// A configuration that cannot run: which setting, and why.

@@ -200,19 +200,7 @@ pub async fn connect(
     server: SocketAddr,
     bind: Option<IpAddr>,
 ) -> Result<(Control, IpAddr), DriverError> {
-    let sock = match server {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
-    }
-    .map_err(setup("control socket"))?;
-    if let Some(ip) = bind {
-        sock.bind(SocketAddr::new(ip, 0))
-            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
-    }
-    let stream = tokio::time::timeout(Duration::from_secs(5), sock.connect(server))
-        .await
-        .map_err(|_| DriverError::Setup(format!("cannot reach server {server}: timed out")))?
-        .map_err(|e| DriverError::Setup(format!("cannot reach server {server}: {e}")))?;
+    let stream = crate::connect::tcp_connect(server, bind).await?;
     let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
     Ok((Control::new(stream), local_ip))
 }

@@ -13,6 +13,8 @@
 //!   receives, so real-socket runs can be stressed the way the simulator is.
 //! * [`control`]: the TCP control channel (bounded JSON lines, session signals, timeouts) and
 //!   [`qps`]: the QP half of a handshake (QPNs, PSNs, buffers; RESET→INIT→RTR→RTS).
+//! * [`connect`]: the connection layer: QPs of a kind, connected over an exchange other
+//!   stacks speak (the verbs examples' records, perftest's), on an endpoint already listening.
 //! * This module: errors, the server's [`Listener`], and [`in_one_process`] for runs whose two
 //!   ends share a process.
 //!
@@ -22,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod connect;
 pub mod control;
 pub mod endpoint;
 pub mod impair;

@@ -53,6 +53,7 @@ pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod perftest;
+pub mod pingpong;
 pub mod rdma_cm;
 pub mod reth;
 pub mod small;

@@ -3,5 +3,6 @@ pub(crate) mod analyze;
 pub(crate) mod decode;
 pub(crate) mod kv;
 pub(crate) mod perf;
+pub(crate) mod pingpong;
 pub(crate) mod sim;
 pub(crate) mod workload;

@@ -1,0 +1,274 @@
+//! The connection layer: an application asks for QPs of a kind, with the attributes it wants,
+//! toward a peer, over one of the exchanges other RDMA stacks speak, and gets them connected
+//! on an endpoint that is already listening.
+//!
+//! A [`Side`] is one end before and after its exchange: the device, the QPs it asked for (in
+//! INIT, or ready to post for UD), and the endpoint, **bound before the exchange starts**. A
+//! peer may send the instant it reads the last record (a stock tool does); whatever it sends
+//! waits in the socket or the packet ring until the endpoint's loop runs, so nothing of the
+//! first window is lost to a socket that did not exist yet. The application posts what must
+//! be posted before the peer may send (receives) between [`Side::new`] and the exchange; the
+//! exchange calls [`Side::connect`] at the point its protocol says the QPs are ready.
+//!
+//! Exchanges (one module each): [`pingpong`], the verbs examples' `LID:QPN:PSN:GID` text
+//! records over TCP (`ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`,
+//! `ibv_srq_pingpong`). perftest's TCP exchange (`roce_apps::perf::perftest`) builds on
+//! [`Side`] too.
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use roce_proto::{Ecn, Psn, QKey, Qpn};
+use roce_stack::srq::SrqHandle;
+use roce_stack::ud::AddressHandle;
+use roce_stack::{ConnectParams, Device, PathConfig, PdHandle, QpCaps};
+
+use crate::impair::Impairment;
+use crate::qps::LocalQp;
+use crate::{bind_endpoint, DriverError, Endpoint, LinkChoice};
+
+pub mod pingpong;
+
+/// The transport of the QPs asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Reliable Connected.
+    Rc,
+    /// Unreliable Connected.
+    Uc,
+    /// Unreliable Datagram with this Q_Key.
+    Ud(QKey),
+}
+
+/// What an application asks of the layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QpRequest {
+    /// Their transport.
+    pub transport: Transport,
+    /// How many.
+    pub count: u32,
+    /// Queue sizes.
+    pub caps: QpCaps,
+    /// RC only: take receives from one shared receive queue of this many requests.
+    pub srq: Option<u32>,
+    /// The connected QPs' attributes (path MTU, timers, retries, READ/atomic depths, remote
+    /// access); the per-QP fields (QPNs, PSNs, path) are the exchange's. UD: `mtu` is the
+    /// largest message.
+    pub params: ConnectParams,
+}
+
+/// One end: device, QPs, the endpoint (listening from [`Side::new`] on).
+pub struct Side {
+    /// The endpoint, with the device in `ep.dev`.
+    pub ep: Endpoint,
+    /// The protection domain the QPs belong to.
+    pub pd: PdHandle,
+    /// The QPs, in the order asked for.
+    pub qps: Vec<LocalQp>,
+    /// The shared receive queue, if one was asked for.
+    pub srq: Option<SrqHandle>,
+    /// The first PSN each QP sends.
+    pub psns: Vec<Psn>,
+    /// UD: the address handle of each QP's peer, once connected.
+    pub ahs: Vec<AddressHandle>,
+    req: QpRequest,
+}
+
+impl std::fmt::Debug for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Side")
+            .field("qps", &self.qps)
+            .field("local", &self.ep.local_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Side {
+    /// Creates the QPs `req` asks for on `dev` (RC/UC in INIT) in a new PD, and binds the
+    /// endpoint at `local` (UDP 4791) on `link`. `psns` are the QPs' first PSNs (the OS
+    /// CSPRNG's, from [`crate::Secrets::start_psns`]).
+    pub fn new(
+        mut dev: Device,
+        req: QpRequest,
+        psns: Vec<Psn>,
+        local: SocketAddr,
+        link: LinkChoice,
+    ) -> Result<Self, DriverError> {
+        if psns.len() != req.count as usize {
+            return Err(DriverError::Config(format!(
+                "{} start PSNs for {} QPs",
+                psns.len(),
+                req.count
+            )));
+        }
+        let set = |e: roce_stack::CreateError| DriverError::Setup(e.to_string());
+        let pd = dev.alloc_pd();
+        let srq = match (req.srq, req.transport) {
+            (Some(n), Transport::Rc) => Some(dev.create_srq(pd, n).map_err(set)?),
+            (Some(_), _) => {
+                return Err(DriverError::Config(
+                    "a shared receive queue is for RC QPs".into(),
+                ))
+            }
+            (None, _) => None,
+        };
+        let init = req.params.init_attr();
+        let mut qps = Vec::with_capacity(req.count as usize);
+        for _ in 0..req.count {
+            let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
+            let qpn = match (req.transport, srq) {
+                (Transport::Ud(qkey), _) => dev
+                    .create_ud_qp(
+                        pd,
+                        send_cq,
+                        recv_cq,
+                        qkey,
+                        req.params.mtu,
+                        req.caps.max_send_wr.max(req.caps.max_recv_wr),
+                    )
+                    .map_err(set)?,
+                (Transport::Uc, _) => dev
+                    .create_uc_qp(pd, send_cq, recv_cq, req.caps)
+                    .map_err(set)?,
+                (Transport::Rc, Some(s)) => dev
+                    .create_qp_with_srq(pd, send_cq, recv_cq, req.caps, s)
+                    .map_err(set)?,
+                (Transport::Rc, None) => {
+                    dev.create_qp(pd, send_cq, recv_cq, req.caps).map_err(set)?
+                }
+            };
+            if !matches!(req.transport, Transport::Ud(_)) {
+                dev.modify_qp(qpn, &init)
+                    .map_err(|e| DriverError::Setup(format!("QP {qpn} to INIT: {e}")))?;
+            }
+            qps.push(LocalQp {
+                qpn,
+                send_cq,
+                recv_cq,
+            });
+        }
+        let ep = bind_endpoint(
+            dev,
+            local,
+            roce_proto::ROCEV2_UDP_PORT,
+            Impairment::default(),
+            link,
+        )?;
+        Ok(Self {
+            ep,
+            pd,
+            qps,
+            srq,
+            psns,
+            ahs: Vec::new(),
+            req,
+        })
+    }
+
+    /// What was asked for.
+    pub fn request(&self) -> &QpRequest {
+        &self.req
+    }
+
+    /// Takes QP `i` to the peer's QP `peers[i]` (its QPN and first PSN) at `remote` (its UDP
+    /// port 4791): RTR and RTS for RC/UC, an address handle for UD.
+    pub fn connect(&mut self, peers: &[(Qpn, Psn)], remote: IpAddr) -> Result<(), DriverError> {
+        if peers.len() != self.qps.len() {
+            return Err(DriverError::Peer(format!(
+                "the peer announced {} QPs, this end has {}",
+                peers.len(),
+                self.qps.len()
+            )));
+        }
+        let local = self.ep.local_addr();
+        self.ahs.clear();
+        for ((q, &(dest, rq_psn)), &sq_psn) in self.qps.iter().zip(peers).zip(&self.psns) {
+            if let Transport::Ud(qkey) = self.req.transport {
+                self.ahs.push(AddressHandle {
+                    local: local.ip(),
+                    remote,
+                    remote_port: roce_proto::ROCEV2_UDP_PORT,
+                    dest_qpn: dest,
+                    qkey,
+                });
+                continue;
+            }
+            let sport = PathConfig::udp_sport(q.qpn.0, dest.0);
+            let c = ConnectParams {
+                dest_qpn: dest,
+                rq_psn,
+                sq_psn,
+                path: PathConfig {
+                    local: local.ip(),
+                    remote,
+                    src_port: sport,
+                    remote_src_port: sport,
+                    local_port: local.port(),
+                    remote_port: roce_proto::ROCEV2_UDP_PORT,
+                    ecn: Ecn::Ect0,
+                    verify_icrc: true,
+                },
+                ..self.req.params
+            };
+            self.ep
+                .dev
+                .connect_qp(q.qpn, &c)
+                .map_err(|e| DriverError::Setup(format!("modify QP {}: {e}", q.qpn)))?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens a TCP connection to `server` (from `bind`, when given) within 5 s: the start of every
+/// TCP exchange.
+pub async fn tcp_connect(
+    server: SocketAddr,
+    bind: Option<IpAddr>,
+) -> Result<tokio::net::TcpStream, DriverError> {
+    let sock = match server {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(crate::setup("TCP socket"))?;
+    if let Some(ip) = bind {
+        sock.bind(SocketAddr::new(ip, 0))
+            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
+    }
+    let stream = tokio::time::timeout(std::time::Duration::from_secs(5), sock.connect(server))
+        .await
+        .map_err(|_| DriverError::Setup(format!("cannot reach {server}: timed out")))?
+        .map_err(|e| DriverError::Setup(format!("cannot reach {server}: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The RoCEv2 GID of an address: IPv4-mapped for IPv4 (IBTA Vol 1 Annex A17.4.5.1).
+pub fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The address a RoCEv2 GID names, or `None` for the zero GID (no address).
+pub fn ip_of_gid(gid: [u8; 16]) -> Option<IpAddr> {
+    if gid == [0; 16] {
+        return None;
+    }
+    let v6 = Ipv6Addr::from(gid);
+    Some(v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gids_and_addresses() {
+        let v4: IpAddr = "198.51.100.2".parse().unwrap();
+        let g = gid_of(v4);
+        assert_eq!(&g[10..], &[0xff, 0xff, 198, 51, 100, 2]);
+        assert_eq!(ip_of_gid(g), Some(v4));
+        let v6: IpAddr = "fe80::5054:ff:fe12:3402".parse().unwrap();
+        assert_eq!(ip_of_gid(gid_of(v6)), Some(v6));
+        assert_eq!(ip_of_gid([0; 16]), None);
+    }
+}

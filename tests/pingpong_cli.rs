@@ -1,0 +1,107 @@
+//! `roce pingpong`: the verbs examples' exchange and SEND ping-pong, roce at both ends in one
+//! process (the stock tools are the other end in `tests/rxe.rs`), and its refusals.
+mod common;
+
+use common::{ips, roce};
+
+#[test]
+fn every_tool_runs_both_ends_in_one_process() {
+    for (i, (tool, extra)) in [
+        ("rc", vec!["-s", "10000", "-m", "2048"]),
+        ("uc", vec![]),
+        ("ud", vec!["-s", "2048"]),
+        ("srq", vec!["-q", "5", "-n", "300"]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (21400 + i).to_string();
+        let (c, s) = ips(110 + i as u8);
+        let mut args = vec![
+            "pingpong",
+            tool,
+            "--loopback",
+            "--json",
+            "--link",
+            "udp",
+            "-p",
+            &port,
+        ];
+        args.extend(["--client-ip", &c, "--server-ip", &s]);
+        args.extend(&extra);
+        let (code, out, err) = roce(&args);
+        assert_eq!(code, 0, "{tool}: {out}{err}");
+        let ends: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(ends.len(), 2, "{out}");
+        let iters = if tool == "srq" { 300 } else { 1000 };
+        for e in &ends {
+            let got = e["received"].as_u64().unwrap();
+            assert!((iters..iters + 5).contains(&got), "{tool}: {e}");
+            assert_eq!(e["retransmitted_packets"], 0, "{tool}: {e}");
+        }
+        assert_eq!(ends[0]["role"], "client");
+        assert_eq!(ends[1]["peer"], c);
+    }
+}
+
+#[test]
+fn chk_verifies_the_buffer() {
+    let (code, out, err) = roce(&[
+        "pingpong",
+        "rc",
+        "--loopback",
+        "-c",
+        "-s",
+        "20000",
+        "-n",
+        "50",
+        "--json",
+        "-p",
+        "21410",
+        "--link",
+        "udp",
+        "--client-ip",
+        "127.0.115.1",
+        "--server-ip",
+        "127.0.115.2",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let server: serde_json::Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(server["validated"], true, "{out}");
+}
+
+#[test]
+fn bad_flags_get_one_line() {
+    for (args, want) in [
+        (vec!["pingpong", "xx"], "unknown tool"),
+        (
+            vec!["pingpong", "ud", "--loopback", "-s", "8192"],
+            "one packet",
+        ),
+        (
+            vec!["pingpong", "rc", "--loopback", "-m", "1000"],
+            "-m 1000",
+        ),
+        (vec!["pingpong", "srq", "--loopback", "-q", "300"], "-q 300"),
+    ] {
+        let (code, out, err) = roce(&args);
+        assert_ne!(code, 0, "{args:?}: {out}{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_server_that_is_not_there_is_one_line() {
+    let (code, out, err) = roce(&["pingpong", "rc", "127.0.0.1", "-p", "21411"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("cannot reach"), "{err}");
+    assert_eq!(
+        err.trim().lines().count(),
+        2,
+        "the client line and the error: {err}"
+    );
+}
