@@ -23,12 +23,12 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::impair::Impairment;
-use roce_driver::qps::{create_qps, LocalQp, ALL_REMOTE};
-use roce_driver::{bind_endpoint, runtime, DriverError, LinkChoice, Secrets};
+use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side, Transport};
+use roce_driver::qps::{LocalQp, ALL_REMOTE};
+use roce_driver::{runtime, DriverError, LinkChoice, Secrets};
 use roce_proto::perftest::Dest;
-use roce_proto::{Ecn, Psn, Qpn, RKey, ROCEV2_UDP_PORT};
-use roce_stack::{Access, ConnectParams, Device, PathConfig, RemoteAddr};
+use roce_proto::{Psn, Qpn, RKey, ROCEV2_UDP_PORT};
+use roce_stack::{Access, ConnectParams, RemoteAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -209,10 +209,7 @@ pub const MB_PER_GBIT: f64 = 1e9 / 8.0 / 1_048_576.0;
 
 /// Our key record for QP `q`.
 fn dest(q: &LocalQp, psn: Psn, out_reads: u8, rkey: RKey, vaddr: u64, local: IpAddr) -> Dest {
-    let gid = match local {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    };
+    let gid = gid_of(local);
     Dest {
         lid: 0,
         out_reads: u16::from(out_reads),
@@ -228,9 +225,12 @@ fn dest(q: &LocalQp, psn: Psn, out_reads: u8, rkey: RKey, vaddr: u64, local: IpA
 
 /// The peer's address, from its GID.
 fn peer_ip(d: &Dest) -> Result<IpAddr, DriverError> {
-    let g = d.gid.ok_or_else(|| err("keys", "the peer sent no GID"))?;
-    let v6 = std::net::Ipv6Addr::from(g);
-    Ok(v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4))
+    d.gid.and_then(ip_of_gid).ok_or_else(|| {
+        err(
+            "keys",
+            "the peer sent no GID (give it -x, its RoCEv2 GID index)",
+        )
+    })
 }
 
 /// Runs one perftest-compatible test on an accepted or connected TCP stream. `local` is the
@@ -250,36 +250,49 @@ pub async fn run_session(
     }
     let mtu = s.negotiate(spec.mtu).await?;
     let salt = if s.client { 0xc11e } else { 0x5e7e };
-    let mut dev: Device = secrets.device(salt)?;
-    let pd = dev.alloc_pd();
+    // The connection layer binds the link before the exchange: a peer that starts sending
+    // the moment it reads the last key record finds the socket (or the packet ring) open,
+    // and its first window waits there until the loop runs.
+    let req = QpRequest {
+        transport: Transport::Rc,
+        count: spec.nqps(),
+        caps: perf_caps(spec),
+        srq: None,
+        params: ConnectParams {
+            mtu,
+            access: ALL_REMOTE,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_dest_rd_atomic: spec.outs,
+            ..ConnectParams::default()
+        },
+    };
+    let psns = secrets.start_psns(spec.nqps(), salt)?;
+    let mut side = Side::new(
+        secrets.device(salt)?,
+        req,
+        psns,
+        SocketAddr::new(local, ROCEV2_UDP_PORT),
+        link,
+    )?;
+    let dev = &mut side.ep.dev;
     // The region covers what a stock client cycles through: at least two pages, and the size.
     let len = (spec.msg_size() as usize).max(2 * PAGE as usize);
-    let src = dev.reg_mr(pd, len, Access::LOCAL_WRITE);
+    let src = dev.reg_mr(side.pd, len, Access::LOCAL_WRITE);
     let dst = dev.reg_mr(
-        pd,
+        side.pd,
         len,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     );
-    let qps = create_qps(&mut dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)?;
-    let psns = secrets.start_psns(spec.nqps(), salt)?;
     let (rkey, vaddr) = dev
         .mr(dst)
         .map(|m| (m.rkey(), m.va()))
         .ok_or_else(|| DriverError::Setup("region gone".into()))?;
-    // The link listens before the exchange says the QPs are ready: a peer that starts
-    // sending the moment it reads the last key record finds the socket (or the packet ring)
-    // already open, and its first window waits there until the loop runs.
-    let mut ep = bind_endpoint(
-        dev,
-        SocketAddr::new(local, ROCEV2_UDP_PORT),
-        ROCEV2_UDP_PORT,
-        Impairment::default(),
-        link,
-    )?;
-    let dev = &mut ep.dev;
-    let mine: Vec<Dest> = qps
+    let mine: Vec<Dest> = side
+        .qps
         .iter()
-        .zip(&psns)
+        .zip(&side.psns)
         .map(|(q, &p)| dest(q, p, spec.outs, rkey, vaddr, local))
         .collect();
     let mut peers = Vec::new();
@@ -291,39 +304,20 @@ pub async fn run_session(
     }
     s.keys("keys after RTR", &mine[0]).await?;
     let peer = peer_ip(&peers[0])?;
-    for ((q, p), &psn) in qps.iter().zip(&peers).zip(&psns) {
-        let sport = PathConfig::udp_sport(q.qpn.0, p.qpn);
-        let c = ConnectParams {
-            dest_qpn: Qpn(p.qpn),
-            rq_psn: Psn::new(p.psn),
-            sq_psn: psn,
-            mtu,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: (p.out_reads.clamp(1, 128)) as u8,
-            max_dest_rd_atomic: spec.outs,
-            path: PathConfig {
-                local,
-                remote: peer,
-                src_port: sport,
-                remote_src_port: sport,
-                local_port: ROCEV2_UDP_PORT,
-                remote_port: ROCEV2_UDP_PORT,
-                ecn: Ecn::Ect0,
-                verify_icrc: true,
-            },
-            ..ConnectParams::default()
-        };
-        dev.connect_qp(q.qpn, &c)
-            .map_err(|e| DriverError::Setup(format!("modify QP {}: {e}", q.qpn)))?;
-    }
+    // As many READs/atomics outstanding as the peer's responder takes.
+    side.request_mut().params.max_rd_atomic = peers[0].out_reads.clamp(1, 128) as u8;
+    let to: Vec<(Qpn, Psn)> = peers
+        .iter()
+        .map(|p| (Qpn(p.qpn), Psn::new(p.psn)))
+        .collect();
+    side.connect(&to, peer)?;
     let remote = RemoteAddr {
         va: peers[0].vaddr,
         rkey: RKey(peers[0].rkey),
     };
     let mut spec = *spec;
     spec.mtu = mtu;
+    let Side { mut ep, qps, .. } = side;
     let mut app = PerfApp::new(&mut ep.dev, spec, s.client, &qps, (src, dst), remote)
         .map_err(|e| DriverError::Setup(e.to_string()))?;
     ep.set_busy_poll(spin(&spec));

@@ -168,6 +168,12 @@ impl Side {
         &self.req
     }
 
+    /// What was asked for, to adjust before [`Side::connect`] what the exchange negotiated
+    /// (the path MTU, READ/atomic depths).
+    pub fn request_mut(&mut self) -> &mut QpRequest {
+        &mut self.req
+    }
+
     /// Takes QP `i` to the peer's QP `peers[i]` (its QPN and first PSN) at `remote` (its UDP
     /// port 4791): RTR and RTS for RC/UC, an address handle for UD.
     pub fn connect(&mut self, peers: &[(Qpn, Psn)], remote: IpAddr) -> Result<(), DriverError> {
@@ -234,8 +240,8 @@ pub async fn tcp_connect(
     }
     let stream = tokio::time::timeout(std::time::Duration::from_secs(5), sock.connect(server))
         .await
-        .map_err(|_| DriverError::Setup(format!("cannot reach {server}: timed out")))?
-        .map_err(|e| DriverError::Setup(format!("cannot reach {server}: {e}")))?;
+        .map_err(|_| DriverError::Setup(format!("cannot reach server {server}: timed out")))?
+        .map_err(|e| DriverError::Setup(format!("cannot reach server {server}: {e}")))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
