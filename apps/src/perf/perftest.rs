@@ -391,15 +391,8 @@ pub fn serve_perftest(
 ) -> Result<PerfResult, DriverError> {
     spec.validate()?;
     runtime()?.block_on(async move {
-        let l = tokio::net::TcpListener::bind((bind, port))
-            .await
-            .map_err(|e| DriverError::Setup(format!("cannot listen on TCP {bind}:{port}: {e}")))?;
-        ready();
-        let (tcp, _) = l
-            .accept()
-            .await
-            .map_err(|e| DriverError::Setup(format!("accept: {e}")))?;
-        drop(l);
+        // No accept timeout: a server waits for its client, as perftest's does.
+        let tcp = roce_driver::connect::tcp_accept_one(bind, port, None, ready).await?;
         let local = tcp
             .local_addr()
             .map_err(|e| DriverError::Setup(e.to_string()))?

@@ -494,15 +494,9 @@ pub fn serve(
 ) -> Result<PingPongResult, DriverError> {
     spec.validate()?;
     runtime()?.block_on(async move {
-        let l = tokio::net::TcpListener::bind((bind, port))
-            .await
-            .map_err(|e| DriverError::Setup(format!("cannot listen on TCP {bind}:{port}: {e}")))?;
-        ready();
-        let (tcp, _) = tokio::time::timeout(Duration::from_secs(600), l.accept())
-            .await
-            .map_err(|_| DriverError::Setup("no client connected within 600 s".into()))?
-            .map_err(|e| DriverError::Setup(format!("accept: {e}")))?;
-        drop(l);
+        let tcp =
+            roce_driver::connect::tcp_accept_one(bind, port, Some(Duration::from_secs(600)), ready)
+                .await?;
         run_side(tcp, spec, false, secrets, link).await
     })
 }

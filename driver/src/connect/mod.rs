@@ -246,6 +246,29 @@ pub async fn tcp_connect(
     Ok(stream)
 }
 
+/// Listens on TCP `bind:port`, calls `ready`, and accepts one peer (within `timeout`, when
+/// given); the listener is closed after it, as the stock tools close theirs.
+pub async fn tcp_accept_one(
+    bind: IpAddr,
+    port: u16,
+    timeout: Option<std::time::Duration>,
+    ready: impl FnOnce(),
+) -> Result<tokio::net::TcpStream, DriverError> {
+    let l = tokio::net::TcpListener::bind((bind, port))
+        .await
+        .map_err(|e| DriverError::Setup(format!("cannot listen on TCP {bind}:{port}: {e}")))?;
+    ready();
+    let accepted = match timeout {
+        Some(t) => tokio::time::timeout(t, l.accept())
+            .await
+            .map_err(|_| DriverError::Setup(format!("no peer connected within {t:?}")))?,
+        None => l.accept().await,
+    };
+    let (tcp, _) = accepted.map_err(|e| DriverError::Setup(format!("accept: {e}")))?;
+    let _ = tcp.set_nodelay(true);
+    Ok(tcp)
+}
+
 /// The RoCEv2 GID of an address: IPv4-mapped for IPv4 (IBTA Vol 1 Annex A17.4.5.1).
 pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     match ip {
