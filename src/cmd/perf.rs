@@ -165,40 +165,24 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
                 // One process: a perftest-speaking server thread and the client.
                 let (c, sv) = (a.ends.client_ip, a.ends.server_ip);
                 let port = a.ends.port;
-                let (tx, rx) = std::sync::mpsc::channel();
-                let server = std::thread::spawn(move || {
-                    perf::perftest::serve_perftest(
-                        sv,
-                        port,
-                        &spec,
-                        secrets,
-                        a.link.link,
-                        gbits,
-                        move || {
-                            let _ = tx.send(());
-                        },
-                    )
-                });
-                if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
-                    return match server.join() {
-                        Ok(Err(e)) => Err(e.into()),
-                        _ => Err(anyhow::anyhow!("the perftest server did not start")),
-                    };
-                }
-                let r = perf::perftest::run_perftest_client(
-                    std::net::SocketAddr::new(sv, port),
-                    Some(c),
-                    &spec,
-                    secrets,
-                    a.link.link,
-                    gbits,
-                )?;
-                match server.join() {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => return Err(e.into()),
-                    Err(_) => anyhow::bail!("the perftest server thread panicked"),
-                }
-                r
+                let link = a.link.link;
+                roce_driver::connect::one_process(
+                    "perftest-server",
+                    move |ready| {
+                        perf::perftest::serve_perftest(sv, port, &spec, secrets, link, gbits, ready)
+                    },
+                    || {
+                        perf::perftest::run_perftest_client(
+                            std::net::SocketAddr::new(sv, port),
+                            Some(c),
+                            &spec,
+                            secrets,
+                            link,
+                            gbits,
+                        )
+                    },
+                )?
+                .0
             }
         };
         print(&r);

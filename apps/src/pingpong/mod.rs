@@ -528,30 +528,17 @@ pub fn loopback(
     link: LinkChoice,
 ) -> Result<(PingPongResult, PingPongResult), DriverError> {
     spec.validate()?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let server = std::thread::Builder::new()
-        .name("pingpong-server".into())
-        .spawn(move || {
-            serve(server_ip, port, spec, secrets, link, move || {
-                let _ = tx.send(());
-            })
-        })
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
-    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
-        return match server.join() {
-            Ok(Err(e)) => Err(e),
-            _ => Err(DriverError::Setup("the server did not start".into())),
-        };
-    }
-    let c = client(
-        SocketAddr::new(server_ip, port),
-        Some(client_ip),
-        spec,
-        secrets,
-        link,
-    );
-    let s = server
-        .join()
-        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
-    Ok((c?, s?))
+    roce_driver::connect::one_process(
+        "pingpong-server",
+        move |ready| serve(server_ip, port, spec, secrets, link, ready),
+        || {
+            client(
+                SocketAddr::new(server_ip, port),
+                Some(client_ip),
+                spec,
+                secrets,
+                link,
+            )
+        },
+    )
 }

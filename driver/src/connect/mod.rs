@@ -269,6 +269,36 @@ pub async fn tcp_accept_one(
     Ok(tcp)
 }
 
+/// Both ends of an exchange in one process: `serve` on a thread named `name`, handed the
+/// `ready` signal to call once it listens, then `client` on the calling thread. Returns
+/// (client, server) results; the client's error first, then the server's.
+pub fn one_process<C, S: Send + 'static>(
+    name: &str,
+    serve: impl FnOnce(Box<dyn FnOnce() + Send>) -> Result<S, DriverError> + Send + 'static,
+    client: impl FnOnce() -> Result<C, DriverError>,
+) -> Result<(C, S), DriverError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            serve(Box::new(move || {
+                let _ = tx.send(());
+            }))
+        })
+        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
+    if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+        return match server.join() {
+            Ok(Err(e)) => Err(e),
+            _ => Err(DriverError::Setup("the server did not start".into())),
+        };
+    }
+    let c = client();
+    let s = server
+        .join()
+        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
+    Ok((c?, s?))
+}
+
 /// The RoCEv2 GID of an address: IPv4-mapped for IPv4 (IBTA Vol 1 Annex A17.4.5.1).
 pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     match ip {
