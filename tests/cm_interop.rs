@@ -173,7 +173,13 @@ fn passive_answers(name: &str) {
         initiator_depth: 4,
         rnr_retry_count: 7,
     };
-    assert!(cm.accept(now, conn, offer, b"roce says hello").is_some());
+    let neg = cm
+        .accept(now, conn, offer, b"roce says hello")
+        .expect("accepted");
+    // Linux's reading of Starting PSN: the passive side sends from the REQ's, and puts the
+    // PSN it expects in its REP.
+    assert_eq!(neg.sq_psn, Psn::new(req.starting_psn));
+    assert_eq!(neg.rq_psn, offer.starting_psn);
     let out = cm.poll_transmit().unwrap();
     assert!(dev.gsi().send(OutgoingMad {
         local: out.local,
@@ -328,4 +334,54 @@ fn rocess_own_req_has_the_fields_of_a_captured_one() {
     ] {
         assert_eq!(field(&mine[0].1, k), field(&theirs[0].1, k), "{k}");
     }
+}
+
+/// In the capture of Linux's rping (both ends the kernel's), each side's first RC request
+/// carries the PSN of the CM message the *other* side sent: a REQ's or REP's Starting PSN is
+/// what its sender expects to receive. roce's CM reads the field the same way (the test above).
+#[test]
+fn linux_sends_from_the_starting_psn_the_other_side_announced() {
+    let out = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["decode", "--json"])
+        .arg(capture("rping.pcap"))
+        .output()
+        .unwrap();
+    let pkts: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let cm = |name: &str| {
+        pkts.iter()
+            .find(|p| p["cm"]["message"] == name)
+            .unwrap_or_else(|| panic!("no CM {name}"))
+            .clone()
+    };
+    let (req, rep) = (cm("REQ"), cm("REP"));
+    let host = |p: &serde_json::Value| {
+        let a = p["src"].as_str().unwrap();
+        a[..a.rfind(':').unwrap()].to_string()
+    };
+    let first_from = |src: &str| {
+        pkts.iter()
+            .find(|p| {
+                let op = p["bth"]["opcode_name"].as_str().unwrap_or("");
+                // A request: not QP1, not an ACK or a READ response.
+                host(p) == src
+                    && p["bth"]["dest_qp"] != 1
+                    && !op.contains("ACKNOWLEDGE")
+                    && !op.contains("RESPONSE")
+            })
+            .map(|p| p["bth"]["psn"].as_u64().unwrap())
+            .unwrap()
+    };
+    let (active, passive) = (host(&req), host(&rep));
+    assert_ne!(active, passive);
+    assert_eq!(
+        first_from(&passive),
+        req["cm"]["starting_psn"].as_u64().unwrap()
+    );
+    assert_eq!(
+        first_from(&active),
+        rep["cm"]["starting_psn"].as_u64().unwrap()
+    );
 }

@@ -98,7 +98,10 @@ impl Default for CmConfig {
 pub struct QpOffer {
     /// The QP's number.
     pub qpn: Qpn,
-    /// The first PSN it sends.
+    /// The first PSN it expects to **receive**: the REQ's or REP's Starting PSN, from which
+    /// the other side sends. This is how Linux's CM and RDMA-CM read the field (`cm.c`: the
+    /// active side's `rq_psn` and the passive side's `sq_psn` come from the REQ, the other two
+    /// from the REP; a Linux capture shows the passive side sending from the REQ's PSN).
     pub starting_psn: Psn,
     /// READ/atomic requests it accepts as responder.
     pub responder_resources: u8,
@@ -140,7 +143,7 @@ pub struct PeerRequest {
     pub service_id: u64,
     /// The active side's QP.
     pub remote_qpn: Qpn,
-    /// Its first PSN.
+    /// The first PSN the active side expects: ours to send from.
     pub starting_psn: Psn,
     /// Path MTU in bytes.
     pub mtu: u32,
@@ -599,8 +602,9 @@ impl Cm {
                     peer: o.peer,
                     local_qpn: o.offer.qpn,
                     remote_qpn: Qpn(0),
-                    sq_psn: o.offer.starting_psn,
-                    rq_psn: Psn::new(0),
+                    // From the REP.
+                    sq_psn: Psn::new(0),
+                    rq_psn: o.offer.starting_psn,
                     mtu: o.mtu,
                     max_rd_atomic: o.offer.initiator_depth,
                     max_dest_rd_atomic: o.offer.responder_resources,
@@ -638,7 +642,7 @@ impl Cm {
         let rr = offer.responder_resources.min(c.params.max_dest_rd_atomic);
         let id = offer.initiator_depth.min(c.params.max_rd_atomic);
         c.params.local_qpn = offer.qpn;
-        c.params.sq_psn = offer.starting_psn;
+        c.params.rq_psn = offer.starting_psn;
         c.params.max_dest_rd_atomic = rr;
         c.params.max_rd_atomic = id;
         let rep = Rep {
@@ -692,13 +696,24 @@ impl Cm {
         rejected: u8,
         private: &[u8],
     ) {
+        // A Timeout REJ names the CA whose timer ran out in its ARI (§12.6.7.2, Table 112:
+        // the 8-byte CA GUID); Linux matches such a REJ to its connection by that GUID and
+        // ignores one without it.
+        let (ari, ari_len) = if why == reason::TIMEOUT {
+            let mut a = [0u8; 72];
+            a[..8].copy_from_slice(&self.config.ca_guid.to_be_bytes());
+            (a, 8)
+        } else {
+            ([0u8; 72], 0)
+        };
         let rej = Rej {
             local_comm_id: local_id,
             remote_comm_id: remote_id,
             message_rejected: rejected,
+            reject_info_length: ari_len,
             reason: why,
+            ari,
             private_data: copy_into(private),
-            ..Rej::default()
         };
         self.send(local, peer, tid, &Message::Rej(rej));
         self.stats.rejects_sent += 1;
@@ -776,9 +791,19 @@ impl Cm {
                     self.event(CmEvent::Disconnected { conn: ConnId(id) });
                 }
                 CmState::ReqRcvd => {
-                    // The consumer never answered: refuse, as a timeout.
+                    // The consumer never answered: refuse for it (a Timeout REJ names a
+                    // timer of ours the active side cannot match to its REQ; Linux drops it).
                     let (local, peer, tid, remote) = (c.local, c.peer, c.tid, c.remote_id);
-                    self.send_rej(local, peer, tid, id, remote, reason::TIMEOUT, 0, &[]);
+                    self.send_rej(
+                        local,
+                        peer,
+                        tid,
+                        id,
+                        remote,
+                        reason::CONSUMER_REJECT,
+                        0,
+                        &[],
+                    );
                     self.stats.timeouts += 1;
                     self.remove(id);
                     self.event(CmEvent::TimedOut { conn: ConnId(id) });
@@ -942,8 +967,10 @@ impl Cm {
                     peer,
                     local_qpn: Qpn(0),
                     remote_qpn: Qpn(r.local_qpn),
-                    sq_psn: Psn::new(0),
-                    rq_psn: Psn::new(r.starting_psn),
+                    // The REQ's Starting PSN is what the active side expects: we send from
+                    // it; what we expect goes in the REP.
+                    sq_psn: Psn::new(r.starting_psn),
+                    rq_psn: Psn::new(0),
                     mtu,
                     // Upper bounds until `accept`: the peer's depths the other way round.
                     max_rd_atomic: r.responder_resources,
@@ -979,7 +1006,7 @@ impl Cm {
             CmState::ReqSent => {
                 c.remote_id = r.local_comm_id;
                 c.params.remote_qpn = Qpn(r.local_qpn);
-                c.params.rq_psn = Psn::new(r.starting_psn);
+                c.params.sq_psn = Psn::new(r.starting_psn);
                 // Our requester's depth: no more than the peer accepts; and the reverse.
                 c.params.max_rd_atomic = c.params.max_rd_atomic.min(r.responder_resources);
                 c.params.max_dest_rd_atomic = c.params.max_dest_rd_atomic.min(r.initiator_depth);

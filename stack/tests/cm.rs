@@ -228,10 +228,12 @@ fn a_clean_connection_is_established_consistently_and_released() {
         n.b.stats(),
         n.b_events
     );
+    // Each offer's Starting PSN is what that side expects to receive (Linux's reading): the
+    // active side receives from its own 0x7cc204 and sends from the REP's 0x727d6d.
     let params = a.connect_params(roce_stack::ConnectParams::default());
     assert_eq!(
         (params.dest_qpn, params.rq_psn, params.sq_psn, params.mtu),
-        (Qpn(0x3b), Psn::new(0x72_7d6d), Psn::new(0x7c_c204), 1024)
+        (Qpn(0x3b), Psn::new(0x7c_c204), Psn::new(0x72_7d6d), 1024)
     );
     // The RTU's private data reached the passive side.
     assert_eq!(&n.b.peer_confirm_data(bc).unwrap()[..10], b"in the RTU");
