@@ -39,6 +39,9 @@ enum Command {
     /// The verbs examples' SEND ping-pong (rc, uc, ud, srq), against rdma-core's stock
     /// ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong or roce.
     Pingpong(cmd::pingpong::PingPongArgs),
+    /// librdmacm's rping over RDMA-CM (client SENDs its buffers, the server READs and
+    /// WRITEs them), against the stock rping or roce.
+    Rping(cmd::rping::RpingArgs),
     /// KV-cache push of prefill/decode disaggregation: the decode side registers a pool once
     /// and allocates blocks, the prefill side WRITEs the KV layer by layer (the last WRITE per QP
     /// with an immediate); plan by plan, with the model max(bytes/bandwidth, WRs x per-WR cost).
@@ -83,6 +86,7 @@ impl Command {
             Self::Analyze(_) => "analyze",
             Self::Perf(_) => "perf",
             Self::Pingpong(_) => "pingpong",
+            Self::Rping(_) => "rping",
             Self::Kv(_) => "kv",
             Self::Sim(_) => "sim",
             Self::GenCapture { .. } => "gen-capture",
@@ -98,6 +102,7 @@ impl Command {
             Self::Analyze(a) => cmd::analyze::run(a),
             Self::Perf(a) => cmd::perf::run(a),
             Self::Pingpong(a) => cmd::pingpong::run(a),
+            Self::Rping(a) => cmd::rping::run(a),
             Self::Kv(a) => cmd::kv::run(a),
             Self::Sim(c) => cmd::sim::run(c),
             Self::GenCapture {

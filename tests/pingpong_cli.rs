@@ -105,3 +105,35 @@ fn a_server_that_is_not_there_is_one_line() {
         "the client line and the error: {err}"
     );
 }
+
+#[test]
+fn rping_at_both_ends() {
+    let (c, s) = ips(116);
+    let mut server = std::process::Command::new(common::BIN)
+        .args([
+            "rping", "-s", "-a", &s, "-S", "100", "--json", "--link", "udp", "-p", "21416",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (code, out, err) = roce(&[
+        "rping", "-c", "-a", &s, "-I", &c, "-C", "7", "-S", "100", "-v", "--json", "--link", "udp",
+        "-p", "21416",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let r: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (r["pings"].as_u64(), r["verified"].as_u64()),
+        (Some(7), Some(7)),
+        "{out}"
+    );
+    assert_eq!(r["data"][6].as_str().unwrap().len(), 99);
+    let status = server.wait().unwrap();
+    assert!(status.success());
+    let mut so = String::new();
+    std::io::Read::read_to_string(server.stdout.as_mut().unwrap(), &mut so).unwrap();
+    let sr: serde_json::Value = serde_json::from_str(so.lines().last().unwrap()).unwrap();
+    assert_eq!(sr["pings"].as_u64(), Some(7), "{so}");
+}

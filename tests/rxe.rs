@@ -260,3 +260,72 @@ fn ibv_rc_pingpong_validates_the_buffer() {
     pingpong("rc", true, "-c -s 16384 -n 100");
     pingpong("rc", false, "-c -s 16384 -n 100");
 }
+
+/// librdmacm's rping against `roce rping`: the kernel's rping as server (roce the client) and
+/// as client (roce the server), `-v` on both, `-V` where rping validates. Each ping's data is
+/// rping's pattern and comes back whole; the CM connects (REQ, REP, RTU) and releases (DREQ,
+/// DREP) without a REJ.
+fn rping(kernel_server: bool, count: u64, size: u32) {
+    let peer = peer!();
+    let cap = Capture::start();
+    let (c, s) = (count.to_string(), size.to_string());
+    let (rc, out, code, rout, rerr) = if kernel_server {
+        let mut guest = peer.start(&format!("rping -s -a {VM} -v -C {count} -S {size}"));
+        assert!(guest.wait_started(90), "the guest did not start");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let (code, rout, rerr) = Host::start(&[
+            "rping", "-c", "-a", VM, "-I", HOST, "-C", &c, "-S", &s, "-v", "--json",
+        ])
+        .finish(120);
+        let (rc, out) = guest.finish(60);
+        (rc, out, code, rout, rerr)
+    } else {
+        let roce = Host::start(&["rping", "-s", "-a", HOST, "-S", &s, "-v", "--json"]);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (rc, out) = peer
+            .start(&format!("rping -c -a {HOST} -v -V -C {count} -S {size}"))
+            .finish(120);
+        let (code, rout, rerr) = roce.finish(30);
+        (rc, out, code, rout, rerr)
+    };
+    let what = format!("rping (kernel server: {kernel_server})");
+    assert_eq!(rc, Some(0), "{what}: rping:\n{out}\nroce:\n{rout}{rerr}");
+    assert_eq!(code, Some(0), "{what}: roce:\n{rout}{rerr}\nrping:\n{out}");
+    let json = rout.lines().last().unwrap_or("");
+    let r: serde_json::Value = serde_json::from_str(json).expect("roce's JSON");
+    assert_eq!(r["pings"].as_u64(), Some(count), "{what}: {rout}");
+    let prefix = if kernel_server {
+        "server ping data: "
+    } else {
+        "ping data: "
+    };
+    let theirs: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix(prefix)).collect();
+    assert_eq!(theirs.len() as u64, count, "{what}: {out}");
+    for (i, line) in theirs.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("rdma-ping-{i}: ")),
+            "{what}: {line}"
+        );
+        assert_eq!(line.len() as u32, size - 1, "{what}: {line}");
+        assert_eq!(
+            r["data"][i].as_str(),
+            Some(*line),
+            "{what}: both saw the same data"
+        );
+    }
+    if kernel_server {
+        assert_eq!(r["verified"].as_u64(), Some(count), "{what}: {rout}");
+    }
+    let a = cap.verify(&what);
+    assert_eq!(a.retransmitted(), 0, "{what}: {a:?}");
+    assert_eq!(a.naks(), 0, "{what}: {a:?}");
+    assert_eq!(a.messages("read"), count, "{what}: {a:?}");
+    assert_eq!(a.messages("write"), count, "{what}: {a:?}");
+}
+
+#[test]
+fn rping_both_roles() {
+    rping(true, 10, 64);
+    rping(false, 10, 64);
+    rping(false, 3, 4000);
+}

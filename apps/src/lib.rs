@@ -9,6 +9,7 @@
 //! * [`perf`]: `roce perf`, perftest-style bandwidth and latency and the plain-UDP baselines.
 //! * [`pingpong`]: `roce pingpong`, the verbs examples' SEND ping-pong (`ibv_rc_pingpong`, ...),
 //!   either end a stock tool.
+//! * [`rping`]: `roce rping`, librdmacm's rping over RDMA-CM, either end the stock tool.
 //! * [`kv`]: `roce kv`, the KV-cache push of prefill/decode disaggregation, plan by plan, with
 //!   the model that explains the times.
 //! * [`congestion`]: `roce sim congestion`, DCQCN experiments in the simulator and their
@@ -20,6 +21,7 @@ pub mod congestion;
 pub mod kv;
 pub mod perf;
 pub mod pingpong;
+pub mod rping;
 pub mod workload;
 
 /// A configuration that cannot run: which setting, and why.

@@ -4,5 +4,6 @@ pub(crate) mod decode;
 pub(crate) mod kv;
 pub(crate) mod perf;
 pub(crate) mod pingpong;
+pub(crate) mod rping;
 pub(crate) mod sim;
 pub(crate) mod workload;

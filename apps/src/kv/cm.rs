@@ -32,7 +32,7 @@ use super::run::{
     KvServerOutcome,
 };
 use super::{KvReceiver, KvSender, KvSpec, PlanSpec, Transfer};
-use crate::workload::cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
 
 /// First bytes of a kv REQ's consumer private data.
 const MAGIC: &[u8; 4] = b"rkv1";

@@ -19,13 +19,13 @@ use roce_driver::{
 };
 use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
 use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions, QpOffer,
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
 };
 use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, RemoteAddr};
 
 use super::app::{perf_caps, spin};
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
-use crate::workload::cm::{connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
 
 const MAGIC: &[u8; 4] = b"rpf1";
 
@@ -133,13 +133,6 @@ fn base_params(spec: &PerfSpec) -> ConnectParams {
         max_dest_rd_atomic: spec.outs,
         ..ConnectParams::default()
     }
-}
-
-fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> {
-    Ok(CmConfig {
-        seed: secrets.cm_seed(salt)?,
-        ..CmConfig::default()
-    })
 }
 
 /// The server's side of one run.

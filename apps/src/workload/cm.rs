@@ -16,21 +16,19 @@ use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
 use roce_driver::endpoint::Tap;
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
     bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, Secrets,
 };
-use roce_proto::{Ecn, Psn, RKey, ROCEV2_UDP_PORT};
+use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
 use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions,
-    Negotiated, QpOffer,
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions, QpOffer,
 };
-use roce_stack::gsi::OutgoingMad;
 use roce_stack::{
-    CcConfig, ConnectParams, CqHandle, Device, Drops, Instant, Naks, PathConfig, PdHandle, QpCaps,
-    QpStats,
+    CcConfig, ConnectParams, CqHandle, Device, Drops, Instant, Naks, PdHandle, QpCaps, QpStats,
 };
 
 use super::run::{RunConfig, Side};
@@ -268,70 +266,12 @@ fn decode_summary(b: &[u8]) -> Option<Side> {
     })
 }
 
-/// Moves MADs between the device's QP1 and the CM.
-pub(crate) fn pump(cm: &mut Cm, dev: &mut Device, now: Instant) {
-    while let Some(m) = dev.gsi().take() {
-        cm.handle_mad(now, m.from.ip(), m.to, &m.mad);
-    }
-}
-
-/// Hands the CM's outgoing MADs to the device's QP1.
-pub(crate) fn flush(cm: &mut Cm, dev: &mut Device) {
-    while let Some(o) = cm.poll_transmit() {
-        dev.gsi().send(OutgoingMad {
-            local: o.local,
-            remote: o.peer,
-            remote_port: ROCEV2_UDP_PORT,
-            mad: o.mad,
-        });
-    }
-}
-
-/// Connects QP `q` with what the CM settled.
-pub(crate) fn connect_qp(
-    dev: &mut Device,
-    q: &LocalQp,
-    n: &Negotiated,
-    base: &ConnectParams,
-    cc: CcConfig,
-    line_rate_bps: u64,
-) -> Result<(), AppError> {
-    let sport = PathConfig::udp_sport(q.qpn.0, n.remote_qpn.0);
-    let base = ConnectParams {
-        path: PathConfig {
-            local: n.local,
-            remote: n.peer,
-            src_port: sport,
-            remote_src_port: sport,
-            local_port: ROCEV2_UDP_PORT,
-            remote_port: ROCEV2_UDP_PORT,
-            ecn: Ecn::Ect0,
-            verify_icrc: true,
-        },
-        access: ALL_REMOTE,
-        ..*base
-    };
-    dev.connect_qp(q.qpn, &n.connect_params(base))
-        .map_err(|e| AppError::Failed(format!("modify QP {}: {e}", q.qpn)))?;
-    if !matches!(cc, CcConfig::None) {
-        dev.set_congestion_control(q.qpn, cc.build(line_rate_bps));
-    }
-    Ok(())
-}
-
 fn cc_of(dcqcn: bool) -> CcConfig {
     if dcqcn {
         CcConfig::Dcqcn(roce_stack::DcqcnParams::default())
     } else {
         CcConfig::None
     }
-}
-
-pub(crate) fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> {
-    Ok(CmConfig {
-        seed: secrets.cm_seed(salt)?,
-        ..CmConfig::default()
-    })
 }
 
 /// The server: accepts one client's REQs, then serves its workload until it releases.

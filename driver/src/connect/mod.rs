@@ -12,8 +12,8 @@
 //!
 //! Exchanges (one module each): [`pingpong`], the verbs examples' `LID:QPN:PSN:GID` text
 //! records over TCP (`ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`,
-//! `ibv_srq_pingpong`). perftest's TCP exchange (`roce_apps::perf::perftest`) builds on
-//! [`Side`] too.
+//! `ibv_srq_pingpong`); [`rdma_cm`], the IB CM on QP1 inside the endpoint's loop. perftest's
+//! TCP exchange (`roce_apps::perf::perftest`) builds on [`Side`] too.
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use roce_proto::{Ecn, Psn, QKey, Qpn};
@@ -26,6 +26,7 @@ use crate::qps::LocalQp;
 use crate::{bind_endpoint, DriverError, Endpoint, LinkChoice};
 
 pub mod pingpong;
+pub mod rdma_cm;
 
 /// The transport of the QPs asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,590 @@
+//! `roce rping`: librdmacm's `rping`, so that the stock `rping -s` / `rping -c` (rdma-core
+//! `librdmacm/examples/rping.c`) can be the other end, over RDMA-CM (the IB CM on QP1, the
+//! TCP port space, port 7174 by default, the `cma_hdr` and no other private data).
+//!
+//! One ping, as rping does it: the client SENDs a 16-byte `rping_rdma_info` (buffer address
+//! as a big-endian u64, rkey and size as big-endian u32s) naming its source buffer; the server
+//! READs that buffer and answers with a 16-byte SEND (all zero); the client SENDs the info of
+//! its sink buffer; the server WRITEs what it read there and answers again. The client's
+//! source holds `rdma-ping-N: ` and a run of letters (`A`..`z`, starting one further each
+//! ping) and a NUL at the end; with `-V` it checks that the sink came back equal, with `-v` it
+//! prints it (`ping data: ...`; the server prints `server ping data: ...`). After `-C` pings
+//! the client disconnects (DREQ); the server ends on the client's DREQ. Every message either
+//! side receives must be 16 bytes, as rping demands.
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::{QpRequest, Side, Transport};
+use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
+use roce_stack::cm::{
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
+};
+use roce_stack::{
+    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, RemoteAddr,
+    SgList, WcOpcode, WcStatus, WorkRequest, WrOp,
+};
+use serde::Serialize;
+
+/// rping's default port.
+pub const RPING_PORT: u16 = 7174;
+
+/// Bytes of `struct rping_rdma_info`.
+const INFO_LEN: u32 = 16;
+
+/// A run's settings, as rping's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RpingSpec {
+    /// `-S`: ping buffer size (26..=65535, default 64).
+    pub size: u32,
+    /// `-C`: pings (client; 0 = until interrupted, as rping; the server serves any number).
+    pub count: u64,
+    /// `-v`: print each ping's data.
+    pub verbose: bool,
+    /// `-V`: check each ping's data (client).
+    pub validate: bool,
+    /// `-p`: the RDMA-CM port.
+    pub port: u16,
+}
+
+impl Default for RpingSpec {
+    fn default() -> Self {
+        Self {
+            size: 64,
+            count: 10,
+            verbose: false,
+            validate: true,
+            port: RPING_PORT,
+        }
+    }
+}
+
+impl RpingSpec {
+    /// Refuses what rping refuses.
+    pub fn validate(&self) -> Result<(), DriverError> {
+        if !(26..=65535).contains(&self.size) {
+            return Err(DriverError::Config(format!(
+                "-S {}: 26 to 65535, as rping",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RpingResult {
+    /// `"client"` or `"server"`.
+    pub role: &'static str,
+    /// Pings completed.
+    pub pings: u64,
+    /// Pings whose data came back equal (client with `-V`).
+    pub verified: u64,
+    /// Buffer size.
+    pub size: u32,
+    /// The peer's address.
+    pub peer: String,
+    /// The lines `-v` printed.
+    pub data: Vec<String>,
+    /// Packets this side retransmitted.
+    pub retransmitted_packets: u64,
+}
+
+/// rping's ping data: `rdma-ping-N: `, then letters from `start` on (`A`..`z`, wrapping), a
+/// NUL last.
+pub fn ping_data(ping: u64, start: u8, size: usize) -> Vec<u8> {
+    let mut b = format!("rdma-ping-{ping}: ").into_bytes();
+    b.truncate(size.saturating_sub(1));
+    let mut c = start;
+    while b.len() < size {
+        b.push(c);
+        c = if c >= 122 { 65 } else { c + 1 };
+    }
+    if let Some(last) = b.last_mut() {
+        *last = 0;
+    }
+    b
+}
+
+fn info(va: u64, rkey: u32, size: u32) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&va.to_be_bytes());
+    b[8..12].copy_from_slice(&rkey.to_be_bytes());
+    b[12..].copy_from_slice(&size.to_be_bytes());
+    b
+}
+
+fn parse_info(b: &[u8]) -> (u64, u32, u32) {
+    let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+    (u64_at(0), u32_at(8), u32_at(12))
+}
+
+fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+const RECV: u64 = 1;
+const SEND: u64 = 2;
+const RDMA: u64 = 3;
+
+/// Where a side is in the ping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Not connected yet.
+    Connecting,
+    /// Client: the source buffer's info sent; waiting for the server's answer.
+    /// Server: waiting for the source buffer's info.
+    Source,
+    /// Client: the sink's info sent, waiting. Server: waiting for the sink's info.
+    Sink,
+    /// Server: READ or WRITE in flight.
+    Rdma,
+    /// Client: DREQ sent.
+    Closing,
+    /// Released.
+    Done,
+}
+
+/// One side of rping.
+pub struct Rping {
+    spec: RpingSpec,
+    client: bool,
+    cm: Cm,
+    conn: Option<ConnId>,
+    peer: Option<IpAddr>,
+    qp: roce_driver::qps::LocalQp,
+    psn: roce_proto::Psn,
+    /// 16-byte receive and send buffers, the client's source buffer, the RDMA buffer.
+    recv: MrHandle,
+    send: MrHandle,
+    start: MrHandle,
+    rdma: MrHandle,
+    step: Step,
+    /// Server: whether the RDMA in flight is the READ (then the WRITE follows).
+    reading: bool,
+    remote_len: u32,
+    sends_out: u32,
+    /// A 16-byte message received and not yet acted on.
+    got: bool,
+    ping: u64,
+    letter: u8,
+    result: RpingResult,
+}
+
+impl Rping {
+    fn new(side: &mut Side, spec: RpingSpec, client: bool, cm: Cm) -> Self {
+        let dev = &mut side.ep.dev;
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let recv = dev.reg_mr(side.pd, INFO_LEN as usize, Access::LOCAL_WRITE);
+        let send = dev.reg_mr(side.pd, INFO_LEN as usize, Access::LOCAL_WRITE);
+        let start = dev.reg_mr(side.pd, spec.size as usize, rw);
+        let rdma = dev.reg_mr(side.pd, spec.size as usize, rw);
+        Self {
+            spec,
+            client,
+            cm,
+            conn: None,
+            peer: None,
+            qp: side.qps[0],
+            psn: side.psns[0],
+            recv,
+            send,
+            start,
+            rdma,
+            step: Step::Connecting,
+            reading: false,
+            remote_len: 0,
+            sends_out: 0,
+            got: false,
+            ping: 0,
+            letter: 65,
+            result: RpingResult {
+                role: if client { "client" } else { "server" },
+                pings: 0,
+                verified: 0,
+                size: spec.size,
+                peer: String::new(),
+                data: Vec::new(),
+                retransmitted_packets: 0,
+            },
+        }
+    }
+
+    fn offer(&self) -> QpOffer {
+        QpOffer {
+            qpn: self.qp.qpn,
+            starting_psn: self.psn,
+            // One READ each way is what rping asks; more would be clamped by the peer's.
+            responder_resources: 16,
+            initiator_depth: 16,
+            rnr_retry_count: 7,
+        }
+    }
+
+    fn base() -> ConnectParams {
+        ConnectParams {
+            min_rnr_timer: 12,
+            ..ConnectParams::default()
+        }
+    }
+
+    fn post_recv(&self, dev: &mut Device) -> Result<(), AppError> {
+        let sgl = SgList::one(dev.mr(self.recv).expect("buffer").sge(0, INFO_LEN));
+        dev.post_recv(self.qp.qpn, RecvRequest { wr_id: RECV, sgl })
+            .map_err(|e| AppError::post(0, "a receive", e))
+    }
+
+    fn send_info(&mut self, dev: &mut Device, bytes: [u8; 16]) -> Result<(), AppError> {
+        if let Some(m) = dev.mr_mut(self.send) {
+            m.as_mut_slice().copy_from_slice(&bytes);
+        }
+        let sgl = SgList::one(dev.mr(self.send).expect("buffer").sge(0, INFO_LEN));
+        dev.post_send(self.qp.qpn, WorkRequest::new(SEND, WrOp::Send, sgl))
+            .map_err(|e| AppError::post(0, "a SEND", e))?;
+        self.sends_out += 1;
+        Ok(())
+    }
+
+    fn buf_info(&self, dev: &Device, mr: MrHandle) -> [u8; 16] {
+        let m = dev.mr(mr).expect("buffer");
+        info(m.va(), m.rkey().0, self.spec.size)
+    }
+
+    /// Client: the next ping's source info, or the DREQ after the last.
+    fn next_ping(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if self.spec.count > 0 && self.ping >= self.spec.count {
+            if let Some(c) = self.conn {
+                self.cm.disconnect(now, c);
+            }
+            self.step = Step::Closing;
+            return Ok(());
+        }
+        let data = ping_data(self.ping, self.letter, self.spec.size as usize);
+        self.letter = if self.letter >= 122 {
+            65
+        } else {
+            self.letter + 1
+        };
+        if let Some(m) = dev.mr_mut(self.start) {
+            m.as_mut_slice().copy_from_slice(&data);
+        }
+        if let Some(m) = dev.mr_mut(self.rdma) {
+            m.as_mut_slice().fill(0);
+        }
+        let i = self.buf_info(dev, self.start);
+        self.send_info(dev, i)?;
+        self.step = Step::Source;
+        Ok(())
+    }
+
+    fn on_cm(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
+        match e {
+            CmEvent::Request { conn, req } => {
+                if self.conn.is_some() || req.rdma_cm().is_none() {
+                    // rping serves one client; a REQ without RDMA-CM's header is not one.
+                    self.cm
+                        .reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, &[]);
+                    return Ok(());
+                }
+                self.conn = Some(conn);
+                self.peer = Some(req.peer);
+                let Some(n) = self.cm.accept(now, conn, self.offer(), &[]) else {
+                    return Ok(());
+                };
+                // Ready before the REP leaves: the client sends once it has it.
+                connect_qp(dev, &self.qp, &n, &Self::base(), CcConfig::None, 0)?;
+                self.post_recv(dev)?;
+                self.step = Step::Source;
+            }
+            CmEvent::Established { conn, params } if Some(conn) == self.conn => {
+                if self.client {
+                    connect_qp(dev, &self.qp, &params, &Self::base(), CcConfig::None, 0)?;
+                    self.post_recv(dev)?;
+                    self.next_ping(dev, now)?;
+                }
+            }
+            CmEvent::Established { .. } => {}
+            CmEvent::Rejected { reason, .. } => {
+                return Err(AppError::Failed(format!(
+                    "the server rejected the connection: {} ({reason})",
+                    roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown reason")
+                )))
+            }
+            CmEvent::TimedOut { .. } => {
+                return Err(AppError::Failed(
+                    "the peer stopped answering the CM (no REP, RTU or DREP)".into(),
+                ))
+            }
+            CmEvent::Disconnected { conn } if Some(conn) == self.conn => {
+                if !self.client && self.step == Step::Rdma {
+                    return Err(AppError::Failed(
+                        "the client disconnected in the middle of a ping".into(),
+                    ));
+                }
+                self.step = Step::Done;
+            }
+            CmEvent::Disconnected { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn on_completion(
+        &mut self,
+        dev: &mut Device,
+        c: roce_stack::Completion,
+    ) -> Result<(), AppError> {
+        if c.status != WcStatus::Success {
+            if self.step == Step::Done || self.step == Step::Closing {
+                return Ok(()); // flushed at the end
+            }
+            return Err(AppError::Failed(format!(
+                "completion error {:?} (wr_id {})",
+                c.status, c.wr_id
+            )));
+        }
+        match c.opcode {
+            WcOpcode::Recv => {
+                if c.byte_len != INFO_LEN {
+                    return Err(AppError::Failed(format!(
+                        "Received bogus data, size {}",
+                        c.byte_len
+                    )));
+                }
+                self.got = true;
+            }
+            WcOpcode::Send => self.sends_out = self.sends_out.saturating_sub(1),
+            WcOpcode::RdmaRead | WcOpcode::RdmaWrite => {
+                if self.reading {
+                    self.reading = false;
+                    if self.spec.verbose {
+                        let m = dev.mr(self.rdma).expect("buffer");
+                        let s = c_string(&m.as_slice()[..self.remote_len as usize]);
+                        println!("server ping data: {s}");
+                        self.result.data.push(s);
+                    }
+                    self.send_info(dev, [0; 16])?;
+                    self.step = Step::Sink;
+                } else {
+                    self.send_info(dev, [0; 16])?;
+                    self.result.pings += 1;
+                    self.step = Step::Source;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Acts on a received 16-byte message.
+    fn on_message(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        self.got = false;
+        let msg: Vec<u8> = dev.mr(self.recv).expect("buffer").as_slice().to_vec();
+        self.post_recv(dev)?;
+        if self.client {
+            match self.step {
+                // The server READ our source: send the sink's info.
+                Step::Source => {
+                    let i = self.buf_info(dev, self.rdma);
+                    self.send_info(dev, i)?;
+                    self.step = Step::Sink;
+                }
+                // The server WROTE our sink: check, then the next ping.
+                Step::Sink => {
+                    let (src, dst) = (
+                        dev.mr(self.start).expect("buffer").as_slice().to_vec(),
+                        dev.mr(self.rdma).expect("buffer").as_slice().to_vec(),
+                    );
+                    if self.spec.validate && src != dst {
+                        return Err(AppError::Failed(format!(
+                            "data mismatch in ping {}: sent {:?}, got back {:?}",
+                            self.ping,
+                            c_string(&src),
+                            c_string(&dst)
+                        )));
+                    }
+                    self.result.verified += u64::from(self.spec.validate);
+                    if self.spec.verbose {
+                        let s = c_string(&dst);
+                        println!("ping data: {s}");
+                        self.result.data.push(s);
+                    }
+                    self.ping += 1;
+                    self.result.pings += 1;
+                    self.next_ping(dev, now)?;
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
+        let (va, rkey, len) = parse_info(&msg);
+        if len > self.spec.size {
+            return Err(AppError::Failed(format!(
+                "the client's buffer is {len} bytes, more than this server's -S {}",
+                self.spec.size
+            )));
+        }
+        self.remote_len = len;
+        let remote = RemoteAddr {
+            va,
+            rkey: roce_proto::RKey(rkey),
+        };
+        let sgl = SgList::one(dev.mr(self.rdma).expect("buffer").sge(0, len));
+        let (op, what) = match self.step {
+            Step::Source => {
+                self.reading = true;
+                (WrOp::Read(remote), "the READ")
+            }
+            _ => (WrOp::Write(remote), "the WRITE"),
+        };
+        dev.post_send(self.qp.qpn, WorkRequest::new(RDMA, op, sgl))
+            .map_err(|e| AppError::post(0, what, e))?;
+        self.step = Step::Rdma;
+        Ok(())
+    }
+}
+
+impl Application for Rping {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            self.on_cm(dev, now, e)?;
+        }
+        let (scq, rcq) = (self.qp.send_cq, self.qp.recv_cq);
+        while let Some(c) = dev.poll_cq(scq).or_else(|| dev.poll_cq(rcq)) {
+            self.on_completion(dev, c)?;
+        }
+        // Act on a message once this side's own SENDs completed (rping waits the same way).
+        if self.got && self.sends_out == 0 && !matches!(self.step, Step::Done | Step::Closing) {
+            self.on_message(dev, now)?;
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.step == Step::Done
+    }
+}
+
+/// How long a side waits for the peer while a ping is under way.
+const SILENCE: Duration = Duration::from_secs(10);
+
+async fn run(
+    spec: RpingSpec,
+    client: bool,
+    local: IpAddr,
+    server: Option<IpAddr>,
+    secrets: Secrets,
+    link: LinkChoice,
+    ready: impl FnOnce(),
+) -> Result<RpingResult, DriverError> {
+    let salt = if client { 0x41c1 } else { 0x4153 };
+    let req = QpRequest {
+        transport: Transport::Rc,
+        count: 1,
+        caps: QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 2,
+            ..QpCaps::default()
+        },
+        srq: None,
+        params: Rping::base(),
+    };
+    let mut side = Side::new(
+        secrets.device(salt)?,
+        req,
+        secrets.start_psns(1, salt)?,
+        SocketAddr::new(local, roce_proto::ROCEV2_UDP_PORT),
+        link,
+    )?;
+    let mut cm = Cm::new(cm_config(&secrets, salt)?);
+    if !client {
+        cm.listen(rdma_cm_service_id(spec.port));
+    }
+    let mut app = Rping::new(&mut side, spec, client, cm);
+    if let Some(peer) = server {
+        let o = ConnectOptions {
+            local,
+            peer,
+            service_id: rdma_cm_service_id(spec.port),
+            offer: app.offer(),
+            mtu: 1024,
+            retry_count: 7,
+            local_ack_timeout: 18,
+            // RDMA-CM's header and nothing else, as rping's rdma_connect sends.
+            private_data: rdma_cm_req_private(local, peer, 0xc000 | (spec.port & 0x3fff), &[]),
+        };
+        let now = side.ep.now();
+        let conn = app.cm.connect(now, &o).map_err(|why| {
+            DriverError::Config(format!(
+                "cannot connect: {}",
+                roce_proto::cm::rej_reason_name(why).unwrap_or("unknown reason")
+            ))
+        })?;
+        app.conn = Some(conn);
+        app.peer = Some(peer);
+        flush(&mut app.cm, &mut side.ep.dev);
+    }
+    ready();
+    // The server waits for its client as long as it is left running.
+    let first = if client {
+        SILENCE
+    } else {
+        Duration::from_secs(365 * 24 * 3600)
+    };
+    side.ep
+        .run(&mut app, true, std::future::pending(), first.max(SILENCE))
+        .await?;
+    app.result.peer = app.peer.map(|p| p.to_string()).unwrap_or_default();
+    app.result.retransmitted_packets = side.ep.dev.stats().retransmitted_packets;
+    Ok(app.result)
+}
+
+/// `roce rping -s -a ADDR`: serves one rping client on `ADDR` (UDP 4791, RDMA-CM port
+/// `spec.port`) until it disconnects; `ready` once listening.
+pub fn serve(
+    bind: IpAddr,
+    spec: RpingSpec,
+    secrets: Secrets,
+    link: LinkChoice,
+    ready: impl FnOnce(),
+) -> Result<RpingResult, DriverError> {
+    spec.validate()?;
+    runtime()?.block_on(run(spec, false, bind, None, secrets, link, ready))
+}
+
+/// `roce rping -c -a SERVER [-I ADDR]`: pings `server` from `local`.
+pub fn client(
+    server: IpAddr,
+    local: IpAddr,
+    spec: RpingSpec,
+    secrets: Secrets,
+    link: LinkChoice,
+) -> Result<RpingResult, DriverError> {
+    spec.validate()?;
+    runtime()?.block_on(run(spec, true, local, Some(server), secrets, link, || {}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_data_is_rpings() {
+        let d = ping_data(0, 65, 26);
+        assert_eq!(&d[..], b"rdma-ping-0: ABCDEFGHIJKL\0");
+        let d = ping_data(12, 121, 30);
+        assert_eq!(&d[..], b"rdma-ping-12: yzABCDEFGHIJKLM\0");
+        assert_eq!(d.len(), 30);
+        assert_eq!(
+            parse_info(&info(0x1122_3344_5566_7788, 0xabcd, 64)),
+            (0x1122_3344_5566_7788, 0xabcd, 64)
+        );
+    }
+}
