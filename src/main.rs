@@ -42,6 +42,13 @@ enum Command {
     /// librdmacm's rping over RDMA-CM (client SENDs its buffers, the server READs and
     /// WRITEs them), against the stock rping or roce.
     Rping(cmd::rping::RpingArgs),
+    /// librdmacm's ucmatose over RDMA-CM: the server SENDs -C messages on each connection,
+    /// the client answers with as many, the server disconnects.
+    Ucmatose(cmd::cmatose::UcmatoseArgs),
+    /// librdmacm's rdma_server: answers a client's 16-byte SEND with one of its own.
+    RdmaServer(cmd::cmatose::RdmaServerArgs),
+    /// librdmacm's rdma_client: SENDs 16 bytes to an rdma_server and takes its answer.
+    RdmaClient(cmd::cmatose::RdmaClientArgs),
     /// KV-cache push of prefill/decode disaggregation: the decode side registers a pool once
     /// and allocates blocks, the prefill side WRITEs the KV layer by layer (the last WRITE per QP
     /// with an immediate); plan by plan, with the model max(bytes/bandwidth, WRs x per-WR cost).
@@ -87,6 +94,9 @@ impl Command {
             Self::Perf(_) => "perf",
             Self::Pingpong(_) => "pingpong",
             Self::Rping(_) => "rping",
+            Self::Ucmatose(_) => "ucmatose",
+            Self::RdmaServer(_) => "rdma-server",
+            Self::RdmaClient(_) => "rdma-client",
             Self::Kv(_) => "kv",
             Self::Sim(_) => "sim",
             Self::GenCapture { .. } => "gen-capture",
@@ -103,6 +113,9 @@ impl Command {
             Self::Perf(a) => cmd::perf::run(a),
             Self::Pingpong(a) => cmd::pingpong::run(a),
             Self::Rping(a) => cmd::rping::run(a),
+            Self::Ucmatose(a) => cmd::cmatose::ucmatose(a),
+            Self::RdmaServer(a) => cmd::cmatose::rdma_server(a),
+            Self::RdmaClient(a) => cmd::cmatose::rdma_client(a),
             Self::Kv(a) => cmd::kv::run(a),
             Self::Sim(c) => cmd::sim::run(c),
             Self::GenCapture {

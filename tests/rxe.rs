@@ -329,3 +329,73 @@ fn rping_both_roles() {
     rping(false, 10, 64);
     rping(false, 3, 4000);
 }
+
+/// A librdmacm SEND exchange: the kernel's tool `gcmd` (a server: `kernel_server`) against
+/// roce's `rargs`. Both exit 0; roce sent and received `msgs` messages; the CM connected and
+/// released each connection (as many REQs, REPs, RTUs as connections; a DREQ and a DREP each);
+/// the capture verifies and nothing was retransmitted.
+fn cm_sends(gcmd: &str, rargs: &[&str], kernel_server: bool, conns: u64, msgs: u64) {
+    let peer = peer!();
+    let cap = Capture::start();
+    let mut args = rargs.to_vec();
+    args.push("--json");
+    let (rc, out, code, rout, rerr) = if kernel_server {
+        let mut guest = peer.start(gcmd);
+        assert!(guest.wait_started(90), "the guest did not start");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let (code, rout, rerr) = Host::start(&args).finish(120);
+        let (rc, out) = guest.finish(60);
+        (rc, out, code, rout, rerr)
+    } else {
+        let roce = Host::start(&args);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (rc, out) = peer.start(gcmd).finish(120);
+        let (code, rout, rerr) = roce.finish(30);
+        (rc, out, code, rout, rerr)
+    };
+    let what = format!("{gcmd} against roce {}", rargs.join(" "));
+    assert_eq!(rc, Some(0), "{what}: the tool:\n{out}\nroce:\n{rout}{rerr}");
+    assert_eq!(
+        code,
+        Some(0),
+        "{what}: roce:\n{rout}{rerr}\nthe tool:\n{out}"
+    );
+    let r: serde_json::Value = serde_json::from_str(rout.trim()).expect("roce's JSON");
+    assert_eq!(r["connections"].as_u64(), Some(conns), "{what}: {rout}");
+    assert_eq!(r["sent"].as_u64(), Some(msgs), "{what}: {rout}");
+    assert_eq!(r["received"].as_u64(), Some(msgs), "{what}: {rout}");
+    let a = cap.verify(&what);
+    assert_eq!(a.retransmitted(), 0, "{what}: {a:?}");
+    assert_eq!(a.naks(), 0, "{what}: {a:?}");
+    assert_eq!(a.messages("send"), 2 * msgs, "{what}: {a:?}");
+}
+
+#[test]
+fn ucmatose_both_roles() {
+    cm_sends("ucmatose", &["ucmatose", "-s", VM, "-b", HOST], true, 1, 10);
+    cm_sends(
+        &format!("ucmatose -s {HOST} -c 2 -C 20 -S 1000"),
+        &["ucmatose", "-b", HOST, "-c", "2", "-C", "20", "-S", "1000"],
+        false,
+        2,
+        40,
+    );
+}
+
+#[test]
+fn rdma_server_and_rdma_client_both_roles() {
+    cm_sends(
+        "rdma_server",
+        &["rdma-client", "-s", VM, "-b", HOST],
+        true,
+        1,
+        1,
+    );
+    cm_sends(
+        &format!("rdma_client -s {HOST}"),
+        &["rdma-server", "-s", HOST],
+        false,
+        1,
+        1,
+    );
+}

@@ -10,6 +10,8 @@
 //! * [`pingpong`]: `roce pingpong`, the verbs examples' SEND ping-pong (`ibv_rc_pingpong`, ...),
 //!   either end a stock tool.
 //! * [`rping`]: `roce rping`, librdmacm's rping over RDMA-CM, either end the stock tool.
+//! * [`cmatose`]: `roce ucmatose`, `roce rdma-server`, `roce rdma-client`: librdmacm's SEND
+//!   exchanges over RDMA-CM.
 //! * [`kv`]: `roce kv`, the KV-cache push of prefill/decode disaggregation, plan by plan, with
 //!   the model that explains the times.
 //! * [`congestion`]: `roce sim congestion`, DCQCN experiments in the simulator and their
@@ -17,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cmatose;
 pub mod congestion;
 pub mod kv;
 pub mod perf;

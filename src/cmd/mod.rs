@@ -1,5 +1,6 @@
 //! One module per command: its arguments (clap) and how it calls the libraries.
 pub(crate) mod analyze;
+pub(crate) mod cmatose;
 pub(crate) mod decode;
 pub(crate) mod kv;
 pub(crate) mod perf;

@@ -1,0 +1,453 @@
+//! `roce ucmatose` and `roce rdma-server` / `roce rdma-client`: librdmacm's SEND exchanges
+//! over RDMA-CM (port 7471), so that the stock `ucmatose` (`cmatose.c`) and `rdma_server` /
+//! `rdma_client` (rdma-core `librdmacm/examples/`) can be the other end.
+//!
+//! * ucmatose: `-c` connections, each a QP; the server SENDs `-C` messages of `-S` bytes on
+//!   each, the client receives them all and SENDs as many back; then the server disconnects
+//!   (DREQ) and the client answers (DREP).
+//! * rdma_server / rdma_client: one connection; the client SENDs 16 bytes, the server answers
+//!   with 16; then both disconnect (the two DREQs may cross).
+//!
+//! Both post their receives before the CM exchange (the stock client asks for RNR retry 0, so
+//! a message that finds no receive fails its connection).
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::{QpRequest, Side, Transport};
+use roce_driver::qps::LocalQp;
+use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
+use roce_stack::cm::{
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
+};
+use roce_stack::{
+    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList,
+    WcOpcode, WcStatus, WorkRequest, WrOp,
+};
+use serde::Serialize;
+
+/// The stock tools' port.
+pub const PORT: u16 = 7471;
+
+/// Which exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tool {
+    /// `ucmatose`: the server sends first, then disconnects.
+    Ucmatose,
+    /// `rdma_server` / `rdma_client`: the client sends first, both disconnect.
+    RdmaServer,
+}
+
+/// A run's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SendsSpec {
+    /// The exchange.
+    pub tool: Tool,
+    /// `-c`: connections.
+    pub connections: u32,
+    /// `-C`: messages each way per connection.
+    pub count: u32,
+    /// `-S`: bytes per message.
+    pub size: u32,
+    /// RDMA-CM port (TCP port space).
+    pub port: u16,
+}
+
+impl SendsSpec {
+    /// The tool's defaults: ucmatose 1 connection of 10 messages of 100 bytes; rdma_server
+    /// one message of 16 bytes.
+    pub fn new(tool: Tool) -> Self {
+        match tool {
+            Tool::Ucmatose => Self {
+                tool,
+                connections: 1,
+                count: 10,
+                size: 100,
+                port: PORT,
+            },
+            Tool::RdmaServer => Self {
+                tool,
+                connections: 1,
+                count: 1,
+                size: 16,
+                port: PORT,
+            },
+        }
+    }
+
+    /// Refuses what cannot run.
+    pub fn validate(&self) -> Result<(), DriverError> {
+        let bad = |s: String| Err(DriverError::Config(s));
+        if !(1..=64).contains(&self.connections) {
+            return bad(format!("-c {}: 1 to 64", self.connections));
+        }
+        if !(1..=4096).contains(&self.count) {
+            return bad(format!("-C {}: 1 to 4096", self.count));
+        }
+        if !(1..=1 << 20).contains(&self.size) {
+            return bad(format!("-S {}: 1 B to 1 MiB", self.size));
+        }
+        Ok(())
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SendsResult {
+    /// The exchange.
+    pub tool: Tool,
+    /// `"client"` or `"server"`.
+    pub role: &'static str,
+    /// Connections established and released.
+    pub connections: u32,
+    /// Messages sent, over every connection.
+    pub sent: u64,
+    /// Messages received.
+    pub received: u64,
+    /// The peer's address.
+    pub peer: String,
+    /// Packets this side retransmitted.
+    pub retransmitted_packets: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    Connected,
+    Released,
+}
+
+struct Conn {
+    qp: LocalQp,
+    id: Option<ConnId>,
+    state: State,
+    sent: u32,
+    send_done: u32,
+    received: u32,
+    closing: bool,
+}
+
+/// One side of the exchange.
+pub struct Sends {
+    spec: SendsSpec,
+    client: bool,
+    cm: Cm,
+    buf: MrHandle,
+    psns: Vec<roce_proto::Psn>,
+    conns: Vec<Conn>,
+    peer: Option<IpAddr>,
+}
+
+const RECV: u64 = 1;
+const SEND: u64 = 2;
+
+impl Sends {
+    fn new(side: &mut Side, spec: SendsSpec, client: bool, cm: Cm) -> Result<Self, AppError> {
+        let dev = &mut side.ep.dev;
+        let buf = dev.reg_mr(side.pd, spec.size as usize, Access::LOCAL_WRITE);
+        let conns: Vec<Conn> = side
+            .qps
+            .iter()
+            .map(|&qp| Conn {
+                qp,
+                id: None,
+                state: State::Idle,
+                sent: 0,
+                send_done: 0,
+                received: 0,
+                closing: false,
+            })
+            .collect();
+        let me = Self {
+            spec,
+            client,
+            cm,
+            buf,
+            psns: side.psns.clone(),
+            conns,
+            peer: None,
+        };
+        // Every receive before the CM exchange.
+        for (i, c) in me.conns.iter().enumerate() {
+            for _ in 0..spec.count {
+                let sgl = SgList::one(dev.mr(buf).expect("buffer").sge(0, spec.size));
+                dev.post_recv(c.qp.qpn, RecvRequest { wr_id: RECV, sgl })
+                    .map_err(|e| AppError::post(i, "a receive", e))?;
+            }
+        }
+        Ok(me)
+    }
+
+    fn offer(&self, i: usize) -> QpOffer {
+        QpOffer {
+            qpn: self.conns[i].qp.qpn,
+            starting_psn: self.psns[i],
+            responder_resources: 1,
+            initiator_depth: 1,
+            rnr_retry_count: 7,
+        }
+    }
+
+    fn base() -> ConnectParams {
+        ConnectParams {
+            min_rnr_timer: 12,
+            ..ConnectParams::default()
+        }
+    }
+
+    /// Whether this side sends first.
+    fn first(&self) -> bool {
+        match self.spec.tool {
+            Tool::Ucmatose => !self.client,
+            Tool::RdmaServer => self.client,
+        }
+    }
+
+    fn send_all(&mut self, dev: &mut Device, i: usize) -> Result<(), AppError> {
+        let sgl = SgList::one(dev.mr(self.buf).expect("buffer").sge(0, self.spec.size));
+        while self.conns[i].sent < self.spec.count {
+            dev.post_send(
+                self.conns[i].qp.qpn,
+                WorkRequest::new(SEND, WrOp::Send, sgl),
+            )
+            .map_err(|e| AppError::post(i, "a SEND", e))?;
+            self.conns[i].sent += 1;
+        }
+        Ok(())
+    }
+
+    fn on_cm(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
+        let find = |s: &Self, id: ConnId| s.conns.iter().position(|c| c.id == Some(id));
+        match e {
+            CmEvent::Request { conn, req } => {
+                let free = self.conns.iter().position(|c| c.id.is_none());
+                let (Some(i), Some(_)) = (free, req.rdma_cm()) else {
+                    self.cm
+                        .reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, &[]);
+                    return Ok(());
+                };
+                self.peer = Some(req.peer);
+                self.conns[i].id = Some(conn);
+                if let Some(n) = self.cm.accept(now, conn, self.offer(i), &[]) {
+                    connect_qp(dev, &self.conns[i].qp, &n, &Self::base(), CcConfig::None, 0)?;
+                }
+            }
+            CmEvent::Established { conn, params } => {
+                let Some(i) = find(self, conn) else {
+                    return Ok(());
+                };
+                if self.client {
+                    connect_qp(
+                        dev,
+                        &self.conns[i].qp,
+                        &params,
+                        &Self::base(),
+                        CcConfig::None,
+                        0,
+                    )?;
+                }
+                self.conns[i].state = State::Connected;
+                if self.first() {
+                    self.send_all(dev, i)?;
+                }
+            }
+            CmEvent::Rejected { reason, .. } => {
+                return Err(AppError::Failed(format!(
+                    "the server rejected the connection: {} ({reason})",
+                    roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown reason")
+                )))
+            }
+            CmEvent::TimedOut { .. } => {
+                return Err(AppError::Failed(
+                    "the peer stopped answering the CM (no REP, RTU or DREP)".into(),
+                ))
+            }
+            CmEvent::Disconnected { conn } => {
+                if let Some(i) = find(self, conn) {
+                    let c = &self.conns[i];
+                    // Our last SENDs may complete after the peer's DREQ: posted is enough.
+                    if c.received < self.spec.count || c.sent < self.spec.count {
+                        return Err(AppError::Failed(format!(
+                            "connection {i} released after {} of {} messages received and {} sent",
+                            c.received, self.spec.count, c.send_done
+                        )));
+                    }
+                    self.conns[i].state = State::Released;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Application for Sends {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        pump(&mut self.cm, dev, now);
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
+        while let Some(e) = self.cm.poll_event() {
+            self.on_cm(dev, now, e)?;
+        }
+        for i in 0..self.conns.len() {
+            let q = self.conns[i].qp;
+            while let Some(c) = dev.poll_cq(q.send_cq).or_else(|| dev.poll_cq(q.recv_cq)) {
+                if c.status != WcStatus::Success {
+                    if self.conns[i].closing || self.conns[i].state == State::Released {
+                        continue; // flushed at the end
+                    }
+                    return Err(AppError::Failed(format!(
+                        "connection {i}: completion error {:?}",
+                        c.status
+                    )));
+                }
+                if c.opcode == WcOpcode::Recv {
+                    if c.byte_len != self.spec.size {
+                        return Err(AppError::Failed(format!(
+                            "connection {i}: a message of {} bytes, not -S {}",
+                            c.byte_len, self.spec.size
+                        )));
+                    }
+                    self.conns[i].received += 1;
+                } else {
+                    self.conns[i].send_done += 1;
+                }
+            }
+            let n = self.spec.count;
+            let c = &self.conns[i];
+            if c.state != State::Connected {
+                continue;
+            }
+            // The second sender answers once it has every message.
+            if !self.first() && c.received == n && c.sent == 0 {
+                self.send_all(dev, i)?;
+            }
+            let c = &self.conns[i];
+            let finished = c.received == n && c.send_done == n;
+            let disconnects = match self.spec.tool {
+                Tool::Ucmatose => !self.client,
+                Tool::RdmaServer => true,
+            };
+            if finished && disconnects && !c.closing {
+                let id = c.id;
+                self.conns[i].closing = true;
+                if let Some(id) = id {
+                    // Crossing DREQs: ours may find the peer's already answered.
+                    if !self.cm.disconnect(now, id) {
+                        self.conns[i].state = State::Released;
+                    }
+                }
+            }
+        }
+        flush(&mut self.cm, dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.conns.iter().all(|c| c.state == State::Released)
+    }
+}
+
+async fn run(
+    spec: SendsSpec,
+    client: bool,
+    local: IpAddr,
+    server: Option<IpAddr>,
+    secrets: Secrets,
+    link: LinkChoice,
+    ready: impl FnOnce(),
+) -> Result<SendsResult, DriverError> {
+    let salt = if client { 0x7c11 } else { 0x7c5e };
+    let req = QpRequest {
+        transport: Transport::Rc,
+        count: spec.connections,
+        caps: QpCaps {
+            max_send_wr: spec.count.max(1),
+            max_recv_wr: spec.count.max(1),
+            ..QpCaps::default()
+        },
+        srq: None,
+        params: Sends::base(),
+    };
+    let mut side = Side::new(
+        secrets.device(salt)?,
+        req,
+        secrets.start_psns(spec.connections, salt)?,
+        SocketAddr::new(local, roce_proto::ROCEV2_UDP_PORT),
+        link,
+    )?;
+    let mut cm = Cm::new(cm_config(&secrets, salt)?);
+    if !client {
+        cm.listen(rdma_cm_service_id(spec.port));
+    }
+    let mut app =
+        Sends::new(&mut side, spec, client, cm).map_err(|e| DriverError::Setup(e.to_string()))?;
+    if let Some(peer) = server {
+        let now = side.ep.now();
+        for i in 0..app.conns.len() {
+            let o = ConnectOptions {
+                local,
+                peer,
+                service_id: rdma_cm_service_id(spec.port),
+                offer: app.offer(i),
+                mtu: 1024,
+                retry_count: 7,
+                local_ack_timeout: 18,
+                private_data: rdma_cm_req_private(local, peer, 0xc000 | i as u16, &[]),
+            };
+            let id = app.cm.connect(now, &o).map_err(|why| {
+                DriverError::Config(format!(
+                    "cannot connect: {}",
+                    roce_proto::cm::rej_reason_name(why).unwrap_or("unknown reason")
+                ))
+            })?;
+            app.conns[i].id = Some(id);
+        }
+        app.peer = Some(peer);
+        flush(&mut app.cm, &mut side.ep.dev);
+    }
+    ready();
+    let silence = if client {
+        Duration::from_secs(10)
+    } else {
+        Duration::from_secs(365 * 24 * 3600)
+    };
+    side.ep
+        .run(&mut app, true, std::future::pending(), silence)
+        .await?;
+    Ok(SendsResult {
+        tool: spec.tool,
+        role: if client { "client" } else { "server" },
+        connections: app.conns.len() as u32,
+        sent: app.conns.iter().map(|c| u64::from(c.send_done)).sum(),
+        received: app.conns.iter().map(|c| u64::from(c.received)).sum(),
+        peer: app.peer.map(|p| p.to_string()).unwrap_or_default(),
+        retransmitted_packets: side.ep.dev.stats().retransmitted_packets,
+    })
+}
+
+/// The server: waits on `bind` (UDP 4791, RDMA-CM port `spec.port`) for the client's
+/// connections and runs the exchange on each; `ready` once listening.
+pub fn serve(
+    bind: IpAddr,
+    spec: SendsSpec,
+    secrets: Secrets,
+    link: LinkChoice,
+    ready: impl FnOnce(),
+) -> Result<SendsResult, DriverError> {
+    spec.validate()?;
+    runtime()?.block_on(run(spec, false, bind, None, secrets, link, ready))
+}
+
+/// The client: connects to `server` from `local` and runs the exchange.
+pub fn client(
+    server: IpAddr,
+    local: IpAddr,
+    spec: SendsSpec,
+    secrets: Secrets,
+    link: LinkChoice,
+) -> Result<SendsResult, DriverError> {
+    spec.validate()?;
+    runtime()?.block_on(run(spec, true, local, Some(server), secrets, link, || {}))
+}
