@@ -49,6 +49,8 @@ enum Command {
     RdmaServer(cmd::cmatose::RdmaServerArgs),
     /// librdmacm's rdma_client: SENDs 16 bytes to an rdma_server and takes its answer.
     RdmaClient(cmd::cmatose::RdmaClientArgs),
+    /// librdmacm's udaddy: the server's UD QP found through SIDR, then UD SENDs both ways.
+    Udaddy(cmd::udaddy::UdaddyArgs),
     /// KV-cache push of prefill/decode disaggregation: the decode side registers a pool once
     /// and allocates blocks, the prefill side WRITEs the KV layer by layer (the last WRITE per QP
     /// with an immediate); plan by plan, with the model max(bytes/bandwidth, WRs x per-WR cost).
@@ -97,6 +99,7 @@ impl Command {
             Self::Ucmatose(_) => "ucmatose",
             Self::RdmaServer(_) => "rdma-server",
             Self::RdmaClient(_) => "rdma-client",
+            Self::Udaddy(_) => "udaddy",
             Self::Kv(_) => "kv",
             Self::Sim(_) => "sim",
             Self::GenCapture { .. } => "gen-capture",
@@ -116,6 +119,7 @@ impl Command {
             Self::Ucmatose(a) => cmd::cmatose::ucmatose(a),
             Self::RdmaServer(a) => cmd::cmatose::rdma_server(a),
             Self::RdmaClient(a) => cmd::cmatose::rdma_client(a),
+            Self::Udaddy(a) => cmd::udaddy::run(a),
             Self::Kv(a) => cmd::kv::run(a),
             Self::Sim(c) => cmd::sim::run(c),
             Self::GenCapture {

@@ -137,3 +137,44 @@ fn rping_at_both_ends() {
     let sr: serde_json::Value = serde_json::from_str(so.lines().last().unwrap()).unwrap();
     assert_eq!(sr["pings"].as_u64(), Some(7), "{so}");
 }
+
+#[test]
+fn udaddy_and_ucmatose_at_both_ends() {
+    for (i, (server, client)) in [
+        (
+            vec!["udaddy", "-C", "20", "-S", "500"],
+            vec!["udaddy", "-C", "20", "-S", "500"],
+        ),
+        (
+            vec!["ucmatose", "-c", "3", "-C", "5"],
+            vec!["ucmatose", "-c", "3", "-C", "5"],
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (c, s) = ips(117 + i as u8);
+        let port = (21417 + i).to_string();
+        let mut sargs = server.clone();
+        sargs.extend(["-b", &s, "-p", &port, "--json", "--link", "udp"]);
+        let mut srv = std::process::Command::new(common::BIN)
+            .args(&sargs)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let mut cargs = client.clone();
+        cargs.extend(["-s", &s, "-b", &c, "-p", &port, "--json", "--link", "udp"]);
+        let (code, out, err) = roce(&cargs);
+        assert_eq!(code, 0, "{cargs:?}: {out}{err}");
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let want = if i == 0 { 20 } else { 15 };
+        assert_eq!(
+            (r["sent"].as_u64(), r["received"].as_u64()),
+            (Some(want), Some(want)),
+            "{out}"
+        );
+        assert!(srv.wait().unwrap().success());
+    }
+}

@@ -399,3 +399,50 @@ fn rdma_server_and_rdma_client_both_roles() {
         1,
     );
 }
+
+/// librdmacm's udaddy against `roce udaddy`, both roles: the UD QP found through SIDR (Q_Key
+/// 0x01234567), then `-C` UD SENDs with immediate each way, every one arriving.
+fn udaddy(kernel_server: bool, count: u32, size: u32) {
+    let peer = peer!();
+    let cap = Capture::start();
+    let (c, s) = (count.to_string(), size.to_string());
+    let (rc, out, code, rout, rerr) = if kernel_server {
+        let mut guest = peer.start(&format!("udaddy -C {count} -S {size}"));
+        assert!(guest.wait_started(90), "the guest did not start");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let (code, rout, rerr) =
+            Host::start(&["udaddy", "-s", VM, "-b", HOST, "-C", &c, "-S", &s, "--json"])
+                .finish(120);
+        let (rc, out) = guest.finish(60);
+        (rc, out, code, rout, rerr)
+    } else {
+        let roce = Host::start(&["udaddy", "-b", HOST, "-C", &c, "-S", &s, "--json"]);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (rc, out) = peer
+            .start(&format!("udaddy -s {HOST} -C {count} -S {size}"))
+            .finish(120);
+        let (code, rout, rerr) = roce.finish(30);
+        (rc, out, code, rout, rerr)
+    };
+    let what = format!("udaddy (kernel server: {kernel_server})");
+    assert_eq!(rc, Some(0), "{what}: udaddy:\n{out}\nroce:\n{rout}{rerr}");
+    assert_eq!(code, Some(0), "{what}: roce:\n{rout}{rerr}\nudaddy:\n{out}");
+    assert!(out.contains("data transfers complete"), "{what}: {out}");
+    let r: serde_json::Value = serde_json::from_str(rout.trim()).expect("roce's JSON");
+    assert_eq!(r["sent"].as_u64(), Some(u64::from(count)), "{what}: {rout}");
+    assert_eq!(
+        r["received"].as_u64(),
+        Some(u64::from(count)),
+        "{what}: {rout}"
+    );
+    assert_eq!(r["peer"], VM);
+    let a = cap.verify(&what);
+    // SIDR_REQ and SIDR_REP, then the messages both ways.
+    assert_eq!(a.packets, 2 + 2 * u64::from(count), "{what}: {a:?}");
+}
+
+#[test]
+fn udaddy_both_roles() {
+    udaddy(true, 10, 100);
+    udaddy(false, 50, 4000);
+}

@@ -12,6 +12,7 @@
 //! * [`rping`]: `roce rping`, librdmacm's rping over RDMA-CM, either end the stock tool.
 //! * [`cmatose`]: `roce ucmatose`, `roce rdma-server`, `roce rdma-client`: librdmacm's SEND
 //!   exchanges over RDMA-CM.
+//! * [`udaddy`]: `roce udaddy`, librdmacm's udaddy: SIDR, then UD SENDs.
 //! * [`kv`]: `roce kv`, the KV-cache push of prefill/decode disaggregation, plan by plan, with
 //!   the model that explains the times.
 //! * [`congestion`]: `roce sim congestion`, DCQCN experiments in the simulator and their
@@ -25,6 +26,7 @@ pub mod kv;
 pub mod perf;
 pub mod pingpong;
 pub mod rping;
+pub mod udaddy;
 pub mod workload;
 
 /// A configuration that cannot run: which setting, and why.

@@ -7,4 +7,5 @@ pub(crate) mod perf;
 pub(crate) mod pingpong;
 pub(crate) mod rping;
 pub(crate) mod sim;
+pub(crate) mod udaddy;
 pub(crate) mod workload;

@@ -21,7 +21,7 @@ use std::net::Ipv6Addr;
 
 use roce_proto::cm::{
     path_mtu_bytes, path_mtu_code, timeout_ns, CmPath, Drep, Dreq, Message, MessageView, Rej, Rep,
-    Req, Rtu,
+    Req, Rtu, SidrRep, SidrReq,
 };
 use roce_proto::mad::{self, Method, MgmtClass, Repr as MadRepr, Status};
 use roce_proto::rdma_cm::{self, CmaHdr, PortSpace, CMA_HDR_LEN};
@@ -260,6 +260,66 @@ pub enum CmEvent {
         /// The connection.
         conn: ConnId,
     },
+    /// Passive side: a SIDR_REQ (§12.11) for a listened service; answer with
+    /// [`Cm::sidr_reply`]. (One for a service nobody listens to is answered with status
+    /// Unsupported by the CM itself.)
+    SidrRequest {
+        /// What it asks, and where to answer.
+        req: SidrRequest,
+    },
+    /// Active side: the SIDR_REP to a [`Cm::sidr_request`] (the first; later copies are
+    /// ignored). A `TimedOut` event with the same handle says none came.
+    SidrReply {
+        /// The handle [`Cm::sidr_request`] returned.
+        conn: ConnId,
+        /// [`roce_proto::cm::sidr_status_name`]: 0 is success.
+        status: u8,
+        /// The passive side's UD QP.
+        qpn: Qpn,
+        /// Its Q_Key.
+        qkey: u32,
+        /// Its private data.
+        private_data: Vec<u8>,
+    },
+}
+
+/// A SIDR_REQ the passive side's consumer is to answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrRequest {
+    /// Where it came from.
+    pub peer: IpAddr,
+    /// The address it was sent to.
+    pub local: IpAddr,
+    /// Its transaction ID (the answer echoes it).
+    pub tid: u64,
+    /// Its request ID.
+    pub request_id: u32,
+    /// The service ID asked for.
+    pub service_id: u64,
+    /// The 216 bytes of private data (RDMA-CM's `cma_hdr` first when it is RDMA-CM).
+    pub private_data: Vec<u8>,
+}
+
+impl SidrRequest {
+    /// RDMA-CM's `cma_hdr` and the consumer's bytes after it, when the service ID is in an
+    /// RDMA-CM port space and the header parses.
+    pub fn rdma_cm(&self) -> Option<(CmaHdr, &[u8])> {
+        rdma_cm::service_port(self.service_id)?;
+        let h = CmaHdr::parse(&self.private_data).ok()??;
+        Some((h, self.private_data.get(CMA_HDR_LEN..).unwrap_or(&[])))
+    }
+}
+
+/// An outstanding SIDR_REQ of ours.
+#[derive(Debug, Clone)]
+struct Sidr {
+    local: IpAddr,
+    peer: IpAddr,
+    tid: u64,
+    msg: Message,
+    deadline: Instant,
+    wait_ns: u64,
+    retries_left: u8,
 }
 
 /// Where a connection is (§12.9: the states a consumer can see).
@@ -350,6 +410,8 @@ pub struct Cm {
     events: VecDeque<CmEvent>,
     out: VecDeque<CmOutput>,
     stats: CmStats,
+    /// Our SIDR_REQs waiting for their SIDR_REP, by request ID.
+    sidrs: BTreeMap<u32, Sidr>,
 }
 
 /// The service ID of an RDMA-CM port in the TCP port space (`RDMA_PS_TCP`, Annex A11.3).
@@ -408,6 +470,7 @@ impl Cm {
             events: VecDeque::new(),
             out: VecDeque::new(),
             stats: CmStats::default(),
+            sidrs: BTreeMap::new(),
         }
     }
 
@@ -484,7 +547,119 @@ impl Cm {
 
     /// The earliest response timeout or TimeWait end.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.values().filter_map(|c| c.deadline).min()
+        let sidr = self.sidrs.values().map(|s| s.deadline).min();
+        let conns = self.conns.values().filter_map(|c| c.deadline).min();
+        match (sidr, conns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Active side: asks `peer` which UD QP serves `service_id` (SIDR_REQ, §12.11.1),
+    /// resending it on response timeouts up to Max CM Retries; [`CmEvent::SidrReply`] or
+    /// [`CmEvent::TimedOut`] follows. `private` is at most 216 bytes
+    /// ([`rdma_cm_req_private`] for RDMA-CM's, with the UDP port space's service ID).
+    pub fn sidr_request(
+        &mut self,
+        now: Instant,
+        local: IpAddr,
+        peer: IpAddr,
+        service_id: u64,
+        private: &[u8],
+    ) -> Result<ConnId, u16> {
+        if self.sidrs.len() >= MAX_CONNECTIONS {
+            return Err(reason::NO_RESOURCES);
+        }
+        let id = loop {
+            let id = self.new_id();
+            if !self.sidrs.contains_key(&id) {
+                break id;
+            }
+        };
+        let tid = self.rng.next_u64();
+        let msg = Message::SidrReq(SidrReq {
+            request_id: id,
+            partition_key: 0xffff,
+            service_id,
+            private_data: copy_into(private),
+        });
+        self.send(local, peer, tid, &msg);
+        self.stats.sent += 1;
+        let wait_ns = timeout_ns(self.config.response_timeout.min(31));
+        self.sidrs.insert(
+            id,
+            Sidr {
+                local,
+                peer,
+                tid,
+                msg,
+                deadline: now.add_nanos(wait_ns),
+                wait_ns,
+                retries_left: self.config.max_retries & 15,
+            },
+        );
+        Ok(ConnId(id))
+    }
+
+    /// Passive side: answers a [`CmEvent::SidrRequest`] (SIDR_REP, §12.11.2) with `status`
+    /// (0: our UD QP `qpn` with Q_Key `qkey` serves it).
+    pub fn sidr_reply(
+        &mut self,
+        req: &SidrRequest,
+        status: u8,
+        qpn: Qpn,
+        qkey: u32,
+        private: &[u8],
+    ) {
+        let msg = Message::SidrRep(SidrRep {
+            request_id: req.request_id,
+            status,
+            qpn: qpn.0 & 0x00ff_ffff,
+            service_id: req.service_id,
+            q_key: qkey,
+            private_data: copy_into(private),
+            ..SidrRep::default()
+        });
+        self.send(req.local, req.peer, req.tid, &msg);
+        self.stats.sent += 1;
+    }
+
+    fn on_sidr_req(&mut self, peer: IpAddr, local: IpAddr, tid: u64, r: &SidrReq) {
+        let req = SidrRequest {
+            peer,
+            local,
+            tid,
+            request_id: r.request_id,
+            service_id: r.service_id,
+            private_data: r.private_data.to_vec(),
+        };
+        if self.listeners.contains(&r.service_id) {
+            self.event(CmEvent::SidrRequest { req });
+        } else {
+            // Nobody serves it (§12.11.2: status 1, service ID not supported).
+            self.sidr_reply(&req, 1, Qpn(0), 0, &[]);
+        }
+    }
+
+    fn on_sidr_rep(&mut self, peer: IpAddr, r: &SidrRep) {
+        // Only the first answer counts; a late copy finds nothing (Linux may answer a
+        // resent SIDR_REQ as a new request, with another status).
+        let Some(s) = self.sidrs.get(&r.request_id) else {
+            self.stats.duplicates += 1;
+            return;
+        };
+        if s.peer != peer {
+            self.stats.ignored += 1;
+            return;
+        }
+        self.sidrs.remove(&r.request_id);
+        self.event(CmEvent::SidrReply {
+            conn: ConnId(r.request_id),
+            status: r.status,
+            qpn: Qpn(r.qpn),
+            qkey: r.q_key,
+            private_data: r.private_data.to_vec(),
+        });
     }
 
     fn new_id(&mut self) -> u32 {
@@ -752,6 +927,28 @@ impl Cm {
     /// Runs response timeouts and TimeWait ends. Call once `now >= poll_timeout()`.
     pub fn handle_timeout(&mut self, now: Instant) {
         let due: Vec<u32> = self
+            .sidrs
+            .iter()
+            .filter(|(_, s)| s.deadline <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            let Some(s) = self.sidrs.get_mut(&id) else {
+                continue;
+            };
+            if s.retries_left == 0 {
+                self.sidrs.remove(&id);
+                self.stats.timeouts += 1;
+                self.event(CmEvent::TimedOut { conn: ConnId(id) });
+                continue;
+            }
+            s.retries_left -= 1;
+            s.deadline = now.add_nanos(s.wait_ns);
+            let (local, peer, tid, msg) = (s.local, s.peer, s.tid, s.msg);
+            self.send(local, peer, tid, &msg);
+            self.stats.retries += 1;
+        }
+        let due: Vec<u32> = self
             .conns
             .iter()
             .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
@@ -859,6 +1056,8 @@ impl Cm {
                 }
             }
             MessageView::Dreq(r) => self.on_dreq(now, peer, local, tid, &r.to_repr()),
+            MessageView::SidrReq(r) => self.on_sidr_req(peer, local, tid, &r.to_repr()),
+            MessageView::SidrRep(r) => self.on_sidr_rep(peer, &r.to_repr()),
             MessageView::Drep(r) => {
                 let id = r.remote_comm_id();
                 match self.conns.get_mut(&id) {

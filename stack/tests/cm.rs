@@ -626,3 +626,83 @@ fn hostile_mads_are_survived_and_bounded() {
     assert!(b.connections() > 0, "no REQ was ever taken");
     assert!(b.stats().ignored > 0);
 }
+
+/// SIDR (§12.11): a SIDR_REQ to a listened service is handed to the consumer and its answer
+/// reaches the asker once (a second copy of the answer is ignored); one to a service nobody
+/// listens to is answered Unsupported by the CM; one nobody answers times out after the
+/// retries.
+#[test]
+fn sidr_resolves_a_service_to_a_ud_qp() {
+    use roce_stack::cm::rdma_cm_req_private;
+    let (a_ip, b_ip): (IpAddr, IpAddr) =
+        ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+    let mut a = Cm::new(CmConfig {
+        seed: 1,
+        ..CmConfig::default()
+    });
+    let mut b = Cm::new(CmConfig {
+        seed: 2,
+        ..CmConfig::default()
+    });
+    let svc = roce_proto::rdma_cm::service_id(roce_proto::rdma_cm::PortSpace::UDP, 7174);
+    b.listen(svc);
+    let now = Instant::from_nanos(0);
+    let carry = |from: &mut Cm, to: &mut Cm| {
+        let mut n = 0;
+        while let Some(o) = from.poll_transmit() {
+            to.handle_mad(now, o.local, o.peer, &o.mad);
+            n += 1;
+        }
+        n
+    };
+    let private = rdma_cm_req_private(a_ip, b_ip, 5000, b"hi");
+    let conn = a.sidr_request(now, a_ip, b_ip, svc, &private).unwrap();
+    assert_eq!(carry(&mut a, &mut b), 1);
+    let Some(CmEvent::SidrRequest { req }) = b.poll_event() else {
+        panic!("no SIDR request")
+    };
+    assert_eq!((req.peer, req.local, req.service_id), (a_ip, b_ip, svc));
+    let (hdr, data) = req.rdma_cm().expect("the cma_hdr");
+    assert_eq!((hdr.src, hdr.dst), (a_ip, b_ip));
+    assert_eq!(&data[..2], b"hi");
+    b.sidr_reply(&req, 0, Qpn(0x1234), 0x0123_4567, b"yes");
+    b.sidr_reply(&req, 2, Qpn(0), 0, &[]); // a late second answer
+    assert_eq!(carry(&mut b, &mut a), 2);
+    match a.poll_event() {
+        Some(CmEvent::SidrReply {
+            conn: c,
+            status,
+            qpn,
+            qkey,
+            private_data,
+        }) => {
+            assert_eq!((c, status, qpn, qkey), (conn, 0, Qpn(0x1234), 0x0123_4567));
+            assert_eq!(&private_data[..3], b"yes");
+        }
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(a.poll_event(), None, "the second answer is ignored");
+    assert_eq!(a.poll_timeout(), None, "nothing left to wait for");
+    // Nobody listens: Unsupported, from the CM itself.
+    let other = roce_proto::rdma_cm::service_id(roce_proto::rdma_cm::PortSpace::UDP, 1);
+    let c2 = a.sidr_request(now, a_ip, b_ip, other, &private).unwrap();
+    carry(&mut a, &mut b);
+    assert_eq!(b.poll_event(), None);
+    carry(&mut b, &mut a);
+    assert!(
+        matches!(a.poll_event(), Some(CmEvent::SidrReply { conn, status: 1, .. }) if conn == c2)
+    );
+    // Nobody answers: resent, then given up.
+    let c3 = a.sidr_request(now, a_ip, b_ip, svc, &private).unwrap();
+    let mut t = now;
+    let mut sent = 0;
+    while let Some(d) = a.poll_timeout() {
+        t = d;
+        sent += a.poll_transmit().map_or(0, |_| 1);
+        a.handle_timeout(t);
+    }
+    sent += std::iter::from_fn(|| a.poll_transmit()).count();
+    assert_eq!(sent, 1 + usize::from(CmConfig::default().max_retries));
+    assert_eq!(a.poll_event(), Some(CmEvent::TimedOut { conn: c3 }));
+    assert!(t > now);
+}

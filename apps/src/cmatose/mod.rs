@@ -220,6 +220,8 @@ impl Sends {
     fn on_cm(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
         let find = |s: &Self, id: ConnId| s.conns.iter().position(|c| c.id == Some(id));
         match e {
+            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
             CmEvent::Request { conn, req } => {
                 let free = self.conns.iter().position(|c| c.id.is_none());
                 let (Some(i), Some(_)) = (free, req.rdma_cm()) else {
@@ -295,7 +297,11 @@ impl Application for Sends {
             while let Some(c) = dev.poll_cq(q.send_cq).or_else(|| dev.poll_cq(q.recv_cq)) {
                 if c.status != WcStatus::Success {
                     if self.conns[i].closing || self.conns[i].state == State::Released {
-                        continue; // flushed at the end
+                        // Flushed at the end: a SEND that will not complete otherwise.
+                        if c.opcode != WcOpcode::Recv {
+                            self.conns[i].send_done += 1;
+                        }
+                        continue;
                     }
                     return Err(AppError::Failed(format!(
                         "connection {i}: completion error {:?}",
@@ -345,7 +351,11 @@ impl Application for Sends {
     }
 
     fn done(&self) -> bool {
-        self.conns.iter().all(|c| c.state == State::Released)
+        // Released, and every SEND completed: a peer that disconnects on its last receive
+        // sends its DREQ (QP1 goes first) before the ACK of that message.
+        self.conns
+            .iter()
+            .all(|c| c.state == State::Released && c.send_done >= c.sent)
     }
 }
 

@@ -415,6 +415,8 @@ impl Application for KvCmServer {
         }
         while let Some(e) = self.cm.poll_event() {
             match e {
+                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
                 CmEvent::Request { conn, req } => {
                     self.on_request(dev, now, conn, &req)?;
                     flush(&mut self.cm, dev);
@@ -619,6 +621,8 @@ impl KvCmClient {
 
     fn on_cm_event(&mut self, dev: &mut Device, e: CmEvent) -> Result<(), AppError> {
         match e {
+            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
             CmEvent::Established { conn, params } => {
                 if let Some(k) = self.conns.iter().position(|c| *c == conn) {
                     connect_qp(

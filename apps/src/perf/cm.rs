@@ -231,6 +231,8 @@ impl Application for Serving {
         }
         while let Some(e) = self.cm.poll_event() {
             match e {
+                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
                 CmEvent::Request { conn, req } => self.on_request(dev, now, conn, &req)?,
                 CmEvent::Established { conn, .. } => {
                     if self.conns.contains(&Some(conn)) {
@@ -392,6 +394,8 @@ impl Application for Running {
         }
         while let Some(e) = self.cm.poll_event() {
             match e {
+                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
                 CmEvent::Established { conn, params } => {
                     let Some(k) = self.conns.iter().position(|c| *c == conn) else {
                         continue;

@@ -282,6 +282,8 @@ impl Rping {
 
     fn on_cm(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
         match e {
+            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
             CmEvent::Request { conn, req } => {
                 if self.conn.is_some() || req.rdma_cm().is_none() {
                     // rping serves one client; a REQ without RDMA-CM's header is not one.

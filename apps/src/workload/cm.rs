@@ -406,6 +406,8 @@ impl Application for CmServer {
         }
         while let Some(e) = self.cm.poll_event() {
             match e {
+                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
                 CmEvent::Request { conn, req } => {
                     self.on_request(dev, now, conn, &req)?;
                     flush(&mut self.cm, dev);
@@ -599,6 +601,8 @@ impl Application for CmClient {
         }
         while let Some(e) = self.cm.poll_event() {
             match e {
+                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
                 CmEvent::Established { conn, params } => {
                     let Some(k) = self.conns.iter().position(|c| *c == conn) else {
                         continue;
