@@ -542,6 +542,11 @@ pub fn cm(data: &[u8]) -> (u64, u64) {
         ..CmConfig::default()
     });
     cm.listen(svc);
+    // SIDR requests too (RDMA-CM's UDP port space).
+    cm.listen(roce_proto::rdma_cm::service_id(
+        roce_proto::rdma_cm::PortSpace::UDP,
+        18515,
+    ));
     let offer = QpOffer {
         qpn: Qpn(0x40),
         starting_psn: Psn::new(1),
@@ -626,6 +631,9 @@ pub fn cm(data: &[u8]) -> (u64, u64) {
                     established.remove(&conn.0);
                 }
                 CmEvent::Rejected { .. } => {}
+                // Answer every SIDR request (the fuzzer's bytes may ask for any service).
+                CmEvent::SidrRequest { req } => cm.sidr_reply(&req, 0, Qpn(2), 0x0123_4567, &[]),
+                CmEvent::SidrReply { .. } => {}
             }
         }
         assert!(cm.connections() <= MAX_CONNECTIONS);

@@ -634,8 +634,7 @@ fn hostile_mads_are_survived_and_bounded() {
 #[test]
 fn sidr_resolves_a_service_to_a_ud_qp() {
     use roce_stack::cm::rdma_cm_req_private;
-    let (a_ip, b_ip): (IpAddr, IpAddr) =
-        ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+    let (a_ip, b_ip): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
     let mut a = Cm::new(CmConfig {
         seed: 1,
         ..CmConfig::default()
