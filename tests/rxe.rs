@@ -446,3 +446,120 @@ fn udaddy_both_roles() {
     udaddy(true, 10, 100);
     udaddy(false, 50, 4000);
 }
+
+/// One of perftest's tests against `roce perf ... --perftest`: the kernel's `ib_{tool}` as
+/// server (roce the client) or as client (roce the server), `flags` given to both sides.
+/// Both exit 0 and print their figures line; the capture verifies; nothing retransmitted.
+/// Returns roce's output and the analysis.
+fn perftest(
+    tool: &str,
+    roce: &[&str],
+    flags: &str,
+    kernel_server: bool,
+) -> (String, common::rxe::Analysis) {
+    let peer = match Peer::lock() {
+        Ok(p) => p,
+        Err(why) => {
+            skipped(&why);
+            return (String::new(), common::rxe::Analysis::default());
+        }
+    };
+    let cap = Capture::start();
+    let fl: Vec<&str> = flags.split_whitespace().collect();
+    let (rc, out, code, rout, rerr) = if kernel_server {
+        let mut guest = peer.start(&format!("ib_{tool} {PT} {flags}"));
+        assert!(
+            guest.wait_for("Waiting for client", 90),
+            "{}",
+            guest.output()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let mut args = roce.to_vec();
+        args.extend(["--perftest", "--client", VM, "--bind", HOST]);
+        args.extend(&fl);
+        let (code, rout, rerr) = Host::start(&args).finish(120);
+        let (rc, out) = guest.finish(60);
+        (rc, out, code, rout, rerr)
+    } else {
+        let mut args = roce.to_vec();
+        args.extend(["--perftest", "--server", "--bind", HOST]);
+        args.extend(&fl);
+        let host = Host::start(&args);
+        host_listening(&host.args());
+        let (rc, out) = peer
+            .start(&format!("ib_{tool} {PT} {flags} {HOST}"))
+            .finish(120);
+        let (code, rout, rerr) = host.finish(30);
+        (rc, out, code, rout, rerr)
+    };
+    let what = format!("ib_{tool} {flags} (kernel server: {kernel_server})");
+    assert_eq!(rc, Some(0), "{what}: the tool:\n{out}\nroce:\n{rout}{rerr}");
+    assert_eq!(
+        code,
+        Some(0),
+        "{what}: roce:\n{rout}{rerr}\nthe tool:\n{out}"
+    );
+    // The passive server of a READ or atomic latency test prints no figures.
+    let passive = kernel_server && (tool == "read_lat" || tool == "atomic_lat");
+    assert!(passive || out.contains("#bytes"), "{what}: {out}");
+    let a = cap.verify(&what);
+    // roce's side; rxe now and then resends a request of its own unprompted (see the README).
+    assert_eq!(a.retransmitted_by(HOST), 0, "{what}: {a:?}");
+    assert_eq!(a.naks(), 0, "{what}: {a:?}");
+    (rout, a)
+}
+
+#[test]
+fn ib_send_bw_both_roles() {
+    for kernel_server in [true, false] {
+        let (out, a) = perftest(
+            "send_bw",
+            &["perf", "send"],
+            "-s 65536 -n 500",
+            kernel_server,
+        );
+        if out.is_empty() {
+            return;
+        }
+        assert_eq!(a.messages("send"), 500, "{a:?}");
+        let f = perftest_figures(&out).expect("roce's figures");
+        // Both ends measure a SEND test: the receiver what arrived.
+        assert_eq!((f.0, f.1), (65536, 500), "{out}");
+        assert!(f.3 > 2.0, "MB/sec: {out}");
+    }
+}
+
+#[test]
+fn ib_atomic_bw_both_roles() {
+    for kernel_server in [true, false] {
+        let (out, a) = perftest("atomic_bw", &["perf", "atomic"], "-n 1000", kernel_server);
+        if out.is_empty() {
+            return;
+        }
+        assert_eq!(a.messages("atomic"), 1000, "{a:?}");
+        let f = perftest_figures(&out).expect("roce's figures");
+        assert_eq!((f.0, f.1), (8, 1000), "{out}");
+    }
+}
+
+#[test]
+fn ib_read_atomic_send_lat_both_roles() {
+    for (tool, test, kind) in [
+        ("read_lat", "read", "read"),
+        ("atomic_lat", "atomic", "atomic"),
+        ("send_lat", "send", "send"),
+    ] {
+        for kernel_server in [true, false] {
+            let (out, a) = perftest(tool, &["perf", test, "--lat"], "-s 8 -n 300", kernel_server);
+            if out.is_empty() {
+                return;
+            }
+            // A ping-pong SEND test goes both ways.
+            let want = if test == "send" { 600 } else { 300 };
+            assert_eq!(a.messages(kind), want, "{tool}: {a:?}");
+            if kernel_server || test == "send" {
+                assert!(out.contains("t_typical[usec]"), "{tool}: {out}");
+            }
+        }
+    }
+}

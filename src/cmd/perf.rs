@@ -64,8 +64,9 @@ pub(crate) struct PerfArgs {
     #[arg(long, conflicts_with = "baseline")]
     cm: bool,
     /// Speak perftest's TCP exchange (port 18515: versions, MTU, key records, reports), so a
-    /// stock ib_write_bw / ib_read_bw can be the other end: `--server` is the side started
-    /// without a host, `--client HOST` the side with one. write or read, bandwidth, one size.
+    /// stock perftest can be the other end: ib_{write,read,send,atomic}_bw and
+    /// ib_{read,send,atomic}_lat (with --lat). `--server` is the side started without a host,
+    /// `--client HOST` the side with one. One size.
     #[arg(long, conflicts_with_all = ["baseline", "cm", "all"])]
     perftest: bool,
     /// --perftest: bandwidth in Gb/sec (10^9 bits/s) instead of perftest's MB/sec (2^20
@@ -148,7 +149,11 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("roce perf: waiting for a perftest client on TCP {bind}:{port}");
                 },
             )?;
-            eprintln!("roce perf: the client's figures:");
+            if spec.test == PerfTest::Send || spec.lat {
+                eprintln!("roce perf: this server's figures:");
+            } else {
+                eprintln!("roce perf: the client's figures:");
+            }
             print(&r);
             return Ok(ExitCode::SUCCESS);
         }

@@ -434,7 +434,7 @@ impl Drop for Capture {
 }
 
 /// What `roce analyze` said of a capture.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Analysis {
     /// RoCE packets decoded.
     pub packets: u64,

@@ -278,7 +278,15 @@ impl PerfApp {
     fn poll_bw(&mut self, dev: &mut Device, now: StdInstant) -> Result<(), AppError> {
         if !self.client {
             if self.spec.test == PerfTest::Send {
-                self.drain_recv(dev)?;
+                // The receiver measures what arrived, from the first message on (as
+                // perftest's SEND server does).
+                let n = self.drain_recv(dev)?;
+                if n > 0 && self.completed == 0 {
+                    self.start = Some(now);
+                }
+                for _ in 0..n {
+                    self.count_completion(now);
+                }
             }
             return self.drain_send(dev, now);
         }

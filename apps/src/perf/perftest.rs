@@ -207,6 +207,29 @@ impl Session {
 /// perftest's MB/sec (2^20 bytes per second) in one Gb/sec (10^9 bits per second).
 pub const MB_PER_GBIT: f64 = 1e9 / 8.0 / 1_048_576.0;
 
+/// The order of perftest's records around a test (perftest 4.5's `*_bw.c`/`*_lat.c`; every
+/// step one 108-byte record each way, client first).
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    /// Latency tests: one record before the keys.
+    lead: bool,
+    /// SEND tests: one record right after connecting.
+    send: bool,
+    /// WRITE, READ and atomic bandwidth: an end-of-test record and the reports before the
+    /// closing record (a SEND or latency test only closes).
+    reports: bool,
+}
+
+impl Plan {
+    fn of(spec: &PerfSpec) -> Self {
+        Self {
+            lead: spec.lat && spec.test != PerfTest::Send,
+            send: spec.test == PerfTest::Send,
+            reports: !spec.lat && spec.test != PerfTest::Send,
+        }
+    }
+}
+
 /// Our key record for QP `q`.
 fn dest(q: &LocalQp, psn: Psn, out_reads: u8, rkey: RKey, vaddr: u64, local: IpAddr) -> Dest {
     let gid = gid_of(local);
@@ -243,9 +266,9 @@ pub async fn run_session(
     link: LinkChoice,
     gbits: bool,
 ) -> Result<(Option<PerfResult>, Session), DriverError> {
-    if !matches!(spec.test, PerfTest::Write | PerfTest::Read) || spec.lat {
+    if spec.test == PerfTest::Write && spec.lat {
         return Err(DriverError::Setup(
-            "--perftest speaks ib_write_bw and ib_read_bw (write or read, bandwidth)".into(),
+            "--perftest speaks ib_{write,read,send,atomic}_bw and ib_{read,send,atomic}_lat; not ib_write_lat yet".into(),
         ));
     }
     let mtu = s.negotiate(spec.mtu).await?;
@@ -295,14 +318,15 @@ pub async fn run_session(
         .zip(&side.psns)
         .map(|(q, &p)| dest(q, p, spec.outs, rkey, vaddr, local))
         .collect();
+    let plan = Plan::of(spec);
+    // Latency tests open with one more record each way (`ctx_hand_shake` before the keys).
+    if plan.lead {
+        s.keys("opening record", &mine[0]).await?;
+    }
     let mut peers = Vec::new();
     for m in &mine {
         peers.push(s.keys("keys", m).await?);
     }
-    for m in &mine {
-        s.keys("keys again", m).await?;
-    }
-    s.keys("keys after RTR", &mine[0]).await?;
     let peer = peer_ip(&peers[0])?;
     // As many READs/atomics outstanding as the peer's responder takes.
     side.request_mut().params.max_rd_atomic = peers[0].out_reads.clamp(1, 128) as u8;
@@ -310,6 +334,7 @@ pub async fn run_session(
         .iter()
         .map(|p| (Qpn(p.qpn), Psn::new(p.psn)))
         .collect();
+    // Connected after the first records, as perftest's `ctx_connect`.
     side.connect(&to, peer)?;
     let remote = RemoteAddr {
         va: peers[0].vaddr,
@@ -318,8 +343,16 @@ pub async fn run_session(
     let mut spec = *spec;
     spec.mtu = mtu;
     let Side { mut ep, qps, .. } = side;
+    // Receives (a SEND test's) are posted here, before the records that say the test starts.
     let mut app = PerfApp::new(&mut ep.dev, spec, s.client, &qps, (src, dst), remote)
         .map_err(|e| DriverError::Setup(e.to_string()))?;
+    if plan.send {
+        s.keys("record after connecting", &mine[0]).await?;
+    }
+    for m in &mine {
+        s.keys("keys again", m).await?;
+    }
+    s.keys("keys after RTR", &mine[0]).await?;
     ep.set_busy_poll(spin(&spec));
     if s.client {
         ep.run(
@@ -333,8 +366,10 @@ pub async fn run_session(
         r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
         r.link = Some(ep.link().name());
         r.sent = Some(ep.sent_counts());
-        s.keys("keys at the end of the test", &mine[0]).await?;
-        s.reports(Some(&r), gbits).await?;
+        if plan.reports {
+            s.keys("keys at the end of the test", &mine[0]).await?;
+            s.reports(Some(&r), gbits).await?;
+        }
         s.keys("closing keys", &mine[0]).await?;
         Ok((Some(r), s))
     } else {
@@ -356,21 +391,25 @@ pub async fn run_session(
                 .await
         };
         res?;
-        s.tcp
-            .write_all(&rec[..n])
-            .await
-            .map_err(|e| err("keys at the end of the test", e))?;
+        let what = if plan.reports {
+            "keys at the end of the test"
+        } else {
+            "closing keys"
+        };
+        s.tcp.write_all(&rec[..n]).await.map_err(|e| err(what, e))?;
         s.transcript.push((false, theirs));
         s.transcript.push((true, rec[..n].to_vec()));
-        let (size, iters, peer_report) = s.reports(None, gbits).await?;
-        s.keys("closing keys", &mine[0]).await?;
         let mut r = app.result();
-        // The server measures nothing: its figures are the client's.
-        r.size = size;
-        r.iterations = iters;
-        r.bw_peak_gbps = Some(peer_report[0]);
-        r.bw_avg_gbps = Some(peer_report[1]);
-        r.msg_rate_mpps = Some(peer_report[2]);
+        if plan.reports {
+            let (size, iters, peer_report) = s.reports(None, gbits).await?;
+            s.keys("closing keys", &mine[0]).await?;
+            // The server measures nothing: its figures are the client's.
+            r.size = size;
+            r.iterations = iters;
+            r.bw_peak_gbps = Some(peer_report[0]);
+            r.bw_avg_gbps = Some(peer_report[1]);
+            r.msg_rate_mpps = Some(peer_report[2]);
+        }
         r.link = Some(ep.link().name());
         r.sent = Some(ep.sent_counts());
         Ok((Some(r), s))
