@@ -543,8 +543,9 @@ fn ib_atomic_bw_both_roles() {
 }
 
 #[test]
-fn ib_read_atomic_send_lat_both_roles() {
+fn ib_write_read_atomic_send_lat_both_roles() {
     for (tool, test, kind) in [
+        ("write_lat", "write", "write"),
         ("read_lat", "read", "read"),
         ("atomic_lat", "atomic", "atomic"),
         ("send_lat", "send", "send"),
@@ -554,10 +555,11 @@ fn ib_read_atomic_send_lat_both_roles() {
             if out.is_empty() {
                 return;
             }
-            // A ping-pong SEND test goes both ways.
-            let want = if test == "send" { 600 } else { 300 };
+            // A ping-pong (WRITE, SEND) goes both ways.
+            let pingpong = test == "send" || test == "write";
+            let want = if pingpong { 600 } else { 300 };
             assert_eq!(a.messages(kind), want, "{tool}: {a:?}");
-            if kernel_server || test == "send" {
+            if kernel_server || pingpong {
                 assert!(out.contains("t_typical[usec]"), "{tool}: {out}");
             }
         }

@@ -65,7 +65,7 @@ pub(crate) struct PerfArgs {
     cm: bool,
     /// Speak perftest's TCP exchange (port 18515: versions, MTU, key records, reports), so a
     /// stock perftest can be the other end: ib_{write,read,send,atomic}_bw and
-    /// ib_{read,send,atomic}_lat (with --lat). `--server` is the side started without a host,
+    /// ib_{write,read,send,atomic}_lat (with --lat). `--server` is the side started without a host,
     /// `--client HOST` the side with one. One size.
     #[arg(long, conflicts_with_all = ["baseline", "cm", "all"])]
     perftest: bool,

@@ -53,10 +53,16 @@ pub struct PerfApp {
     error: Option<String>,
     /// `-c UD`: each QP's peer.
     ud: Vec<roce_stack::ud::AddressHandle>,
+    /// WRITE ping-pong: the answering side measures too, and ends after its `iters`
+    /// answers (perftest's `ib_write_lat`, where both sides print).
+    answer_measures: bool,
 }
 
+/// The mark the `i`-th (from 0) WRITE of a latency ping-pong leaves in the target's last
+/// byte: the iteration count from 1, mod 256, as perftest's `ib_write_lat` writes it (the
+/// target starts zeroed, so 0 after 255 still changes the byte).
 fn tag(i: u64) -> u8 {
-    (i % 255) as u8 + 1
+    ((i + 1) % 256) as u8
 }
 
 impl PerfApp {
@@ -105,6 +111,7 @@ impl PerfApp {
             iter: 0,
             error: None,
             ud: Vec::new(),
+            answer_measures: false,
         };
         if spec.test == PerfTest::Send && (!client || spec.lat) {
             let n = recv_depth(&spec);
@@ -121,6 +128,13 @@ impl PerfApp {
     /// poll of a `-c UD` test.
     pub fn set_ud_peers(&mut self, ahs: Vec<roce_stack::ud::AddressHandle>) {
         self.ud = ahs;
+    }
+
+    /// WRITE ping-pong: the answering side (`client = false`) also measures (half the time
+    /// between its answers) and is done after `iters` of them, as both sides of perftest's
+    /// `ib_write_lat` are.
+    pub fn set_answer_measures(&mut self) {
+        self.answer_measures = true;
     }
 
     /// Sets the peer's target region (when it is learnt after the application is made).
@@ -319,8 +333,21 @@ impl PerfApp {
                 _ => 0,
             };
             for _ in 0..pings {
+                if self.answer_measures && self.iter >= self.spec.iters {
+                    break;
+                }
                 if test == PerfTest::Write {
                     self.set_src_tag(dev, tag(self.iter));
+                }
+                if self.answer_measures {
+                    let now = StdInstant::now();
+                    if let Some(t0) = self.t_post {
+                        self.samples
+                            .push(now.duration_since(t0).as_nanos() as u64 / 2);
+                    }
+                    self.t_post = Some(now);
+                    self.completed += 1;
+                    self.last = Some(now);
                 }
                 self.post(dev, 0)?;
                 self.iter += 1;
@@ -393,6 +420,11 @@ impl Application for PerfApp {
     }
 
     fn done(&self) -> bool {
+        if self.answer_measures && !self.client {
+            return self.error.is_none()
+                && self.iter >= self.spec.iters
+                && self.qps.iter().all(|q| q.outstanding == 0);
+        }
         self.client
             && self.error.is_none()
             && !self.waiting

@@ -218,6 +218,8 @@ struct Plan {
     /// WRITE, READ and atomic bandwidth: an end-of-test record and the reports before the
     /// closing record (a SEND or latency test only closes).
     reports: bool,
+    /// `ib_write_lat`: the server writes first, and nothing is exchanged after the test.
+    write_lat: bool,
 }
 
 impl Plan {
@@ -226,6 +228,7 @@ impl Plan {
             lead: spec.lat && spec.test != PerfTest::Send,
             send: spec.test == PerfTest::Send,
             reports: !spec.lat && spec.test != PerfTest::Send,
+            write_lat: spec.lat && spec.test == PerfTest::Write,
         }
     }
 }
@@ -266,11 +269,6 @@ pub async fn run_session(
     link: LinkChoice,
     gbits: bool,
 ) -> Result<(Option<PerfResult>, Session), DriverError> {
-    if spec.test == PerfTest::Write && spec.lat {
-        return Err(DriverError::Setup(
-            "--perftest speaks ib_{write,read,send,atomic}_bw and ib_{read,send,atomic}_lat; not ib_write_lat yet".into(),
-        ));
-    }
     let mtu = s.negotiate(spec.mtu).await?;
     let salt = if s.client { 0xc11e } else { 0x5e7e };
     // The connection layer binds the link before the exchange: a peer that starts sending
@@ -344,8 +342,14 @@ pub async fn run_session(
     spec.mtu = mtu;
     let Side { mut ep, qps, .. } = side;
     // Receives (a SEND test's) are posted here, before the records that say the test starts.
-    let mut app = PerfApp::new(&mut ep.dev, spec, s.client, &qps, (src, dst), remote)
+    // ib_write_lat: perftest's server writes first, so it is the application's active side;
+    // both measure.
+    let active = if plan.write_lat { !s.client } else { s.client };
+    let mut app = PerfApp::new(&mut ep.dev, spec, active, &qps, (src, dst), remote)
         .map_err(|e| DriverError::Setup(e.to_string()))?;
+    if plan.write_lat {
+        app.set_answer_measures();
+    }
     if plan.send {
         s.keys("record after connecting", &mine[0]).await?;
     }
@@ -354,6 +358,21 @@ pub async fn run_session(
     }
     s.keys("keys after RTR", &mine[0]).await?;
     ep.set_busy_poll(spin(&spec));
+    if plan.write_lat {
+        // Both sides write N times and end on their own counts; no record follows.
+        ep.run(
+            &mut app,
+            true,
+            std::future::pending(),
+            Duration::from_secs(5),
+        )
+        .await?;
+        let mut r = app.result();
+        r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
+        r.link = Some(ep.link().name());
+        r.sent = Some(ep.sent_counts());
+        return Ok((Some(r), s));
+    }
     if s.client {
         ep.run(
             &mut app,
