@@ -111,10 +111,8 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         ud: connection == "UD",
         uc: connection == "UC",
     })?;
-    if specs.iter().any(|s| s.ud || s.uc) && (a.cm || a.perftest) {
-        anyhow::bail!(
-            "-c {connection} runs over the TCP control connection only (not with --cm or --perftest)"
-        );
+    if specs.iter().any(|s| s.ud || s.uc) && a.cm {
+        anyhow::bail!("-c {connection} runs over a TCP exchange (not with --cm)");
     }
     let secrets = Secrets::from_seed(a.seed);
     if let Some(s) = a.seed {

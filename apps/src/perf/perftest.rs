@@ -274,8 +274,16 @@ pub async fn run_session(
     // The connection layer binds the link before the exchange: a peer that starts sending
     // the moment it reads the last key record finds the socket (or the packet ring) open,
     // and its first window waits there until the loop runs.
+    // perftest's -c: RC, UC, or UD with its Q_Key 0x11111111 (`DEF_QKEY`).
+    let transport = if spec.ud {
+        Transport::Ud(roce_proto::QKey(0x1111_1111))
+    } else if spec.uc {
+        Transport::Uc
+    } else {
+        Transport::Rc
+    };
     let req = QpRequest {
-        transport: Transport::Rc,
+        transport,
         count: spec.nqps(),
         caps: perf_caps(spec),
         srq: None,
@@ -340,7 +348,9 @@ pub async fn run_session(
     };
     let mut spec = *spec;
     spec.mtu = mtu;
-    let Side { mut ep, qps, .. } = side;
+    let Side {
+        mut ep, qps, ahs, ..
+    } = side;
     // Receives (a SEND test's) are posted here, before the records that say the test starts.
     // ib_write_lat: perftest's server writes first, so it is the application's active side;
     // both measure.
@@ -349,6 +359,9 @@ pub async fn run_session(
         .map_err(|e| DriverError::Setup(e.to_string()))?;
     if plan.write_lat {
         app.set_answer_measures();
+    }
+    if spec.ud {
+        app.set_ud_peers(ahs);
     }
     if plan.send {
         s.keys("record after connecting", &mine[0]).await?;
