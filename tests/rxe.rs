@@ -588,3 +588,38 @@ fn ib_send_bw_uc_and_ud_both_roles() {
         }
     }
 }
+
+/// A REP roce cannot use is refused with a REJ, not left unanswered: `roce perf --cm` (roce's
+/// own private data) against the kernel's `ib_write_bw -R` (whose REP carries none). roce
+/// exits non-zero with one line; the kernel's CM sent its REP once, not eight times.
+#[test]
+fn an_unusable_rep_is_answered_with_a_rej() {
+    let peer = peer!();
+    let cap = Capture::start();
+    let mut guest = peer.start(&format!("ib_write_bw {PT} -R -n 100"));
+    assert!(
+        guest.wait_for("Waiting for client", 90),
+        "{}",
+        guest.output()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, out, err) = Host::start(&[
+        "perf", "write", "--cm", "--client", VM, "--bind", HOST, "-n", "100",
+    ])
+    .finish(60);
+    drop(guest); // it waits for another client
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("told it with a REJ"), "{err}");
+    std::thread::sleep(std::time::Duration::from_millis(500)); // the capture's last frames
+    let text = std::process::Command::new(common::BIN)
+        .arg("decode")
+        .arg(&cap.path)
+        .output()
+        .unwrap();
+    let _ = cap.verify("REP refused");
+    let lines = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert_eq!(lines.matches(" CM REP ").count(), 1, "{lines}");
+    assert_eq!(lines.matches(" CM REJ ").count(), 1, "{lines}");
+    assert!(lines.contains("reason=consumer_reject"), "{lines}");
+}

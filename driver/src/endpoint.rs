@@ -227,7 +227,11 @@ impl Endpoint {
             if self.dev.poll_timeout().is_some_and(|t| t <= now) {
                 self.dev.handle_timeout(now);
             }
-            app.poll(&mut self.dev, now)?;
+            if let Err(e) = app.poll(&mut self.dev, now) {
+                // What the application queued on its way out (a REJ, a DREQ) still leaves.
+                let _ = self.transmit(now, 4 * SEND_BATCH).await;
+                return Err(e.into());
+            }
             if until_done && app.done() {
                 // Flush what the last completions caused (ACKs), then stop.
                 self.transmit(now, usize::MAX).await?;

@@ -894,6 +894,38 @@ impl Cm {
         self.stats.rejects_sent += 1;
     }
 
+    /// Active side: refuses the REP that just established `conn` (its private data is not
+    /// what the consumer needs), as §12.6.7 lets a requester: if the RTU has not left yet, it
+    /// is withdrawn and a REJ (message rejected: REP) with `why` and `private` goes instead;
+    /// otherwise the connection is released with a DREQ. Either way the peer is told, never
+    /// left resending its REP. `false` when `conn` is not established.
+    pub fn refuse_rep(&mut self, now: Instant, conn: ConnId, why: u16, private: &[u8]) -> bool {
+        let Some(c) = self.conns.get(&conn.0) else {
+            return false;
+        };
+        if c.state != CmState::Established {
+            return false;
+        }
+        let (local, peer, tid, remote) = (c.local, c.peer, c.tid, c.remote_id);
+        let before = self.out.len();
+        self.out.retain(|o| {
+            let h = MadRepr::parse(&mad::Packet::new_unchecked(&o.mad[..]));
+            let is_rtu = h.is_ok_and(|h| h.attribute_id == Rtu::ATTRIBUTE_ID);
+            let ours = MessageView::parse(Rtu::ATTRIBUTE_ID, &o.mad[mad::HEADER_LEN..])
+                .and_then(|m| m.ok())
+                .is_some_and(|m| matches!(m, MessageView::Rtu(r) if r.local_comm_id() == conn.0));
+            !(is_rtu && ours && o.peer == peer)
+        });
+        if self.out.len() < before {
+            self.stats.sent = self.stats.sent.saturating_sub(1);
+            self.send_rej(local, peer, tid, conn.0, remote, why, 1, private);
+            self.remove(conn.0);
+            true
+        } else {
+            self.disconnect(now, conn)
+        }
+    }
+
     /// Either side: releases an established connection (DREQ). `false` when it is not
     /// established.
     pub fn disconnect(&mut self, now: Instant, conn: ConnId) -> bool {

@@ -705,3 +705,53 @@ fn sidr_resolves_a_service_to_a_ud_qp() {
     assert_eq!(a.poll_event(), Some(CmEvent::TimedOut { conn: c3 }));
     assert!(t > now);
 }
+
+/// A REP the active consumer cannot use is answered with a REJ (message rejected: REP) in
+/// place of the RTU, and the passive side drops the connection; once the RTU has left, the
+/// refusal is a DREQ instead. Never silence (the peer would resend its REP until it gives up).
+#[test]
+fn a_rep_the_consumer_refuses_gets_a_rej_not_silence() {
+    for rtu_left in [false, true] {
+        let mut a = Cm::new(config(1));
+        let mut b = Cm::new(config(2));
+        b.listen(SVC);
+        let now = Instant::from_nanos(0);
+        let carry = |from: &mut Cm, to: &mut Cm| {
+            let mut got = Vec::new();
+            while let Some(o) = from.poll_transmit() {
+                got.push(o.mad);
+                to.handle_mad(now, o.local, o.peer, &o.mad);
+            }
+            got
+        };
+        let conn = a.connect(now, &options(b"hi")).unwrap();
+        carry(&mut a, &mut b);
+        let Some(CmEvent::Request { conn: bc, .. }) = b.poll_event() else {
+            panic!("no REQ")
+        };
+        assert!(b.accept(now, bc, b_offer(), b"not what a wants").is_some());
+        carry(&mut b, &mut a);
+        assert!(matches!(a.poll_event(), Some(CmEvent::Established { conn: c, .. }) if c == conn));
+        if rtu_left {
+            carry(&mut a, &mut b);
+            assert!(matches!(b.poll_event(), Some(CmEvent::Established { .. })));
+        }
+        assert!(a.refuse_rep(now, conn, reason::CONSUMER_REJECT, b"no block"));
+        let sent = carry(&mut a, &mut b);
+        assert_eq!(sent.len(), 1, "one message, not the RTU and something else");
+        let attr = u16::from_be_bytes([sent[0][16], sent[0][17]]);
+        if rtu_left {
+            assert_eq!(attr, 0x0015, "a DREQ once the RTU is gone");
+        } else {
+            assert_eq!(attr, 0x0012, "a REJ in the RTU's place");
+            assert_eq!(rej_reason(&sent[0]), Some(reason::CONSUMER_REJECT));
+            assert_eq!(sent[0][24 + 8] >> 6, 1, "message rejected: the REP");
+            assert_eq!(b.connections(), 0, "the passive side let the connection go");
+            assert_eq!(a.connections(), 0);
+        }
+        assert!(
+            !a.refuse_rep(now, conn, reason::CONSUMER_REJECT, &[]),
+            "only once"
+        );
+    }
+}

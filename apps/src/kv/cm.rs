@@ -246,6 +246,10 @@ impl KvCmServer {
             cm.reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, why);
         };
         let Some((k, total)) = req.rdma_cm().and_then(|(_, d)| decode_req(d)) else {
+            eprintln!(
+                "roce kv: refused a CM REQ from {} (REJ consumer_reject): it carries no roce kv request",
+                req.peer
+            );
             reject(&mut self.cm, b"not a roce kv REQ");
             return Ok(());
         };

@@ -163,6 +163,10 @@ impl Serving {
             cm.reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, why);
         };
         let Some((spec, k, last)) = req.rdma_cm().and_then(|(_, d)| decode_req(d, req.mtu)) else {
+            eprintln!(
+                "roce perf: refused a CM REQ from {} (REJ consumer_reject): it carries no roce perf request (a perftest -R client is not spoken yet)",
+                req.peer
+            );
             refuse(&mut self.cm, b"not a roce perf REQ");
             return Ok(());
         };
@@ -400,9 +404,21 @@ impl Application for Running {
                     let Some(k) = self.conns.iter().position(|c| *c == conn) else {
                         continue;
                     };
-                    let t = decode_target(&params.private_data).ok_or_else(|| {
-                        AppError::Failed("the server's REP carries no perf target region".into())
-                    })?;
+                    let Some(t) = decode_target(&params.private_data) else {
+                        // Tell the server (REJ instead of the RTU), then say why here.
+                        self.cm.refuse_rep(
+                            now,
+                            conn,
+                            roce_stack::cm::reason::CONSUMER_REJECT,
+                            b"roce perf: the REP carries no target region",
+                        );
+                        flush(&mut self.cm, dev);
+                        return Err(AppError::Failed(
+                            "the server's REP carries no perf target region (not roce perf --cm? \
+                             a stock perftest -R server is not spoken yet); told it with a REJ"
+                                .into(),
+                        ));
+                    };
                     self.targets[k] = Some(t);
                     connect_qp(
                         dev,

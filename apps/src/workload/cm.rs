@@ -303,6 +303,10 @@ impl CmServer {
     ) -> Result<(), AppError> {
         let data = req.rdma_cm().and_then(|(_, d)| ReqData::decode(d));
         let Some(data) = data else {
+            eprintln!(
+                "roce: refused a CM REQ from {} (REJ consumer_reject): it carries no roce workload request; for librdmacm's tools use roce rping, ucmatose, rdma-server or udaddy",
+                req.peer
+            );
             self.cm.reject(
                 conn,
                 roce_stack::cm::reason::CONSUMER_REJECT,
@@ -608,8 +612,17 @@ impl Application for CmClient {
                         continue;
                     };
                     let Some(b) = decode_block(&params.private_data) else {
+                        // Tell the server (REJ instead of the RTU), then say why here.
+                        self.cm.refuse_rep(
+                            now,
+                            conn,
+                            roce_stack::cm::reason::CONSUMER_REJECT,
+                            b"roce: the REP carries no responder block",
+                        );
+                        flush(&mut self.cm, dev);
                         return Err(AppError::Failed(
-                            "the server's REP carries no roce responder block (not a roce server?)"
+                            "the server's REP carries no roce responder block (not a roce server?); \
+                             told it with a REJ"
                                 .into(),
                         ));
                     };
