@@ -414,9 +414,6 @@ impl KvCmServer {
 impl Application for KvCmServer {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             match e {
                 // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
@@ -792,9 +789,6 @@ impl Application for KvCmClient {
             self.phase = Phase::Connecting;
         }
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             self.on_cm_event(dev, e)?;
         }

@@ -230,9 +230,6 @@ impl Serving {
 impl Application for Serving {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             match e {
                 // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
@@ -393,9 +390,6 @@ impl Application for Running {
             }
         }
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             match e {
                 // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.

@@ -451,9 +451,6 @@ impl Rping {
 impl Application for Rping {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             self.on_cm(dev, now, e)?;
         }

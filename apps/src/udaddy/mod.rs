@@ -163,9 +163,6 @@ impl Udaddy {
 impl Application for Udaddy {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             match e {
                 CmEvent::SidrRequest { req } => {

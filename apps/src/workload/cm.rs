@@ -405,9 +405,6 @@ impl Application for CmServer {
             }
         }
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             match e {
                 // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
@@ -600,9 +597,6 @@ impl Application for CmClient {
             self.phase = Phase::Connecting;
         }
         pump(&mut self.cm, dev, now);
-        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
-            self.cm.handle_timeout(now);
-        }
         while let Some(e) = self.cm.poll_event() {
             match e {
                 // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.

@@ -11,10 +11,14 @@ use roce_stack::{CcConfig, ConnectParams, Device, Instant, PathConfig};
 use crate::qps::{LocalQp, ALL_REMOTE};
 use crate::{AppError, DriverError, Secrets};
 
-/// Moves MADs from the device's QP1 to the CM.
+/// Moves MADs from the device's QP1 to the CM and runs the CM's timers that are due: after
+/// it, `cm.poll_event()` holds what happened.
 pub fn pump(cm: &mut Cm, dev: &mut Device, now: Instant) {
     while let Some(m) = dev.gsi().take() {
         cm.handle_mad(now, m.from.ip(), m.to, &m.mad);
+    }
+    if cm.poll_timeout().is_some_and(|t| t <= now) {
+        cm.handle_timeout(now);
     }
 }
 
