@@ -178,3 +178,42 @@ fn udaddy_and_ucmatose_at_both_ends() {
         assert!(srv.wait().unwrap().success());
     }
 }
+
+/// A hostile client of `roce pingpong`'s server: records that are not the format's, and one
+/// whose GID is zero. Each is one error line and a non-zero exit, never a hang or a panic.
+/// (A peer that says nothing is cut off by the exchange's 30 s step timeout.)
+#[test]
+fn a_hostile_exchange_is_one_line() {
+    use std::io::Write;
+    let (_, s) = ips(119);
+    let port = "21419";
+    for (i, payload) in [
+        b"0000:zzzzzz:000000:00000000000000000000000000000000\0".to_vec(),
+        vec![0xffu8; 52],
+        b"0000:000011:000001:00000000000000000000000000000000\0".to_vec(), // zero GID
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let srv = std::process::Command::new(common::BIN)
+            .args(["pingpong", "rc", "--bind", &s, "-p", port, "--link", "udp"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut t = std::net::TcpStream::connect((s.as_str(), 21419)).unwrap();
+        t.write_all(&payload).unwrap();
+        let out = srv.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "case {i}: {err}");
+        let last = err.trim().lines().last().unwrap_or("");
+        assert!(last.starts_with("roce pingpong: "), "case {i}: {err}");
+        assert!(!err.contains("panicked"), "case {i}: {err}");
+        if i == 2 {
+            assert!(last.contains("run the peer with -g"), "{err}");
+        } else {
+            assert!(last.contains("pingpong record"), "case {i}: {err}");
+        }
+    }
+}

@@ -10,10 +10,10 @@
 //!
 //! Both post their receives before the CM exchange (the stock client asks for RNR retry 0, so
 //! a message that finds no receive fails its connection).
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump};
 use roce_driver::connect::{QpRequest, Side, Transport};
 use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
@@ -377,17 +377,8 @@ async fn run(
         srq: None,
         params: Sends::base(),
     };
-    let mut side = Side::new(
-        secrets.device(salt)?,
-        req,
-        secrets.start_psns(spec.connections, salt)?,
-        SocketAddr::new(local, roce_proto::ROCEV2_UDP_PORT),
-        link,
-    )?;
-    let mut cm = Cm::new(cm_config(&secrets, salt)?);
-    if !client {
-        cm.listen(rdma_cm_service_id(spec.port));
-    }
+    let listen = (!client).then(|| rdma_cm_service_id(spec.port));
+    let (mut side, cm) = cm_side(&secrets, salt, req, local, link, listen)?;
     let mut app =
         Sends::new(&mut side, spec, client, cm).map_err(|e| DriverError::Setup(e.to_string()))?;
     if let Some(peer) = server {

@@ -371,8 +371,9 @@ pub async fn run_session(
     }
     s.keys("keys after RTR", &mine[0]).await?;
     ep.set_busy_poll(spin(&spec));
-    if plan.write_lat {
-        // Both sides write N times and end on their own counts; no record follows.
+    // The client runs its test to the end; so do both sides of ib_write_lat, which end on
+    // their own counts with no record after.
+    if s.client || plan.write_lat {
         ep.run(
             &mut app,
             true,
@@ -384,20 +385,9 @@ pub async fn run_session(
         r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
         r.link = Some(ep.link().name());
         r.sent = Some(ep.sent_counts());
-        return Ok((Some(r), s));
-    }
-    if s.client {
-        ep.run(
-            &mut app,
-            true,
-            std::future::pending(),
-            Duration::from_secs(5),
-        )
-        .await?;
-        let mut r = app.result();
-        r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
-        r.link = Some(ep.link().name());
-        r.sent = Some(ep.sent_counts());
+        if plan.write_lat {
+            return Ok((Some(r), s));
+        }
         if plan.reports {
             s.keys("keys at the end of the test", &mine[0]).await?;
             s.reports(Some(&r), gbits).await?;

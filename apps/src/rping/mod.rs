@@ -11,10 +11,10 @@
 //! prints it (`ping data: ...`; the server prints `server ping data: ...`). After `-C` pings
 //! the client disconnects (DREQ); the server ends on the client's DREQ. Every message either
 //! side receives must be 16 bytes, as rping demands.
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump};
 use roce_driver::connect::{QpRequest, Side, Transport};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_stack::cm::{
@@ -495,17 +495,8 @@ async fn run(
         srq: None,
         params: Rping::base(),
     };
-    let mut side = Side::new(
-        secrets.device(salt)?,
-        req,
-        secrets.start_psns(1, salt)?,
-        SocketAddr::new(local, roce_proto::ROCEV2_UDP_PORT),
-        link,
-    )?;
-    let mut cm = Cm::new(cm_config(&secrets, salt)?);
-    if !client {
-        cm.listen(rdma_cm_service_id(spec.port));
-    }
+    let listen = (!client).then(|| rdma_cm_service_id(spec.port));
+    let (mut side, cm) = cm_side(&secrets, salt, req, local, link, listen)?;
     let mut app = Rping::new(&mut side, spec, client, cm);
     if let Some(peer) = server {
         let o = ConnectOptions {

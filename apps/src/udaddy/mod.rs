@@ -9,10 +9,10 @@
 //! immediate, as udaddy does) and SENDs as many back. Both post their receives (`-S` + the
 //! 40-byte GRH area) first. UD loses what it loses: a side that has not received everything
 //! within the silence bound fails, naming how many arrived.
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_config, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_side, flush, pump};
 use roce_driver::connect::{QpRequest, Side, Transport};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_proto::rdma_cm::{service_id, PortSpace};
@@ -277,18 +277,8 @@ async fn run(
             ..ConnectParams::default()
         },
     };
-    let mut side = Side::new(
-        secrets.device(salt)?,
-        req,
-        secrets.start_psns(1, salt)?,
-        SocketAddr::new(local, roce_proto::ROCEV2_UDP_PORT),
-        link,
-    )?;
     let svc = service_id(PortSpace::UDP, spec.port);
-    let mut cm = Cm::new(cm_config(&secrets, salt)?);
-    if !client {
-        cm.listen(svc);
-    }
+    let (mut side, cm) = cm_side(&secrets, salt, req, local, link, (!client).then_some(svc))?;
     let mut app =
         Udaddy::new(&mut side, spec, client, cm).map_err(|e| DriverError::Setup(e.to_string()))?;
     if let Some(peer) = server {

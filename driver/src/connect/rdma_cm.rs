@@ -8,8 +8,9 @@ use roce_stack::cm::{Cm, CmConfig, Negotiated};
 use roce_stack::gsi::OutgoingMad;
 use roce_stack::{CcConfig, ConnectParams, Device, Instant, PathConfig};
 
+use super::{QpRequest, Side};
 use crate::qps::{LocalQp, ALL_REMOTE};
-use crate::{AppError, DriverError, Secrets};
+use crate::{AppError, DriverError, LinkChoice, Secrets};
 
 /// Moves MADs from the device's QP1 to the CM and runs the CM's timers that are due: after
 /// it, `cm.poll_event()` holds what happened.
@@ -73,4 +74,29 @@ pub fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> 
         seed: secrets.cm_seed(salt)?,
         ..CmConfig::default()
     })
+}
+
+/// One end of an exchange through the CM: the [`Side`] `req` asks for on `local` (UDP 4791),
+/// its device, start PSNs and CM IDs from `secrets` (`salt`: which end), and the CM, listening
+/// on `listen` when this end is a server.
+pub fn cm_side(
+    secrets: &Secrets,
+    salt: u64,
+    req: QpRequest,
+    local: std::net::IpAddr,
+    link: LinkChoice,
+    listen: Option<u64>,
+) -> Result<(Side, Cm), DriverError> {
+    let side = Side::new(
+        secrets.device(salt)?,
+        req,
+        secrets.start_psns(req.count, salt)?,
+        std::net::SocketAddr::new(local, ROCEV2_UDP_PORT),
+        link,
+    )?;
+    let mut cm = Cm::new(cm_config(secrets, salt)?);
+    if let Some(svc) = listen {
+        cm.listen(svc);
+    }
+    Ok((side, cm))
 }
