@@ -123,6 +123,10 @@ impl fmt::Display for Error {
 #[cfg(feature = "std")]
 impl std::error::Error for Error {}
 
+/// The size of perftest's binary record (`sizeof(struct pingpong_dest)` on x86-64), what
+/// its rdma_cm exchange sends ([`Dest::emit_binary`]).
+pub const BINARY_LEN: usize = 56;
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Writes `v` as `digits` lowercase hex digits and `sep` (if any) at `buf[*at..]`.
@@ -267,6 +271,59 @@ impl Dest {
         })
     }
 
+    /// Writes the record as perftest's rdma_cm exchange (`-R`, `-z`) sends it: the raw
+    /// 56-byte `struct pingpong_dest` of an x86-64 build (`perftest_resources.h`), each integer
+    /// big-endian (`rdma_write_keys` with `HAVE_ENDIAN`), the 4 bytes of alignment after
+    /// `rkey` zero here, the GID index 0. A record without a GID sends the zero GID.
+    pub fn emit_binary(&self) -> [u8; BINARY_LEN] {
+        let mut b = [0u8; BINARY_LEN];
+        b[0..4].copy_from_slice(&u32::from(self.lid).to_be_bytes());
+        b[4..8].copy_from_slice(&u32::from(self.out_reads).to_be_bytes());
+        b[8..12].copy_from_slice(&self.qpn.to_be_bytes());
+        b[12..16].copy_from_slice(&self.psn.to_be_bytes());
+        b[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        b[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        b[32..48].copy_from_slice(&self.gid.unwrap_or([0; 16]));
+        b[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        b
+    }
+
+    /// Reads a binary record ([`Dest::emit_binary`]'s layout) as perftest's `rdma_read_keys`
+    /// does: LID, outstanding reads, QPN, PSN, rkey, address and GID; the alignment bytes (a
+    /// stock sender's stack garbage), the SRQN and the GID index are not read. LID and
+    /// outstanding reads must fit 16 bits, QPN and PSN 24; the zero GID reads as none.
+    pub fn parse_binary(b: &[u8]) -> Result<Self, Error> {
+        if b.len() != BINARY_LEN {
+            return Err(Error::Length {
+                got: b.len(),
+                want: BINARY_LEN,
+            });
+        }
+        let word = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let narrow = |v: u32, bits: u32, name| {
+            if v >> bits == 0 {
+                Ok(v)
+            } else {
+                Err(Error::TooWide(name))
+            }
+        };
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[32..48]);
+        let mut vaddr = [0u8; 8];
+        vaddr.copy_from_slice(&b[24..32]);
+        Ok(Self {
+            lid: narrow(word(0), 16, "lid")? as u16,
+            out_reads: narrow(word(4), 16, "out_reads")? as u16,
+            qpn: narrow(word(8), 24, "qpn")?,
+            psn: narrow(word(12), 24, "psn")?,
+            rkey: word(16),
+            vaddr: u64::from_be_bytes(vaddr),
+            tail_markers_vaddr: None,
+            gid: (gid != [0; 16]).then_some(gid),
+            srqn: 0,
+        })
+    }
+
     /// The GID as an IPv4 address, when it is IPv4-mapped (`::ffff:a.b.c.d`, RoCEv2 over
     /// IPv4).
     pub fn ipv4(&self) -> Option<[u8; 4]> {
@@ -408,5 +465,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn binary_records() {
+        // A record as perftest's rdma_write_keys lays it out (big-endian integers, 4 bytes of
+        // alignment after rkey, GID raw, SRQN and GID index last).
+        let mut wire = [0u8; BINARY_LEN];
+        wire[4..8].copy_from_slice(&[0, 0, 0, 16]);
+        wire[8..12].copy_from_slice(&[0, 0, 0x00, 0x3d]);
+        wire[12..16].copy_from_slice(&[0, 0x7c, 0xc2, 0x04]);
+        wire[16..20].copy_from_slice(&[0, 0, 0x0d, 0x48]);
+        wire[20..24].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]); // stack garbage
+        wire[24..32].copy_from_slice(&0x0000_62ac_533f_d000u64.to_be_bytes());
+        wire[42..48].copy_from_slice(&[0xff, 0xff, 198, 51, 100, 2]);
+        wire[52..56].copy_from_slice(&[0, 0, 0, 1]);
+        let d = Dest::parse_binary(&wire).unwrap();
+        assert_eq!(
+            (d.out_reads, d.qpn, d.psn, d.rkey, d.vaddr),
+            (16, 0x3d, 0x7c_c204, 0xd48, 0x0000_62ac_533f_d000)
+        );
+        assert_eq!(d.ipv4(), Some([198, 51, 100, 2]));
+        let again = d.emit_binary();
+        assert_eq!(&again[..20], &wire[..20]);
+        assert_eq!(&again[24..52], &wire[24..52]);
+        assert_eq!(Dest::parse_binary(&again), Ok(d));
+        assert_eq!(Dest::parse_binary(&[0u8; BINARY_LEN]).unwrap().gid, None);
+        let mut bad = wire;
+        bad[8] = 1;
+        assert_eq!(Dest::parse_binary(&bad), Err(Error::TooWide("qpn")));
+        assert!(matches!(
+            Dest::parse_binary(&wire[..55]),
+            Err(Error::Length { got: 55, want: 56 })
+        ));
     }
 }

@@ -52,6 +52,10 @@ pub const fn service_id(space: PortSpace, port: u16) -> u64 {
     (space.0 as u64) << 16 | port as u64
 }
 
+/// The Q_Key of every UD QP in the UDP port space (`RDMA_UDP_QKEY`, Linux `rdma_cm.h`): what
+/// a SIDR_REP from Linux carries and what its QPs check.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
 /// Bytes of a `cma_hdr`.
 pub const CMA_HDR_LEN: usize = 36;
 

@@ -28,8 +28,7 @@ use serde::Serialize;
 /// udaddy's port.
 pub const PORT: u16 = 7174;
 
-/// RDMA-CM's Q_Key for its UDP port space (`RDMA_UDP_QKEY`).
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+pub use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 
 /// A run's settings, as udaddy's flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
