@@ -60,14 +60,16 @@ pub(crate) struct PerfArgs {
     #[command(flatten)]
     ends: Ends,
     /// Connect each run's QPs through the IB CM on QP1 (UDP 4791 only, no TCP connection;
-    /// with --server/--client, --port is the RDMA-CM port). Not with --baseline or udp.
+    /// with --server/--client, --port is the RDMA-CM port). Not with --baseline or udp. With
+    /// --perftest: perftest's -R (its exchange over an RDMA-CM connection of its own, the
+    /// data QPs through RDMA-CM; RC, or UD through SIDR).
     #[arg(long, conflicts_with = "baseline")]
     cm: bool,
     /// Speak perftest's TCP exchange (port 18515: versions, MTU, key records, reports), so a
     /// stock perftest can be the other end: ib_{write,read,send,atomic}_bw and
     /// ib_{write,read,send,atomic}_lat (with --lat). `--server` is the side started without a host,
     /// `--client HOST` the side with one. One size.
-    #[arg(long, conflicts_with_all = ["baseline", "cm", "all"])]
+    #[arg(long, conflicts_with = "baseline")]
     perftest: bool,
     /// --perftest: bandwidth in Gb/sec (10^9 bits/s) instead of perftest's MB/sec (2^20
     /// bytes/s), in the reports exchanged and printed; give the stock tool the same flag.
@@ -96,12 +98,23 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
     if !matches!(connection.as_str(), "RC" | "UC" | "UD") {
         anyhow::bail!("-c {:?}: use RC, UC or UD", a.connection);
     }
+    let test = parse_test(&a.test)?;
+    if a.perftest && a.all && test == PerfTest::Atomic {
+        anyhow::bail!("--perftest atomic takes no -a: perftest's atomics are 8 bytes");
+    }
+    // perftest's own defaults, so that both sides of a stock pair run as many (5000 for
+    // ib_write_bw, 1000 for every other test; every size of -a too).
+    let iters = match (a.iters, a.perftest && a.duration.is_none()) {
+        (None, true) if test == PerfTest::Write && !a.lat => Some(5000),
+        (None, true) => Some(1000),
+        (n, _) => n,
+    };
     let specs = perf::specs(&perf::PerfOptions {
-        test: parse_test(&a.test)?,
+        test,
         lat: a.lat,
         size: size_flag("-s", a.size.as_deref())?,
         sweep: a.all,
-        iters: a.iters,
+        iters,
         duration: a.duration,
         qps: a.qps,
         mtu: a.mtu,
@@ -111,23 +124,29 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         ud: connection == "UD",
         uc: connection == "UC",
     })?;
-    if specs.iter().any(|s| s.ud || s.uc) && a.cm {
-        anyhow::bail!("-c {connection} runs over a TCP exchange (not with --cm)");
+    if a.cm && specs.iter().any(|s| s.uc || (s.ud && !a.perftest)) {
+        anyhow::bail!(
+            "-c {connection} with --cm: roce's CM connects RC, and UD through SIDR with --perftest"
+        );
     }
     let secrets = Secrets::from_seed(a.seed);
     if let Some(s) = a.seed {
         eprintln!("roce perf: secrets derived from seed {s} (PSNs, QPNs and keys are predictable)");
     }
     if a.perftest {
-        let [spec] = specs[..] else {
-            anyhow::bail!("--perftest runs one size (no -a)");
-        };
         let gbits = a.report_gbits;
-        let print = |r: &PerfResult| {
-            if a.json {
-                println!("{}", serde_json::to_string(r).unwrap_or_default());
-            } else {
-                println!("{}", r.perftest_report(gbits));
+        // perftest's shape: the header once, a row per size.
+        let print = |rs: &[PerfResult]| {
+            for (k, r) in rs.iter().enumerate() {
+                if a.json {
+                    println!("{}", serde_json::to_string(r).unwrap_or_default());
+                } else {
+                    let text = r.perftest_report(gbits);
+                    let skip = usize::from(k > 0);
+                    for line in text.lines().skip(skip) {
+                        println!("{line}");
+                    }
+                }
             }
         };
         if a.ends.server {
@@ -136,18 +155,21 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
                 .bind
                 .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
             let port = a.ends.port;
+            let cm = a.cm;
             let r = perf::perftest::serve_perftest(
                 bind,
                 port,
-                &spec,
+                cm,
+                &specs,
                 secrets,
                 a.link.link,
                 gbits,
                 || {
-                    eprintln!("roce perf: waiting for a perftest client on TCP {bind}:{port}");
+                    let how = if cm { "RDMA-CM" } else { "TCP" };
+                    eprintln!("roce perf: waiting for a perftest client on {how} {bind}:{port}");
                 },
             )?;
-            if spec.test == PerfTest::Send || spec.lat {
+            if specs[0].test == PerfTest::Send || specs[0].lat {
                 eprintln!("roce perf: this server's figures:");
             } else {
                 eprintln!("roce perf: the client's figures:");
@@ -156,29 +178,50 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         let r = match &a.ends.client {
-            Some(host) => perf::perftest::run_perftest_client(
-                crate::args::resolve(host)?,
-                a.ends.bind,
-                &spec,
-                secrets,
-                a.link.link,
-                gbits,
-            )?,
+            Some(host) => {
+                let server = crate::args::resolve(host)?;
+                // RDMA-CM names this side's address in its REQs: the route's, unless given.
+                let bind = match (a.ends.bind, a.cm) {
+                    (None, true) => Some(crate::args::route_source(server.ip())?),
+                    (b, _) => b,
+                };
+                perf::perftest::run_perftest_client(
+                    server,
+                    bind,
+                    a.cm,
+                    &specs,
+                    secrets,
+                    a.link.link,
+                    gbits,
+                )?
+            }
             None => {
                 // One process: a perftest-speaking server thread and the client.
                 let (c, sv) = (a.ends.client_ip, a.ends.server_ip);
                 let port = a.ends.port;
                 let link = a.link.link;
+                let cm = a.cm;
+                let server_specs = specs.clone();
                 roce_driver::connect::one_process(
                     "perftest-server",
                     move |ready| {
-                        perf::perftest::serve_perftest(sv, port, &spec, secrets, link, gbits, ready)
+                        perf::perftest::serve_perftest(
+                            sv,
+                            port,
+                            cm,
+                            &server_specs,
+                            secrets,
+                            link,
+                            gbits,
+                            ready,
+                        )
                     },
                     || {
                         perf::perftest::run_perftest_client(
                             std::net::SocketAddr::new(sv, port),
                             Some(c),
-                            &spec,
+                            cm,
+                            &specs,
                             secrets,
                             link,
                             gbits,

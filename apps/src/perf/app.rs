@@ -56,6 +56,8 @@ pub struct PerfApp {
     /// WRITE ping-pong: the answering side measures too, and ends after its `iters`
     /// answers (perftest's `ib_write_lat`, where both sides print).
     answer_measures: bool,
+    /// Bytes of each receive posted (a sweep's largest size).
+    recv_len: u32,
 }
 
 /// The mark the `i`-th (from 0) WRITE of a latency ping-pong leaves in the target's last
@@ -73,10 +75,64 @@ impl PerfApp {
         spec: PerfSpec,
         client: bool,
         qps: &[LocalQp],
-        (src, dst): (MrHandle, MrHandle),
+        regions: (MrHandle, MrHandle),
         remote: RemoteAddr,
     ) -> Result<Self, AppError> {
-        let mut app = Self {
+        Self::with_recv_len(dev, spec, client, qps, regions, remote, spec.size as u32)
+    }
+
+    /// [`PerfApp::new`] with receives of `recv_len` bytes (at least the size): the first size
+    /// of a sweep posts receives for its largest, which later sizes take over
+    /// ([`PerfApp::next_size`]).
+    pub fn with_recv_len(
+        dev: &mut Device,
+        spec: PerfSpec,
+        client: bool,
+        qps: &[LocalQp],
+        (src, dst): (MrHandle, MrHandle),
+        remote: RemoteAddr,
+        recv_len: u32,
+    ) -> Result<Self, AppError> {
+        let mut app = Self::fresh(spec, client, qps, (src, dst), remote);
+        app.recv_len = recv_len.max(spec.size as u32);
+        if spec.test == PerfTest::Send && (!client || spec.lat) {
+            let n = recv_depth(&spec);
+            for i in 0..app.qps.len() {
+                for _ in 0..n {
+                    app.post_recv(dev, i)?;
+                }
+            }
+        }
+        Ok(app)
+    }
+
+    /// The next size of a sweep on the same QPs, regions and peers: measurements start over,
+    /// the receives this one left posted stay (each reposted as it completes, so their number
+    /// does not grow from size to size).
+    pub fn next_size(&self, spec: PerfSpec) -> Self {
+        let mut next = Self::fresh(spec, self.client, &[], (self.src, self.dst), self.remote);
+        next.qps = self
+            .qps
+            .iter()
+            .map(|q| PerfQp {
+                outstanding: 0,
+                ..*q
+            })
+            .collect();
+        next.recv_len = self.recv_len.max(spec.size as u32);
+        next.ud = self.ud.clone();
+        next.answer_measures = self.answer_measures;
+        next
+    }
+
+    fn fresh(
+        spec: PerfSpec,
+        client: bool,
+        qps: &[LocalQp],
+        (src, dst): (MrHandle, MrHandle),
+        remote: RemoteAddr,
+    ) -> Self {
+        Self {
             spec,
             client,
             qps: qps
@@ -112,16 +168,8 @@ impl PerfApp {
             error: None,
             ud: Vec::new(),
             answer_measures: false,
-        };
-        if spec.test == PerfTest::Send && (!client || spec.lat) {
-            let n = recv_depth(&spec);
-            for i in 0..app.qps.len() {
-                for _ in 0..n {
-                    app.post_recv(dev, i)?;
-                }
-            }
+            recv_len: spec.size as u32,
         }
-        Ok(app)
     }
 
     /// UD: where each QP sends (the peer's QP of the same index). Must be set before the first
@@ -130,9 +178,9 @@ impl PerfApp {
         self.ud = ahs;
     }
 
-    /// WRITE ping-pong: the answering side (`client = false`) also measures (half the time
-    /// between its answers) and is done after `iters` of them, as both sides of perftest's
-    /// `ib_write_lat` are.
+    /// Ping-pong (WRITE or SEND): the answering side (`client = false`) also measures (half
+    /// the time between its answers) and is done after `iters` of them, as both sides of
+    /// perftest's `ib_write_lat` and `ib_send_lat` are.
     pub fn set_answer_measures(&mut self) {
         self.answer_measures = true;
     }
@@ -152,7 +200,7 @@ impl PerfApp {
         let sge = dev
             .mr(self.dst)
             .ok_or_else(|| AppError::Failed("region gone".into()))?
-            .sge(0, self.spec.size as u32 + grh);
+            .sge(0, self.recv_len + grh);
         dev.post_recv(
             self.qps[i].qpn,
             RecvRequest {
@@ -388,7 +436,13 @@ impl PerfApp {
     /// What the client measured.
     pub fn result(&mut self) -> PerfResult {
         if self.spec.lat {
-            return PerfResult::lat(&self.spec, &mut self.samples);
+            let mut r = PerfResult::lat(&self.spec, &mut self.samples);
+            if self.answer_measures && !self.client && !self.samples.is_empty() {
+                // The answering side times the gaps between its answers: one fewer than the
+                // ping-pongs it ran, which is what it reports (as perftest does).
+                r.iterations = self.iter;
+            }
+            return r;
         }
         let secs = match (self.start, self.last) {
             (Some(s), Some(l)) => l.duration_since(s).as_secs_f64(),

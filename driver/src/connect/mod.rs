@@ -12,8 +12,9 @@
 //!
 //! Exchanges (one module each): [`pingpong`], the verbs examples' `LID:QPN:PSN:GID` text
 //! records over TCP (`ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`,
-//! `ibv_srq_pingpong`); [`rdma_cm`], the IB CM on QP1 inside the endpoint's loop. perftest's
-//! TCP exchange (`roce_apps::perf::perftest`) builds on [`Side`] too.
+//! `ibv_srq_pingpong`); [`rdma_cm`], the IB CM on QP1 inside the endpoint's loop; [`perftest`],
+//! perftest's lock-step messages over TCP or over an RDMA-CM connection of their own (`-R`),
+//! and its data QPs connected through RDMA-CM.
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use roce_proto::{Ecn, Psn, QKey, Qpn};
@@ -25,6 +26,7 @@ use crate::impair::Impairment;
 use crate::qps::LocalQp;
 use crate::{bind_endpoint, DriverError, Endpoint, LinkChoice};
 
+pub mod perftest;
 pub mod pingpong;
 pub mod rdma_cm;
 
@@ -68,8 +70,11 @@ pub struct Side {
     pub srq: Option<SrqHandle>,
     /// The first PSN each QP sends.
     pub psns: Vec<Psn>,
-    /// UD: the address handle of each QP's peer, once connected.
+    /// UD: the address handle of each UD QP's peer, once connected, in the order of the UD
+    /// QPs ([`Side::address_handles`] pairs them with their QPs' indices).
     pub ahs: Vec<AddressHandle>,
+    /// Each QP's transport (all `req.transport` but for [`Side::mixed`]).
+    kinds: Vec<Transport>,
     req: QpRequest,
 }
 
@@ -87,12 +92,50 @@ impl Side {
     /// endpoint at `local` (UDP 4791) on `link`. `psns` are the QPs' first PSNs (the OS
     /// CSPRNG's, from [`crate::Secrets::start_psns`]).
     pub fn new(
-        mut dev: Device,
+        dev: Device,
         req: QpRequest,
         psns: Vec<Psn>,
         local: SocketAddr,
         link: LinkChoice,
     ) -> Result<Self, DriverError> {
+        Self::impaired(dev, req, psns, local, link, Impairment::default())
+    }
+
+    /// [`Side::new`] with the link impaired as `impairment` says (loss, reordering, ECN
+    /// marks: `roce loopback`'s test knobs).
+    pub fn impaired(
+        dev: Device,
+        req: QpRequest,
+        psns: Vec<Psn>,
+        local: SocketAddr,
+        link: LinkChoice,
+        impairment: Impairment,
+    ) -> Result<Self, DriverError> {
+        let kinds = vec![req.transport; req.count as usize];
+        Self::mixed(dev, req, &kinds, psns, local, link, impairment)
+    }
+
+    /// [`Side::impaired`] with QP `i` of transport `kinds[i]` (`req.transport` is then the
+    /// first QP's; one QP per entry, `req.count` is ignored): a workload that mixes RC, UC and
+    /// UD QPs on one connection.
+    pub fn mixed(
+        mut dev: Device,
+        mut req: QpRequest,
+        kinds: &[Transport],
+        psns: Vec<Psn>,
+        local: SocketAddr,
+        link: LinkChoice,
+        impairment: Impairment,
+    ) -> Result<Self, DriverError> {
+        req.count = kinds.len() as u32;
+        if let Some(&k) = kinds.first() {
+            req.transport = k;
+        }
+        if req.srq.is_some() && kinds.iter().any(|k| *k != Transport::Rc) {
+            return Err(DriverError::Config(
+                "a shared receive queue is for RC QPs".into(),
+            ));
+        }
         if psns.len() != req.count as usize {
             return Err(DriverError::Config(format!(
                 "{} start PSNs for {} QPs",
@@ -113,9 +156,9 @@ impl Side {
         };
         let init = req.params.init_attr();
         let mut qps = Vec::with_capacity(req.count as usize);
-        for _ in 0..req.count {
+        for &kind in kinds {
             let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
-            let qpn = match (req.transport, srq) {
+            let qpn = match (kind, srq) {
                 (Transport::Ud(qkey), _) => dev
                     .create_ud_qp(
                         pd,
@@ -136,7 +179,7 @@ impl Side {
                     dev.create_qp(pd, send_cq, recv_cq, req.caps).map_err(set)?
                 }
             };
-            if !matches!(req.transport, Transport::Ud(_)) {
+            if !matches!(kind, Transport::Ud(_)) {
                 dev.modify_qp(qpn, &init)
                     .map_err(|e| DriverError::Setup(format!("QP {qpn} to INIT: {e}")))?;
             }
@@ -146,13 +189,7 @@ impl Side {
                 recv_cq,
             });
         }
-        let ep = bind_endpoint(
-            dev,
-            local,
-            roce_proto::ROCEV2_UDP_PORT,
-            Impairment::default(),
-            link,
-        )?;
+        let ep = bind_endpoint(dev, local, roce_proto::ROCEV2_UDP_PORT, impairment, link)?;
         Ok(Self {
             ep,
             pd,
@@ -160,7 +197,25 @@ impl Side {
             srq,
             psns,
             ahs: Vec::new(),
+            kinds: kinds.to_vec(),
             req,
+        })
+    }
+
+    /// One more RC QP on this side's device and in its PD, in INIT, outside [`Side::qps`]: an
+    /// exchange's own channel (perftest's rdma_cm "comm" QP).
+    pub fn extra_rc_qp(&mut self, caps: QpCaps) -> Result<LocalQp, DriverError> {
+        let dev = &mut self.ep.dev;
+        let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
+        let qpn = dev
+            .create_qp(self.pd, send_cq, recv_cq, caps)
+            .map_err(|e| DriverError::Setup(e.to_string()))?;
+        dev.modify_qp(qpn, &ConnectParams::default().init_attr())
+            .map_err(|e| DriverError::Setup(format!("QP {qpn} to INIT: {e}")))?;
+        Ok(LocalQp {
+            qpn,
+            send_cq,
+            recv_cq,
         })
     }
 
@@ -175,9 +230,38 @@ impl Side {
         &mut self.req
     }
 
+    /// Each UD QP's index among the QPs and its peer's address handle (after
+    /// [`Side::connect`]).
+    pub fn address_handles(&self) -> Vec<(usize, AddressHandle)> {
+        let ud = self
+            .kinds
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| matches!(k, Transport::Ud(_)))
+            .map(|(i, _)| i);
+        ud.zip(self.ahs.iter().copied()).collect()
+    }
+
+    /// The QPs' numbers and first PSNs, as an exchange announces them.
+    pub fn infos(&self) -> Vec<crate::qps::QpInfo> {
+        crate::qps::qp_infos(&self.qps, &self.psns)
+    }
+
     /// Takes QP `i` to the peer's QP `peers[i]` (its QPN and first PSN) at `remote` (its UDP
     /// port 4791): RTR and RTS for RC/UC, an address handle for UD.
     pub fn connect(&mut self, peers: &[(Qpn, Psn)], remote: IpAddr) -> Result<(), DriverError> {
+        self.connect_to(peers, SocketAddr::new(remote, roce_proto::ROCEV2_UDP_PORT))
+    }
+
+    /// [`Side::connect`] to a peer whose RoCE socket is on another UDP port than 4791 (two
+    /// ends of one host on one address, as `roce loopback` over `::1`).
+    pub fn connect_to(
+        &mut self,
+        peers: &[(Qpn, Psn)],
+        remote: SocketAddr,
+    ) -> Result<(), DriverError> {
+        self.ep.set_peer_port(remote.port());
+        let (remote, remote_port) = (remote.ip(), remote.port());
         if peers.len() != self.qps.len() {
             return Err(DriverError::Peer(format!(
                 "the peer announced {} QPs, this end has {}",
@@ -187,12 +271,14 @@ impl Side {
         }
         let local = self.ep.local_addr();
         self.ahs.clear();
-        for ((q, &(dest, rq_psn)), &sq_psn) in self.qps.iter().zip(peers).zip(&self.psns) {
-            if let Transport::Ud(qkey) = self.req.transport {
+        for (((q, &(dest, rq_psn)), &sq_psn), kind) in
+            self.qps.iter().zip(peers).zip(&self.psns).zip(&self.kinds)
+        {
+            if let Transport::Ud(qkey) = *kind {
                 self.ahs.push(AddressHandle {
                     local: local.ip(),
                     remote,
-                    remote_port: roce_proto::ROCEV2_UDP_PORT,
+                    remote_port,
                     dest_qpn: dest,
                     qkey,
                 });
@@ -209,7 +295,7 @@ impl Side {
                     src_port: sport,
                     remote_src_port: sport,
                     local_port: local.port(),
-                    remote_port: roce_proto::ROCEV2_UDP_PORT,
+                    remote_port,
                     ecn: Ecn::Ect0,
                     verify_icrc: true,
                 },
@@ -221,6 +307,21 @@ impl Side {
                 .map_err(|e| DriverError::Setup(format!("modify QP {}: {e}", q.qpn)))?;
         }
         Ok(())
+    }
+}
+
+impl Side {
+    /// Congestion control `cc` on every QP, clamped to `line_rate_bps` (after
+    /// [`Side::connect`]; nothing for `CcConfig::None`).
+    pub fn set_congestion_control(&mut self, cc: roce_stack::CcConfig, line_rate_bps: u64) {
+        if matches!(cc, roce_stack::CcConfig::None) {
+            return;
+        }
+        for q in &self.qps {
+            self.ep
+                .dev
+                .set_congestion_control(q.qpn, cc.build(line_rate_bps));
+        }
     }
 }
 
@@ -278,6 +379,23 @@ pub fn one_process<C, S: Send + 'static>(
     serve: impl FnOnce(Box<dyn FnOnce() + Send>) -> Result<S, DriverError> + Send + 'static,
     client: impl FnOnce() -> Result<C, DriverError>,
 ) -> Result<(C, S), DriverError> {
+    match one_process_both(name, serve, client)? {
+        (Ok(c), Some(s)) => Ok((c, s?)),
+        (Err(e), _) => Err(e),
+        (Ok(_), None) => unreachable!("the server is waited for when the client succeeds"),
+    }
+}
+
+/// [`one_process`], both ends' results as they are (a client that reports what the server's
+/// failure did to it). When the client fails the server is not waited for (it may wait for a
+/// client that will not come; the process ends with the client): `None`. The outer error: the
+/// server never said it listens (within 10 s) or its thread could not start or panicked.
+#[allow(clippy::type_complexity)]
+pub fn one_process_both<C, S: Send + 'static>(
+    name: &str,
+    serve: impl FnOnce(Box<dyn FnOnce() + Send>) -> Result<S, DriverError> + Send + 'static,
+    client: impl FnOnce() -> Result<C, DriverError>,
+) -> Result<(Result<C, DriverError>, Option<Result<S, DriverError>>), DriverError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let server = std::thread::Builder::new()
         .name(name.into())
@@ -294,10 +412,13 @@ pub fn one_process<C, S: Send + 'static>(
         };
     }
     let c = client();
+    if c.is_err() {
+        return Ok((c, None));
+    }
     let s = server
         .join()
         .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
-    Ok((c?, s?))
+    Ok((c, Some(s)))
 }
 
 /// The RoCEv2 GID of an address: IPv4-mapped for IPv4 (IBTA Vol 1 Annex A17.4.5.1).
