@@ -214,16 +214,14 @@ pub fn in_one_process<T, S: Send + 'static>(
         accept_timeout: Some(Duration::from_secs(10)),
     })?;
     let control = listener.local_addr();
-    let thread = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || serve(listener))
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
-    let r = client(control);
-    let served = thread
-        .join()
-        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
-    match (r, served) {
-        (Ok(r), Ok(_)) => Ok(r),
-        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-    }
+    // Listening already: the server is ready the moment its thread starts.
+    let (c, _) = connect::one_process(
+        name,
+        move |ready| {
+            ready();
+            serve(listener)
+        },
+        || client(control),
+    )?;
+    Ok(c)
 }

@@ -18,17 +18,16 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::{QpRequest, Side, Transport};
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::impair::Impairment;
-use roce_driver::qps::{
-    check_protocol, connect_qps, qp_infos, LocalQp, QpInfo, RemoteBuffer, Wiring,
-};
+use roce_driver::qps::{check_protocol, LocalQp, QpInfo, RemoteBuffer};
 use roce_driver::{
-    bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, Application, ClientConfig,
-    DriverError, Link, LinkChoice, Listener, Secrets,
+    client_roce_port, in_one_process, runtime, Accepted, Application, ClientConfig, DriverError,
+    Link, LinkChoice, Listener, Secrets,
 };
 use roce_proto::{Qpn, ROCEV2_UDP_PORT};
-use roce_stack::{Access, CcConfig, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
+use roce_stack::{Access, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
 use serde::{Deserialize, Serialize};
 
 use super::{AllocKind, KvError, KvReceiver, KvSender, KvSpec, ModelShape, PlanKind, PlanSpec};
@@ -175,17 +174,6 @@ impl KvConfig {
         v.extend(self.plans.iter().cloned());
         v
     }
-
-    /// How this end's QPs reach the peer's.
-    fn wiring(&self, local: SocketAddr, remote: SocketAddr) -> Wiring {
-        Wiring {
-            local,
-            remote,
-            params: self.transport,
-            cc: CcConfig::None,
-            line_rate_bps: 100_000_000_000,
-        }
-    }
 }
 
 /// One plan's row of the report.
@@ -330,6 +318,40 @@ pub(crate) fn create_kv_qps(
     roce_driver::qps::create_qps(dev, pd, n, caps, Access::REMOTE_WRITE)
 }
 
+/// A kv end's [`Side`]: `n` RC QPs as [`create_kv_qps`] sizes them, with `transport`'s
+/// attributes, bound on `local` with `impairment` (first QPN, keys and PSNs from `secrets`,
+/// `salt`: which end).
+fn kv_side(
+    secrets: &Secrets,
+    salt: u64,
+    n: u32,
+    transport: ConnectParams,
+    local: SocketAddr,
+    link: LinkChoice,
+    impairment: Impairment,
+) -> Result<Side, DriverError> {
+    let window = IN_FLIGHT / (u64::from(n.max(1)) * u64::from(transport.mtu.max(256)));
+    let req = QpRequest {
+        transport: Transport::Rc,
+        count: n,
+        caps: QpCaps {
+            max_unacked_psns: window.clamp(32, 256) as u32,
+            ..QpCaps::default()
+        },
+        srq: None,
+        params: ConnectParams {
+            access: Access::REMOTE_WRITE,
+            ..transport
+        },
+    };
+    let psns = secrets.start_psns(n, salt)?;
+    Side::impaired(secrets.device(salt)?, req, psns, local, link, impairment)
+}
+
+fn peers(infos: &[QpInfo]) -> Vec<(Qpn, roce_proto::Psn)> {
+    infos.iter().map(|q| (q.qpn, q.psn)).collect()
+}
+
 /// What the decode side saw, once its client finished.
 #[derive(Debug, Clone, Default)]
 pub struct KvServerOutcome {
@@ -465,37 +487,33 @@ async fn serve_kv_client(
     };
     check_protocol("kv", protocol, KV_PROTOCOL)?;
     check_hello(&spec, &plans, &transport, max_pool, qps.len()).map_err(DriverError::Peer)?;
-    let cfg = KvConfig {
-        spec,
-        plans: plans.clone(),
-        transport,
-        impairment,
-        ..KvConfig::default()
-    };
     let local = SocketAddr::new(a.local_ip, a.roce_port);
-    let mut dev = secrets.device(0xdec0)?;
-    let pd = dev.alloc_pd();
-    let mine = create_kv_qps(&mut dev, pd, spec.qps, transport.mtu)?;
-    let psns = secrets.start_psns(spec.qps, 0xdec0)?;
+    let mut side = kv_side(
+        &secrets, 0xdec0, spec.qps, transport, local, link, impairment,
+    )?;
     // The pool: registered once, for every plan.
-    let pool = dev.reg_mr(
-        pd,
+    let pool = side.ep.dev.reg_mr(
+        side.pd,
         spec.pool_bytes as usize,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     );
-    let pool_buffer = dev
+    let pool_buffer = side
+        .ep
+        .dev
         .mr(pool)
         .map(RemoteBuffer::of)
         .ok_or_else(|| DriverError::Setup("pool region vanished".into()))?;
     let remote = SocketAddr::new(a.peer.ip(), client_port);
-    connect_qps(&mut dev, &mine, &qps, &psns, &cfg.wiring(local, remote))?;
-    let mut ep = bind_endpoint(dev, local, client_port, impairment, link)?;
+    side.connect_to(&peers(&qps), remote)?;
     ctl.send(&KvMsg::Welcome {
-        qps: qp_infos(&mine, &psns),
+        qps: side.infos(),
         roce_port: local.port(),
         pool: pool_buffer,
     })
     .await?;
+    let Side {
+        mut ep, qps: mine, ..
+    } = side;
     let recv: Vec<(Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
     let mut out = KvServerOutcome::default();
     for (i, plan) in plans.iter().enumerate() {
@@ -537,18 +555,27 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
     let spec = cfg.spec;
     let plans = cfg.all_plans();
 
-    let mut dev = cfg.secrets.device(0x9ef1)?;
-    let pd = dev.alloc_pd();
-    let mine = create_kv_qps(&mut dev, pd, spec.qps, cfg.transport.mtu)?;
-    let psns = cfg.secrets.start_psns(spec.qps, 0x9ef1)?;
+    let local = SocketAddr::new(local_ip, client.roce_port);
+    let mut side = kv_side(
+        &cfg.secrets,
+        0x9ef1,
+        spec.qps,
+        cfg.transport,
+        local,
+        cfg.link,
+        cfg.impairment,
+    )?;
     let src_len = plans.iter().map(|p| spec.source_len(p)).max().unwrap_or(0);
-    let src = dev.reg_mr(pd, src_len as usize, Access::LOCAL_WRITE);
+    let src = side
+        .ep
+        .dev
+        .reg_mr(side.pd, src_len as usize, Access::LOCAL_WRITE);
     ctl.send(&KvMsg::Hello {
         protocol: KV_PROTOCOL,
         spec,
         transport: cfg.transport,
         roce_port: client.roce_port,
-        qps: qp_infos(&mine, &psns),
+        qps: side.infos(),
         plans: plans.clone(),
     })
     .await?;
@@ -560,15 +587,16 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
     else {
         return Err(DriverError::Peer("expected a kv welcome".into()));
     };
-    if qps.len() != mine.len() || pool.len < spec.pool_bytes {
+    if qps.len() != side.qps.len() || pool.len < spec.pool_bytes {
         return Err(DriverError::Peer(
             "welcome lists the wrong number of QPs or a short pool".into(),
         ));
     }
-    let local = SocketAddr::new(local_ip, client.roce_port);
     let remote = SocketAddr::new(client.server.ip(), roce_port);
-    connect_qps(&mut dev, &mine, &qps, &psns, &cfg.wiring(local, remote))?;
-    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment, cfg.link)?;
+    side.connect_to(&peers(&qps), remote)?;
+    let Side {
+        mut ep, qps: mine, ..
+    } = side;
     let send: Vec<(Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
     let mut rows = Vec::new();
     let mut errors = Vec::new();

@@ -568,29 +568,12 @@ pub fn loopback_cm(
         ));
     }
     let port = 18515;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let server = std::thread::Builder::new()
-        .name("roce-perf-cm-server".into())
-        .spawn(move || {
-            serve_cm(server_ip, port, secrets, link, move || {
-                let _ = tx.send(());
-            })
-        })
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
-    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
-        return match server.join() {
-            Ok(Err(e)) => Err(e),
-            _ => Err(DriverError::Setup("the perf server did not start".into())),
-        };
-    }
-    // On an error the server may wait for a run that never comes: it is left (the process
-    // exits).
-    run_client_cm(client_ip, server_ip, port, specs, secrets, link, out)?;
-    match server.join() {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(DriverError::Setup("the perf server thread panicked".into())),
-    }
+    roce_driver::connect::one_process(
+        "roce-perf-cm-server",
+        move |ready| serve_cm(server_ip, port, secrets, link, ready),
+        || run_client_cm(client_ip, server_ip, port, specs, secrets, link, out),
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,18 +4,15 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::{QpRequest, Side, Transport};
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
-use roce_driver::impair::Impairment;
-use roce_driver::qps::{
-    check_protocol, connect_qps, create_qps, qp_infos, LocalQp, QpInfo, RemoteBuffer, Wiring,
-    ALL_REMOTE,
-};
+use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
-    bind_endpoint, client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError,
-    LinkChoice, Listener, Secrets,
+    client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError, LinkChoice,
+    Listener, Secrets,
 };
-use roce_proto::ROCEV2_UDP_PORT;
-use roce_stack::{Access, CcConfig, ConnectParams, Device, MrHandle};
+use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
+use roce_stack::{Access, ConnectParams, MrHandle};
 use serde::{Deserialize, Serialize};
 
 use super::app::{perf_caps, spin, PerfApp};
@@ -60,99 +57,61 @@ pub(crate) enum PerfMsg {
 /// How long a perf end waits with work pending and nothing received.
 const SILENCE: Duration = Duration::from_secs(5);
 
-/// A perf end's device, its QPs (in INIT) and its two regions: the source of what this end
-/// sends, and the target of what the peer does.
-type PerfDevice = (Device, Vec<LocalQp>, (MrHandle, MrHandle));
+/// What a perf end asks of the connection layer: `spec`'s QPs (RC, UC, or UD with perftest's
+/// Q_Key), its MTU and `--outs` READs/atomics each way.
+fn perf_request(spec: &PerfSpec) -> QpRequest {
+    let transport = if spec.ud {
+        Transport::Ud(UD_QKEY)
+    } else if spec.uc {
+        Transport::Uc
+    } else {
+        Transport::Rc
+    };
+    QpRequest {
+        transport,
+        count: spec.nqps(),
+        caps: perf_caps(spec),
+        srq: None,
+        params: ConnectParams {
+            mtu: spec.mtu,
+            access: ALL_REMOTE,
+            max_rd_atomic: spec.outs,
+            max_dest_rd_atomic: spec.outs,
+            ..ConnectParams::default()
+        },
+    }
+}
 
-/// The [`PerfDevice`] of `spec`, its first QPN and keys from `secrets` (`salt`: which end).
-fn perf_device(spec: &PerfSpec, secrets: Secrets, salt: u64) -> Result<PerfDevice, DriverError> {
-    let mut dev = secrets.device(salt)?;
-    let pd = dev.alloc_pd();
+/// A perf end: the [`Side`] of `spec` on `local` (first QPN, keys and PSNs from `secrets`,
+/// `salt`: which end), and its two regions: the source of what this end sends, and the
+/// target of what the peer does.
+fn perf_side(
+    spec: &PerfSpec,
+    secrets: Secrets,
+    salt: u64,
+    local: SocketAddr,
+    link: LinkChoice,
+) -> Result<(Side, (MrHandle, MrHandle)), DriverError> {
+    let psns = secrets.start_psns(spec.nqps(), salt)?;
+    let mut side = Side::new(secrets.device(salt)?, perf_request(spec), psns, local, link)?;
+    let dev = &mut side.ep.dev;
     // A UD receive buffer also holds the 40-byte GRH area.
     let len = (spec.msg_size() as usize).max(8) + 40;
-    let src = dev.reg_mr(pd, len, Access::LOCAL_WRITE);
+    let src = dev.reg_mr(side.pd, len, Access::LOCAL_WRITE);
     let dst = dev.reg_mr(
-        pd,
+        side.pd,
         len,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     );
-    let qps = if spec.ud {
-        (0..spec.nqps())
-            .map(|_| {
-                let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
-                let caps = perf_caps(spec);
-                let qpn = dev
-                    .create_ud_qp(pd, send_cq, recv_cq, UD_QKEY, spec.mtu, caps.max_send_wr)
-                    .map_err(|e| DriverError::Setup(e.to_string()))?;
-                Ok(LocalQp {
-                    qpn,
-                    send_cq,
-                    recv_cq,
-                })
-            })
-            .collect::<Result<Vec<_>, DriverError>>()?
-    } else if spec.uc {
-        let init = ConnectParams {
-            access: ALL_REMOTE,
-            ..ConnectParams::default()
-        }
-        .init_attr();
-        (0..spec.nqps())
-            .map(|_| {
-                let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
-                let qpn = dev
-                    .create_uc_qp(pd, send_cq, recv_cq, perf_caps(spec))
-                    .map_err(|e| DriverError::Setup(e.to_string()))?;
-                dev.modify_qp(qpn, &init)
-                    .map_err(|e| DriverError::Setup(e.to_string()))?;
-                Ok(LocalQp {
-                    qpn,
-                    send_cq,
-                    recv_cq,
-                })
-            })
-            .collect::<Result<Vec<_>, DriverError>>()?
-    } else {
-        create_qps(&mut dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)?
-    };
-    Ok((dev, qps, (src, dst)))
+    Ok((side, (src, dst)))
 }
 
 /// The Q_Key of perf's UD QPs (perftest's `DEF_QKEY`).
 const UD_QKEY: roce_proto::QKey = roce_proto::QKey(0x1111_1111);
 
-/// UD: each QP sends to the peer's QP of the same index.
-fn ud_peers(
-    local: SocketAddr,
-    remote: SocketAddr,
-    peers: &[QpInfo],
-) -> Vec<roce_stack::ud::AddressHandle> {
-    peers
-        .iter()
-        .map(|p| roce_stack::ud::AddressHandle {
-            local: local.ip(),
-            remote: remote.ip(),
-            remote_port: remote.port(),
-            dest_qpn: p.qpn,
-            qkey: UD_QKEY,
-        })
-        .collect()
-}
-
-/// The connection of a perf run: the spec's MTU, `--outs` READs/atomics each way.
-fn wiring(spec: &PerfSpec, local: SocketAddr, remote: SocketAddr) -> Wiring {
-    Wiring {
-        local,
-        remote,
-        params: ConnectParams {
-            mtu: spec.mtu,
-            max_rd_atomic: spec.outs,
-            max_dest_rd_atomic: spec.outs,
-            ..ConnectParams::default()
-        },
-        cc: CcConfig::None,
-        line_rate_bps: 100_000_000_000,
-    }
+/// The peer's QPs as [`Side::connect_to`] takes them.
+fn peers(infos: &[QpInfo]) -> Vec<(Qpn, Psn)> {
+    infos.iter().map(|q| (q.qpn, q.psn)).collect()
 }
 
 /// Connects to a perf server and runs every spec in turn (each followed by its UDP baseline
@@ -200,14 +159,13 @@ async fn run_one(
     if spec.test == PerfTest::Udp {
         return udp_client(ctl, spec, local, peer_ip).await;
     }
-    let (mut dev, qps, mrs) = perf_device(spec, secrets, 0xc11e)?;
-    let psns = secrets.start_psns(spec.nqps(), 0xc11e)?;
-    let target = dev.mr(mrs.1).map(RemoteBuffer::of);
+    let (mut side, mrs) = perf_side(spec, secrets, 0xc11e, local, link)?;
+    let target = side.ep.dev.mr(mrs.1).map(RemoteBuffer::of);
     ctl.send(&PerfMsg::Hello {
         protocol: PROTOCOL,
         spec: *spec,
         roce_port: local.port(),
-        qps: qp_infos(&qps, &psns),
+        qps: side.infos(),
         buffers: target.into_iter().collect(),
     })
     .await?;
@@ -219,27 +177,20 @@ async fn run_one(
     else {
         return Err(DriverError::Peer("expected a welcome".into()));
     };
-    let (Some(b), true) = (buffers.first(), peer_qps.len() == qps.len()) else {
+    let (Some(b), true) = (buffers.first(), peer_qps.len() == side.qps.len()) else {
         return Err(DriverError::Peer(
             "welcome lists the wrong number of QPs".into(),
         ));
     };
-    let remote_addr = SocketAddr::new(peer_ip, roce_port);
-    if !spec.ud {
-        connect_qps(
-            &mut dev,
-            &qps,
-            &peer_qps,
-            &psns,
-            &wiring(spec, local, remote_addr),
-        )?;
-    }
-    let mut app = PerfApp::new(&mut dev, *spec, true, &qps, mrs, b.at(0))
+    side.connect_to(&peers(&peer_qps), SocketAddr::new(peer_ip, roce_port))?;
+    let Side {
+        mut ep, qps, ahs, ..
+    } = side;
+    let mut app = PerfApp::new(&mut ep.dev, *spec, true, &qps, mrs, b.at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
     if spec.ud {
-        app.set_ud_peers(ud_peers(local, remote_addr, &peer_qps));
+        app.set_ud_peers(ahs);
     }
-    let mut ep = bind_endpoint(dev, local, roce_port, Impairment::default(), link)?;
     ep.set_busy_poll(spin(spec));
     ctl.ready().await?;
     let stop = ctl.peer_interrupts("server");
@@ -319,27 +270,21 @@ async fn serve_one(
     if peer_qps.len() != spec.nqps() as usize || blocks.len() != 1 {
         return Err(DriverError::Peer("QP count differs from the spec".into()));
     }
-    let (mut dev, qps, mrs) = perf_device(spec, secrets, 0x5e7e)?;
-    let psns = secrets.start_psns(spec.nqps(), 0x5e7e)?;
-    if !spec.ud {
-        connect_qps(
-            &mut dev,
-            &qps,
-            peer_qps,
-            &psns,
-            &wiring(spec, local, remote),
-        )?;
-    }
-    let mut app = PerfApp::new(&mut dev, *spec, false, &qps, mrs, blocks[0].at(0))
+    let (mut side, mrs) = perf_side(spec, secrets, 0x5e7e, local, link)?;
+    side.connect_to(&peers(peer_qps), remote)?;
+    let infos = side.infos();
+    let Side {
+        mut ep, qps, ahs, ..
+    } = side;
+    let mut app = PerfApp::new(&mut ep.dev, *spec, false, &qps, mrs, blocks[0].at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
     if spec.ud {
-        app.set_ud_peers(ud_peers(local, remote, peer_qps));
+        app.set_ud_peers(ahs);
     }
-    let mut ep = bind_endpoint(dev, local, remote.port(), Impairment::default(), link)?;
     ep.set_busy_poll(spin(spec));
     let target = ep.dev.mr(mrs.1).map(RemoteBuffer::of);
     ctl.send(&PerfMsg::Welcome {
-        qps: qp_infos(&qps, &psns),
+        qps: infos,
         buffers: target.into_iter().collect(),
         roce_port: local.port(),
     })

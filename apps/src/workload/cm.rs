@@ -823,10 +823,9 @@ pub fn loopback_cm(
     };
     let (secrets, link) = (cfg.secrets, cfg.link);
     let port = 18515;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let server = std::thread::Builder::new()
-        .name("roce-cm-server".into())
-        .spawn(move || {
+    let (report, served) = roce_driver::connect::one_process_both(
+        "roce-cm-server",
+        move |ready| {
             serve_cm(
                 server_ip,
                 port,
@@ -834,31 +833,19 @@ pub fn loopback_cm(
                 secrets,
                 link,
                 None,
-                move || {
-                    let _ = tx.send(());
-                },
+                ready,
             )
-        })
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
-    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
-        return match server.join() {
-            Ok(Err(e)) => Err(e),
-            _ => Err(DriverError::Setup("the server did not start".into())),
-        };
-    }
-    let report = run_client_cm(client_ip, server_ip, port, cfg, tap);
-    match server.join() {
-        Ok(Ok(_)) => report,
-        Ok(Err(e)) => match report {
-            Ok(mut r) => {
-                r.errors.push(format!("server: {e}"));
-                r.ok = false;
-                Ok(r)
-            }
-            Err(c) => Err(c),
         },
-        Err(_) => Err(DriverError::Setup("the server thread panicked".into())),
+        || run_client_cm(client_ip, server_ip, port, cfg, tap),
+    )?;
+    // The client's failure is the story; a server failure after a finished client is
+    // part of its report.
+    let mut r = report?;
+    if let Some(Err(e)) = served {
+        r.errors.push(format!("server: {e}"));
+        r.ok = false;
     }
+    Ok(r)
 }
 
 #[cfg(test)]

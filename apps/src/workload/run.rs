@@ -9,21 +9,18 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::{QpRequest, Side as ConnSide, Transport as Kind};
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::endpoint::{Endpoint, LoopStats, Tap};
 use roce_driver::impair::{ImpairStats, Impairment};
-use roce_driver::qps::{
-    check_protocol, connect_qps, create_qps, qp_infos, LocalQp, QpInfo, RemoteBuffer, Wiring,
-    ALL_REMOTE,
-};
+use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
 use roce_driver::Application;
 use roce_driver::{
-    bind_endpoint, in_one_process, loopback_addrs, runtime, Accepted, ClientConfig, DriverError,
-    Link, LinkChoice, Listener, Secrets,
+    in_one_process, loopback_addrs, runtime, Accepted, ClientConfig, DriverError, Link, LinkChoice,
+    Listener, Secrets,
 };
 use roce_proto::ROCEV2_UDP_PORT;
-use roce_stack::ud::AddressHandle;
-use roce_stack::{CcConfig, ConnectParams, CqHandle, Device, PdHandle, QpCaps, QpStats};
+use roce_stack::{CcConfig, ConnectParams, CqHandle, QpCaps, QpStats};
 use serde::{Deserialize, Serialize};
 
 use super::responder::Delivery;
@@ -162,106 +159,55 @@ impl Side {
     }
 }
 
-/// This end's QPs for `spec`, each with its own CQs: QP `q` of transport
-/// `spec.transport_of(q)`; RC and UC in INIT (to be connected), UD ready to send.
-pub(crate) fn create_workload_qps(
-    dev: &mut Device,
-    pd: PdHandle,
-    spec: &WorkloadSpec,
-    mtu: u32,
-    qkey: roce_proto::QKey,
-) -> Result<Vec<LocalQp>, DriverError> {
-    if !spec.any_lossy() {
-        return create_qps(dev, pd, spec.qps, QpCaps::default(), ALL_REMOTE);
-    }
-    let caps = QpCaps::default();
-    let init = ConnectParams {
-        access: ALL_REMOTE,
-        ..ConnectParams::default()
-    }
-    .init_attr();
-    let setup = |e: String| DriverError::Setup(e);
-    (0..spec.qps)
-        .map(|q| {
-            let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
-            let qpn = match spec.transport_of(q) {
-                Transport::Rc => dev.create_qp(pd, send_cq, recv_cq, caps),
-                Transport::Uc => dev.create_uc_qp(pd, send_cq, recv_cq, caps),
-                Transport::Ud => dev.create_ud_qp(
-                    pd,
-                    send_cq,
-                    recv_cq,
-                    qkey,
-                    mtu,
-                    caps.max_send_wr.max(caps.max_recv_wr),
-                ),
-            }
-            .map_err(|e| setup(e.to_string()))?;
-            if spec.transport_of(q) != Transport::Ud {
-                dev.modify_qp(qpn, &init)
-                    .map_err(|e| setup(e.to_string()))?;
-            }
-            Ok(LocalQp {
-                qpn,
-                send_cq,
-                recv_cq,
-            })
+/// What a workload end asks of the connection layer: QP `q` of transport
+/// `spec.transport_of(q)` (UD with `qkey`), `cfg`'s attributes, every remote access.
+fn workload_request(cfg: &RunConfig, qkey: roce_proto::QKey) -> (QpRequest, Vec<Kind>) {
+    let kinds: Vec<Kind> = (0..cfg.spec.qps)
+        .map(|q| match cfg.spec.transport_of(q) {
+            Transport::Rc => Kind::Rc,
+            Transport::Uc => Kind::Uc,
+            Transport::Ud => Kind::Ud(qkey),
         })
-        .collect()
+        .collect();
+    let req = QpRequest {
+        transport: Kind::Rc,
+        count: cfg.spec.qps,
+        caps: QpCaps::default(),
+        srq: None,
+        params: ConnectParams {
+            access: ALL_REMOTE,
+            ..cfg.transport
+        },
+    };
+    (req, kinds)
 }
 
-/// Connects this end's RC and UC QPs to the peer's of the same index ([`connect_qps`]); a UD
-/// QP needs no connection, its address handles come from [`address_handles`].
-pub(crate) fn connect_workload_qps(
-    dev: &mut Device,
-    spec: &WorkloadSpec,
-    mine: &[LocalQp],
-    peers: &[QpInfo],
-    psns: &[roce_proto::Psn],
-    w: &Wiring,
-) -> Result<(), DriverError> {
-    if peers.len() != mine.len() || psns.len() != mine.len() {
-        return connect_qps(dev, mine, peers, psns, w);
-    }
-    let keep: Vec<usize> = (0..mine.len())
-        .filter(|&q| spec.transport_of(q as u32) != Transport::Ud)
-        .collect();
-    fn pick<T: Copy>(keep: &[usize], v: &[T]) -> Vec<T> {
-        keep.iter().map(|&i| v[i]).collect()
-    }
-    connect_qps(
-        dev,
-        &pick(&keep, mine),
-        &pick(&keep, peers),
-        &pick(&keep, psns),
-        w,
+/// A workload end's [`ConnSide`] on `local`, bound with `cfg`'s impairment (first QPN, keys and
+/// PSNs from `secrets`, `salt`: which end).
+fn workload_side(
+    cfg: &RunConfig,
+    qkey: roce_proto::QKey,
+    secrets: &Secrets,
+    salt: u64,
+    local: SocketAddr,
+    link: LinkChoice,
+) -> Result<ConnSide, DriverError> {
+    let (req, kinds) = workload_request(cfg, qkey);
+    let psns = secrets.start_psns(cfg.spec.qps, salt)?;
+    ConnSide::mixed(
+        secrets.device(salt)?,
+        req,
+        &kinds,
+        psns,
+        local,
+        link,
+        cfg.impairment,
     )
 }
 
-/// Where each UD QP of `spec` sends: the peer's QP of the same index.
-pub(crate) fn address_handles(
-    spec: &WorkloadSpec,
-    peers: &[QpInfo],
-    w: &Wiring,
-    qkey: roce_proto::QKey,
-) -> Vec<(usize, AddressHandle)> {
-    peers
-        .iter()
-        .enumerate()
-        .filter(|(q, _)| spec.transport_of(*q as u32) == Transport::Ud)
-        .map(|(q, p)| {
-            (
-                q,
-                AddressHandle {
-                    local: w.local.ip(),
-                    remote: w.remote.ip(),
-                    remote_port: w.remote.port(),
-                    dest_qpn: p.qpn,
-                    qkey,
-                },
-            )
-        })
-        .collect()
+/// The peer's QPs as [`ConnSide::connect_to`] takes them.
+fn peers(infos: &[QpInfo]) -> Vec<(roce_proto::Qpn, roce_proto::Psn)> {
+    infos.iter().map(|q| (q.qpn, q.psn)).collect()
 }
 
 /// Client → server: what to run.
@@ -362,28 +308,22 @@ async fn serve_client(
     }
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let remote = SocketAddr::new(a.peer.ip(), client_port);
-    let mut dev = secrets.device(0x5e7e)?;
-    let pd = dev.alloc_pd();
-    let mine = create_workload_qps(
-        &mut dev,
-        pd,
-        &cfg.spec,
-        cfg.transport.mtu,
-        roce_proto::QKey(ud_qkey & 0x7fff_ffff),
-    )?;
-    let psns = secrets.start_psns(cfg.spec.qps, 0x5e7e)?;
+    let qkey = roce_proto::QKey(ud_qkey & 0x7fff_ffff);
+    let mut side = workload_side(&cfg, qkey, &secrets, 0x5e7e, local, link)?;
     let plan = Plan::new(&cfg.spec);
-    let recv: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
-    let (mut responder, blocks) =
-        Responder::new(&mut dev, pd, plan, &recv).map_err(|e| DriverError::Setup(e.to_string()))?;
-    let wiring = wiring(local, remote, &cfg);
-    connect_workload_qps(&mut dev, &cfg.spec, &mine, &qps, &psns, &wiring)?;
-    let mut ep = bind_endpoint(dev, local, client_port, cfg.impairment, link)?;
+    let recv: Vec<(roce_proto::Qpn, CqHandle)> =
+        side.qps.iter().map(|q| (q.qpn, q.recv_cq)).collect();
+    let (mut responder, blocks) = Responder::new(&mut side.ep.dev, side.pd, plan, &recv)
+        .map_err(|e| DriverError::Setup(e.to_string()))?;
+    side.connect_to(&peers(&qps), remote)?;
+    side.set_congestion_control(cfg.cc, cfg.line_rate_bps);
+    let infos = side.infos();
+    let ConnSide { mut ep, .. } = side;
     if let Some(t) = tap {
         ep.set_tap(t);
     }
     ctl.send(&WorkloadMsg::Welcome {
-        qps: qp_infos(&mine, &psns),
+        qps: infos,
         blocks,
         roce_port: a.roce_port,
     })
@@ -427,17 +367,6 @@ async fn serve_client(
     })
 }
 
-/// How this end's QPs reach the peer's, as `cfg` says.
-fn wiring(local: SocketAddr, remote: SocketAddr, cfg: &RunConfig) -> Wiring {
-    Wiring {
-        local,
-        remote,
-        params: cfg.transport,
-        cc: cfg.cc,
-        line_rate_bps: cfg.line_rate_bps,
-    }
-}
-
 /// Connects to a server, runs the workload as the requester, and reports.
 pub fn run_client(
     client: ClientConfig,
@@ -456,11 +385,9 @@ async fn client_async(
     let (mut ctl, local_ip) = control::connect(client.server, client.bind).await?;
     let peer_ip = client.server.ip();
 
-    let mut dev = cfg.secrets.device(0xc11e)?;
-    let pd = dev.alloc_pd();
     let qkey = ud_qkey(&cfg.secrets)?;
-    let mine = create_workload_qps(&mut dev, pd, &cfg.spec, cfg.transport.mtu, qkey)?;
-    let psns = cfg.secrets.start_psns(cfg.spec.qps, 0xc11e)?;
+    let local = SocketAddr::new(local_ip, client.roce_port);
+    let mut side = workload_side(cfg, qkey, &cfg.secrets, 0xc11e, local, cfg.link)?;
     ctl.send(&WorkloadMsg::Hello(Box::new(Hello {
         protocol: PROTOCOL,
         spec: cfg.spec.clone(),
@@ -468,7 +395,7 @@ async fn client_async(
         cc: cfg.cc,
         line_rate_bps: cfg.line_rate_bps,
         roce_port: client.roce_port,
-        qps: qp_infos(&mine, &psns),
+        qps: side.infos(),
         ud_qkey: qkey.0,
     })))
     .await?;
@@ -480,22 +407,22 @@ async fn client_async(
     else {
         return Err(DriverError::Peer("expected a welcome".into()));
     };
-    if qps.len() != mine.len() || blocks.len() != mine.len() {
+    if qps.len() != side.qps.len() || blocks.len() != side.qps.len() {
         return Err(DriverError::Peer(
             "welcome lists the wrong number of QPs".into(),
         ));
     }
-    let local = SocketAddr::new(local_ip, client.roce_port);
     let remote = SocketAddr::new(peer_ip, roce_port);
-    let w = wiring(local, remote, cfg);
-    connect_workload_qps(&mut dev, &cfg.spec, &mine, &qps, &psns, &w)?;
+    side.connect_to(&peers(&qps), remote)?;
+    side.set_congestion_control(cfg.cc, cfg.line_rate_bps);
     let plan = Plan::new(&cfg.spec);
-    let send: Vec<(roce_proto::Qpn, CqHandle)> = mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
-    let mut requester = Requester::new(&mut dev, pd, plan, &send, &blocks);
-    for (q, ah) in address_handles(&cfg.spec, &qps, &w, qkey) {
+    let send: Vec<(roce_proto::Qpn, CqHandle)> =
+        side.qps.iter().map(|q| (q.qpn, q.send_cq)).collect();
+    let mut requester = Requester::new(&mut side.ep.dev, side.pd, plan, &send, &blocks);
+    for (q, ah) in side.address_handles() {
         requester.set_address_handle(q, ah);
     }
-    let mut ep = bind_endpoint(dev, local, roce_port, cfg.impairment, cfg.link)?;
+    let ConnSide { mut ep, .. } = side;
     if let Some(t) = tap {
         ep.set_tap(t);
     }
