@@ -657,11 +657,15 @@ fn a_hostile_server_streaming_an_endless_line_is_cut_off() {
 }
 
 /// The first control line a real `roce client ARGS` sends (its hello), caught by a fake
-/// server that then hangs up.
+/// server that then hangs up. Each call binds the client on an address of its own: the
+/// client's RoCE socket (UDP 4791) is open before its hello, and the tests run in parallel.
 fn hello_of(args: &[&str]) -> serde_json::Value {
-    let listener = TcpListener::bind("127.0.75.2:0").unwrap();
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+    let n = NEXT.fetch_add(2, Ordering::Relaxed);
+    let listener = TcpListener::bind(format!("127.0.75.{}:0", n + 1)).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let mut cmd: Vec<&str> = vec!["client", &addr, "--bind", "127.0.75.1"];
+    let bind = format!("127.0.75.{n}");
+    let mut cmd: Vec<&str> = vec!["client", &addr, "--bind", &bind];
     cmd.extend_from_slice(args);
     let mut client = Watched::spawn(&cmd);
     let (s, _) = listener.accept().unwrap();

@@ -518,7 +518,10 @@ fn perf_over_ud_qps() {
         (vec!["send", "-c", "UD", "-s", "8000"], "at most the MTU"),
         (vec!["send", "-c", "XY"], "use RC, UC or UD"),
         (vec!["read", "-c", "UC"], "send and write only"),
-        (vec!["send", "-c", "UD", "--cm"], "runs over a TCP exchange"),
+        (
+            vec!["send", "-c", "UD", "--cm"],
+            "UD through SIDR with --perftest",
+        ),
     ] {
         let (code, _, err) = perf(69, &args);
         assert_ne!(code, 0, "{args:?}");

@@ -323,6 +323,8 @@ pub struct Capture {
     child: Option<Child>,
     /// The capture file.
     pub path: PathBuf,
+    /// What tcpdump printed (its closing lines count the packets the kernel dropped).
+    said: std::sync::Arc<Mutex<String>>,
 }
 
 impl Capture {
@@ -331,14 +333,16 @@ impl Capture {
         let path = tempfile("tap", "pcap");
         let mut child = Command::new("tcpdump")
             // Immediate mode: every packet is handed over as it comes, so none is left in
-            // the capture ring when tcpdump stops.
+            // the capture ring when tcpdump stops. A 256 MiB ring: with roce and the emulated
+            // guest busy on both cores, tcpdump is scheduled late, and a 16 MiB ring (about
+            // 4,000 frames of 4 KiB) overflowed now and then.
             .args([
                 "-i",
                 TAP,
                 "--immediate-mode",
                 "-U",
                 "-B",
-                "16384",
+                "262144",
                 "-s",
                 "0",
                 "-w",
@@ -352,6 +356,8 @@ impl Capture {
         // tcpdump says "listening on" once the socket is open.
         let mut err = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let said = std::sync::Arc::new(Mutex::new(String::new()));
+        let said2 = said.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 256];
             let mut seen = Vec::new();
@@ -360,8 +366,12 @@ impl Capture {
                     break;
                 }
                 seen.extend_from_slice(&buf[..n]);
-                if String::from_utf8_lossy(&seen).contains("listening on") {
+                let text = String::from_utf8_lossy(&seen).into_owned();
+                if text.contains("listening on") {
                     let _ = tx.send(());
+                }
+                if let Ok(mut s) = said2.lock() {
+                    *s = text;
                 }
             }
         });
@@ -369,6 +379,7 @@ impl Capture {
         Self {
             child: Some(child),
             path,
+            said,
         }
     }
 
@@ -383,6 +394,16 @@ impl Capture {
                 .status();
             let _ = c.wait();
         }
+        // A frame the capture missed (not the network) shows up in the analysis as a hole:
+        // tcpdump's own count says whether it dropped any.
+        std::thread::sleep(Duration::from_millis(100));
+        let said = self.said.lock().map(|s| s.clone()).unwrap_or_default();
+        let dropped = said
+            .lines()
+            .find(|l| l.contains("dropped by kernel"))
+            .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        assert_eq!(dropped, 0, "{what}: tcpdump dropped frames: {said}");
         let dec = Command::new(BIN)
             .arg("decode")
             .arg("--check")
@@ -410,6 +431,25 @@ impl Capture {
             "{what}: roce analyze --check: a rule is violated:\n{text}\n{}",
             String::from_utf8_lossy(&an.stderr)
         );
+        // The CM's messages, by name, from the decoder's one-line summaries (" CM REQ ").
+        let lines = Command::new(BIN)
+            .arg("decode")
+            .arg(&self.path)
+            .output()
+            .expect("roce decode");
+        let mut cm = std::collections::BTreeMap::new();
+        for l in String::from_utf8_lossy(&lines.stdout).lines() {
+            if let Some(rest) = l.split(" CM ").nth(1) {
+                let name = rest.split_whitespace().next().unwrap_or("").to_string();
+                let why = rest
+                    .split_whitespace()
+                    .find(|w| w.starts_with("reason=") || w.starts_with("status="));
+                if let Some(why) = why {
+                    *cm.entry(format!("{name} {why}")).or_insert(0u64) += 1;
+                }
+                *cm.entry(name).or_insert(0u64) += 1;
+            }
+        }
         let connections: Vec<serde_json::Value> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -419,6 +459,7 @@ impl Capture {
             packets,
             connections,
             summary,
+            cm,
         }
     }
 }
@@ -442,6 +483,9 @@ pub struct Analysis {
     pub connections: Vec<serde_json::Value>,
     /// `roce decode --check`'s closing line.
     pub summary: String,
+    /// CM messages by name (`REQ`, `SIDR_REP`, ...), and REJs and SIDR_REPs also by
+    /// name and reason (`REJ reason=consumer_reject`, `SIDR_REP status=success`).
+    pub cm: std::collections::BTreeMap<String, u64>,
 }
 
 impl Analysis {
@@ -469,6 +513,34 @@ impl Analysis {
             .iter()
             .flat_map(|c| c["naks"].as_object().into_iter().flatten())
             .map(|(_, v)| v.as_u64().unwrap_or(0))
+            .sum()
+    }
+
+    /// CM messages named `name` (`REQ`, `DREQ`, `SIDR_REQ`, ...) in the capture.
+    pub fn cm(&self, name: &str) -> u64 {
+        self.cm.get(name).copied().unwrap_or(0)
+    }
+
+    /// Messages of kind `kind` over every connection but the first to send (perftest's `-R`
+    /// exchange, which is SENDs too).
+    pub fn messages_after_first(&self, kind: &str) -> u64 {
+        let start = |c: &serde_json::Value| {
+            c["sides"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["first_s"].as_f64())
+                .fold(f64::INFINITY, f64::min)
+        };
+        let first = self
+            .connections
+            .iter()
+            .map(start)
+            .fold(f64::INFINITY, f64::min);
+        self.connections
+            .iter()
+            .filter(|c| start(c) > first)
+            .map(|c| c["messages"][kind]["count"].as_u64().unwrap_or(0))
             .sum()
     }
 
