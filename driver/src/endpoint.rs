@@ -211,18 +211,19 @@ impl Endpoint {
         tokio::pin!(stop);
         let mut last_rx = self.now();
         let mut last_io = last_rx;
-        // Progress is what the device accepted (valid datagrams from a QP's peer): junk from
-        // elsewhere is received and dropped, but does not keep a dead run alive.
-        let mut accepted = self.dev.accepted_datagrams();
         loop {
             // One clock read per turn: the device's timers run in microseconds, a turn takes
             // a few.
             let now = self.now();
             // One receive batch per turn, then at most one send batch (see [`TX_BURST`]).
-            let received = self.receive(now)?;
+            // Progress is what a QP accepted (valid datagrams from its peer): junk from
+            // elsewhere is received and dropped, but does not keep a dead run alive.
+            let (received, mut accepted) = self.receive(now)?;
             {
                 let Self { impair, dev, .. } = self;
-                impair.release(now, |meta, d| dev.handle_datagram(now, meta, d));
+                impair.release(now, |meta, d| {
+                    accepted |= dev.handle_datagram(now, meta, d).accepted();
+                });
             }
             if self.dev.poll_timeout().is_some_and(|t| t <= now) {
                 self.dev.handle_timeout(now);
@@ -238,8 +239,7 @@ impl Endpoint {
                 return Ok(());
             }
             let sent = self.transmit(now, TX_BURST).await?;
-            if self.dev.accepted_datagrams() != accepted {
-                accepted = self.dev.accepted_datagrams();
+            if accepted {
                 last_rx = now;
             }
             if sent > 0 || received > 0 {
@@ -333,7 +333,8 @@ impl Endpoint {
     }
 
     /// Reads and processes one batch of what the socket holds. Returns how many datagrams.
-    fn receive(&mut self, now: Instant) -> Result<usize, RunError> {
+    /// Receives one batch; returns how many datagrams came and whether a QP accepted any.
+    fn receive(&mut self, now: Instant) -> Result<(usize, bool), RunError> {
         let local = self.sock.local_addr();
         let Self {
             sock,
@@ -342,6 +343,7 @@ impl Endpoint {
             tap,
             ..
         } = self;
+        let mut accepted = false;
         let total = sock.try_recv(|meta, data| {
             if let Some(tap) = tap {
                 tap(&TapRecord {
@@ -355,11 +357,15 @@ impl Endpoint {
             }
             // Whether a connected QP accepted it: then the packet link may send to this peer
             // where the datagram came from on the link.
-            let before = dev.accepted_connected_datagrams();
-            impair.process(now, meta, data, |meta, d| dev.handle_datagram(now, meta, d));
-            dev.accepted_connected_datagrams() != before
+            let mut connected = false;
+            impair.process(now, meta, data, |meta, d| {
+                let delivery = dev.handle_datagram(now, meta, d);
+                accepted |= delivery.accepted();
+                connected |= delivery.connected();
+            });
+            connected
         })?;
         self.stats.received += total as u64;
-        Ok(total)
+        Ok((total, accepted))
     }
 }

@@ -64,6 +64,64 @@ pub enum CreateError {
     TooManyQps,
 }
 
+/// What [`Device::handle_datagram`] did with one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Delivery {
+    /// An RC or UC QP took it: from the one peer address it is connected to, to its own,
+    /// through the transport checks of IBTA Vol 1 §9.6 (state, ICRC, header, P_Key). What it
+    /// then finds (a request out of sequence, a duplicate, a stale response) it handles as
+    /// §9.7 says, and counts in its stats. An off-path sender cannot produce one without the
+    /// QPN and a PSN in the window.
+    Connected(Qpn),
+    /// A UD QP placed it in a posted receive. Anyone with the Q_Key can send one.
+    Datagram(Qpn),
+    /// A MAD for the GSI QP (QP1), queued for the CM. Anyone can send one.
+    Management,
+    /// Dropped, and counted where it stopped (the device's, the QP's, the UD QP's or the
+    /// GSI's counters).
+    Dropped(Refusal),
+}
+
+impl Delivery {
+    /// A QP took it (connected or UD): a sign of life of some peer. A MAD is not: anyone
+    /// can send one.
+    pub const fn accepted(&self) -> bool {
+        matches!(self, Self::Connected(_) | Self::Datagram(_))
+    }
+
+    /// A connected QP took it: the link may trust where it came from.
+    pub const fn connected(&self) -> bool {
+        matches!(self, Self::Connected(_))
+    }
+}
+
+/// Why a datagram was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// No base transport header to read.
+    Malformed,
+    /// No QP with the destination QPN.
+    UnknownQp(Qpn),
+    /// The RC or UC QP refused it in its transport checks.
+    Qp {
+        /// The QP.
+        qpn: Qpn,
+        /// The check it failed.
+        reason: DropReason,
+    },
+    /// The UD QP refused it.
+    Ud {
+        /// The QP.
+        qpn: Qpn,
+        /// Why.
+        reason: crate::ud::UdRefusal,
+    },
+    /// QP1 refused it.
+    Management(crate::gsi::MadRefusal),
+}
+
 /// A device context: owns every verbs object and is the sans-IO endpoint.
 #[derive(Debug)]
 pub struct Device {
@@ -511,9 +569,10 @@ impl Device {
 
     /// A received RoCEv2 UDP payload (BTH through ICRC) with what the link knows of its
     /// headers (addresses, ECN). Datagrams from anyone but the QP's peer, malformed datagrams,
-    /// bad ICRCs, unknown QPs and wrong states are dropped and counted.
-    pub fn handle_datagram(&mut self, now: Instant, meta: &RxMeta, datagram: &[u8]) {
-        self.handle_datagram_int(now, meta, datagram, None);
+    /// bad ICRCs, unknown QPs and wrong states are dropped and counted. Returns what happened
+    /// to it: which kind of QP took it, or why it was dropped.
+    pub fn handle_datagram(&mut self, now: Instant, meta: &RxMeta, datagram: &[u8]) -> Delivery {
+        self.handle_datagram_int(now, meta, datagram, None)
     }
 
     /// Moves QP `qpn` to UDP source port `port` (another ECMP path) once its packets in
@@ -541,35 +600,45 @@ impl Device {
         meta: &RxMeta,
         datagram: &[u8],
         int: Option<&IntStack>,
-    ) {
+    ) -> Delivery {
         let qpn = match RocePacket::new_checked(datagram) {
             Ok(p) => p.bth().dest_qp(),
             Err(_) => {
                 self.drops.drops.count(DropReason::Malformed);
-                return;
+                return Delivery::Dropped(Refusal::Malformed);
             }
         };
         if qpn == crate::gsi::GSI_QPN {
-            self.gsi.receive(meta, datagram);
-            return;
+            return match self.gsi.receive(meta, datagram) {
+                Ok(()) => Delivery::Management,
+                Err(why) => Delivery::Dropped(Refusal::Management(why)),
+            };
         }
         if self.idx(qpn).is_none() {
             if let Some(i) = self.ud_idx(qpn) {
                 let (mrs, cqs) = (&mut self.mrs, &mut self.cqs[..]);
-                if self.uds[i].receive(mrs, cqs, meta, datagram) {
-                    self.accepted += 1;
-                }
-                return;
+                return match self.uds[i].receive(mrs, cqs, meta, datagram) {
+                    Ok(()) => {
+                        self.accepted += 1;
+                        Delivery::Datagram(qpn)
+                    }
+                    Err(reason) => Delivery::Dropped(Refusal::Ud { qpn, reason }),
+                };
             }
         }
         match self.split(qpn) {
-            Some((qp, mut ctx)) => {
-                if qp.handle_datagram(now, meta, datagram, int, &mut ctx) {
+            Some((qp, mut ctx)) => match qp.handle_datagram(now, meta, datagram, int, &mut ctx) {
+                Ok(()) => {
                     self.accepted += 1;
                     self.accepted_connected += 1;
+                    Delivery::Connected(qpn)
                 }
+                Err(reason) => Delivery::Dropped(Refusal::Qp { qpn, reason }),
+            },
+            None => {
+                self.drops.drops.count(DropReason::UnknownQp);
+                Delivery::Dropped(Refusal::UnknownQp(qpn))
             }
-            None => self.drops.drops.count(DropReason::UnknownQp),
         }
     }
 

@@ -73,19 +73,32 @@ pub struct Gsi {
     stats: GsiStats,
 }
 
+/// Why QP1 did not queue a datagram (counted in its stats too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MadRefusal {
+    /// Not a UD SEND with the GSI's Q_Key, or shorter than a MAD.
+    Malformed,
+    /// ICRC mismatch.
+    BadIcrc,
+    /// The inbox is full: the consumer is not reading.
+    QueueFull,
+}
+
 impl Gsi {
-    /// Checks and queues a datagram addressed to QP1. Returns `true` when a MAD was queued.
-    pub(crate) fn receive(&mut self, meta: &RxMeta, datagram: &[u8]) -> bool {
+    /// Checks and queues a datagram addressed to QP1. `Err` says why no MAD was queued
+    /// (also counted in the GSI's stats).
+    pub(crate) fn receive(&mut self, meta: &RxMeta, datagram: &[u8]) -> Result<(), MadRefusal> {
         let Ok(p) = RocePacket::new_checked(datagram) else {
             self.stats.malformed += 1;
-            return false;
+            return Err(MadRefusal::Malformed);
         };
         let ok = p.bth().opcode() == Opcode::UD_SEND_ONLY
             && p.deth().is_some_and(|d| d.qkey() == GSI_QKEY);
         let payload = p.payload_ref();
         if !ok || payload.len() < mad::MAD_LEN {
             self.stats.malformed += 1;
-            return false;
+            return Err(MadRefusal::Malformed);
         }
         // The ICRC over the headers it came with, as every QP checks it.
         let path = PathConfig {
@@ -96,11 +109,11 @@ impl Gsi {
         };
         if SeedCache::default().check_rx(&path, meta, datagram) == IcrcVerdict::Bad {
             self.stats.bad_icrc += 1;
-            return false;
+            return Err(MadRefusal::BadIcrc);
         }
         if self.inbox.len() >= GSI_QUEUE {
             self.stats.overflow += 1;
-            return false;
+            return Err(MadRefusal::QueueFull);
         }
         let mut m = [0u8; mad::MAD_LEN];
         m.copy_from_slice(&payload[..mad::MAD_LEN]);
@@ -111,7 +124,7 @@ impl Gsi {
             mad: m,
         });
         self.stats.received += 1;
-        true
+        Ok(())
     }
 
     /// The next MAD received, oldest first.

@@ -63,7 +63,7 @@ pub use cc::cnp::CnpPacer;
 pub use cc::dcqcn::{Dcqcn, DcqcnParams};
 pub use cc::pacing::FixedRate;
 pub use cc::{CcConfig, CongestionControl, NoCc};
-pub use device::{CreateError, Device, DeviceConfig};
+pub use device::{CreateError, Delivery, Device, DeviceConfig, Refusal};
 pub use handle::{CqHandle, MrHandle, PdHandle};
 pub use memory::{
     Access, MemoryRegion, MwError, MwType, RemoteAddr, SgList, Sge, DIRTY_PAGE, MAX_SGE,

@@ -59,6 +59,25 @@ pub struct UdSend {
     pub signaled: bool,
 }
 
+/// Why a UD QP did not deliver a datagram (IBTA Vol 1 §9.6 header and Q_Key checks, §10.7
+/// receive queue; counted in [`UdStats`] too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UdRefusal {
+    /// Not a UD SEND with a DETH.
+    Malformed,
+    /// ICRC mismatch.
+    BadIcrc,
+    /// The DETH's Q_Key is not this QP's.
+    BadQkey,
+    /// No receive was posted.
+    NoReceive,
+    /// The message and its GRH area are longer than the receive (completed with an error).
+    TooLong,
+    /// The receive's buffer refused the write (completed with an error).
+    Protection,
+}
+
 /// UD QP counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -253,26 +272,26 @@ impl UdQp {
     }
 
     /// Takes a datagram addressed to this QP: checks, places it and completes a receive.
-    /// Returns `true` when it was delivered.
+    /// `Err` says why it was not delivered (also counted in [`UdStats`]).
     pub(crate) fn receive(
         &mut self,
         mrs: &mut MrTable,
         cqs: &mut [VecDeque<Completion>],
         meta: &RxMeta,
         datagram: &[u8],
-    ) -> bool {
+    ) -> Result<(), UdRefusal> {
         let Ok(p) = RocePacket::new_checked(datagram) else {
             self.stats.malformed += 1;
-            return false;
+            return Err(UdRefusal::Malformed);
         };
         let op = p.bth().opcode();
         let Some(deth) = p.deth() else {
             self.stats.malformed += 1;
-            return false;
+            return Err(UdRefusal::Malformed);
         };
         if op != Opcode::UD_SEND_ONLY && op != Opcode::UD_SEND_ONLY_WITH_IMMEDIATE {
             self.stats.malformed += 1;
-            return false;
+            return Err(UdRefusal::Malformed);
         }
         let path = PathConfig {
             local: meta.dst,
@@ -282,15 +301,15 @@ impl UdQp {
         };
         if SeedCache::default().check_rx(&path, meta, datagram) == IcrcVerdict::Bad {
             self.stats.bad_icrc += 1;
-            return false;
+            return Err(UdRefusal::BadIcrc);
         }
         if deth.qkey() != self.qkey {
             self.stats.bad_qkey += 1;
-            return false;
+            return Err(UdRefusal::BadQkey);
         }
         let Some(r) = self.rq.pop_front() else {
             self.stats.no_receive += 1;
-            return false;
+            return Err(UdRefusal::NoReceive);
         };
         let payload = p.payload_ref();
         let total = GRH_LEN + payload.len();
@@ -312,7 +331,7 @@ impl UdQp {
         if total as u64 > r.sgl.total_len() {
             self.stats.too_long += 1;
             complete(cqs, WcStatus::LocLenErr, 0);
-            return false;
+            return Err(UdRefusal::TooLong);
         }
         let grh = grh_area(meta, datagram.len());
         let placed = mrs
@@ -322,11 +341,11 @@ impl UdQp {
             Ok(()) => {
                 self.stats.received += 1;
                 complete(cqs, WcStatus::Success, total as u32);
-                true
+                Ok(())
             }
             Err(_) => {
                 complete(cqs, WcStatus::LocProtErr, 0);
-                false
+                Err(UdRefusal::Protection)
             }
         }
     }

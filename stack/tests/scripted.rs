@@ -1306,3 +1306,74 @@ fn off_path_datagrams_are_dropped_whatever_they_carry() {
     h.feed(ack(100, Syndrome::ACK_UNLIMITED));
     assert_eq!(statuses(&h.completions(h.scq)), [(1, WcStatus::Success)]);
 }
+
+/// `Device::handle_datagram` says what became of each datagram: which QP took it, or which
+/// check dropped it and where (the endpoint reads sign of life and a trustworthy source from
+/// it, instead of comparing counters).
+#[test]
+fn each_datagram_says_what_became_of_it() {
+    use roce_stack::{Delivery, DropReason, Refusal};
+    let mut h = H::new(params());
+    let qpn = h.qpn;
+    let emit = |p: &PacketRepr<'_>| {
+        let mut buf = vec![0u8; p.buffer_len()];
+        let n = p.emit(&mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    let mut ack = ack(99, Syndrome::ACK_UNLIMITED);
+    ack.bth.dest_qp = qpn;
+    let good = {
+        let mut b = emit(&ack);
+        let n = b.len();
+        h.path.rx_icrc(n).fill(&mut b);
+        b
+    };
+    let peer = h.path.from_peer(Ecn::Ect0);
+    // From the peer, through the transport checks (a stale ACK, which the requester then
+    // counts as such): taken by the connected QP.
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &good),
+        Delivery::Connected(qpn)
+    );
+    // The same bytes from another address.
+    let mut stranger = peer;
+    stranger.src = "10.0.0.66:49152".parse().unwrap();
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &stranger, &good),
+        Delivery::Dropped(Refusal::Qp {
+            qpn,
+            reason: DropReason::WrongAddress
+        })
+    );
+    // A bad ICRC.
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &bad),
+        Delivery::Dropped(Refusal::Qp {
+            qpn,
+            reason: DropReason::BadIcrc
+        })
+    );
+    // No such QP; no transport header at all; a non-MAD for QP1.
+    let mut other = ack;
+    other.bth.dest_qp = Qpn(0x12_3456);
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &emit(&other)),
+        Delivery::Dropped(Refusal::UnknownQp(Qpn(0x12_3456)))
+    );
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &[0x11, 0x22, 0x33]),
+        Delivery::Dropped(Refusal::Malformed)
+    );
+    let mut gsi = ack;
+    gsi.bth.dest_qp = Qpn(1);
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &emit(&gsi)),
+        Delivery::Dropped(Refusal::Management(roce_stack::gsi::MadRefusal::Malformed))
+    );
+    // Only the first is a sign of life; only it is from a trustworthy source.
+    assert_eq!(h.stats().drops.wrong_address, 1);
+}

@@ -784,8 +784,9 @@ impl Qp {
 
     /// Takes a datagram addressed to this QP: transport header validation (IBTA Vol 1 §9.6)
     /// and dispatch to the requester or the responder; the congestion-control packets (CE
-    /// marks, CNPs) are handled here. `true` when it passed the transport checks and was
-    /// processed (which is what counts as the peer being alive).
+    /// marks, CNPs) are handled here. `Ok` when it passed the transport checks and was
+    /// processed (which is what counts as the peer being alive; what the requester or the
+    /// responder then drops is in the QP's stats), else the check it failed (counted too).
     pub(crate) fn handle_datagram(
         &mut self,
         now: Instant,
@@ -793,16 +794,16 @@ impl Qp {
         bytes: &[u8],
         int: Option<&IntStack>,
         ctx: &mut Ctx<'_>,
-    ) -> bool {
+    ) -> Result<(), DropReason> {
         let path = &self.attr.path;
         if !self.state.receives() {
             self.stats.drops.count(DropReason::WrongState);
-            return false;
+            return Err(DropReason::WrongState);
         }
         if !path.accepts(meta) {
             // Off-path: whatever it says (ICRC, PSN, keys), it is not the peer's.
             self.stats.drops.count(DropReason::WrongAddress);
-            return false;
+            return Err(DropReason::WrongAddress);
         }
         if path.verify_icrc {
             match self.seeds.check_rx(path, meta, bytes) {
@@ -810,7 +811,7 @@ impl Qp {
                 IcrcVerdict::Solved => self.stats.icrc_solved += 1,
                 IcrcVerdict::Bad => {
                     self.stats.drops.count(DropReason::BadIcrc);
-                    return false;
+                    return Err(DropReason::BadIcrc);
                 }
             }
         }
@@ -818,12 +819,12 @@ impl Qp {
             Ok(p) if p.bth.tver == 0 => p,
             _ => {
                 self.stats.drops.count(DropReason::Malformed);
-                return false;
+                return Err(DropReason::Malformed);
             }
         };
         if pkt.bth.pkey != PKey::DEFAULT {
             self.stats.drops.count(DropReason::BadPkey);
-            return false;
+            return Err(DropReason::BadPkey);
         }
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += bytes.len() as u64;
@@ -842,7 +843,7 @@ impl Qp {
             let before = self.cc.rate_bps();
             self.cc.on_cnp(now);
             self.note_rate(before);
-            return true;
+            return Ok(());
         }
         if self.uc {
             // UC opcodes are the RC ones at 0x20: SEND and WRITE requests only.
@@ -854,7 +855,7 @@ impl Qp {
             } else {
                 self.stats.drops.count(DropReason::BadOpcode);
             }
-            return true;
+            return Ok(());
         }
         if op.0 >= 0x20 || !op.is_defined() {
             self.stats.drops.count(DropReason::BadOpcode);
@@ -874,7 +875,7 @@ impl Qp {
         } else {
             self.stats.drops.count(DropReason::WrongState);
         }
-        true
+        Ok(())
     }
 }
 
