@@ -32,6 +32,7 @@ pub mod packet;
 pub mod qps;
 pub mod secrets;
 pub mod socket;
+mod writable;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

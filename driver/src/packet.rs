@@ -482,7 +482,7 @@ impl PacketSend {
         while done < datagrams.len() {
             let tx = &self.tx;
             let rest = &parts[done..datagrams.len()];
-            match crate::socket::send_when_writable(tx.fd(), || tx.send(&hop, own, rest)).await {
+            match crate::writable::send_when_writable(tx.fd(), || tx.send(&hop, own, rest)).await {
                 Ok(k) => {
                     done += k.max(1);
                     self.sent += k as u64;

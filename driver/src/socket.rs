@@ -32,6 +32,9 @@ use rustix::net::sockopt::{Ipv4PathMtuDiscovery, Ipv6PathMtuDiscovery};
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 use tokio::io::Interest;
 
+use crate::writable::send_when_writable;
+pub use crate::writable::SEND_STALL;
+
 /// Largest datagram accepted (a GRO-coalesced buffer can hold several).
 const RECV_BUF: usize = 64 * 1024;
 
@@ -78,41 +81,6 @@ fn sendmmsg(io: &std::net::UdpSocket, addr: &SocketAddrAny, dgrams: &[&[u8]]) ->
         h
     });
     rustix::net::sendmmsg(io, &mut out[..n], SendFlags::empty()).map_err(io::Error::from)
-}
-
-/// Longest a send waits for a full socket buffer to drain before it fails: nothing drains
-/// it when the interface has stopped (a link paused for good, a queue that never empties).
-pub const SEND_STALL: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Runs `send` (one non-blocking send on `sock`) directly, not through tokio's readiness; when
-/// the buffer is full, registers a duplicate of `sock` with tokio for as long as it takes to
-/// drain (dropping it deregisters it before closing the duplicate) and tries again, at most
-/// [`SEND_STALL`] in all.
-pub(crate) async fn send_when_writable<T>(
-    sock: &impl std::os::fd::AsFd,
-    mut send: impl FnMut() -> io::Result<T>,
-) -> io::Result<T> {
-    let mut r = send();
-    if !matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-        return r;
-    }
-    let waiter = tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(
-        sock.as_fd().try_clone_to_owned()?,
-    ))?;
-    let give_up = tokio::time::Instant::now() + SEND_STALL;
-    while matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-        tokio::time::timeout_at(give_up, waiter.writable())
-            .await
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("the send buffer stayed full for {} s", SEND_STALL.as_secs()),
-                )
-            })??;
-        // Through tokio, so that a still-full buffer clears its readiness.
-        r = waiter.try_io(Interest::WRITABLE, &mut send);
-    }
-    r
 }
 
 /// How an endpoint receives (and so how it may send: the packet link also sends through its

@@ -7,7 +7,7 @@ use crate::error::DecodeError;
 use crate::format::{self, Decoded};
 use crate::link;
 use crate::reader::{CaptureReader, Record, Timestamp};
-use crate::source::Progress;
+use crate::progress::Progress;
 use roce_proto::{Frame, Opcode, RocePacket};
 use std::io::{self, Read, Write};
 

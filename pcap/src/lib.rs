@@ -34,6 +34,8 @@ pub mod live;
 mod madfmt;
 pub mod parallel;
 pub mod reader;
+mod digits;
+mod progress;
 pub mod source;
 pub mod synth;
 pub mod tap;

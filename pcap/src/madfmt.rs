@@ -9,7 +9,7 @@ use roce_proto::mad::{self, MgmtClass, Repr as MadRepr, SaRepr, SmpRepr};
 use roce_proto::rdma_cm::{self, CmaHdr};
 use roce_proto::RocePacket;
 
-use crate::format::{dec, hex, ipv4};
+use crate::digits::{dec, hex, ipv4};
 
 /// The MAD bytes a packet carries, when it is one: a UD SEND to or from QP0 or QP1 (the rule
 /// Wireshark uses too) with at least the 24-byte common header. `payload` may be shorter than

@@ -10,7 +10,7 @@
 use crate::decode::{Decoder, Options, Outcome, Stats};
 use crate::error::{DecodeError, ReadError};
 use crate::reader::{CaptureReader, Record, Timestamp};
-use crate::source::Progress;
+use crate::progress::Progress;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};

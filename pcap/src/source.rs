@@ -7,23 +7,7 @@ use crate::decode::{decode, Options, Outcome, Stats};
 use crate::error::DecodeError;
 use crate::reader::CaptureReader;
 
-/// Where a decode reports how far it got (the `roce` command line draws a progress bar).
-pub trait Progress: Sync {
-    /// Decoding a file of `total` bytes starts.
-    fn start(&mut self, _total: u64) {}
-    /// `done` bytes of the input have been read.
-    fn advance(&self, done: u64);
-    /// Decoding ended.
-    fn finish(&mut self) {}
-}
-
-/// No progress reports.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn advance(&self, _done: u64) {}
-}
+pub use crate::progress::{NoProgress, Progress};
 
 /// Decoding threads for [`decode_path`]: the available parallelism (1 means sequential).
 pub fn default_workers() -> usize {

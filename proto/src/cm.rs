@@ -686,21 +686,9 @@ impl MessageKind {
     }
 
     /// The IBTA attribute name (`"ConnectRequest"`, …; Wireshark's too).
-    pub const fn long_name(self) -> &'static str {
-        match self {
-            Self::ClassPortInfo => "ClassPortInfo",
-            Self::Req => "ConnectRequest",
-            Self::Mra => "MsgRcptAck",
-            Self::Rej => "ConnectReject",
-            Self::Rep => "ConnectReply",
-            Self::Rtu => "ReadyToUse",
-            Self::Dreq => "DisconnectRequest",
-            Self::Drep => "DisconnectReply",
-            Self::SidrReq => "ServiceIDResReq",
-            Self::SidrRep => "ServiceIDResReqResp",
-            Self::Lap => "LoadAlternatePath",
-            Self::Apr => "AlternatePathResponse",
-        }
+    pub fn long_name(self) -> &'static str {
+        // One table of attribute names for every class: the MAD layer's.
+        crate::mad::attribute_name(crate::mad::MgmtClass::CM, self.attribute_id()).unwrap_or("?")
     }
 }
 
@@ -1211,5 +1199,14 @@ mod tests {
         assert_eq!(MessageKind::from_attribute(0x99), None);
         assert_eq!(sidr_status_name(2), Some("reject"));
         assert_eq!(apr_status_name(13), Some("invalid_sl"));
+    }
+
+    #[test]
+    fn every_message_kind_is_named_by_the_mad_layer() {
+        for k in MessageKind::ALL {
+            assert_ne!(k.long_name(), "?", "{k:?}");
+        }
+        assert_eq!(MessageKind::Req.long_name(), "ConnectRequest");
+        assert_eq!(MessageKind::ClassPortInfo.long_name(), "ClassPortInfo");
     }
 }

@@ -10,7 +10,8 @@
 //! * [`SmpRepr`]: the subnet-management header (§14.2.1: M_Key; directed route: hop pointer and
 //!   count, DrSLID, DrDLID, the D bit); [`SaRepr`]: the RMPP and SA headers (§13.6.2, §15.2.1:
 //!   SM_Key, AttributeOffset, ComponentMask).
-//! * The CM messages inside class 0x07 are in [`crate::cm`].
+//! * The CM messages inside class 0x07 are in `cm` (which builds on this module; their
+//!   attribute names are in [`attribute_name`] with every other class's).
 //!
 //! Unknown classes, methods and attributes decode as their numbers, never as errors.
 use crate::wire::{be16, be32, be64, fixed_view, get_bits, put16, put32, put64, set_bits};
@@ -261,7 +262,20 @@ pub fn attribute_name(class: MgmtClass, id: u16) -> Option<&'static str> {
             0x0037 => Some("PortRcvDataSL"),
             _ => None,
         },
-        0x07 => crate::cm::MessageKind::from_attribute(id).map(crate::cm::MessageKind::long_name),
+        0x07 => match id {
+            0x0010 => Some("ConnectRequest"),
+            0x0011 => Some("MsgRcptAck"),
+            0x0012 => Some("ConnectReject"),
+            0x0013 => Some("ConnectReply"),
+            0x0014 => Some("ReadyToUse"),
+            0x0015 => Some("DisconnectRequest"),
+            0x0016 => Some("DisconnectReply"),
+            0x0017 => Some("ServiceIDResReq"),
+            0x0018 => Some("ServiceIDResReqResp"),
+            0x0019 => Some("LoadAlternatePath"),
+            0x001a => Some("AlternatePathResponse"),
+            _ => None,
+        },
         _ => None,
     };
     specific.or(common)

@@ -28,6 +28,7 @@ use crate::ConfigError;
 
 pub mod app;
 pub mod cm;
+mod msg;
 pub mod perftest;
 pub mod run;
 pub mod udp;

@@ -13,46 +13,11 @@ use roce_driver::{
 };
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, MrHandle};
-use serde::{Deserialize, Serialize};
 
 use super::app::{perf_caps, spin, PerfApp};
+use super::msg::{PerfMsg, PROTOCOL};
 use super::udp::{udp_client, udp_server};
 use super::{PerfResult, PerfSpec, PerfTest};
-
-/// Version of the perf control protocol.
-pub(crate) const PROTOCOL: u32 = 2;
-
-/// The perf exchange.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum PerfMsg {
-    /// Client → server: one measurement (RDMA or a UDP baseline); the server answers `welcome`.
-    Hello {
-        protocol: u32,
-        spec: PerfSpec,
-        roce_port: u16,
-        qps: Vec<QpInfo>,
-        buffers: Vec<RemoteBuffer>,
-    },
-    /// Server → client: its QPs and target buffer (none for UDP), its RoCE port.
-    Welcome {
-        qps: Vec<QpInfo>,
-        buffers: Vec<RemoteBuffer>,
-        roce_port: u16,
-    },
-    /// Server → client after `done`: what it counted (UDP baseline: datagrams received, the
-    /// time from the first to the last, the best rate over 10 ms windows).
-    Summary {
-        received: u64,
-        seconds: f64,
-        peak_per_s: f64,
-        /// UDP baselines: datagrams from anyone but the client, ignored.
-        #[serde(default)]
-        foreign: u64,
-    },
-    /// Client → server: no more runs.
-    Bye,
-}
 
 /// How long a perf end waits with work pending and nothing received.
 const SILENCE: Duration = Duration::from_secs(5);

@@ -13,7 +13,7 @@ use roce_proto::Ecn;
 use roce_stack::PathConfig;
 
 use super::app::spin;
-use super::run::PerfMsg;
+use super::msg::{PerfMsg, PROTOCOL};
 use super::{PerfResult, PerfSpec, PEAK_WINDOW};
 
 /// UDP source port of the baseline's datagrams (fixed, like one QP's).
@@ -62,7 +62,7 @@ pub(crate) async fn udp_client(
     peer_ip: IpAddr,
 ) -> Result<PerfResult, DriverError> {
     ctl.send(&PerfMsg::Hello {
-        protocol: super::run::PROTOCOL,
+        protocol: PROTOCOL,
         spec: *spec,
         roce_port: local.port(),
         qps: Vec::new(),
