@@ -134,105 +134,7 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         eprintln!("roce perf: secrets derived from seed {s} (PSNs, QPNs and keys are predictable)");
     }
     if a.perftest {
-        let gbits = a.report_gbits;
-        // perftest's shape: the header once, a row per size.
-        let print = |rs: &[PerfResult]| {
-            for (k, r) in rs.iter().enumerate() {
-                if a.json {
-                    println!("{}", serde_json::to_string(r).unwrap_or_default());
-                } else {
-                    let text = r.perftest_report(gbits);
-                    let skip = usize::from(k > 0);
-                    for line in text.lines().skip(skip) {
-                        println!("{line}");
-                    }
-                }
-            }
-        };
-        if a.ends.server {
-            let bind = a
-                .ends
-                .bind
-                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-            let port = a.ends.port;
-            let cm = a.cm;
-            let r = perf::perftest::serve_perftest(
-                bind,
-                port,
-                cm,
-                &specs,
-                secrets,
-                a.link.link,
-                gbits,
-                || {
-                    let how = if cm { "RDMA-CM" } else { "TCP" };
-                    eprintln!("roce perf: waiting for a perftest client on {how} {bind}:{port}");
-                },
-            )?;
-            if specs[0].test == PerfTest::Send || specs[0].lat {
-                eprintln!("roce perf: this server's figures:");
-            } else {
-                eprintln!("roce perf: the client's figures:");
-            }
-            print(&r);
-            return Ok(ExitCode::SUCCESS);
-        }
-        let r = match &a.ends.client {
-            Some(host) => {
-                let server = crate::args::resolve(host)?;
-                // RDMA-CM names this side's address in its REQs: the route's, unless given.
-                let bind = match (a.ends.bind, a.cm) {
-                    (None, true) => Some(crate::args::route_source(server.ip())?),
-                    (b, _) => b,
-                };
-                perf::perftest::run_perftest_client(
-                    server,
-                    bind,
-                    a.cm,
-                    &specs,
-                    secrets,
-                    a.link.link,
-                    gbits,
-                )?
-            }
-            None => {
-                // One process: a perftest-speaking server thread and the client.
-                let (c, sv) = (a.ends.client_ip, a.ends.server_ip);
-                let port = a.ends.port;
-                let link = a.link.link;
-                let cm = a.cm;
-                let server_specs = specs.clone();
-                roce_driver::connect::one_process(
-                    "perftest-server",
-                    move |ready| {
-                        perf::perftest::serve_perftest(
-                            sv,
-                            port,
-                            cm,
-                            &server_specs,
-                            secrets,
-                            link,
-                            gbits,
-                            ready,
-                        )
-                    },
-                    || {
-                        perf::perftest::run_perftest_client(
-                            std::net::SocketAddr::new(sv, port),
-                            Some(c),
-                            cm,
-                            &specs,
-                            secrets,
-                            link,
-                            gbits,
-                        )
-                    },
-                )?
-                .0
-            }
-        };
-        print(&r);
-        return Ok(ExitCode::SUCCESS);
+        return run_perftest(&a, specs, secrets);
     }
     if a.ends.server && a.cm {
         let bind = a
@@ -320,5 +222,113 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
             out,
         )?,
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--perftest`: perftest's exchange (TCP, or with --cm its rdma_cm), as the server, the
+/// client, or both in one process; the figures printed in perftest's columns.
+fn run_perftest(
+    a: &PerfArgs,
+    specs: Vec<perf::PerfSpec>,
+    secrets: Secrets,
+) -> anyhow::Result<ExitCode> {
+    let gbits = a.report_gbits;
+    // perftest's shape: the header once, a row per size.
+    let print = |rs: &[PerfResult]| {
+        for (k, r) in rs.iter().enumerate() {
+            if a.json {
+                println!("{}", serde_json::to_string(r).unwrap_or_default());
+            } else {
+                let text = r.perftest_report(gbits);
+                let skip = usize::from(k > 0);
+                for line in text.lines().skip(skip) {
+                    println!("{line}");
+                }
+            }
+        }
+    };
+    if a.ends.server {
+        let bind = a
+            .ends
+            .bind
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let port = a.ends.port;
+        let cm = a.cm;
+        let r = perf::perftest::serve_perftest(
+            bind,
+            port,
+            cm,
+            &specs,
+            secrets,
+            a.link.link,
+            gbits,
+            || {
+                let how = if cm { "RDMA-CM" } else { "TCP" };
+                eprintln!("roce perf: waiting for a perftest client on {how} {bind}:{port}");
+            },
+        )?;
+        if specs[0].test == PerfTest::Send || specs[0].lat {
+            eprintln!("roce perf: this server's figures:");
+        } else {
+            eprintln!("roce perf: the client's figures:");
+        }
+        print(&r);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let r = match &a.ends.client {
+        Some(host) => {
+            let server = crate::args::resolve(host)?;
+            // RDMA-CM names this side's address in its REQs: the route's, unless given.
+            let bind = match (a.ends.bind, a.cm) {
+                (None, true) => Some(crate::args::route_source(server.ip())?),
+                (b, _) => b,
+            };
+            perf::perftest::run_perftest_client(
+                server,
+                bind,
+                a.cm,
+                &specs,
+                secrets,
+                a.link.link,
+                gbits,
+            )?
+        }
+        None => {
+            // One process: a perftest-speaking server thread and the client.
+            let (c, sv) = (a.ends.client_ip, a.ends.server_ip);
+            let port = a.ends.port;
+            let link = a.link.link;
+            let cm = a.cm;
+            let server_specs = specs.clone();
+            roce_driver::connect::one_process(
+                "perftest-server",
+                move |ready| {
+                    perf::perftest::serve_perftest(
+                        sv,
+                        port,
+                        cm,
+                        &server_specs,
+                        secrets,
+                        link,
+                        gbits,
+                        ready,
+                    )
+                },
+                || {
+                    perf::perftest::run_perftest_client(
+                        std::net::SocketAddr::new(sv, port),
+                        Some(c),
+                        cm,
+                        &specs,
+                        secrets,
+                        link,
+                        gbits,
+                    )
+                },
+            )?
+            .0
+        }
+    };
+    print(&r);
     Ok(ExitCode::SUCCESS)
 }

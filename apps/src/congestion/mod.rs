@@ -201,13 +201,11 @@ struct Flow {
 /// Runs one scenario.
 ///
 /// # Panics
-/// If the scenario cannot be set up (zero flows, or more than 250) — a caller bug.
-pub fn run(sc: &Scenario) -> Run {
-    assert!(
-        (1..=250).contains(&sc.flows),
-        "flows must be in 1..=250, got {}",
-        sc.flows
-    );
+
+/// The scenario's network: `sc.flows` sender hosts, each with a QP toward its own QP on the
+/// receiver, their regions registered, behind the one switch in front of the receiver; the
+/// hosts' endpoint indices too.
+fn build(sc: &Scenario) -> (Sim, usize, Vec<usize>, Vec<Flow>) {
     let mut sim = Sim::new(sc.seed);
     let rx = sim.add_endpoint("10.0.0.1".parse().expect("literal address"));
     let hosts: Vec<usize> = (0..sc.flows)
@@ -283,6 +281,17 @@ pub fn run(sc: &Scenario) -> Run {
         red: Some(sc.red),
         pfc: None,
     });
+    (sim, rx, hosts, flows)
+}
+
+/// If the scenario cannot be set up (zero flows, or more than 250) — a caller bug.
+pub fn run(sc: &Scenario) -> Run {
+    assert!(
+        (1..=250).contains(&sc.flows),
+        "flows must be in 1..=250, got {}",
+        sc.flows
+    );
+    let (mut sim, rx, hosts, mut flows) = build(sc);
 
     let end = Instant::ZERO + sc.duration;
     let half = Instant::ZERO + sc.duration / 2;

@@ -137,32 +137,7 @@ pub async fn run_session(
     let largest = specs.iter().map(|s| s.msg_size()).max().unwrap_or(0);
     let salt = if client { 0xc11e } else { 0x5e7e };
     let cm = matches!(channel, Channel::Cm { .. });
-    // perftest's -c: RC, UC, or UD with its Q_Key 0x11111111 (`DEF_QKEY`), or with rdma_cm
-    // RDMA-CM's (`RDMA_UDP_QKEY`).
-    let transport = if spec.ud {
-        Transport::Ud(QKey(if cm { RDMA_UDP_QKEY } else { 0x1111_1111 }))
-    } else if spec.uc {
-        Transport::Uc
-    } else {
-        Transport::Rc
-    };
-    let req = QpRequest {
-        transport,
-        count: spec.nqps(),
-        caps: perf_caps(spec),
-        srq: None,
-        params: ConnectParams {
-            mtu: spec.mtu,
-            access: ALL_REMOTE,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
-            max_rd_atomic: spec.outs,
-            max_dest_rd_atomic: spec.outs,
-            ..ConnectParams::default()
-        },
-    };
+    let req = qp_request(spec, cm);
     let psns = secrets.start_psns(spec.nqps(), salt)?;
     // The connection layer binds the link before the exchange: a peer that starts sending
     // the moment it reads the last key record finds the socket (or the packet ring) open,
@@ -269,6 +244,60 @@ pub async fn run_session(
     }
     s.keys(&mut ep, "keys after RTR", &mine[0]).await?;
     ep.set_busy_poll(spin(&spec));
+    let mut results = measure(&mut s, &mut ep, app, &specs, plan, &mine[0], client, gbits).await?;
+    s.close(&mut ep).await?;
+    for r in &mut results {
+        r.link = Some(ep.link().name());
+        r.sent = Some(ep.sent_counts());
+    }
+    Ok((results, s))
+}
+
+/// The QPs of `spec` as perftest connects them: `-c` RC, UC, or UD with its Q_Key 0x11111111
+/// (`DEF_QKEY`), or over rdma_cm (`cm`) RDMA-CM's (`RDMA_UDP_QKEY`); timeout 14, 7 retries,
+/// 7 RNR retries and RNR timer 12 as perftest's defaults; `--outs` READs/atomics each way.
+fn qp_request(spec: &PerfSpec, cm: bool) -> QpRequest {
+    let transport = if spec.ud {
+        Transport::Ud(QKey(if cm { RDMA_UDP_QKEY } else { 0x1111_1111 }))
+    } else if spec.uc {
+        Transport::Uc
+    } else {
+        Transport::Rc
+    };
+    QpRequest {
+        transport,
+        count: spec.nqps(),
+        caps: perf_caps(spec),
+        srq: None,
+        params: ConnectParams {
+            mtu: spec.mtu,
+            access: ALL_REMOTE,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: spec.outs,
+            max_dest_rd_atomic: spec.outs,
+            ..ConnectParams::default()
+        },
+    }
+}
+
+/// The test, after the key records: each size run to its end by the side that measures (the
+/// client; both sides of a ping-pong), with the records perftest exchanges around each size
+/// and after the last ([`Plan`]); or, on a serving side, served until the client's record
+/// that ends it. Returns a result per size (a bandwidth server: the client's report).
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    s: &mut Session,
+    ep: &mut roce_driver::Endpoint,
+    mut app: PerfApp,
+    specs: &[PerfSpec],
+    plan: Plan,
+    mine: &Dest,
+    client: bool,
+    gbits: bool,
+) -> Result<Vec<PerfResult>, DriverError> {
     let mut results = Vec::with_capacity(specs.len());
     // The side that measures runs each size to its end: the client, and both sides of a
     // ping-pong (which end on their own counts).
@@ -279,33 +308,31 @@ pub async fn run_session(
                 app = app.next_size(*spec_k);
                 if plan.send {
                     // The receiver posted this size's receives (they stay from the first).
-                    s.keys(&mut ep, "record before the next size", &mine[0])
-                        .await?;
+                    s.keys(ep, "record before the next size", mine).await?;
                 }
             }
             if measures {
-                s.run_test(&mut ep, &mut app).await?;
+                s.run_test(ep, &mut app).await?;
             } else {
                 // ib_send_bw -a, the receiving server: until the client's end of this size.
-                s.serve_test(&mut ep, &mut app, "record after the size", &mine[0])
+                s.serve_test(ep, &mut app, "record after the size", mine)
                     .await?;
             }
             let mut r = app.result();
             r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
             if measures && plan.size_end {
-                s.keys(&mut ep, "record after the size", &mine[0]).await?;
+                s.keys(ep, "record after the size", mine).await?;
             }
             results.push(r);
         }
         if plan.reports {
-            s.keys(&mut ep, "keys at the end of the test", &mine[0])
-                .await?;
+            s.keys(ep, "keys at the end of the test", mine).await?;
             if let Some(last) = results.last() {
-                s.reports(&mut ep, Some(&report_of(last)), gbits).await?;
+                s.reports(ep, Some(&report_of(last)), gbits).await?;
             }
         }
         if !plan.write_lat {
-            s.keys(&mut ep, "closing keys", &mine[0]).await?;
+            s.keys(ep, "closing keys", mine).await?;
         }
     } else {
         // Serve (ACK the writes, answer the reads, receive the SENDs) until the client's
@@ -315,11 +342,11 @@ pub async fn run_session(
         } else {
             "closing keys"
         };
-        s.serve_test(&mut ep, &mut app, what, &mine[0]).await?;
+        s.serve_test(ep, &mut app, what, mine).await?;
         let mut r = app.result();
         if plan.reports {
-            let peer = s.reports(&mut ep, None, gbits).await?;
-            s.keys(&mut ep, "closing keys", &mine[0]).await?;
+            let peer = s.reports(ep, None, gbits).await?;
+            s.keys(ep, "closing keys", mine).await?;
             // The server measures nothing: its figures are the client's.
             r.size = peer.size;
             r.iterations = peer.iterations;
@@ -330,12 +357,7 @@ pub async fn run_session(
         r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
         results.push(r);
     }
-    s.close(&mut ep).await?;
-    for r in &mut results {
-        r.link = Some(ep.link().name());
-        r.sent = Some(ep.sent_counts());
-    }
-    Ok((results, s))
+    Ok(results)
 }
 
 /// `roce perf --perftest --server`: waits for one perftest client on `bind:port` (TCP, or

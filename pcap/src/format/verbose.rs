@@ -33,6 +33,13 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
         out.push(b'\n');
         return Ok(());
     };
+    network(out, &f)?;
+    transport(out, d, &f)?;
+    trailer(out, d)
+}
+
+/// The link, network and UDP layers (Ethernet, IPv4/IPv6, UDP; RoCE v1's LRH and GRH).
+fn network(out: &mut Vec<u8>, f: &Frame<'_>) -> std::io::Result<()> {
     if let Some(l) = &f.link {
         let m = |a: [u8; 6]| {
             let mut s = [0u8; 17];
@@ -151,6 +158,11 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
         writeln!(out, "    sgid: {}", std::net::Ipv6Addr::from(g.sgid()))?;
         writeln!(out, "    dgid: {}", std::net::Ipv6Addr::from(g.dgid()))?;
     }
+    Ok(())
+}
+
+/// The transport headers: the BTH, DC's, and every extended header the opcode carries.
+fn transport(out: &mut Vec<u8>, d: &Decoded<'_>, f: &Frame<'_>) -> std::io::Result<()> {
     if f.transport.len() >= roce_proto::bth::HEADER_LEN {
         let b = roce_proto::BthPacket::new_unchecked(&f.transport[..roce_proto::bth::HEADER_LEN]);
         let op = b.opcode();
@@ -281,6 +293,11 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
             writeln!(out, "  IETH\n    rkey: {:#010x}", h.rkey.0)?;
         }
     }
+    Ok(())
+}
+
+/// A MAD's tree, then the payload, pad and ICRC (or what the snap length left of them).
+fn trailer(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
     if let Some(m) = d.mad() {
         crate::madfmt::verbose(out, &m)?;
     }

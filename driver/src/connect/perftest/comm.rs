@@ -9,7 +9,9 @@ use std::time::Duration;
 use roce_proto::cm::rej_reason_name;
 use roce_proto::rdma_cm::{service_id, PortSpace, RDMA_UDP_QKEY};
 use roce_proto::{Psn, QKey, Qpn};
-use roce_stack::cm::{rdma_cm_req_private, reason, Cm, CmEvent, ConnId, ConnectOptions, QpOffer};
+use roce_stack::cm::{
+    rdma_cm_req_private, reason, Cm, CmEvent, ConnId, ConnectOptions, QpOffer, SidrRequest,
+};
 use roce_stack::ud::{AddressHandle, UdSend, GRH_LEN};
 use roce_stack::{
     Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList,
@@ -394,100 +396,117 @@ impl Comm {
                     self.fail("the peer disconnected before the end of the test".into());
                 }
             }
-            CmEvent::SidrRequest { req } => {
-                let i = self.accepted;
-                let ok = !self.client
-                    && self.data_phase
-                    && Some(req.peer) == self.peer
-                    && matches!(self.transport, Transport::Ud(_))
-                    && i < self.data.len()
-                    && req.rdma_cm().is_some();
-                if !ok {
-                    // Status 2: rejected by the consumer.
-                    self.cm.sidr_reply(&req, 2, Qpn(0), 0, &[]);
-                    return Ok(());
-                }
-                let q = self.data[i].qp;
-                if self.ud_hello {
-                    // Room for the client's 4-byte SEND and the GRH before it.
-                    let at = DATA_AT + i as u32 * SLOT;
-                    let sgl = SgList::one(
-                        dev.mr(self.mr)
-                            .expect("registered")
-                            .sge(u64::from(at), GRH_LEN as u32 + 4),
-                    );
-                    dev.post_recv(
-                        q.qpn,
-                        RecvRequest {
-                            wr_id: u64::MAX,
-                            sgl,
-                        },
-                    )
-                    .map_err(|e| AppError::post(i, "the UD hello's receive", e))?;
-                } else {
-                    self.data[i].up = true;
-                }
-                self.cm.sidr_reply(&req, 0, q.qpn, RDMA_UDP_QKEY, &[]);
-                self.accepted += 1;
-            }
+            CmEvent::SidrRequest { req } => self.on_sidr_request(dev, &req)?,
             CmEvent::SidrReply {
                 conn,
                 status,
                 qpn,
                 qkey,
                 ..
-            } => {
-                let Some(i) = self.find(conn) else {
-                    return Ok(());
-                };
-                if status == 1 {
-                    // Unsupported service: the server is not listening yet.
-                    self.refused(now, i, "SIDR_REQ");
-                    return Ok(());
-                }
-                if status != 0 {
-                    self.fail(format!(
-                        "the server answered data QP {i}'s SIDR_REQ with status {}",
-                        roce_proto::cm::sidr_status_name(status).unwrap_or("unknown")
-                    ));
-                    return Ok(());
-                }
-                if qkey != RDMA_UDP_QKEY {
-                    self.fail(format!(
-                        "the server's UD QP has Q_Key {qkey:#x}, not rdma_cm's {RDMA_UDP_QKEY:#x}"
-                    ));
-                    return Ok(());
-                }
-                self.data[i].remote_qpn = Some(qpn);
-                if self.ud_hello {
-                    let Some(peer) = self.peer else {
-                        return Ok(());
-                    };
-                    let q = self.data[i].qp;
-                    let at = DATA_AT + i as u32 * SLOT;
-                    let sgl =
-                        SgList::one(dev.mr(self.mr).expect("registered").sge(u64::from(at), 4));
-                    dev.post_ud_send(
-                        q.qpn,
-                        UdSend {
-                            wr_id: u64::MAX,
-                            sgl,
-                            ah: AddressHandle {
-                                local: self.local,
-                                remote: peer,
-                                remote_port: roce_proto::ROCEV2_UDP_PORT,
-                                dest_qpn: qpn,
-                                qkey: QKey(qkey),
-                            },
-                            imm: Some(q.qpn.0),
-                            signaled: true,
-                        },
-                    )
-                    .map_err(|e| AppError::post(i, "the UD hello", e))?;
-                } else {
-                    self.data[i].up = true;
-                }
-            }
+            } => self.on_sidr_reply(dev, now, conn, status, qpn, qkey)?,
+        }
+        Ok(())
+    }
+
+    /// Server, UD: a SIDR_REQ for the next data QP (in arrival order), answered with its QPN
+    /// and RDMA-CM's Q_Key; for a latency test, a receive posted first for the client's QPN.
+    fn on_sidr_request(&mut self, dev: &mut Device, req: &SidrRequest) -> Result<(), AppError> {
+        let i = self.accepted;
+        let ok = !self.client
+            && self.data_phase
+            && Some(req.peer) == self.peer
+            && matches!(self.transport, Transport::Ud(_))
+            && i < self.data.len()
+            && req.rdma_cm().is_some();
+        if !ok {
+            // Status 2: rejected by the consumer.
+            self.cm.sidr_reply(req, 2, Qpn(0), 0, &[]);
+            return Ok(());
+        }
+        let q = self.data[i].qp;
+        if self.ud_hello {
+            // Room for the client's 4-byte SEND and the GRH before it.
+            let at = DATA_AT + i as u32 * SLOT;
+            let sgl = SgList::one(
+                dev.mr(self.mr)
+                    .expect("registered")
+                    .sge(u64::from(at), GRH_LEN as u32 + 4),
+            );
+            dev.post_recv(
+                q.qpn,
+                RecvRequest {
+                    wr_id: u64::MAX,
+                    sgl,
+                },
+            )
+            .map_err(|e| AppError::post(i, "the UD hello's receive", e))?;
+        } else {
+            self.data[i].up = true;
+        }
+        self.cm.sidr_reply(req, 0, q.qpn, RDMA_UDP_QKEY, &[]);
+        self.accepted += 1;
+        Ok(())
+    }
+
+    /// Client, UD: the server's answer for data QP `conn`: its QPN (and for a latency test, a
+    /// SEND with immediate telling it ours), or a retry while it is not listening yet.
+    fn on_sidr_reply(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        conn: ConnId,
+        status: u8,
+        qpn: Qpn,
+        qkey: u32,
+    ) -> Result<(), AppError> {
+        let Some(i) = self.find(conn) else {
+            return Ok(());
+        };
+        if status == 1 {
+            // Unsupported service: the server is not listening yet.
+            self.refused(now, i, "SIDR_REQ");
+            return Ok(());
+        }
+        if status != 0 {
+            self.fail(format!(
+                "the server answered data QP {i}'s SIDR_REQ with status {}",
+                roce_proto::cm::sidr_status_name(status).unwrap_or("unknown")
+            ));
+            return Ok(());
+        }
+        if qkey != RDMA_UDP_QKEY {
+            self.fail(format!(
+                "the server's UD QP has Q_Key {qkey:#x}, not rdma_cm's {RDMA_UDP_QKEY:#x}"
+            ));
+            return Ok(());
+        }
+        self.data[i].remote_qpn = Some(qpn);
+        if self.ud_hello {
+            let Some(peer) = self.peer else {
+                return Ok(());
+            };
+            let q = self.data[i].qp;
+            let at = DATA_AT + i as u32 * SLOT;
+            let sgl = SgList::one(dev.mr(self.mr).expect("registered").sge(u64::from(at), 4));
+            dev.post_ud_send(
+                q.qpn,
+                UdSend {
+                    wr_id: u64::MAX,
+                    sgl,
+                    ah: AddressHandle {
+                        local: self.local,
+                        remote: peer,
+                        remote_port: roce_proto::ROCEV2_UDP_PORT,
+                        dest_qpn: qpn,
+                        qkey: QKey(qkey),
+                    },
+                    imm: Some(q.qpn.0),
+                    signaled: true,
+                },
+            )
+            .map_err(|e| AppError::post(i, "the UD hello", e))?;
+        } else {
+            self.data[i].up = true;
         }
         Ok(())
     }
