@@ -198,10 +198,6 @@ struct Flow {
     goodput_bytes: u64,
 }
 
-/// Runs one scenario.
-///
-/// # Panics
-
 /// The scenario's network: `sc.flows` sender hosts, each with a QP toward its own QP on the
 /// receiver, their regions registered, behind the one switch in front of the receiver; the
 /// hosts' endpoint indices too.
@@ -284,6 +280,9 @@ fn build(sc: &Scenario) -> (Sim, usize, Vec<usize>, Vec<Flow>) {
     (sim, rx, hosts, flows)
 }
 
+/// Runs one scenario.
+///
+/// # Panics
 /// If the scenario cannot be set up (zero flows, or more than 250) — a caller bug.
 pub fn run(sc: &Scenario) -> Run {
     assert!(

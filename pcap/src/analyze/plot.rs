@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
+use roce_proto::Psn;
 
-use super::report::endpoint;
+use super::side::endpoint;
 use super::{Analysis, Connection};
 
 /// Marks of the PSN plot, by the kind code of [`super::Side::trace`].
@@ -26,9 +27,9 @@ struct Unwrap {
 impl Unwrap {
     fn y(&mut self, psn: u32) -> i64 {
         let base = *self.base.get_or_insert(psn);
-        let raw = i64::from(psn.wrapping_sub(base) & 0xff_ffff);
+        let raw = i64::from(Psn::new(psn).distance_from(Psn::new(base)));
         // The nearest value to the previous one, modulo 2^24.
-        let m = 1i64 << 24;
+        let m = i64::from(Psn::MODULUS);
         let k = (self.last - raw + m / 2).div_euclid(m);
         let v = raw + k * m;
         self.last = v;

@@ -5,17 +5,9 @@ use std::io::Write;
 
 use serde_json::{json, Map, Value};
 
+use super::side::endpoint;
 use super::stats::Dist;
 use super::{Analysis, Cause, Connection, Event, Side, NAK_KINDS, OPS};
-
-/// A side as `addr qp 0x…` (`?` for an address never seen).
-pub(super) fn endpoint(s: &Side) -> String {
-    let a = s.addr.map_or_else(|| "?".to_string(), |a| a.to_string());
-    match s.qpn {
-        Some(q) => format!("{a} qp {q:#x}"),
-        None => a,
-    }
-}
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1e3

@@ -21,7 +21,7 @@ pub(crate) fn write<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Re
             "args": {"name": format!("connection {} ({})", c.id, c.paired_by)}}));
         for (tid, s) in c.sides.iter().enumerate() {
             let name = match s.addr {
-                Some(_) => super::report::endpoint(s),
+                Some(_) => super::side::endpoint(s),
                 None => format!("side {tid}"),
             };
             ev.push(

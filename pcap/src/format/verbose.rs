@@ -33,8 +33,8 @@ fn verbose_inner(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
         out.push(b'\n');
         return Ok(());
     };
-    network(out, &f)?;
-    transport(out, d, &f)?;
+    network(out, f)?;
+    transport(out, d, f)?;
     trailer(out, d)
 }
 

@@ -1,0 +1,214 @@
+//! Directions paired into connections: a direction is (sender, receiver, destination QPN);
+//! its reverse is found by the CM exchange (REQ/REP carry both QPNs), else by the RoCEv2 UDP
+//! source port, else by PSN agreement (a response direction whose PSNs answer a request
+//! direction's, merging the two connections). Owns [`Dir`] and the [`Analyzer`]'s direction
+//! table.
+use std::net::IpAddr;
+
+use super::pkt::{CmFacts, Pkt};
+use super::requester::ReqState;
+use super::responder::RespState;
+use super::rules::Tallies;
+use super::{Analyzer, Connection, MAX_DIRECTIONS};
+
+/// CM requests remembered for pairing.
+const MAX_CM: usize = 1 << 16;
+
+/// One direction: requests and responses from one sender to one QP.
+#[derive(Debug)]
+pub(super) struct Dir {
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    /// Its connection (an index of the analyzer's connections).
+    pub(super) conn: usize,
+    /// Its side of the connection (0 or 1).
+    pub(super) side: usize,
+    /// The reverse direction, once paired (never the direction itself).
+    pub(super) peer: Option<usize>,
+    /// Its requests.
+    pub(super) req: ReqState,
+    /// Its responses (to the peer's requests).
+    pub(super) resp: RespState,
+}
+
+/// Two distinct directions, mutably: (requests of `req`, responses of `resp`).
+fn pair_mut(dirs: &mut [Dir], req: usize, resp: usize) -> (&mut Dir, &mut Dir) {
+    if req < resp {
+        let (a, b) = dirs.split_at_mut(resp);
+        (&mut a[req], &mut b[0])
+    } else {
+        let (a, b) = dirs.split_at_mut(req);
+        (&mut b[0], &mut a[resp])
+    }
+}
+
+/// The responses of direction `d`, and the requests they answer (its peer's; `None` while
+/// unpaired).
+pub(super) fn answering(dirs: &mut [Dir], d: usize) -> (&mut RespState, Option<&mut ReqState>) {
+    match dirs[d].peer {
+        None => (&mut dirs[d].resp, None),
+        Some(pr) => {
+            let (req_dir, resp_dir) = pair_mut(dirs, pr, d);
+            (&mut resp_dir.resp, Some(&mut req_dir.req))
+        }
+    }
+}
+
+impl Analyzer {
+    /// Notes a CM REQ (its sender's QPN by communication ID) or REP (the two ends' QPNs,
+    /// paired), within [`MAX_CM`].
+    pub(super) fn note_cm(&mut self, p: &Pkt, cm: CmFacts) {
+        if self.cm_req.len() >= MAX_CM || self.cm_peer.len() >= 2 * MAX_CM {
+            return;
+        }
+        if !cm.rep {
+            self.cm_req.insert(cm.local_comm_id, (p.src, cm.local_qpn));
+        } else if let Some(&(req_addr, req_qpn)) = self.cm_req.get(&cm.remote_comm_id) {
+            let rep = (p.src, cm.local_qpn);
+            self.cm_peer.insert((req_addr, req_qpn), rep);
+            self.cm_peer.insert(rep, (req_addr, req_qpn));
+        }
+    }
+
+    /// The direction of `p`, created (and paired if it can be) on its first packet.
+    pub(super) fn dir(&mut self, p: &Pkt) -> Option<usize> {
+        if let Some(&d) = self.by_key.get(&(p.src, p.dst, p.dest_qp)) {
+            return Some(d);
+        }
+        let d = self.dirs.len();
+        if d >= MAX_DIRECTIONS {
+            return None;
+        }
+        // The reverse direction: by the CM, else by the UDP source port.
+        let mut peer = None;
+        let mut by = "none";
+        if let Some(&(addr, qpn)) = self.cm_peer.get(&(p.dst, p.dest_qp)) {
+            if addr == p.src {
+                peer = self
+                    .by_key
+                    .get(&(p.dst, p.src, qpn))
+                    .copied()
+                    .filter(|&r| self.dirs[r].peer.is_none());
+                by = "cm";
+            }
+        }
+        if peer.is_none() && p.sport != 0 {
+            let cands: Vec<usize> = self
+                .by_hosts
+                .get(&(p.dst, p.src))
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|&r| {
+                    let x = &self.dirs[r];
+                    x.peer.is_none() && x.sport == p.sport
+                })
+                .take(2)
+                .collect();
+            if cands.len() == 1 {
+                peer = Some(cands[0]);
+                by = "udp_sport";
+            }
+        }
+        let (conn, side) = match peer {
+            Some(r) => {
+                self.dirs[r].peer = Some(d);
+                let c = self.dirs[r].conn;
+                self.conns[c].paired_by = by;
+                (c, 1 - self.dirs[r].side)
+            }
+            None => {
+                let c = self.conns.len();
+                self.conns.push(Connection {
+                    id: c + 1,
+                    paired_by: "none",
+                    rules: Tallies::all(),
+                    ..Connection::default()
+                });
+                (c, 0)
+            }
+        };
+        self.conns[conn].sides[side].addr = Some(p.src);
+        self.conns[conn].sides[1 - side].qpn = Some(p.dest_qp);
+        self.conns[conn].sides[1 - side].addr.get_or_insert(p.dst);
+        self.dirs.push(Dir {
+            src: p.src,
+            dst: p.dst,
+            sport: p.sport,
+            conn,
+            side,
+            peer,
+            req: ReqState::default(),
+            resp: RespState::default(),
+        });
+        self.by_key.insert((p.src, p.dst, p.dest_qp), d);
+        match peer {
+            Some(r) => self.unlist(r),
+            None => self.by_hosts.entry((p.src, p.dst)).or_default().push(d),
+        }
+        Some(d)
+    }
+
+    /// Takes a direction that found its pair out of [`Analyzer::by_hosts`] (which lists the
+    /// unpaired ones).
+    fn unlist(&mut self, d: usize) {
+        let key = (self.dirs[d].src, self.dirs[d].dst);
+        if let Some(v) = self.by_hosts.get_mut(&key) {
+            v.retain(|&x| x != d);
+            if v.is_empty() {
+                self.by_hosts.remove(&key);
+            }
+        }
+    }
+
+    /// Pairs an unpaired response direction with the request direction whose PSNs it
+    /// answers.
+    pub(super) fn pair_by_psn(&mut self, d: usize, psn: u32) {
+        if self.dirs[d].peer.is_some() {
+            return;
+        }
+        let (src, dst) = (self.dirs[d].src, self.dirs[d].dst);
+        let Some(back) = self.by_hosts.get(&(dst, src)) else {
+            return;
+        };
+        // The first few unpaired candidates only: a crafted capture with many QPs between two
+        // hosts must not make every response a scan.
+        let cand = back.iter().copied().take(64).find(|&r| {
+            let x = &self.dirs[r];
+            if r == d || x.peer.is_some() || !x.req.started {
+                return false;
+            }
+            let u = x.req.unwrap(psn);
+            let lo = x.req.outstanding.front().map_or(x.req.highest, |o| o.psn);
+            u >= lo.saturating_sub(1) && u <= x.req.highest
+        });
+        let Some(r) = cand else {
+            return;
+        };
+        // Merge d's connection into r's.
+        let (old, new) = (self.dirs[d].conn, self.dirs[r].conn);
+        let side = 1 - self.dirs[r].side;
+        let moved = std::mem::take(&mut self.conns[old].sides[0]);
+        let events = std::mem::take(&mut self.conns[old].events);
+        let s = &mut self.conns[new].sides[side];
+        let qpn = s.qpn.or(moved.qpn);
+        *s = moved;
+        s.qpn = qpn;
+        self.conns[new]
+            .events
+            .extend(events.into_iter().map(|mut e| {
+                e.connection = new;
+                e.side = side;
+                e
+            }));
+        self.conns[old].paired_by = "merged";
+        self.dirs[d].conn = new;
+        self.dirs[d].side = side;
+        self.dirs[d].peer = Some(r);
+        self.dirs[r].peer = Some(d);
+        self.unlist(r);
+        self.unlist(d);
+        self.conns[new].paired_by = "psn";
+    }
+}

@@ -1,0 +1,183 @@
+//! The behaviour rules a connection is checked against: [`Rule`] (each one's wire name and
+//! what it checks, in one table), the per-connection tallies the handlers feed, and the
+//! [`Verdict`]s made of them.
+
+/// Declares [`Rule`] from one table: variant, wire name (the `rule` of the text and JSON
+/// reports), and the one-sentence description that is also the variant's doc.
+macro_rules! rules {
+    ($($variant:ident => $name:literal, $desc:literal;)*) => {
+        /// A behaviour rule of go-back-N RC (IBTA Vol 1 §9.7, the set Lumina (SIGCOMM 2023)
+        /// checks on hardware), in report order.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Rule {
+            $(#[doc = $desc] $variant,)*
+        }
+
+        impl Rule {
+            /// Every rule, in report order.
+            pub const ALL: [Self; [$(Self::$variant),*].len()] = [$(Self::$variant),*];
+
+            /// Its wire name, as the reports print it (`gbn_restart_at_naked_psn`, ...).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)*
+                }
+            }
+
+            /// What it checks, in one sentence (with the IBTA section it checks).
+            pub const fn description(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $desc,)*
+                }
+            }
+        }
+    };
+}
+
+rules! {
+    GbnRestartAtNakedPsn => "gbn_restart_at_naked_psn",
+        "The retransmission episode after a sequence NAK restarts at the NAKed PSN, not past \
+         it nor past the oldest unacknowledged PSN (go-back-N, IBTA Vol 1 §9.7; a NAK for PSN n \
+         acknowledges everything before n, §9.7.5.1.2).";
+    TimeoutRestartAtOldestUnacked => "timeout_restart_at_oldest_unacked",
+        "The retransmission episode after the local ACK timer expired (IBTA Vol 1 §9.7.6.1.3) \
+         restarts no later than the oldest unacknowledged PSN.";
+    OneNakPerSequenceError => "one_nak_per_sequence_error",
+        "A responder sends one sequence NAK per out-of-sequence episode: the same NAK again \
+         before the PSN was resent is a NAK storm (IBTA Vol 1 §9.7).";
+    NoAckPastHole => "no_ack_past_hole",
+        "No ACK covers a request PSN never seen at the capture point (IBTA Vol 1 §9.7).";
+    MonotonicMsnAndAckPsn => "monotonic_msn_and_ack_psn",
+        "ACK PSNs and MSNs do not go back, except in answer to a request sent again (a resent \
+         atomic ACK is the responder's saved result, IBTA Vol 1 §9.7.5.1.7.4).";
+    ReadResponsesCoverRequest => "read_responses_cover_request",
+        "READ responses take one PSN per packet over the requested span and carry the \
+         requested length (IBTA Vol 1 §9.7.1).";
+    DuplicateReadReexecutedFromRequestedPsn => "duplicate_read_reexecuted_from_requested_psn",
+        "A duplicate READ is answered from the PSN it asks for (IBTA Vol 1 §9.7.5.1.5).";
+    CnpMinInterval => "cnp_min_interval",
+        "CNPs of one QP are at least the CNP interval apart (`Options::cnp_interval_ns`; a \
+         notification point's setting, no IBTA section).";
+}
+
+/// How many rules there are.
+const COUNT: usize = Rule::ALL.len();
+
+/// The rules' wire names, in report order (the names of [`Rule::ALL`]).
+pub const RULES: [&str; COUNT] = {
+    let mut names = [""; COUNT];
+    let mut i = 0;
+    while i < COUNT {
+        names[i] = Rule::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+
+/// A behaviour rule's outcome on one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The rule.
+    pub rule: &'static str,
+    /// `ok`, `violated` or `not_applicable`.
+    pub result: &'static str,
+    /// Frames that show a violation (the first 16).
+    pub frames: Vec<u64>,
+    /// What was seen.
+    pub detail: String,
+}
+
+/// What one connection showed of one rule.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tally {
+    checked: u64,
+    frames: Vec<u64>,
+    violations: u64,
+    /// Said after the counts (the CNP rule: what was observed).
+    pub(super) note: String,
+    /// What the first violation was.
+    first: String,
+    /// Checks that passed only because the capture point may not see everything (a
+    /// restart earlier than asked for).
+    pub(super) early: u64,
+}
+
+impl Tally {
+    /// One check of the rule at `frame`: passed when `ok`.
+    pub(super) fn check(&mut self, ok: bool, frame: u64) {
+        self.checked += 1;
+        if !ok {
+            self.violations += 1;
+            if self.frames.len() < 16 {
+                self.frames.push(frame);
+            }
+        }
+    }
+    /// [`Tally::check`], and the first violation says what was seen.
+    pub(super) fn check_why(&mut self, ok: bool, frame: u64, why: impl FnOnce() -> String) {
+        if !ok && self.violations == 0 {
+            self.first = format!("first at frame {frame}: {}", why());
+        }
+        self.check(ok, frame);
+    }
+
+    fn verdict(&self, rule: Rule) -> Verdict {
+        Verdict {
+            rule: rule.name(),
+            result: if self.checked == 0 {
+                "not_applicable"
+            } else if self.violations > 0 {
+                "violated"
+            } else {
+                "ok"
+            },
+            frames: self.frames.clone(),
+            detail: {
+                let mut d = format!("{} checked, {} violated", self.checked, self.violations);
+                let early = if self.early > 0 {
+                    format!(
+                        "{} earlier than asked (what a response lost after the capture point looks like)",
+                        self.early
+                    )
+                } else {
+                    String::new()
+                };
+                for extra in [&self.note, &early, &self.first] {
+                    if !extra.is_empty() {
+                        d.push_str("; ");
+                        d.push_str(extra);
+                    }
+                }
+                d
+            },
+        }
+    }
+}
+
+/// One connection's tallies, by [`Rule`]. The default has none (a connection the analyzer
+/// did not make has no verdicts); the analyzer's connections have [`Tallies::all`].
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tallies(Vec<Tally>);
+
+impl Tallies {
+    /// A fresh tally of every rule.
+    pub(super) fn all() -> Self {
+        Self(vec![Tally::default(); COUNT])
+    }
+    /// The tally of `rule`.
+    pub(super) fn get_mut(&mut self, rule: Rule) -> &mut Tally {
+        &mut self.0[rule as usize]
+    }
+    /// The verdict of every rule, in report order.
+    pub(super) fn verdicts(&self) -> Vec<Verdict> {
+        Rule::ALL
+            .iter()
+            .zip(&self.0)
+            .map(|(&rule, t)| t.verdict(rule))
+            .collect()
+    }
+    /// `true` when a rule was violated.
+    pub(super) fn violated(&self) -> bool {
+        self.0.iter().any(|t| t.violations > 0)
+    }
+}

@@ -1,0 +1,213 @@
+//! One side of a connection: what it sent, counted and measured ([`Side`]), the bounded
+//! picture data it keeps (rate windows, PSN plot points, message slices), and how a side is
+//! named in the reports.
+use std::net::IpAddr;
+
+use super::stats::Dist;
+
+/// The first rate window: 10 us (it doubles whenever 512 windows are kept).
+pub const RATE_WINDOW_NS: u64 = 10_000;
+/// Rate windows kept per side.
+const RATE_MAX: usize = 512;
+/// Message slices kept per side for the trace.
+pub(super) const SLICES_MAX: usize = 2_048;
+/// Points kept per side for the PSN plot (and CNP times received).
+pub(super) const TRACE_MAX: usize = 4_096;
+
+/// Counters and measures of one side of a connection (what it sent).
+#[derive(Debug, Clone, Default)]
+pub struct Side {
+    /// Sender address.
+    pub addr: Option<IpAddr>,
+    /// This side's QPN (the destination QPN of the other side's packets), when known.
+    pub qpn: Option<u32>,
+    /// Packets sent.
+    pub packets: u64,
+    /// Transport bytes sent.
+    pub bytes: u64,
+    /// Request packets sent.
+    pub requests: u64,
+    /// Response packets sent (ACK, NAK, READ responses, atomic ACKs).
+    pub responses: u64,
+    /// Messages by operation: send, send_imm, write, write_imm, read, atomic, other.
+    pub messages: [u64; 7],
+    /// Payload bytes of those messages (READ: the requested length).
+    pub message_bytes: [u64; 7],
+    /// First and last packet time, ns.
+    pub first_t: u64,
+    /// Last packet time.
+    pub last_t: u64,
+    /// First and last request PSN (24-bit).
+    pub psn_first: Option<u32>,
+    /// Highest request PSN.
+    pub psn_last: Option<u32>,
+    /// PSN wraps seen.
+    pub psn_wraps: u64,
+    /// Request packets sent again.
+    pub retransmitted_packets: u64,
+    /// Retransmission episodes by [`Cause`](super::Cause) (index of `Cause::ALL`).
+    pub episodes: [u64; 5],
+    /// NAKs this side sent, by kind (index of [`NAK_KINDS`](super::NAK_KINDS)).
+    pub naks: [u64; 6],
+    /// PSN gaps in its requests.
+    pub psn_gaps: u64,
+    /// PSNs of its requests never seen at all (lost before the capture point).
+    pub never_seen_psns: u64,
+    /// Out-of-order requests.
+    pub out_of_order: u64,
+    /// Network duplicates.
+    pub duplicates: u64,
+    /// ACKs it sent for PSNs never sent.
+    pub ghost_acks: u64,
+    /// Stale ACKs it sent.
+    pub stale_acks: u64,
+    /// CNPs it sent.
+    pub cnps: u64,
+    /// Its packets marked CE.
+    pub ecn_ce: u64,
+    /// Its packets with a bad ICRC.
+    pub icrc_bad: u64,
+    /// Stalls of its requests.
+    pub stalls: u64,
+    /// READ responses of its that did not match the request.
+    pub read_response_mismatches: u64,
+    /// ACK RTT of its requests.
+    pub ack_rtt: Dist,
+    /// READ latency of its READ requests.
+    pub read_latency: Dist,
+    /// Time from the first out-of-sequence request it received to its NAK.
+    pub nak_generation: Dist,
+    /// Time from a NAK it received to its first retransmitted packet.
+    pub nak_response: Dist,
+    /// Observed retransmission timeouts of its requests.
+    pub retransmission_timeout: Dist,
+    /// Observed waits after RNR NAKs it received.
+    pub rnr_wait: Dist,
+    /// Intervals between the CNPs it sent.
+    pub cnp_interval: Dist,
+    /// Its rate in the window after each CNP it received, in percent of the rate in the
+    /// window before (with pictures: from the rate windows).
+    pub rate_after_cnp_pct: Dist,
+    /// Time from a CE-marked packet it received to the CNP it sent.
+    pub ce_to_cnp: Dist,
+    /// Request bytes per rate window (for the rate plot), ns window start → bytes, with
+    /// pictures ([`Options::pictures`](super::Options::pictures)).
+    pub rate: Vec<(u64, u64)>,
+    /// The rate windows' length, ns.
+    pub rate_window_ns: u64,
+    /// Times of the CNPs it received.
+    pub cnps_received_at: Vec<u64>,
+    /// (time, PSN, kind) of its packets for the PSN plot: 0 request, 1 retransmission,
+    /// 2 ACK, 3 NAK, 4 CNP (bounded).
+    pub trace: Vec<(u64, u32, u8)>,
+    /// Messages as (start, end, operation index of [`OPS`]) for the trace (bounded).
+    pub slices: Vec<(u64, u64, u8)>,
+    /// Requests and ACKs go into `trace` one in `trace_stride` (it doubles when `trace`
+    /// fills; marks are all kept).
+    trace_stride: u64,
+    trace_seen: u64,
+}
+
+impl Side {
+    /// Fills [`Side::rate_after_cnp_pct`] from the rate windows and the CNPs received.
+    pub(super) fn note_rate_around_cnps(&mut self) {
+        let win = self.rate_window_ns.max(1);
+        let bytes_at = |rate: &[(u64, u64)], w: u64| {
+            rate.binary_search_by_key(&w, |r| r.0)
+                .map_or(0, |i| rate[i].1)
+        };
+        for &t in &self.cnps_received_at {
+            let w = t / win * win;
+            let (Some(before_w), after_w) = (w.checked_sub(win), w + win) else {
+                continue;
+            };
+            let before = bytes_at(&self.rate, before_w);
+            if let Some(pct) = (bytes_at(&self.rate, after_w) * 100).checked_div(before) {
+                self.rate_after_cnp_pct.add(pct);
+            }
+        }
+    }
+
+    /// Adds `bytes` sent at `t` to the rate windows (halving their number, by merging
+    /// neighbours, whenever [`RATE_MAX`] are kept).
+    pub(super) fn add_rate(&mut self, t: u64, bytes: u64) {
+        if self.rate_window_ns == 0 {
+            self.rate_window_ns = RATE_WINDOW_NS;
+        }
+        loop {
+            let w = t / self.rate_window_ns * self.rate_window_ns;
+            let n = self.rate.len();
+            match self.rate.last_mut() {
+                Some(last) if last.0 == w => {
+                    last.1 += bytes;
+                    return;
+                }
+                _ if n < RATE_MAX => {
+                    self.rate.push((w, bytes));
+                    return;
+                }
+                _ => {
+                    self.rate_window_ns *= 2;
+                    let win = self.rate_window_ns;
+                    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(RATE_MAX);
+                    for &(start, b) in &self.rate {
+                        let ws = start / win * win;
+                        match merged.last_mut() {
+                            Some(m) if m.0 == ws => m.1 += b,
+                            _ => merged.push((ws, b)),
+                        }
+                    }
+                    self.rate = merged;
+                }
+            }
+        }
+    }
+
+    /// A point of the PSN plot: the whole capture, thinned (every mark, one request or ACK
+    /// in a stride that doubles whenever the points fill up).
+    pub(super) fn add_trace_point(&mut self, t: u64, psn: u32, kind: u8) {
+        let thin = kind == 0 || kind == 2;
+        if thin {
+            self.trace_seen += 1;
+            if !self.trace_seen.is_multiple_of(self.trace_stride.max(1)) {
+                return;
+            }
+        }
+        if self.trace.len() >= TRACE_MAX {
+            let mut keep = false;
+            self.trace.retain(|p| {
+                if p.2 == 0 || p.2 == 2 {
+                    keep = !keep;
+                    keep
+                } else {
+                    true
+                }
+            });
+            self.trace_stride = self.trace_stride.max(1) * 2;
+            if self.trace.len() >= TRACE_MAX {
+                return;
+            }
+        }
+        self.trace.push((t, psn, kind));
+    }
+}
+
+/// Operation index of [`Side::messages`].
+pub const OPS: [&str; 7] = [
+    "send",
+    "send_imm",
+    "write",
+    "write_imm",
+    "read",
+    "atomic",
+    "other",
+];
+
+/// A side as `addr qp 0x…` (`?` for an address never seen).
+pub(super) fn endpoint(s: &Side) -> String {
+    let a = s.addr.map_or_else(|| "?".to_string(), |a| a.to_string());
+    match s.qpn {
+        Some(q) => format!("{a} qp {q:#x}"),
+        None => a,
+    }
+}
