@@ -440,11 +440,41 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             break;
         }
     }
+    let counts = RunCounts {
+        postponed,
+        repaths,
+        verified_bytes,
+        mismatched_flows,
+        failed_flows,
+        queue: queue.dist(),
+    };
+    report(spec, &sim, &net, &flows, counts)
+}
+
+/// What the run's loop counted, for [`report`].
+pub(super) struct RunCounts {
+    pub(super) postponed: u64,
+    pub(super) repaths: u64,
+    pub(super) verified_bytes: u64,
+    pub(super) mismatched_flows: u64,
+    pub(super) failed_flows: u64,
+    pub(super) queue: QueueDist,
+}
+
+/// The report of a finished run: each flow's slowdown against its ideal FCT, by size bucket;
+/// the switches', links' and QPs' counters.
+pub(super) fn report(
+    spec: &FctSpec,
+    sim: &Sim,
+    net: &Net,
+    flows: &[Flow],
+    c: RunCounts,
+) -> FctReport {
     let mut all = Vec::new();
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
     let (mut fct_sum, mut bytes, mut last) = (0.0, 0u64, Instant::ZERO);
     let mut victim = None;
-    for f in &flows {
+    for f in flows {
         let Some(done) = f.done else { continue };
         let fct = done.saturating_duration_since(f.start).as_nanos() as f64;
         // The flow alone: a round trip over its path's links, its frames at the host rate.
@@ -532,7 +562,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         pfc_pauses: sw.pauses,
         pfc_frames: sim.stats().pfc_frames,
         pfc_paused_us: sw.paused_ns as f64 / 1e3,
-        postponed,
+        postponed: c.postponed,
         sim_ms: last_s * 1e3,
         // A fabric counts every hop, hosts' included; the one-switch model its links and
         // the switch port.
@@ -543,11 +573,11 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         },
         links,
         fabric_links,
-        repaths,
-        verified_bytes,
-        mismatched_flows,
-        queue: queue.dist(),
-        failed_flows,
+        repaths: c.repaths,
+        verified_bytes: c.verified_bytes,
+        mismatched_flows: c.mismatched_flows,
+        queue: c.queue,
+        failed_flows: c.failed_flows,
         max_active_bytes: spec.max_active_bytes,
         victim,
     }
