@@ -6,8 +6,8 @@
 use crate::error::DecodeError;
 use crate::format::{self, Decoded};
 use crate::link;
-use crate::reader::{CaptureReader, Record, Timestamp};
 use crate::progress::Progress;
+use crate::reader::{CaptureReader, Record, Timestamp};
 use roce_proto::{Frame, Opcode, RocePacket};
 use std::io::{self, Read, Write};
 

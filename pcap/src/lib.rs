@@ -25,6 +25,7 @@
 
 pub mod analyze;
 pub mod decode;
+mod digits;
 pub mod error;
 pub mod format;
 #[cfg(any(test, fuzzing, feature = "fuzzing"))]
@@ -33,9 +34,8 @@ pub mod link;
 pub mod live;
 mod madfmt;
 pub mod parallel;
-pub mod reader;
-mod digits;
 mod progress;
+pub mod reader;
 pub mod source;
 pub mod synth;
 pub mod tap;

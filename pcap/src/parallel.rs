@@ -9,8 +9,8 @@
 //! sequential.
 use crate::decode::{Decoder, Options, Outcome, Stats};
 use crate::error::{DecodeError, ReadError};
-use crate::reader::{CaptureReader, Record, Timestamp};
 use crate::progress::Progress;
+use crate::reader::{CaptureReader, Record, Timestamp};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
