@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use roce_driver::connect::perftest::{Report, Session, PAGE};
 use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side, Transport};
-use roce_driver::qps::{LocalQp, ALL_REMOTE};
+use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, DriverError, LinkChoice, Secrets};
 use roce_proto::perftest::Dest;
 use roce_proto::rdma_cm::RDMA_UDP_QKEY;
@@ -21,7 +21,7 @@ use roce_stack::{Access, ConnectParams, RemoteAddr};
 
 pub use roce_driver::connect::perftest::{ANNOUNCED_VERSION, MB_PER_GBIT, PORT};
 
-use super::app::{perf_caps, spin};
+use super::app::spin;
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
 
 fn err(what: &str, e: impl std::fmt::Display) -> DriverError {
@@ -257,29 +257,20 @@ pub async fn run_session(
 /// (`DEF_QKEY`), or over rdma_cm (`cm`) RDMA-CM's (`RDMA_UDP_QKEY`); timeout 14, 7 retries,
 /// 7 RNR retries and RNR timer 12 as perftest's defaults; `--outs` READs/atomics each way.
 fn qp_request(spec: &PerfSpec, cm: bool) -> QpRequest {
-    let transport = if spec.ud {
-        Transport::Ud(QKey(if cm { RDMA_UDP_QKEY } else { 0x1111_1111 }))
-    } else if spec.uc {
-        Transport::Uc
-    } else {
-        Transport::Rc
-    };
+    let base = super::run::perf_request(spec);
     QpRequest {
-        transport,
-        count: spec.nqps(),
-        caps: perf_caps(spec),
-        srq: None,
+        transport: match base.transport {
+            Transport::Ud(_) if cm => Transport::Ud(QKey(RDMA_UDP_QKEY)),
+            t => t,
+        },
         params: ConnectParams {
-            mtu: spec.mtu,
-            access: ALL_REMOTE,
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 12,
-            max_rd_atomic: spec.outs,
-            max_dest_rd_atomic: spec.outs,
-            ..ConnectParams::default()
+            ..base.params
         },
+        ..base
     }
 }
 

@@ -24,7 +24,7 @@ const SILENCE: Duration = Duration::from_secs(5);
 
 /// What a perf end asks of the connection layer: `spec`'s QPs (RC, UC, or UD with perftest's
 /// Q_Key), its MTU and `--outs` READs/atomics each way.
-fn perf_request(spec: &PerfSpec) -> QpRequest {
+pub(super) fn perf_request(spec: &PerfSpec) -> QpRequest {
     let transport = if spec.ud {
         Transport::Ud(UD_QKEY)
     } else if spec.uc {
