@@ -323,6 +323,7 @@ async fn measure(
             }
         }
         if !plan.write_lat {
+            s.closing_exchange();
             s.keys(ep, "closing keys", mine).await?;
         }
     } else {
@@ -331,12 +332,14 @@ async fn measure(
         let what = if plan.reports {
             "keys at the end of the test"
         } else {
+            s.closing_exchange();
             "closing keys"
         };
         s.serve_test(ep, &mut app, what, mine).await?;
         let mut r = app.result();
         if plan.reports {
             let peer = s.reports(ep, None, gbits).await?;
+            s.closing_exchange();
             s.keys(ep, "closing keys", mine).await?;
             // The server measures nothing: its figures are the client's.
             r.size = peer.size;

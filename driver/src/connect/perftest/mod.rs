@@ -470,7 +470,9 @@ impl Session {
                     )
                     .await?;
                 }
-                let t = comm.inbox.pop_front().unwrap_or_default();
+                let t = comm.inbox.pop_front().ok_or_else(|| {
+                    DriverError::Peer("it disconnected before sending its closing record".into())
+                })?;
                 comm.send(ep, &rec).await.map_err(|e| err(what, e))?;
                 t
             }
@@ -478,6 +480,15 @@ impl Session {
         self.transcript.push((false, theirs));
         self.transcript.push((true, rec));
         Ok(())
+    }
+
+    /// The next exchange is the closing record: over RDMA-CM the peer may release the
+    /// connections as soon as it has ours (perftest does), which then ends the exchange
+    /// instead of failing it.
+    pub fn closing_exchange(&mut self) {
+        if let Wire::Cm(comm) = &mut self.wire {
+            comm.last = true;
+        }
     }
 
     /// The end: over RDMA-CM, every connection of this session is released (DREQ/DREP; the
