@@ -417,8 +417,7 @@ fn perf_udp_baseline_answers_only_its_client() {
         tx_depth: 128,
         outs: Some(8),
         request: Some(16),
-        ud: false,
-        uc: false,
+        service: roce_stack::Service::Rc,
     })
     .unwrap();
     let mut results = Vec::new();

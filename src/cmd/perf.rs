@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 use roce_apps::perf::{self, PerfResult, PerfTest};
 use roce_driver::Secrets;
+use roce_stack::Service;
 
 use crate::args::{size_flag, Ends, LinkArgs};
 
@@ -94,10 +95,9 @@ fn parse_test(s: &str) -> anyhow::Result<PerfTest> {
 }
 
 pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
-    let connection = a.connection.to_ascii_uppercase();
-    if !matches!(connection.as_str(), "RC" | "UC" | "UD") {
+    let Ok(service) = a.connection.parse::<Service>() else {
         anyhow::bail!("-c {:?}: use RC, UC or UD", a.connection);
-    }
+    };
     let test = parse_test(&a.test)?;
     if a.perftest && a.all && test == PerfTest::Atomic {
         anyhow::bail!("--perftest atomic takes no -a: perftest's atomics are 8 bytes");
@@ -121,12 +121,11 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         tx_depth: a.tx_depth,
         outs: a.outs,
         request: size_flag("--request", a.request.as_deref())?,
-        ud: connection == "UD",
-        uc: connection == "UC",
+        service,
     })?;
-    if a.cm && specs.iter().any(|s| s.uc || (s.ud && !a.perftest)) {
+    if a.cm && (service == Service::Uc || (service == Service::Ud && !a.perftest)) {
         anyhow::bail!(
-            "-c {connection} with --cm: roce's CM connects RC, and UD through SIDR with --perftest"
+            "-c {service} with --cm: roce's CM connects RC, and UD through SIDR with --perftest"
         );
     }
     let secrets = Secrets::from_seed(a.seed);

@@ -129,7 +129,7 @@ pub(crate) fn parse_transports(s: &str) -> Result<Vec<Transport>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let p = part.to_ascii_lowercase();
-        match Transport::ALL.iter().find(|t| t.name() == p) {
+        match Transport::ALL.iter().find(|t| t.token() == p) {
             Some(t) => out.push(*t),
             None => return Err(format!("unknown transport {part:?} (rc, uc, ud)")),
         }

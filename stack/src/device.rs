@@ -14,7 +14,7 @@ use crate::handle::{CqHandle, MrHandle, PdHandle};
 use crate::memory::{Access, MemoryRegion, MrTable};
 use crate::path::RxMeta;
 use crate::qp::{
-    ConnectParams, Ctx, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Transmit,
+    ConnectParams, Ctx, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Service, Transmit,
 };
 use crate::stats::{DropReason, QpStats};
 use crate::time::Instant;
@@ -116,10 +116,21 @@ pub enum Refusal {
         /// The QP.
         qpn: Qpn,
         /// Why.
-        reason: crate::ud::UdRefusal,
+        reason: crate::qp::ud::UdRefusal,
     },
     /// QP1 refused it.
-    Management(crate::gsi::MadRefusal),
+    Management(crate::qp::gsi::MadRefusal),
+}
+
+/// Which of the device's QP collections a QPN names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// QP1.
+    Gsi,
+    /// An RC or UC QP: index into `qps`.
+    Connected(usize),
+    /// A UD QP: index into `uds`.
+    Datagram(usize),
 }
 
 /// A device context: owns every verbs object and is the sans-IO endpoint.
@@ -145,9 +156,9 @@ pub struct Device {
     /// PSN window.
     accepted_connected: u64,
     /// QP1: MADs in and out.
-    gsi: crate::gsi::Gsi,
+    gsi: crate::qp::gsi::Gsi,
     /// UD QPs, by index; their QPNs follow the RC range ([`Device::create_ud_qp`]).
-    uds: Vec<crate::ud::UdQp>,
+    uds: Vec<crate::qp::ud::UdQp>,
     /// Shared receive queues.
     srqs: Vec<crate::srq::Srq>,
     /// Asynchronous events not yet taken.
@@ -175,16 +186,16 @@ impl Device {
             drops: QpStats::default(),
             accepted: 0,
             accepted_connected: 0,
-            gsi: crate::gsi::Gsi::default(),
+            gsi: crate::qp::gsi::Gsi::default(),
             uds: Vec::new(),
             srqs: Vec::new(),
             events: VecDeque::new(),
         }
     }
 
-    /// QP1, the general services interface: MADs received ([`crate::gsi::Gsi::take`]) and to
-    /// send ([`crate::gsi::Gsi::send`]; they go out first from [`Device::poll_transmit`]).
-    pub fn gsi(&mut self) -> &mut crate::gsi::Gsi {
+    /// QP1, the general services interface: MADs received ([`crate::qp::gsi::Gsi::take`]) and to
+    /// send ([`crate::qp::gsi::Gsi::send`]; they go out first from [`Device::poll_transmit`]).
+    pub fn gsi(&mut self) -> &mut crate::qp::gsi::Gsi {
         &mut self.gsi
     }
 
@@ -428,7 +439,7 @@ impl Device {
             return Err(CreateError::TooManyQps);
         }
         let qpn = self.ud_qpn(self.uds.len());
-        self.uds.push(crate::ud::UdQp::new(
+        self.uds.push(crate::qp::ud::UdQp::new(
             qpn,
             pd,
             (send_cq, recv_cq),
@@ -455,12 +466,12 @@ impl Device {
     }
 
     /// A UD QP.
-    pub fn ud_qp(&self, qpn: Qpn) -> Option<&crate::ud::UdQp> {
+    pub fn ud_qp(&self, qpn: Qpn) -> Option<&crate::qp::ud::UdQp> {
         self.ud_idx(qpn).map(|i| &self.uds[i])
     }
 
     /// Posts a send to a UD QP.
-    pub fn post_ud_send(&mut self, qpn: Qpn, wr: crate::ud::UdSend) -> Result<(), PostError> {
+    pub fn post_ud_send(&mut self, qpn: Qpn, wr: crate::qp::ud::UdSend) -> Result<(), PostError> {
         let i = self.ud_idx(qpn).ok_or(PostError::NoSuchQp)?;
         self.uds[i].post_send(&self.mrs, wr)
     }
@@ -468,6 +479,25 @@ impl Device {
     fn idx(&self, qpn: Qpn) -> Option<usize> {
         let i = qpn.0.checked_sub(self.config.qpn_base)? as usize;
         (i < self.qps.len()).then_some(i)
+    }
+
+    /// Where QP `qpn` lives: the one lookup every datagram and receive goes through. The
+    /// connected range is checked first; UD QPNs follow it ([`Device::create_ud_qp`]).
+    fn slot(&self, qpn: Qpn) -> Option<Slot> {
+        if qpn == crate::qp::gsi::GSI_QPN {
+            return Some(Slot::Gsi);
+        }
+        self.idx(qpn)
+            .map(Slot::Connected)
+            .or_else(|| self.ud_idx(qpn).map(Slot::Datagram))
+    }
+
+    /// The service of QP `qpn` (the GSI is UD); `None` for an unknown QP.
+    pub fn service(&self, qpn: Qpn) -> Option<Service> {
+        Some(match self.slot(qpn)? {
+            Slot::Connected(i) => self.qps[i].service(),
+            Slot::Datagram(_) | Slot::Gsi => Service::Ud,
+        })
     }
 
     /// A QP (state, counters, path).
@@ -540,13 +570,15 @@ impl Device {
 
     /// Posts a receive request (any state but RESET; in ERR it completes at once as flushed).
     pub fn post_recv(&mut self, qpn: Qpn, r: RecvRequest) -> Result<(), PostError> {
-        if self.idx(qpn).is_none() {
-            if let Some(i) = self.ud_idx(qpn) {
-                return self.uds[i].post_recv(&self.mrs, r);
+        match self.slot(qpn) {
+            Some(Slot::Datagram(i)) => self.uds[i].post_recv(&self.mrs, r),
+            Some(Slot::Connected(_)) => {
+                let (qp, mut ctx) = self.split(qpn).ok_or(PostError::NoSuchQp)?;
+                qp.post_recv(r, &mut ctx)
             }
+            // QP1's receives are the device's own (its bounded MAD queue).
+            Some(Slot::Gsi) | None => Err(PostError::NoSuchQp),
         }
-        let (qp, mut ctx) = self.split(qpn).ok_or(PostError::NoSuchQp)?;
-        qp.post_recv(r, &mut ctx)
     }
 
     /// Takes the oldest completion of a CQ.
@@ -608,33 +640,34 @@ impl Device {
                 return Delivery::Dropped(Refusal::Malformed);
             }
         };
-        if qpn == crate::gsi::GSI_QPN {
-            return match self.gsi.receive(meta, datagram) {
+        match self.slot(qpn) {
+            Some(Slot::Gsi) => match self.gsi.receive(meta, datagram) {
                 Ok(()) => Delivery::Management,
                 Err(why) => Delivery::Dropped(Refusal::Management(why)),
-            };
-        }
-        if self.idx(qpn).is_none() {
-            if let Some(i) = self.ud_idx(qpn) {
+            },
+            Some(Slot::Datagram(i)) => {
                 let (mrs, cqs) = (&mut self.mrs, &mut self.cqs[..]);
-                return match self.uds[i].receive(mrs, cqs, meta, datagram) {
+                match self.uds[i].receive(mrs, cqs, meta, datagram) {
                     Ok(()) => {
                         self.accepted += 1;
                         Delivery::Datagram(qpn)
                     }
                     Err(reason) => Delivery::Dropped(Refusal::Ud { qpn, reason }),
-                };
-            }
-        }
-        match self.split(qpn) {
-            Some((qp, mut ctx)) => match qp.handle_datagram(now, meta, datagram, int, &mut ctx) {
-                Ok(()) => {
-                    self.accepted += 1;
-                    self.accepted_connected += 1;
-                    Delivery::Connected(qpn)
                 }
-                Err(reason) => Delivery::Dropped(Refusal::Qp { qpn, reason }),
-            },
+            }
+            Some(Slot::Connected(_)) => {
+                let Some((qp, mut ctx)) = self.split(qpn) else {
+                    unreachable!("slot() found it")
+                };
+                match qp.handle_datagram(now, meta, datagram, int, &mut ctx) {
+                    Ok(()) => {
+                        self.accepted += 1;
+                        self.accepted_connected += 1;
+                        Delivery::Connected(qpn)
+                    }
+                    Err(reason) => Delivery::Dropped(Refusal::Qp { qpn, reason }),
+                }
+            }
             None => {
                 self.drops.drops.count(DropReason::UnknownQp);
                 Delivery::Dropped(Refusal::UnknownQp(qpn))
@@ -686,7 +719,7 @@ impl Device {
         if self.gsi.has_output() {
             if let Some(path) = self.gsi.poll_transmit(buf) {
                 return Some(Transmit {
-                    qpn: crate::gsi::GSI_QPN,
+                    qpn: crate::qp::gsi::GSI_QPN,
                     len: buf.len(),
                     ecn: path.ecn,
                     path,

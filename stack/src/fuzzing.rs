@@ -646,7 +646,7 @@ pub fn cm(data: &[u8]) -> (u64, u64) {
 /// a buffer never posted, a receive reporting more bytes than its buffer, a region that no
 /// receive covers changed. Returns the completions seen.
 pub fn ud(data: &[u8]) -> u64 {
-    use crate::ud::{AddressHandle, UdSend, GRH_LEN};
+    use crate::qp::ud::{AddressHandle, UdSend, GRH_LEN};
     use roce_proto::QKey;
     use std::collections::BTreeMap;
     use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -25,8 +25,8 @@
 //! ## Modules, bottom up
 //! [`time`], [`rng`], [`stats`] and [`handle`] depend on nothing; [`memory`] (regions, keys,
 //! scatter/gather) on the handles; [`wr`] (work requests, completions) on memory; [`path`]
-//! (addresses, ICRC seeds) on the codec; [`cc`] (congestion control) on time; [`qp`] on all
-//! of these; [`Device`] on [`qp`]; [`model`] (the in-order reference model) on [`wr`]; the
+//! (addresses, ICRC seeds) on the codec; [`cc`] (congestion control) on time; [`qp`] (every
+//! kind of QP: RC and UC, UD, the GSI) on all of these; [`Device`] on [`qp`]; [`model`] (the in-order reference model) on [`wr`]; the
 //! simulator [`sim`] on the device.
 //!
 //! ## Features
@@ -38,7 +38,6 @@
 pub mod cc;
 pub mod cm;
 mod device;
-pub mod gsi;
 pub mod handle;
 pub mod memory;
 pub mod model;
@@ -49,7 +48,6 @@ pub mod rng;
 pub mod srq;
 pub mod stats;
 pub mod time;
-pub mod ud;
 pub mod wr;
 
 #[cfg(feature = "sim")]
@@ -69,8 +67,13 @@ pub use memory::{
     Access, MemoryRegion, MwError, MwType, RemoteAddr, SgList, Sge, DIRTY_PAGE, MAX_SGE,
 };
 pub use path::{IcrcVerdict, Ipv4Seen, PathConfig, RxMeta};
+/// QP1, the GSI: [`qp::gsi`], kept at the crate root where its users name it.
+pub use qp::gsi;
+/// UD QPs: [`qp::ud`], kept at the crate root where its users name it.
+pub use qp::ud;
 pub use qp::{
-    ConnectParams, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Transmit, PATH_MTUS,
+    ConnectParams, ModifyError, PostError, Qp, QpAttr, QpCaps, QpState, Service, Transmit,
+    UnknownService, PATH_MTUS,
 };
 pub use stats::{DropReason, Drops, Naks, QpStats};
 pub use time::Instant;

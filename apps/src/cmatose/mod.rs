@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump};
-use roce_driver::connect::{QpRequest, Side, Transport};
+use roce_driver::connect::{QpRequest, Side};
 use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_stack::cm::{
@@ -367,15 +367,14 @@ async fn run(
 ) -> Result<SendsResult, DriverError> {
     let salt = if client { 0x7c11 } else { 0x7c5e };
     let req = QpRequest {
-        transport: Transport::Rc,
         count: spec.connections,
         caps: QpCaps {
             max_send_wr: spec.count.max(1),
             max_recv_wr: spec.count.max(1),
             ..QpCaps::default()
         },
-        srq: None,
         params: Sends::base(),
+        ..QpRequest::default()
     };
     let listen = (!client).then(|| rdma_cm_service_id(spec.port));
     let (mut side, cm) = cm_side(&secrets, salt, req, local, link, listen)?;

@@ -18,7 +18,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::{QpRequest, Side, Transport};
+use roce_driver::connect::{QpRequest, Side};
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{check_protocol, LocalQp, QpInfo, RemoteBuffer};
@@ -332,17 +332,16 @@ fn kv_side(
 ) -> Result<Side, DriverError> {
     let window = IN_FLIGHT / (u64::from(n.max(1)) * u64::from(transport.mtu.max(256)));
     let req = QpRequest {
-        transport: Transport::Rc,
         count: n,
         caps: QpCaps {
             max_unacked_psns: window.clamp(32, 256) as u32,
             ..QpCaps::default()
         },
-        srq: None,
         params: ConnectParams {
             access: Access::REMOTE_WRITE,
             ..transport
         },
+        ..QpRequest::default()
     };
     let psns = secrets.start_psns(n, salt)?;
     Side::impaired(secrets.device(salt)?, req, psns, local, link, impairment)

@@ -6,8 +6,8 @@ use roce_driver::qps::LocalQp;
 use roce_driver::{AppError, Application};
 use roce_proto::Qpn;
 use roce_stack::{
-    CqHandle, Device, Instant, MrHandle, QpCaps, RecvRequest, RemoteAddr, SgList, WcStatus,
-    WorkRequest, WrOp,
+    CqHandle, Device, Instant, MrHandle, QpCaps, RecvRequest, RemoteAddr, Service, SgList,
+    WcStatus, WorkRequest, WrOp,
 };
 
 use super::{PerfResult, PerfSpec, PerfTest, PEAK_WINDOW};
@@ -192,7 +192,7 @@ impl PerfApp {
 
     fn post_recv(&mut self, dev: &mut Device, i: usize) -> Result<(), AppError> {
         // A UD receive buffer starts with the 40-byte GRH area.
-        let grh = if self.spec.ud {
+        let grh = if self.spec.service == Service::Ud {
             roce_stack::ud::GRH_LEN as u32
         } else {
             0
@@ -228,7 +228,7 @@ impl PerfApp {
             },
             PerfTest::Udp => return Err(AppError::Failed("udp is not an RDMA test".into())),
         };
-        if spec.ud {
+        if spec.service == Service::Ud {
             let ah = *self
                 .ud
                 .get(i)

@@ -21,7 +21,7 @@ use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
 use roce_stack::cm::{
     rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
 };
-use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, RemoteAddr};
+use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, RemoteAddr, Service};
 
 use super::app::{perf_caps, spin};
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
@@ -83,8 +83,7 @@ fn decode_req(b: &[u8], mtu: u32) -> Option<(PerfSpec, u16, bool)> {
         replies: u32_at(44)?,
         outs: *b.get(48)?,
         mtu,
-        ud: false,
-        uc: false,
+        service: Service::Rc,
     };
     Some((spec, qp, flags & 2 == 2))
 }
@@ -594,8 +593,7 @@ mod tests {
             outs: 16,
             request: 0,
             replies: 1,
-            ud: false,
-            uc: false,
+            service: Service::Rc,
         };
         let e = encode_req(&spec, 5, true);
         assert!(

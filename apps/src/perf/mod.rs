@@ -22,6 +22,7 @@
 //! * [`run`]: the runs over sockets (client, server, one process).
 use std::time::Duration;
 
+use roce_stack::Service;
 use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
@@ -107,14 +108,10 @@ pub struct PerfSpec {
     /// UDP exchange: datagrams answering each request.
     #[serde(default = "one")]
     pub replies: u32,
-    /// Unreliable datagram QPs (perftest's `-c UD`) instead of RC: SEND only, one MTU per
-    /// message; what the peer missed is lost, not retransmitted.
+    /// The QPs' service (perftest's `-c`): RC; UC, SEND and WRITE only, nothing acknowledged
+    /// or retransmitted; UD, SEND only, one MTU per message, what the peer missed is lost.
     #[serde(default)]
-    pub ud: bool,
-    /// Unreliable connected QPs (perftest's `-c UC`): SEND and WRITE only; nothing is
-    /// acknowledged or retransmitted.
-    #[serde(default)]
-    pub uc: bool,
+    pub service: Service,
 }
 
 fn one() -> u32 {
@@ -135,8 +132,7 @@ impl Default for PerfSpec {
             outs: DEFAULT_OUTS,
             request: 0,
             replies: 1,
-            ud: false,
-            uc: false,
+            service: Service::Rc,
         }
     }
 }
@@ -172,10 +168,8 @@ pub struct PerfOptions {
     pub outs: Option<u8>,
     /// `--request` (udp only): run a request/response exchange with requests of this size.
     pub request: Option<u64>,
-    /// `-c UD`: unreliable datagram QPs (sizes up to the MTU; `-a` stops at the MTU).
-    pub ud: bool,
-    /// `-c UC`: unreliable connected QPs.
-    pub uc: bool,
+    /// `-c`: the QPs' service (UD: sizes up to the MTU; `-a` stops at the MTU).
+    pub service: Service,
 }
 
 /// The measurements the options ask for, one per size, validated.
@@ -198,7 +192,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
         if o.test == PerfTest::Udp {
             v.retain(|&s| (16..=65507).contains(&s));
         }
-        if o.ud {
+        if o.service == Service::Ud {
             v.retain(|&s| s <= u64::from(o.mtu));
         }
         v
@@ -208,7 +202,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
             (PerfTest::Udp, true) => 16,
             (PerfTest::Udp, false) => 65507,
             (_, true) => 8,
-            (_, false) if o.ud => u64::from(o.mtu),
+            (_, false) if o.service == Service::Ud => u64::from(o.mtu),
             (_, false) => 65536,
         };
         vec![o.size.unwrap_or(default)]
@@ -235,8 +229,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
                 outs: o.outs.unwrap_or(DEFAULT_OUTS),
                 request: o.request.unwrap_or(0),
                 replies: 1,
-                ud: o.ud,
-                uc: o.uc,
+                service: o.service,
             };
             s.validate().map(|()| s)
         })
@@ -273,12 +266,12 @@ impl PerfSpec {
         E::check_range("--qps", "1..=1024", u64::from(self.qps), 1, 1024)?;
         E::check_range("--outs", "1..=128", u64::from(self.outs), 1, 128)?;
         E::check_range("--tx-depth", "1..=4096", u64::from(self.tx_depth), 1, 4096)?;
-        if self.uc && !matches!(self.test, PerfTest::Send | PerfTest::Write) {
+        if self.service == Service::Uc && !matches!(self.test, PerfTest::Send | PerfTest::Write) {
             return Err(E::Conflict(
                 "-c UC runs send and write only (UC has no READ or atomics)",
             ));
         }
-        if self.ud {
+        if self.service == Service::Ud {
             if self.test != PerfTest::Send {
                 return Err(E::Conflict(
                     "-c UD runs send only (UD has no RDMA operations)",

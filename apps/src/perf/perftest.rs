@@ -11,13 +11,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::perftest::{Report, Session, PAGE};
-use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side, Transport};
+use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side};
 use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, DriverError, LinkChoice, Secrets};
 use roce_proto::perftest::Dest;
 use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{Psn, QKey, Qpn, RKey, ROCEV2_UDP_PORT};
-use roce_stack::{Access, ConnectParams, RemoteAddr};
+use roce_stack::{Access, ConnectParams, RemoteAddr, Service};
 
 pub use roce_driver::connect::perftest::{ANNOUNCED_VERSION, MB_PER_GBIT, PORT};
 
@@ -210,7 +210,7 @@ pub async fn run_session(
     let specs: Vec<PerfSpec> = specs
         .iter()
         .map(|s| PerfSpec { mtu, ..*s })
-        .filter(|s| !s.ud || s.size <= u64::from(mtu) || !sweep)
+        .filter(|s| s.service != Service::Ud || s.size <= u64::from(mtu) || !sweep)
         .collect();
     let spec = specs[0];
     let Side {
@@ -233,7 +233,7 @@ pub async fn run_session(
     if plan.write_lat || plan.send_lat {
         app.set_answer_measures();
     }
-    if spec.ud {
+    if spec.service == Service::Ud {
         app.set_ud_peers(ahs);
     }
     if plan.send {
@@ -259,10 +259,7 @@ pub async fn run_session(
 fn qp_request(spec: &PerfSpec, cm: bool) -> QpRequest {
     let base = super::run::perf_request(spec);
     QpRequest {
-        transport: match base.transport {
-            Transport::Ud(_) if cm => Transport::Ud(QKey(RDMA_UDP_QKEY)),
-            t => t,
-        },
+        qkey: if cm { QKey(RDMA_UDP_QKEY) } else { base.qkey },
         params: ConnectParams {
             timeout: 14,
             retry_cnt: 7,

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::{QpRequest, Side, Transport};
+use roce_driver::connect::{QpRequest, Side};
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
@@ -12,7 +12,7 @@ use roce_driver::{
     Listener, Secrets,
 };
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
-use roce_stack::{Access, ConnectParams, MrHandle};
+use roce_stack::{Access, ConnectParams, MrHandle, Service};
 
 use super::app::{perf_caps, spin, PerfApp};
 use super::msg::{PerfMsg, PROTOCOL};
@@ -25,15 +25,9 @@ const SILENCE: Duration = Duration::from_secs(5);
 /// What a perf end asks of the connection layer: `spec`'s QPs (RC, UC, or UD with perftest's
 /// Q_Key), its MTU and `--outs` READs/atomics each way.
 pub(super) fn perf_request(spec: &PerfSpec) -> QpRequest {
-    let transport = if spec.ud {
-        Transport::Ud(UD_QKEY)
-    } else if spec.uc {
-        Transport::Uc
-    } else {
-        Transport::Rc
-    };
     QpRequest {
-        transport,
+        service: spec.service,
+        qkey: UD_QKEY,
         count: spec.nqps(),
         caps: perf_caps(spec),
         srq: None,
@@ -153,7 +147,7 @@ async fn run_one(
     } = side;
     let mut app = PerfApp::new(&mut ep.dev, *spec, true, &qps, mrs, b.at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
-    if spec.ud {
+    if spec.service == Service::Ud {
         app.set_ud_peers(ahs);
     }
     ep.set_busy_poll(spin(spec));
@@ -243,7 +237,7 @@ async fn serve_one(
     } = side;
     let mut app = PerfApp::new(&mut ep.dev, *spec, false, &qps, mrs, blocks[0].at(0))
         .map_err(|e| DriverError::Setup(e.to_string()))?;
-    if spec.ud {
+    if spec.service == Service::Ud {
         app.set_ud_peers(ahs);
     }
     ep.set_busy_poll(spin(spec));

@@ -16,13 +16,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::{pingpong, QpRequest, Side, Transport};
+use roce_driver::connect::{pingpong, QpRequest, Side};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_proto::QKey;
 use roce_stack::ud::{UdSend, GRH_LEN};
 use roce_stack::{
-    Access, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList, WcOpcode,
-    WcStatus, WorkRequest, WrOp,
+    Access, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, Service, SgList,
+    WcOpcode, WcStatus, WorkRequest, WrOp,
 };
 use serde::Serialize;
 
@@ -128,13 +128,14 @@ impl PingPongSpec {
     /// What the connection layer is asked for: the tools' QP attributes (RC: timeout 14,
     /// retry 7, RNR retry 7, RNR timer 12, one READ/atomic each way, no remote access).
     fn request(&self) -> QpRequest {
-        let transport = match self.tool {
-            Tool::Rc | Tool::Srq => Transport::Rc,
-            Tool::Uc => Transport::Uc,
-            Tool::Ud => Transport::Ud(QKey(roce_proto::pingpong::UD_QKEY)),
+        let service = match self.tool {
+            Tool::Rc | Tool::Srq => Service::Rc,
+            Tool::Uc => Service::Uc,
+            Tool::Ud => Service::Ud,
         };
         QpRequest {
-            transport,
+            service,
+            qkey: QKey(roce_proto::pingpong::UD_QKEY),
             count: self.qps(),
             caps: QpCaps {
                 max_send_wr: 4,

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump};
-use roce_driver::connect::{QpRequest, Side, Transport};
+use roce_driver::connect::{QpRequest, Side};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_stack::cm::{
     rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
@@ -485,15 +485,14 @@ async fn run(
 ) -> Result<RpingResult, DriverError> {
     let salt = if client { 0x41c1 } else { 0x4153 };
     let req = QpRequest {
-        transport: Transport::Rc,
         count: 1,
         caps: QpCaps {
             max_send_wr: 16,
             max_recv_wr: 2,
             ..QpCaps::default()
         },
-        srq: None,
         params: Rping::base(),
+        ..QpRequest::default()
     };
     let listen = (!client).then(|| rdma_cm_service_id(spec.port));
     let (mut side, cm) = cm_side(&secrets, salt, req, local, link, listen)?;

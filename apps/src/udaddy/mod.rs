@@ -13,15 +13,15 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use roce_driver::connect::rdma_cm::{cm_side, flush, pump};
-use roce_driver::connect::{QpRequest, Side, Transport};
+use roce_driver::connect::{QpRequest, Side};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_proto::rdma_cm::{service_id, PortSpace};
 use roce_proto::{QKey, Qpn};
 use roce_stack::cm::{rdma_cm_req_private, Cm, CmEvent, ConnId};
 use roce_stack::ud::{AddressHandle, UdSend, GRH_LEN};
 use roce_stack::{
-    Access, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList, WcOpcode,
-    WcStatus,
+    Access, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, Service, SgList,
+    WcOpcode, WcStatus,
 };
 use serde::Serialize;
 
@@ -263,7 +263,8 @@ async fn run(
 ) -> Result<UdaddyResult, DriverError> {
     let salt = if client { 0x0dc1 } else { 0x0d5e };
     let req = QpRequest {
-        transport: Transport::Ud(QKey(RDMA_UDP_QKEY)),
+        service: Service::Ud,
+        qkey: QKey(RDMA_UDP_QKEY),
         count: 1,
         caps: QpCaps {
             max_send_wr: spec.count,

@@ -109,51 +109,19 @@ impl OpKind {
     }
 }
 
-/// The service a workload QP is (IBTA Vol 1 §9.8): reliable connected, unreliable
-/// connected or unreliable datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Transport {
-    /// Reliable connected: every operation, every byte verified.
-    #[serde(rename = "rc")]
-    Rc,
-    /// Unreliable connected: SEND and WRITE (with and without immediate); nothing
-    /// acknowledged, a message hit by a loss is dropped whole.
-    #[serde(rename = "uc")]
-    Uc,
-    /// Unreliable datagram: SEND (with and without immediate) of at most one MTU to an
-    /// address handle; a lost datagram is gone.
-    #[serde(rename = "ud")]
-    Ud,
-}
+/// The service a workload QP is: the core's [`Service`] (RC, UC or UD), named here as the
+/// workload's `--transport` and its JSON name it.
+pub use roce_stack::Service as Transport;
 
-impl Transport {
-    /// Every transport, in report order.
-    pub const ALL: [Self; 3] = [Self::Rc, Self::Uc, Self::Ud];
-
-    /// Name used on the command line and in reports.
-    pub const fn name(self) -> &'static str {
+impl OpKind {
+    /// Whether a QP of service `t` carries operations of this kind: RC all of them, UC SEND
+    /// and WRITE (with and without immediate), UD SEND (IBTA Vol 1 §9.8).
+    pub const fn carried_by(self, t: Transport) -> bool {
         match self {
-            Self::Rc => "rc",
-            Self::Uc => "uc",
-            Self::Ud => "ud",
+            Self::Send | Self::SendImm => true,
+            Self::Write | Self::WriteImm => t.writes(),
+            Self::Read | Self::CompareSwap | Self::FetchAdd => t.reads(),
         }
-    }
-
-    /// Whether a QP of this transport carries operations of `kind` (IBTA Vol 1 table 49).
-    pub const fn carries(self, kind: OpKind) -> bool {
-        match self {
-            Self::Rc => true,
-            Self::Uc => matches!(
-                kind,
-                OpKind::Send | OpKind::SendImm | OpKind::Write | OpKind::WriteImm
-            ),
-            Self::Ud => matches!(kind, OpKind::Send | OpKind::SendImm),
-        }
-    }
-
-    /// Whether messages can be lost without an error (UC, UD).
-    pub const fn lossy(self) -> bool {
-        !matches!(self, Self::Rc)
     }
 }
 
@@ -249,7 +217,7 @@ impl WorkloadSpec {
             4096,
         )?;
         for t in &self.transports {
-            if !self.ops.iter().any(|&k| t.carries(k)) {
+            if !self.ops.iter().any(|&k| k.carried_by(*t)) {
                 return Err(ConfigError::Conflict(match t {
                     Transport::Uc => {
                         "--transport uc: the --ops mix has nothing UC carries (send, send_imm, write, write_imm)"
@@ -651,7 +619,7 @@ impl Plan {
             .ops
             .iter()
             .copied()
-            .filter(|&k| t.carries(k))
+            .filter(|&k| k.carried_by(t))
             .collect();
         if kinds.is_empty() {
             // Refused by validation; a stream of the final marker alone otherwise.

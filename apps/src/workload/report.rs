@@ -102,7 +102,7 @@ pub struct TransportDelivery {
 fn unreliable(server: &Side) -> Vec<TransportDelivery> {
     let mut out: Vec<TransportDelivery> = Vec::new();
     for d in &server.deliveries {
-        let name = d.transport.map_or("?", Transport::name);
+        let name = d.transport.map_or("?", Transport::token);
         let row = match out.iter_mut().position(|r| r.transport == name) {
             Some(i) => &mut out[i],
             None => {

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::{QpRequest, Side as ConnSide, Transport as Kind};
+use roce_driver::connect::{QpRequest, Side as ConnSide};
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::endpoint::{Endpoint, LoopStats, Tap};
 use roce_driver::impair::{ImpairStats, Impairment};
@@ -161,16 +161,13 @@ impl Side {
 
 /// What a workload end asks of the connection layer: QP `q` of transport
 /// `spec.transport_of(q)` (UD with `qkey`), `cfg`'s attributes, every remote access.
-fn workload_request(cfg: &RunConfig, qkey: roce_proto::QKey) -> (QpRequest, Vec<Kind>) {
-    let kinds: Vec<Kind> = (0..cfg.spec.qps)
-        .map(|q| match cfg.spec.transport_of(q) {
-            Transport::Rc => Kind::Rc,
-            Transport::Uc => Kind::Uc,
-            Transport::Ud => Kind::Ud(qkey),
-        })
+fn workload_request(cfg: &RunConfig, qkey: roce_proto::QKey) -> (QpRequest, Vec<Transport>) {
+    let kinds: Vec<Transport> = (0..cfg.spec.qps)
+        .map(|q| cfg.spec.transport_of(q))
         .collect();
     let req = QpRequest {
-        transport: Kind::Rc,
+        service: kinds.first().copied().unwrap_or_default(),
+        qkey,
         count: cfg.spec.qps,
         caps: QpCaps::default(),
         srq: None,

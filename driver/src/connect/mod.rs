@@ -20,7 +20,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use roce_proto::{Ecn, Psn, QKey, Qpn};
 use roce_stack::srq::SrqHandle;
 use roce_stack::ud::AddressHandle;
-use roce_stack::{ConnectParams, Device, PathConfig, PdHandle, QpCaps};
+use roce_stack::{ConnectParams, Device, PathConfig, PdHandle, QpCaps, Service};
 
 use crate::impair::Impairment;
 use crate::qps::LocalQp;
@@ -30,22 +30,13 @@ pub mod perftest;
 pub mod pingpong;
 pub mod rdma_cm;
 
-/// The transport of the QPs asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// Reliable Connected.
-    Rc,
-    /// Unreliable Connected.
-    Uc,
-    /// Unreliable Datagram with this Q_Key.
-    Ud(QKey),
-}
-
 /// What an application asks of the layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QpRequest {
-    /// Their transport.
-    pub transport: Transport,
+    /// Their service (RC, UC or UD).
+    pub service: Service,
+    /// UD: the QPs' Q_Key (IBTA Vol 1 §10.2.4); RC and UC QPs have none.
+    pub qkey: QKey,
     /// How many.
     pub count: u32,
     /// Queue sizes.
@@ -56,6 +47,20 @@ pub struct QpRequest {
     /// access); the per-QP fields (QPNs, PSNs, path) are the exchange's. UD: `mtu` is the
     /// largest message.
     pub params: ConnectParams,
+}
+
+impl Default for QpRequest {
+    /// One RC QP with the default queue sizes and attributes.
+    fn default() -> Self {
+        Self {
+            service: Service::Rc,
+            qkey: QKey(0),
+            count: 1,
+            caps: QpCaps::default(),
+            srq: None,
+            params: ConnectParams::default(),
+        }
+    }
 }
 
 /// One end: device, QPs, the endpoint (listening from [`Side::new`] on).
@@ -73,8 +78,8 @@ pub struct Side {
     /// UD: the address handle of each UD QP's peer, once connected, in the order of the UD
     /// QPs ([`Side::address_handles`] pairs them with their QPs' indices).
     pub ahs: Vec<AddressHandle>,
-    /// Each QP's transport (all `req.transport` but for [`Side::mixed`]).
-    kinds: Vec<Transport>,
+    /// Each QP's service (all `req.service` but for [`Side::mixed`]).
+    kinds: Vec<Service>,
     req: QpRequest,
 }
 
@@ -111,17 +116,17 @@ impl Side {
         link: LinkChoice,
         impairment: Impairment,
     ) -> Result<Self, DriverError> {
-        let kinds = vec![req.transport; req.count as usize];
+        let kinds = vec![req.service; req.count as usize];
         Self::mixed(dev, req, &kinds, psns, local, link, impairment)
     }
 
-    /// [`Side::impaired`] with QP `i` of transport `kinds[i]` (`req.transport` is then the
+    /// [`Side::impaired`] with QP `i` of service `kinds[i]` (`req.service` is then the
     /// first QP's; one QP per entry, `req.count` is ignored): a workload that mixes RC, UC and
     /// UD QPs on one connection.
     pub fn mixed(
         mut dev: Device,
         mut req: QpRequest,
-        kinds: &[Transport],
+        kinds: &[Service],
         psns: Vec<Psn>,
         local: SocketAddr,
         link: LinkChoice,
@@ -129,9 +134,9 @@ impl Side {
     ) -> Result<Self, DriverError> {
         req.count = kinds.len() as u32;
         if let Some(&k) = kinds.first() {
-            req.transport = k;
+            req.service = k;
         }
-        if req.srq.is_some() && kinds.iter().any(|k| *k != Transport::Rc) {
+        if req.srq.is_some() && kinds.iter().any(|k| *k != Service::Rc) {
             return Err(DriverError::Config(
                 "a shared receive queue is for RC QPs".into(),
             ));
@@ -145,8 +150,8 @@ impl Side {
         }
         let set = |e: roce_stack::CreateError| DriverError::Setup(e.to_string());
         let pd = dev.alloc_pd();
-        let srq = match (req.srq, req.transport) {
-            (Some(n), Transport::Rc) => Some(dev.create_srq(pd, n).map_err(set)?),
+        let srq = match (req.srq, req.service) {
+            (Some(n), Service::Rc) => Some(dev.create_srq(pd, n).map_err(set)?),
             (Some(_), _) => {
                 return Err(DriverError::Config(
                     "a shared receive queue is for RC QPs".into(),
@@ -159,27 +164,27 @@ impl Side {
         for &kind in kinds {
             let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
             let qpn = match (kind, srq) {
-                (Transport::Ud(qkey), _) => dev
+                (Service::Ud, _) => dev
                     .create_ud_qp(
                         pd,
                         send_cq,
                         recv_cq,
-                        qkey,
+                        req.qkey,
                         req.params.mtu,
                         req.caps.max_send_wr.max(req.caps.max_recv_wr),
                     )
                     .map_err(set)?,
-                (Transport::Uc, _) => dev
+                (Service::Uc, _) => dev
                     .create_uc_qp(pd, send_cq, recv_cq, req.caps)
                     .map_err(set)?,
-                (Transport::Rc, Some(s)) => dev
+                (Service::Rc, Some(s)) => dev
                     .create_qp_with_srq(pd, send_cq, recv_cq, req.caps, s)
                     .map_err(set)?,
-                (Transport::Rc, None) => {
+                (Service::Rc, None) => {
                     dev.create_qp(pd, send_cq, recv_cq, req.caps).map_err(set)?
                 }
             };
-            if !matches!(kind, Transport::Ud(_)) {
+            if kind.connected() {
                 dev.modify_qp(qpn, &init)
                     .map_err(|e| DriverError::Setup(format!("QP {qpn} to INIT: {e}")))?;
             }
@@ -237,7 +242,7 @@ impl Side {
             .kinds
             .iter()
             .enumerate()
-            .filter(|(_, k)| matches!(k, Transport::Ud(_)))
+            .filter(|(_, k)| !k.connected())
             .map(|(i, _)| i);
         ud.zip(self.ahs.iter().copied()).collect()
     }
@@ -274,13 +279,13 @@ impl Side {
         for (((q, &(dest, rq_psn)), &sq_psn), kind) in
             self.qps.iter().zip(peers).zip(&self.psns).zip(&self.kinds)
         {
-            if let Transport::Ud(qkey) = *kind {
+            if !kind.connected() {
                 self.ahs.push(AddressHandle {
                     local: local.ip(),
                     remote,
                     remote_port,
                     dest_qpn: dest,
-                    qkey,
+                    qkey: self.req.qkey,
                 });
                 continue;
             }

@@ -1,16 +1,23 @@
-//! One RC queue pair: its requester and responder state machines (IBTA Vol 1 §9.7 reliable
-//! service, §10.3 QP states, §11.4 posting).
+//! Queue pairs, one home per kind ([`Service`]):
 //!
-//! The QP is sans-IO: [`Device`](crate::Device) hands it datagrams, the time and the memory
+//! * RC and UC: the connected [`Qp`] of this module, its requester and responder state
+//!   machines (IBTA Vol 1 §9.7 reliable service, §10.3 QP states, §11.4 posting); UC is an RC
+//!   QP that acknowledges and retransmits nothing and refuses READs and atomics;
+//! * UD: [`ud::UdQp`], addressed per message, one packet per message;
+//! * the GSI, QP1 (§13.5.1): [`gsi::Gsi`], the management datagrams' UD QP the CM talks
+//!   through.
+//!
+//! Every QP is sans-IO: [`Device`](crate::Device) hands it datagrams, the time and the memory
 //! table (`Ctx`), and asks it for datagrams to send, completions and its next deadline.
 //!
-//! * this module: the [`Qp`] itself, dispatch of received packets and transmit opportunities
+//! * this module: the connected [`Qp`] itself, dispatch of received packets and transmit opportunities
 //!   between the two halves, posting, and the QP-wide parts (CNPs, congestion control, timers);
 //! * [`attr`]: states, attributes, the transition table, [`ConnectParams`];
 //! * `requester`: the send queue, PSN allocation, go-back-N, ACK and READ response handling;
 //! * `responder`: the receive queue, request validation and execution, ACK/NAK and READ
 //!   response generation, duplicate handling;
-//! * `timer`: the table of deadlines; `build`: opcodes, headers, emit and completions.
+//! * `timer`: the table of deadlines; `build`: opcodes, headers, emit and completions;
+//! * `service`: [`Service`], the kind of QP every layer above names.
 use std::collections::VecDeque;
 
 use roce_proto::{Ecn, Opcode, PKey, PacketRepr, Psn, Qpn};
@@ -27,14 +34,18 @@ use crate::wr::{Completion, RecvRequest, WcStatus, WorkRequest, WrOp};
 
 pub mod attr;
 pub(crate) mod build;
+pub mod gsi;
 mod requester;
 mod responder;
+mod service;
 pub(crate) mod timer;
+pub mod ud;
 
 use attr::{Attributes, Retries};
 pub use attr::{ConnectParams, ModifyError, QpAttr, QpCaps, QpState, PATH_MTUS};
 use requester::{Requester, SendWqe};
 use responder::Responder;
+pub use service::{Service, UnknownService};
 use timer::{Timer, TimerTable};
 
 /// A datagram the caller must send: `buf[..len]` to `path.remote`, UDP port
@@ -212,20 +223,25 @@ pub struct Qp {
     scratch: Vec<u8>,
     /// The shared receive queue its receives come from, if any.
     srq: Option<crate::srq::SrqHandle>,
-    /// Unreliable connected (IBTA Vol 1 §9.7.5.1 with §9.8): SEND and WRITE only, nothing
-    /// acknowledged or retransmitted.
-    uc: bool,
+    /// RC, or UC (IBTA Vol 1 §9.7.5.1 with §9.8): SEND and WRITE only, nothing acknowledged
+    /// or retransmitted. Never UD: UD QPs are [`ud::UdQp`]s.
+    service: Service,
 }
 
 impl Qp {
     /// Makes it an unreliable connected QP (set at creation).
     pub(crate) fn set_uc(&mut self) {
-        self.uc = true;
+        self.service = Service::Uc;
+    }
+
+    /// Its service: RC or UC.
+    pub fn service(&self) -> Service {
+        self.service
     }
 
     /// `true` for an unreliable connected QP.
     pub fn is_uc(&self) -> bool {
-        self.uc
+        self.service == Service::Uc
     }
 
     /// Gives back the receive request of an abandoned UC message: the next message uses it
@@ -306,7 +322,7 @@ impl Qp {
             repaths: 0,
             turn: TxTurn::default(),
             srq: None,
-            uc: false,
+            service: Service::Rc,
             stats: QpStats::default(),
             scratch: Vec::new(),
         }
@@ -390,7 +406,7 @@ impl Qp {
     /// responder might not answer before its ACK coalescing says so, and the move would wait
     /// for a timeout).
     pub(super) fn repath_pending_ack(&self, drained: bool) -> bool {
-        self.repath.is_some_and(|r| !r.asked) && !drained && !self.uc
+        self.repath.is_some_and(|r| !r.asked) && !drained && self.service.reliable()
     }
 
     /// The packet [`Qp::repath_pending_ack`] asked for went out with AckReq.
@@ -529,7 +545,7 @@ impl Qp {
         }
         // UC has SEND and RDMA WRITE, with and without immediate, and nothing else (IBTA
         // Vol 1 table 38: no READ, atomics, SEND with Invalidate, ATOMIC WRITE or FLUSH).
-        if self.uc
+        if self.is_uc()
             && !matches!(
                 wr.op,
                 WrOp::Send | WrOp::SendWithImm(_) | WrOp::Write(_) | WrOp::WriteWithImm(..)
@@ -845,7 +861,7 @@ impl Qp {
             self.note_rate(before);
             return Ok(());
         }
-        if self.uc {
+        if self.is_uc() {
             // UC opcodes are the RC ones at 0x20: SEND and WRITE requests only.
             let rc = Opcode(op.0.wrapping_sub(0x20));
             if (0x20..=0x2b).contains(&op.0) && rc.is_request() {

@@ -211,7 +211,7 @@ impl Qp {
         }
         let pos = Position::of(k, w.npkts);
         let mut opcode = build::request_opcode(&w.wr.op, pos)?;
-        if self.uc {
+        if self.is_uc() {
             // The UC twin of the RC SEND or WRITE opcode (reads and atomics are refused at post).
             opcode = Opcode(opcode.0 | 0x20);
         }
@@ -279,7 +279,7 @@ impl Qp {
                 self.segment_headers(&mut repr, &op, &w, pos, plen);
             }
         }
-        if force_ack_req && !self.uc {
+        if force_ack_req && self.service.reliable() {
             repr.bth.ack_req = true;
             self.repath_asked();
         }
@@ -311,7 +311,7 @@ impl Qp {
             return self.emit_failed(ctx);
         };
         self.request_sent(now, next, ack_req, n);
-        if self.uc {
+        if self.is_uc() {
             // UC: nothing is acknowledged; every packet is done once it left, and a message
             // once its last packet did.
             self.req.una = self.req.req_psn;
@@ -353,7 +353,7 @@ impl Qp {
             }
         }
         let outstanding = self.req.outstanding() + 1;
-        repr.bth.ack_req = !self.uc
+        repr.bth.ack_req = self.service.reliable()
             && (pos.last
                 || self.req.since_ack_req + 1 >= self.caps.ack_req_every.max(1)
                 || outstanding + 1 >= self.window());
@@ -391,7 +391,7 @@ impl Qp {
         if r.high_psn.precedes(r.req_psn) {
             r.high_psn = r.req_psn;
         }
-        if !self.uc && !self.timers.is_armed(Timer::Retransmit) {
+        if self.service.reliable() && !self.timers.is_armed(Timer::Retransmit) {
             self.arm_retransmit(now);
         }
         self.cc.on_packet_sent(now, n);

@@ -191,7 +191,7 @@ impl Qp {
     }
 
     fn push_ack(&mut self, psn: Psn, syndrome: Syndrome) {
-        if self.uc {
+        if self.is_uc() {
             // UC acknowledges nothing.
             return;
         }

@@ -26,11 +26,12 @@ use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{QKey, Qpn};
 use roce_stack::cm::ConnId;
 use roce_stack::ud::AddressHandle;
+use roce_stack::Service;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::rdma_cm::flush;
-use super::{Side, Transport};
+use super::Side;
 use crate::{Application, DriverError, Endpoint, Secrets};
 
 mod comm;
@@ -377,7 +378,7 @@ impl Session {
             .await
             .map_err(|e| err("rdma_cm connections", e))?;
         if let Some(peer) = comm.peer {
-            if let Transport::Ud(_) = side.request().transport {
+            if side.request().service == Service::Ud {
                 side.ahs = comm
                     .data
                     .iter()
