@@ -557,132 +557,138 @@ struct CmClient {
     seconds: f64,
 }
 
-impl Application for CmClient {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        if self.phase == Phase::Start {
-            for (k, q) in self.mine.iter().enumerate() {
-                let data = ReqData {
-                    qp: k as u16,
-                    spec: self.cfg.spec.clone(),
-                    dcqcn: matches!(self.cfg.cc, CcConfig::Dcqcn(_)),
-                    line_rate_bps: self.cfg.line_rate_bps,
-                };
-                let t = &self.cfg.transport;
-                let o = ConnectOptions {
-                    local: self.local,
-                    peer: self.server,
-                    service_id: rdma_cm_service_id(self.port),
-                    offer: QpOffer {
-                        qpn: q.qpn,
-                        starting_psn: self.psns[k],
-                        responder_resources: t.max_dest_rd_atomic,
-                        initiator_depth: t.max_rd_atomic,
-                        rnr_retry_count: t.rnr_retry,
-                    },
-                    mtu: t.mtu,
-                    retry_count: t.retry_cnt,
-                    local_ack_timeout: t.timeout,
-                    private_data: rdma_cm_req_private(
-                        self.local,
-                        self.server,
-                        ROCEV2_UDP_PORT,
-                        &data.encode(),
-                    ),
-                };
-                let c = self.cm.connect(now, &o).map_err(|r| {
-                    AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
-                })?;
-                self.conns.push(c);
-            }
-            self.phase = Phase::Connecting;
+impl CmClient {
+    /// A REQ per QP, each carrying the spec (the server builds the same plan from it).
+    fn request_connections(&mut self, now: Instant) -> Result<(), AppError> {
+        for (k, q) in self.mine.iter().enumerate() {
+            let data = ReqData {
+                qp: k as u16,
+                spec: self.cfg.spec.clone(),
+                dcqcn: matches!(self.cfg.cc, CcConfig::Dcqcn(_)),
+                line_rate_bps: self.cfg.line_rate_bps,
+            };
+            let t = &self.cfg.transport;
+            let o = ConnectOptions {
+                local: self.local,
+                peer: self.server,
+                service_id: rdma_cm_service_id(self.port),
+                offer: QpOffer {
+                    qpn: q.qpn,
+                    starting_psn: self.psns[k],
+                    responder_resources: t.max_dest_rd_atomic,
+                    initiator_depth: t.max_rd_atomic,
+                    rnr_retry_count: t.rnr_retry,
+                },
+                mtu: t.mtu,
+                retry_count: t.retry_cnt,
+                local_ack_timeout: t.timeout,
+                private_data: rdma_cm_req_private(
+                    self.local,
+                    self.server,
+                    ROCEV2_UDP_PORT,
+                    &data.encode(),
+                ),
+            };
+            let c = self.cm.connect(now, &o).map_err(|r| {
+                AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
+            })?;
+            self.conns.push(c);
         }
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
-            match e {
-                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-                CmEvent::Established { conn, params } => {
-                    let Some(k) = self.conns.iter().position(|c| *c == conn) else {
-                        continue;
-                    };
-                    let Some(b) = decode_block(&params.private_data) else {
-                        // Tell the server (REJ instead of the RTU), then say why here.
-                        self.cm.refuse_rep(
-                            now,
-                            conn,
-                            roce_stack::cm::reason::CONSUMER_REJECT,
-                            b"roce: the REP carries no responder block",
-                        );
-                        flush(&mut self.cm, dev);
-                        return Err(AppError::Failed(
-                            "the server's REP carries no roce responder block (not a roce server?); \
-                             told it with a REJ"
-                                .into(),
-                        ));
-                    };
-                    self.blocks[k] = Some(b);
-                    connect_qp(
-                        dev,
-                        &self.mine[k],
-                        &params,
-                        &self.cfg.transport,
-                        self.cfg.cc,
-                        self.cfg.line_rate_bps,
-                    )?;
-                    self.established += 1;
-                }
-                CmEvent::Rejected {
-                    reason,
-                    private_data,
-                    ..
-                } => {
-                    let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
-                    let hint = if reason == roce_stack::cm::reason::INVALID_SERVICE_ID {
-                        format!(" (nothing listens on RDMA-CM port {})", self.port)
+        Ok(())
+    }
+
+    /// One CM event: a connection up (its REP's responder block), refused, timed out or
+    /// released.
+    fn on_event(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
+        match e {
+            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
+            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
+            CmEvent::Established { conn, params } => {
+                let Some(k) = self.conns.iter().position(|c| *c == conn) else {
+                    return Ok(());
+                };
+                let Some(b) = decode_block(&params.private_data) else {
+                    // Tell the server (REJ instead of the RTU), then say why here.
+                    self.cm.refuse_rep(
+                        now,
+                        conn,
+                        roce_stack::cm::reason::CONSUMER_REJECT,
+                        b"roce: the REP carries no responder block",
+                    );
+                    flush(&mut self.cm, dev);
+                    return Err(AppError::Failed(
+                        "the server's REP carries no roce responder block (not a roce server?); \
+                         told it with a REJ"
+                            .into(),
+                    ));
+                };
+                self.blocks[k] = Some(b);
+                connect_qp(
+                    dev,
+                    &self.mine[k],
+                    &params,
+                    &self.cfg.transport,
+                    self.cfg.cc,
+                    self.cfg.line_rate_bps,
+                )?;
+                self.established += 1;
+            }
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => {
+                let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
+                let hint = if reason == roce_stack::cm::reason::INVALID_SERVICE_ID {
+                    format!(" (nothing listens on RDMA-CM port {})", self.port)
+                } else {
+                    let text: String = private_data
+                        .iter()
+                        .take_while(|&&b| b != 0)
+                        .map(|&b| char::from(b))
+                        .filter(char::is_ascii_graphic)
+                        .collect();
+                    if text.is_empty() {
+                        String::new()
                     } else {
-                        let text: String = private_data
-                            .iter()
-                            .take_while(|&&b| b != 0)
-                            .map(|&b| char::from(b))
-                            .filter(char::is_ascii_graphic)
-                            .collect();
-                        if text.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({text})")
-                        }
-                    };
-                    return Err(AppError::Failed(format!(
-                        "{} rejected the connection: {name} ({reason}){hint}",
-                        self.server
-                    )));
-                }
-                CmEvent::TimedOut { .. } => {
-                    return Err(AppError::Failed(format!(
-                        "no CM answer from {} (UDP 4791) after {} tries",
-                        self.server,
-                        u32::from(CmConfig::default().max_retries) + 1
-                    )))
-                }
-                CmEvent::Disconnected { conn } => {
-                    if self.phase == Phase::Releasing {
-                        self.released += 1;
-                        if let Some(s) = self.cm.peer_release_data(conn).and_then(decode_summary) {
-                            self.summary = Some(s);
-                        }
-                    } else {
-                        return Err(AppError::Failed(
-                            "the server released the connection before the workload finished"
-                                .into(),
-                        ));
+                        format!(" ({text})")
                     }
-                }
-                CmEvent::Request { conn, .. } => {
-                    self.cm
-                        .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
+                };
+                return Err(AppError::Failed(format!(
+                    "{} rejected the connection: {name} ({reason}){hint}",
+                    self.server
+                )));
+            }
+            CmEvent::TimedOut { .. } => {
+                return Err(AppError::Failed(format!(
+                    "no CM answer from {} (UDP 4791) after {} tries",
+                    self.server,
+                    u32::from(CmConfig::default().max_retries) + 1
+                )))
+            }
+            CmEvent::Disconnected { conn } => {
+                if self.phase == Phase::Releasing {
+                    self.released += 1;
+                    if let Some(s) = self.cm.peer_release_data(conn).and_then(decode_summary) {
+                        self.summary = Some(s);
+                    }
+                } else {
+                    return Err(AppError::Failed(
+                        "the server released the connection before the workload finished".into(),
+                    ));
                 }
             }
+            CmEvent::Request { conn, .. } => {
+                self.cm
+                    .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
+            }
         }
+        Ok(())
+    }
+
+    /// Once every connection is up: the requester; once it is done, the release (with the
+    /// verdict in the DREQ).
+    fn step(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
         if self.phase == Phase::Connecting && self.established == self.mine.len() {
             let blocks: Vec<RemoteBuffer> = self.blocks.iter().flatten().copied().collect();
             let send: Vec<(roce_proto::Qpn, CqHandle)> =
@@ -713,6 +719,21 @@ impl Application for CmClient {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+impl Application for CmClient {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if self.phase == Phase::Start {
+            self.request_connections(now)?;
+            self.phase = Phase::Connecting;
+        }
+        pump(&mut self.cm, dev, now);
+        while let Some(e) = self.cm.poll_event() {
+            self.on_event(dev, now, e)?;
+        }
+        self.step(dev, now)?;
         flush(&mut self.cm, dev);
         Ok(())
     }

@@ -263,13 +263,20 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
     let (mut finished, mut failed_flows) = (0usize, 0u64);
     let step = Duration::from_micros(2);
     let limit = Instant::ZERO + spec.duration * 10;
+    let setup = FlowSetup {
+        spec,
+        caps,
+        opts: &opts,
+        cc: &cc,
+        adaptive,
+    };
     loop {
         let now = sim.now();
         // Start the flows whose time has come, while their regions (both ends) fit the
         // simulator's memory bound; a flow that waits for room keeps its arrival time, so
         // the wait is in its FCT.
         while next < arrivals.len() && arrivals[next].0 <= now {
-            let (start, h, dst, size, is_victim) = arrivals[next];
+            let (start, _, _, size, _) = arrivals[next];
             if active_bytes > 0 && active_bytes + size > spec.max_active_bytes {
                 break;
             }
@@ -277,78 +284,14 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
             postponed += u64::from(now > start);
             active_bytes += size;
             next += 1;
-            let (rq, rmr) = {
-                let mut pool = pools.of(&mut sim, dst);
-                let d = sim.device(dst);
-                let mr = d.reg_mr(pool.pd, size as usize, Access::ALL);
-                let qp = pool.free.pop().unwrap_or_else(|| {
-                    d.create_qp(pool.pd, pool.cq, pool.cq, caps)
-                        .expect("receiver QP")
-                });
-                (qp, mr)
-            };
-            // The flow's bytes: its sender's pattern from an offset of its own, repeated
-            // every PATTERN_PERIOD bytes; checked in place at the receiver when it completes.
-            let offset = (spec.seed ^ (flows.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
-                % PATTERN_SLACK;
-            let (sq, smr) = {
-                let mut pool = pools.of(&mut sim, h);
-                let smr = pools.pattern(&mut sim, h, spec.seed);
-                let d = sim.device(h);
-                let qp = pool.free.pop().unwrap_or_else(|| {
-                    d.create_qp(pool.pd, pool.cq, pool.cq, caps)
-                        .expect("sender QP")
-                });
-                (qp, smr)
-            };
-            // Start PSNs of its own (QPs are reused: what is left on the wire of a QP's
-            // earlier flow falls outside the new one's window).
-            let psn = (flows.len() as u32).wrapping_mul(0x9e37_79b1) & 0x00ff_ffff;
-            let flow_opts = ConnectParams {
-                sq_psn: roce_proto::Psn::new(psn),
-                rq_psn: roce_proto::Psn::new(psn ^ 0x0080_0000),
-                ..opts
-            };
-            sim.connect(h, sq, dst, rq, &flow_opts).expect("connect");
-            let links = match sim.fabric() {
-                Some(f) => {
-                    let (a, b) = (sim.endpoints()[h].ip, sim.endpoints()[dst].ip);
-                    f.path(h, dst, a, b, 0).len() as u32
-                }
-                None => 2,
-            };
-            sim.device(h)
-                .set_congestion_control(sq, cc.build(spec.line_rate_bps));
-            // WRITEs of up to MAX_SGE periods each, in order on the QP: the last one's
-            // completion is the flow's.
-            let wrs = post_flow(
+            let f = start_flow(
                 &mut sim,
+                &mut pools,
                 flows.len(),
-                (h, sq, smr),
-                (dst, rmr),
-                size,
-                offset,
+                arrivals[next - 1],
+                &setup,
             );
-            flows.push(Flow {
-                size,
-                start,
-                done: None,
-                mrs: (smr, rmr),
-                qps: (h, sq, rq),
-                pattern: offset,
-                wrs,
-                failed: false,
-                dst,
-                victim: is_victim,
-                links,
-                paths: adaptive.then(|| {
-                    let q = sim.endpoints()[h].device.qp(sq);
-                    let port = q.map_or(0, |q| q.path().src_port);
-                    let s = q.map(|q| *q.stats()).unwrap_or_default();
-                    roce_stack::paths::PathChooser::new(port, ADAPTIVE_PATHS)
-                        .with_baseline(s.cnps_received, s.tx_packets)
-                }),
-            });
+            flows.push(f);
         }
         let t = now + step;
         // Up to the next arrival if it comes sooner (one that is due but waits for room
@@ -361,33 +304,10 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         // The queue as the step leaves it, for the step's length: the switch port's, or each
         // of the fabric's switch egress queues.
         let ns = t.saturating_duration_since(now).as_nanos() as u64;
-        match sim.fabric() {
-            Some(fab) => {
-                for &p in &switch_ports {
-                    queue.add(fab.queue_bytes(p), ns);
-                }
-            }
-            None => queue.add(
-                sim.switch().map_or(0, roce_stack::sim::Switch::queue_bytes),
-                ns,
-            ),
-        }
+        sample_queues(&sim, &switch_ports, &mut queue, ns);
         if adaptive && sim.now() >= next_epoch {
             next_epoch = sim.now() + ADAPTIVE_EPOCH;
-            for f in flows.iter_mut().filter(|f| f.done.is_none() && !f.failed) {
-                let (h, sq, _) = f.qps;
-                let Some(s) = sim.endpoints()[h].device.qp(sq).map(|q| *q.stats()) else {
-                    continue;
-                };
-                if let Some(port) = f
-                    .paths
-                    .as_mut()
-                    .and_then(|p| p.on_epoch(s.cnps_received, s.tx_packets, &mut path_rng))
-                {
-                    sim.device(h).repath_qp(sq, port);
-                    repaths += 1;
-                }
-            }
+            repaths += adaptive_epoch(&mut sim, &mut flows, &mut path_rng);
         }
         for &h in &net.senders {
             while let Some(c) = sim.device(h).poll_completion() {
@@ -401,36 +321,11 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
                         // either way.
                         finished += 1;
                         active_bytes -= f.size;
-                        let (smr, rmr) = f.mrs;
-                        if c.status == WcStatus::Success {
-                            f.done = Some(sim.now());
-                            let e = sim.endpoints();
-                            let landed = match (e[h].device.mr(smr), e[f.dst].device.mr(rmr)) {
-                                (Some(p), Some(m)) => {
-                                    holds_pattern(m.as_slice(), p.as_slice(), f.pattern)
-                                }
-                                _ => false,
-                            };
-                            if landed {
-                                verified_bytes += f.size;
-                            } else {
-                                mismatched_flows += 1;
-                            }
-                        } else {
-                            f.failed = true;
-                            failed_flows += 1;
+                        match end_flow(&mut sim, &mut pools, f, c.status == WcStatus::Success) {
+                            FlowEnd::Verified => verified_bytes += f.size,
+                            FlowEnd::Mismatched => mismatched_flows += 1,
+                            FlowEnd::Failed => failed_flows += 1,
                         }
-                        // (The sender's pattern stays for its later flows.)
-                        sim.device(f.dst).dereg_mr(rmr);
-                        // A finished flow's QPs go back to RESET and to their hosts' pools,
-                        // for later flows: the devices hold as many QPs as flows run at once,
-                        // whatever the run's length.
-                        let (sh, sq, rq) = f.qps;
-                        let reset = roce_stack::QpAttr::to(roce_stack::QpState::Reset);
-                        let _ = sim.device(sh).modify_qp(sq, &reset);
-                        let _ = sim.device(f.dst).modify_qp(rq, &reset);
-                        pools.give_back(sh, sq);
-                        pools.give_back(f.dst, rq);
                     }
                 }
             }
@@ -449,6 +344,170 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         queue: queue.dist(),
     };
     report(spec, &sim, &net, &flows, counts)
+}
+
+/// What every flow of a run is set up with.
+struct FlowSetup<'a> {
+    spec: &'a FctSpec,
+    caps: QpCaps,
+    opts: &'a ConnectParams,
+    cc: &'a CcConfig,
+    adaptive: bool,
+}
+
+/// Flow `k` of `arrival` (start, sender, receiver, size, victim): its receive region and
+/// QPs from the hosts' pools, connected with start PSNs of its own, its WRITEs posted.
+fn start_flow(
+    sim: &mut Sim,
+    pools: &mut Pools,
+    k: usize,
+    arrival: (Instant, usize, usize, u64, bool),
+    setup: &FlowSetup<'_>,
+) -> Flow {
+    let (start, h, dst, size, is_victim) = arrival;
+    let (rq, rmr) = {
+        let mut pool = pools.of(sim, dst);
+        let d = sim.device(dst);
+        let mr = d.reg_mr(pool.pd, size as usize, Access::ALL);
+        let qp = pool.free.pop().unwrap_or_else(|| {
+            d.create_qp(pool.pd, pool.cq, pool.cq, setup.caps)
+                .expect("receiver QP")
+        });
+        (qp, mr)
+    };
+    // The flow's bytes: its sender's pattern from an offset of its own, repeated
+    // every PATTERN_PERIOD bytes; checked in place at the receiver when it completes.
+    let offset = (setup.spec.seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) % PATTERN_SLACK;
+    let (sq, smr) = {
+        let mut pool = pools.of(sim, h);
+        let smr = pools.pattern(sim, h, setup.spec.seed);
+        let d = sim.device(h);
+        let qp = pool.free.pop().unwrap_or_else(|| {
+            d.create_qp(pool.pd, pool.cq, pool.cq, setup.caps)
+                .expect("sender QP")
+        });
+        (qp, smr)
+    };
+    // Start PSNs of its own (QPs are reused: what is left on the wire of a QP's
+    // earlier flow falls outside the new one's window).
+    let psn = (k as u32).wrapping_mul(0x9e37_79b1) & 0x00ff_ffff;
+    let flow_opts = ConnectParams {
+        sq_psn: roce_proto::Psn::new(psn),
+        rq_psn: roce_proto::Psn::new(psn ^ 0x0080_0000),
+        ..*setup.opts
+    };
+    sim.connect(h, sq, dst, rq, &flow_opts).expect("connect");
+    let links = match sim.fabric() {
+        Some(f) => {
+            let (a, b) = (sim.endpoints()[h].ip, sim.endpoints()[dst].ip);
+            f.path(h, dst, a, b, 0).len() as u32
+        }
+        None => 2,
+    };
+    sim.device(h)
+        .set_congestion_control(sq, setup.cc.build(setup.spec.line_rate_bps));
+    // WRITEs of up to MAX_SGE periods each, in order on the QP: the last one's
+    // completion is the flow's.
+    let wrs = post_flow(sim, k, (h, sq, smr), (dst, rmr), size, offset);
+    Flow {
+        size,
+        start,
+        done: None,
+        mrs: (smr, rmr),
+        qps: (h, sq, rq),
+        pattern: offset,
+        wrs,
+        failed: false,
+        dst,
+        victim: is_victim,
+        links,
+        paths: setup.adaptive.then(|| {
+            let q = sim.endpoints()[h].device.qp(sq);
+            let port = q.map_or(0, |q| q.path().src_port);
+            let s = q.map(|q| *q.stats()).unwrap_or_default();
+            roce_stack::paths::PathChooser::new(port, ADAPTIVE_PATHS)
+                .with_baseline(s.cnps_received, s.tx_packets)
+        }),
+    }
+}
+
+/// The queues as a step of `ns` nanoseconds leaves them: the switch port's, or each of the
+/// fabric's switch egress queues (`switch_ports`).
+fn sample_queues(sim: &Sim, switch_ports: &[usize], queue: &mut QueueHistogram, ns: u64) {
+    match sim.fabric() {
+        Some(fab) => {
+            for &p in switch_ports {
+                queue.add(fab.queue_bytes(p), ns);
+            }
+        }
+        None => queue.add(
+            sim.switch().map_or(0, roce_stack::sim::Switch::queue_bytes),
+            ns,
+        ),
+    }
+}
+
+/// Adaptive routing's epoch: each running flow's path chooser sees its CNPs and packets since
+/// the last, and may move the flow to another path. Returns the moves.
+fn adaptive_epoch(sim: &mut Sim, flows: &mut [Flow], rng: &mut Rng) -> u64 {
+    let mut repaths = 0;
+    for f in flows.iter_mut().filter(|f| f.done.is_none() && !f.failed) {
+        let (h, sq, _) = f.qps;
+        let Some(s) = sim.endpoints()[h].device.qp(sq).map(|q| *q.stats()) else {
+            continue;
+        };
+        if let Some(port) = f
+            .paths
+            .as_mut()
+            .and_then(|p| p.on_epoch(s.cnps_received, s.tx_packets, rng))
+        {
+            sim.device(h).repath_qp(sq, port);
+            repaths += 1;
+        }
+    }
+    repaths
+}
+
+/// How a flow ended.
+enum FlowEnd {
+    /// Its bytes landed as sent.
+    Verified,
+    /// Its last WRITE completed, but the receiver's region does not hold the pattern.
+    Mismatched,
+    /// Its QP went to error (retries ran out).
+    Failed,
+}
+
+/// Flow `f` has ended (its last WRITE `ok`, or not): checks its bytes at the receiver, and
+/// gives back its receive region and its QPs (to RESET and to their hosts' pools, for later
+/// flows: the devices hold as many QPs as flows run at once, whatever the run's length). The
+/// sender's pattern stays for its later flows.
+fn end_flow(sim: &mut Sim, pools: &mut Pools, f: &mut Flow, ok: bool) -> FlowEnd {
+    let (smr, rmr) = f.mrs;
+    let (sh, sq, rq) = f.qps;
+    let end = if ok {
+        f.done = Some(sim.now());
+        let e = sim.endpoints();
+        let landed = match (e[sh].device.mr(smr), e[f.dst].device.mr(rmr)) {
+            (Some(p), Some(m)) => holds_pattern(m.as_slice(), p.as_slice(), f.pattern),
+            _ => false,
+        };
+        if landed {
+            FlowEnd::Verified
+        } else {
+            FlowEnd::Mismatched
+        }
+    } else {
+        f.failed = true;
+        FlowEnd::Failed
+    };
+    sim.device(f.dst).dereg_mr(rmr);
+    let reset = roce_stack::QpAttr::to(roce_stack::QpState::Reset);
+    let _ = sim.device(sh).modify_qp(sq, &reset);
+    let _ = sim.device(f.dst).modify_qp(rq, &reset);
+    pools.give_back(sh, sq);
+    pools.give_back(f.dst, rq);
+    end
 }
 
 /// What the run's loop counted, for [`report`].
