@@ -109,8 +109,8 @@ impl OpKind {
     }
 }
 
-/// The service a workload QP is: the core's [`Service`] (RC, UC or UD), named here as the
-/// workload's `--transport` and its JSON name it.
+/// The service a workload QP is: the core's [`Service`](roce_stack::Service) (RC, UC or UD),
+/// named here as the workload's `--transport` and its JSON name it.
 pub use roce_stack::Service as Transport;
 
 impl OpKind {
