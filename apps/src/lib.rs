@@ -93,6 +93,31 @@ impl ConfigError {
 
 impl From<ConfigError> for roce_driver::DriverError {
     fn from(e: ConfigError) -> Self {
-        Self::Config(e.to_string())
+        Self::Invalid(Box::new(e))
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::ConfigError;
+    use roce_driver::DriverError;
+
+    #[test]
+    fn typed_errors_stay_typed_through_the_driver() {
+        let e: DriverError = ConfigError::Conflict("two settings disagree").into();
+        assert_eq!(e.to_string(), "two settings disagree");
+        let DriverError::Invalid(inner) = e else {
+            panic!("a ConfigError becomes DriverError::Invalid, not {e:?}");
+        };
+        assert!(matches!(
+            inner.downcast_ref::<ConfigError>(),
+            Some(ConfigError::Conflict(_))
+        ));
+        let e: DriverError = roce_stack::CreateError::TooManyQps.into();
+        assert_eq!(e.to_string(), "too many queue pairs");
+        assert!(matches!(
+            e,
+            DriverError::Create(roce_stack::CreateError::TooManyQps)
+        ));
     }
 }

@@ -61,7 +61,7 @@ impl Control {
     }
 
     async fn send_frame<M: Serialize>(&mut self, f: &Frame<M>) -> Result<(), DriverError> {
-        let mut s = serde_json::to_vec(f).map_err(|e| DriverError::Setup(e.to_string()))?;
+        let mut s = serde_json::to_vec(f).map_err(DriverError::from)?;
         s.push(b'\n');
         self.wr
             .write_all(&s)

@@ -66,6 +66,22 @@ pub enum DriverError {
     /// The run itself failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The device refused to create a QP, CQ or SRQ.
+    #[error(transparent)]
+    Create(#[from] roce_stack::CreateError),
+    /// A QP refused a state transition.
+    #[error(transparent)]
+    Modify(#[from] roce_stack::ModifyError),
+    /// An application could not be set up (its regions, its first posts).
+    #[error(transparent)]
+    App(#[from] AppError),
+    /// A setting an application refused, as its own typed error (the CLI can downcast it,
+    /// and see which setting it was).
+    #[error(transparent)]
+    Invalid(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// A control message could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
 }
 
 /// Maps an I/O error to a [`DriverError::Setup`] naming `what` failed.

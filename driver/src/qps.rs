@@ -138,9 +138,9 @@ pub fn create_qps(
             let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
             let qpn = dev
                 .create_qp(pd, send_cq, recv_cq, caps)
-                .map_err(|e| DriverError::Setup(e.to_string()))?;
+                .map_err(DriverError::from)?;
             dev.modify_qp(qpn, &params.init_attr())
-                .map_err(|e| DriverError::Setup(e.to_string()))?;
+                .map_err(DriverError::from)?;
             Ok(LocalQp {
                 qpn,
                 send_cq,

@@ -378,8 +378,7 @@ async fn run(
     };
     let listen = (!client).then(|| rdma_cm_service_id(spec.port));
     let (mut side, cm) = cm_side(&secrets, salt, req, local, link, listen)?;
-    let mut app =
-        Sends::new(&mut side, spec, client, cm).map_err(|e| DriverError::Setup(e.to_string()))?;
+    let mut app = Sends::new(&mut side, spec, client, cm).map_err(DriverError::from)?;
     if let Some(peer) = server {
         let now = side.ep.now();
         for i in 0..app.conns.len() {

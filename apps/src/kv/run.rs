@@ -520,8 +520,8 @@ async fn serve_kv_client(
         let bad = |e: KvError| DriverError::Setup(format!("plan {}: {e}", plan.name));
         let blocks = spec.allocate(plan, i).map_err(bad)?;
         let transfer = spec.transfer(plan, i, &blocks).map_err(bad)?;
-        let mut app = KvReceiver::new(&mut ep.dev, transfer, pool, &recv)
-            .map_err(|e| DriverError::Setup(e.to_string()))?;
+        let mut app =
+            KvReceiver::new(&mut ep.dev, transfer, pool, &recv).map_err(DriverError::from)?;
         ctl.send(&KvMsg::Blocks { plan: i, blocks }).await?;
         let stop = async {
             match ctl.recv().await {
@@ -535,8 +535,7 @@ async fn serve_kv_client(
             .await?;
         // Completions that came with the last datagrams.
         let now = ep.now();
-        app.poll(&mut ep.dev, now)
-            .map_err(|e| DriverError::Setup(e.to_string()))?;
+        app.poll(&mut ep.dev, now).map_err(DriverError::from)?;
         let verdict = plan_verdict(&mut app, &ep.dev, plan, i, spec.qps, &mut out);
         ctl.send(&verdict).await?;
     }
@@ -619,7 +618,7 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
         }
         let (wrs, copies, bytes) = (transfer.wrs(), transfer.copies, transfer.bytes);
         let mut app = KvSender::new(&ep.dev, transfer, src, &send, pool.va, pool.rkey)
-            .map_err(|e| DriverError::Setup(e.to_string()))?;
+            .map_err(DriverError::from)?;
         let before = ep.dev.stats();
         let started = std::time::Instant::now();
         let stop = ctl.peer_interrupts("server");

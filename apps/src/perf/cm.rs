@@ -501,8 +501,7 @@ pub fn run_client_cm(
         for (i, spec) in specs.iter().enumerate() {
             let last = i + 1 == specs.len();
             let mut dev = secrets.device(0xc11e)?;
-            let (qps, mrs) =
-                perf_objects(&mut dev, spec).map_err(|e| DriverError::Setup(e.to_string()))?;
+            let (qps, mrs) = perf_objects(&mut dev, spec).map_err(DriverError::from)?;
             let psns = secrets.start_psns(spec.nqps(), 0xc11e)?;
             let n = qps.len();
             let mut ep = bind_endpoint(

@@ -229,7 +229,7 @@ pub async fn run_session(
         remote,
         largest as u32,
     )
-    .map_err(|e| DriverError::Setup(e.to_string()))?;
+    .map_err(DriverError::from)?;
     if plan.write_lat || plan.send_lat {
         app.set_answer_measures();
     }
@@ -384,7 +384,7 @@ pub fn serve_perftest(
         let tcp = roce_driver::connect::tcp_accept_one(bind, port, None, ready).await?;
         let local = tcp
             .local_addr()
-            .map_err(|e| DriverError::Setup(e.to_string()))?
+            .map_err(roce_driver::setup("the control connection's address"))?
             .ip();
         let (r, _) = run_session(
             Channel::Tcp(tcp),
@@ -438,7 +438,7 @@ pub fn run_perftest_client(
         .map_err(|_| DriverError::Peer(format!("no answer from {server} (TCP)")))??;
         let local = tcp
             .local_addr()
-            .map_err(|e| DriverError::Setup(e.to_string()))?
+            .map_err(roce_driver::setup("the control connection's address"))?
             .ip();
         let (r, _) = run_session(
             Channel::Tcp(tcp),

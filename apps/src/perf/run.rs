@@ -145,8 +145,8 @@ async fn run_one(
     let Side {
         mut ep, qps, ahs, ..
     } = side;
-    let mut app = PerfApp::new(&mut ep.dev, *spec, true, &qps, mrs, b.at(0))
-        .map_err(|e| DriverError::Setup(e.to_string()))?;
+    let mut app =
+        PerfApp::new(&mut ep.dev, *spec, true, &qps, mrs, b.at(0)).map_err(DriverError::from)?;
     if spec.service == Service::Ud {
         app.set_ud_peers(ahs);
     }
@@ -236,7 +236,7 @@ async fn serve_one(
         mut ep, qps, ahs, ..
     } = side;
     let mut app = PerfApp::new(&mut ep.dev, *spec, false, &qps, mrs, blocks[0].at(0))
-        .map_err(|e| DriverError::Setup(e.to_string()))?;
+        .map_err(DriverError::from)?;
     if spec.service == Service::Ud {
         app.set_ud_peers(ahs);
     }

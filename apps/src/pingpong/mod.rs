@@ -466,8 +466,7 @@ async fn run_side(
         SocketAddr::new(local, roce_proto::ROCEV2_UDP_PORT),
         link,
     )?;
-    let mut app =
-        PingPong::new(&mut side, spec, client).map_err(|e| DriverError::Setup(e.to_string()))?;
+    let mut app = PingPong::new(&mut side, spec, client).map_err(DriverError::from)?;
     let peer = if client {
         pingpong::client(tcp, &mut side).await?
     } else {
@@ -475,7 +474,7 @@ async fn run_side(
     };
     let now = side.ep.now();
     app.start(side.ahs.clone(), &mut side.ep.dev, now)
-        .map_err(|e| DriverError::Setup(e.to_string()))?;
+        .map_err(DriverError::from)?;
     side.ep
         .run(&mut app, true, std::future::pending(), SILENCE)
         .await?;

@@ -279,8 +279,7 @@ async fn run(
     };
     let svc = service_id(PortSpace::UDP, spec.port);
     let (mut side, cm) = cm_side(&secrets, salt, req, local, link, (!client).then_some(svc))?;
-    let mut app =
-        Udaddy::new(&mut side, spec, client, cm).map_err(|e| DriverError::Setup(e.to_string()))?;
+    let mut app = Udaddy::new(&mut side, spec, client, cm).map_err(DriverError::from)?;
     if let Some(peer) = server {
         let now = side.ep.now();
         let private = rdma_cm_req_private(local, peer, 0xc000 | (spec.port & 0x3fff), &[]);

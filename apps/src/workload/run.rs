@@ -310,8 +310,8 @@ async fn serve_client(
     let plan = Plan::new(&cfg.spec);
     let recv: Vec<(roce_proto::Qpn, CqHandle)> =
         side.qps.iter().map(|q| (q.qpn, q.recv_cq)).collect();
-    let (mut responder, blocks) = Responder::new(&mut side.ep.dev, side.pd, plan, &recv)
-        .map_err(|e| DriverError::Setup(e.to_string()))?;
+    let (mut responder, blocks) =
+        Responder::new(&mut side.ep.dev, side.pd, plan, &recv).map_err(DriverError::from)?;
     side.connect_to(&peers(&qps), remote)?;
     side.set_congestion_control(cfg.cc, cfg.line_rate_bps);
     let infos = side.infos();

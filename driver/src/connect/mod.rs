@@ -148,7 +148,7 @@ impl Side {
                 req.count
             )));
         }
-        let set = |e: roce_stack::CreateError| DriverError::Setup(e.to_string());
+        let set = DriverError::from;
         let pd = dev.alloc_pd();
         let srq = match (req.srq, req.service) {
             (Some(n), Service::Rc) => Some(dev.create_srq(pd, n).map_err(set)?),
@@ -214,7 +214,7 @@ impl Side {
         let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
         let qpn = dev
             .create_qp(self.pd, send_cq, recv_cq, caps)
-            .map_err(|e| DriverError::Setup(e.to_string()))?;
+            .map_err(DriverError::from)?;
         dev.modify_qp(qpn, &ConnectParams::default().init_attr())
             .map_err(|e| DriverError::Setup(format!("QP {qpn} to INIT: {e}")))?;
         Ok(LocalQp {
