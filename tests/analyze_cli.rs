@@ -1,5 +1,5 @@
 //! `roce analyze` end to end: its counters agree exactly with `roce loopback`'s report on
-//! the same impaired run (the analysis of the loopback's `--pcap`), the JSON keys the README
+//! the same impaired run (the analysis of the loopback's `--pcap`), the JSON keys `docs/analyze.md`
 //! documents, `--check`, the plots, the HTML page and the trace parse and show their marks,
 //! `roce decode --analyze`, and bad input gets one clear error line.
 use std::path::{Path, PathBuf};

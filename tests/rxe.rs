@@ -511,7 +511,7 @@ fn perftest(
     assert!(passive || out.contains("#bytes"), "{what}: {out}");
     let a = cap.verify(&what);
     assert_eq!(a.naks(), 0, "{what}: {a:?}");
-    // roce's side; rxe now and then resends a request of its own unprompted (see the README).
+    // roce's side; rxe now and then resends a request of its own unprompted (see `docs/stock-tools.md`).
     // With -a, 8 MiB messages: the emulated guest (about 35 MB/s) is at times slower to ACK
     // than roce's 67 ms timeout (ACK round trips up to 134 ms were seen), so a few timeout
     // resends, never a NAK, and every message is counted by the caller.

@@ -14,7 +14,7 @@
 //!   `roce-packet-ring` crate): no system call while the endpoint is busy, the socket in epoll
 //!   only around its sleeps. The ring has the lower latency; on `lo` it has the lower
 //!   bandwidth, because the kernel copies each datagram into the ring on the sending thread
-//!   (`recvmmsg` copies on the receiving one). README, "Links", has the figures.
+//!   (`recvmmsg` copies on the receiving one). `apps/PERF.md`, "The links compared", has the figures.
 //! * The endpoint's UDP socket stays bound to the port, so that the kernel does not answer the
 //!   peer with ICMP port unreachable; a filter that accepts nothing keeps it from queueing a
 //!   second copy of every datagram ([`silence_udp`]).

@@ -479,7 +479,7 @@ fn string_with(o: &mut Obj<'_>, k: &str, f: impl FnOnce(&mut Vec<u8>)) {
     out.push(b'"');
 }
 
-/// One JSON object (and a newline) with exactly the keys of the `--json` contract (README):
+/// One JSON object (and a newline) with exactly the keys of the `--json` contract (`docs/decode.md`):
 /// `frame`, `ts`, `src`, `dst`, `ecn`, `version`, `bth{..}`, the extended headers present,
 /// `payload_len`, `icrc` (wire order hex), `icrc_ok`, or `error` when the packet could not be
 /// fully decoded. Integers are numbers, BTH flags booleans. Beyond RoCEv2: `version` is

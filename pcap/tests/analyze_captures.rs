@@ -1,5 +1,5 @@
 //! `roce analyze` on every shared capture (../shared/captures): each analyzes to its end, and
-//! what the README says it finds there is checked here.
+//! what `docs/analyze.md` says it finds there is checked here.
 mod common;
 use common::*;
 

@@ -8,7 +8,7 @@ use super::rules::{Rule, Tally};
 use super::side::Side;
 use super::Connection;
 
-/// The kind of a per-packet event (names as in the README and the JSON).
+/// The kind of a per-packet event (names as in `docs/analyze.md` and the JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EventKind {
     /// A request whose PSN does not advance past the highest already seen on its QP.

@@ -5,7 +5,7 @@
 //!   of a connection are paired by the CM exchange (REQ/REP carry both QPNs), else by the
 //!   RoCEv2 UDP source port (both ends of an RC connection use the same entropy port), else
 //!   by PSN agreement (responses echo request PSNs). [`Connection::paired_by`] says which.
-//! * Events ([`EventKind`]), defined in the README: retransmission (with its episode's cause),
+//! * Events ([`EventKind`]), defined in `docs/analyze.md`: retransmission (with its episode's cause),
 //!   psn_gap, out_of_order, duplicate, nak, ghost_ack, stale_ack, cnp, ecn_ce, icrc_bad, stall,
 //!   read_response_mismatch.
 //! * Measures ([`crate::analyze::stats::Dist`]): ACK RTT, READ latency, NAK generation and

@@ -1,5 +1,5 @@
 //! The analysis as text (a table of connections, then each connection's verdicts and event
-//! episodes), JSON lines (stable keys, documented in the README), and one HTML page.
+//! episodes), JSON lines (stable keys, documented in `docs/analyze.md`), and one HTML page.
 use std::fmt::Write as _;
 use std::io::Write;
 
