@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod args;
 mod cc;
 mod cmd;
+mod flags;
 mod output;
 mod units;
 
@@ -147,7 +148,7 @@ fn main() -> ExitCode {
     match cli.command.run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("roce {name}: {e:#}");
+            eprintln!("roce {name}: {}", flags::message(name, &e));
             ExitCode::FAILURE
         }
     }

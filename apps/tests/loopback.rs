@@ -92,5 +92,12 @@ fn bad_config_is_refused_before_any_socket() {
     let mut cfg = small(5);
     cfg.transport.mtu = 1000;
     let e = run(5, &cfg).unwrap_err();
-    assert!(e.to_string().contains("--mtu"), "{e}");
+    // The refusal names the setting as a type; the CLI words it with its flag.
+    let setting = match &e {
+        DriverError::Invalid(inner) => inner
+            .downcast_ref::<roce_apps::ConfigError>()
+            .and_then(|c| c.setting()),
+        _ => None,
+    };
+    assert_eq!(setting, Some(roce_apps::Setting::Mtu), "{e}");
 }

@@ -215,7 +215,7 @@ impl RoceSocket {
                     return Err(io::Error::new(
                         e.kind(),
                         format!(
-                            "cannot open the packet link (needs CAP_NET_RAW; --link udp works without): {e}"
+                            "cannot open the packet link (needs CAP_NET_RAW; the UDP link works without): {e}"
                         ),
                     ))
                 }

@@ -850,9 +850,7 @@ pub fn run_client_cm(
 ) -> Result<KvReport, DriverError> {
     cfg.validate()?;
     if local.is_unspecified() {
-        return Err(DriverError::Setup(
-            "--cm needs the local address the server is reached from (--bind)".into(),
-        ));
+        return Err(crate::Combination::CmNeedsBind.into());
     }
     runtime()?.block_on(async move {
         let spec = cfg.spec;
@@ -908,9 +906,7 @@ pub fn loopback_cm(
 ) -> Result<KvReport, DriverError> {
     cfg.validate()?;
     if client_ip == server_ip {
-        return Err(DriverError::Setup(
-            "--cm runs both ends on UDP 4791: give them two addresses".into(),
-        ));
+        return Err(crate::Combination::CmNeedsTwoAddresses.into());
     }
     let server_cfg = KvServerConfig {
         impairment: roce_driver::impair::Impairment {

@@ -46,6 +46,19 @@ pub enum KvError {
     /// A value out of range (which, and why).
     #[error("{0}")]
     Invalid(String),
+    /// A setting out of its range.
+    #[error("{setting} must be {range}, not {value}")]
+    OutOfRange {
+        /// The setting.
+        setting: crate::Setting,
+        /// The allowed range.
+        range: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// A shape with no layers, no tokens or no bytes per token.
+    #[error("the layers, tokens and bytes per token must be at least 1")]
+    EmptyShape,
     /// The pool has fewer free blocks than the request needs.
     #[error("the pool holds {have} blocks of this page size, the request needs {need}")]
     PoolTooSmall {
@@ -65,6 +78,17 @@ pub enum KvError {
     /// A copy is longer than the longest WRITE, or its end overflows the address space.
     #[error("copy {0} is longer than one WRITE may be, or wraps the address space")]
     TooLong(usize),
+}
+
+impl KvError {
+    /// The setting this error is about, where it is about one.
+    pub fn setting(&self) -> Option<crate::Setting> {
+        match self {
+            Self::OutOfRange { setting, .. } => Some(*setting),
+            Self::EmptyShape => Some(crate::Setting::Shape),
+            _ => None,
+        }
+    }
 }
 
 /// How a pool stores the K and V of one page.
@@ -145,9 +169,7 @@ impl ModelShape {
     /// Checks the values a user can give.
     pub fn validate(&self) -> Result<(), KvError> {
         if self.layers == 0 || self.tokens == 0 || self.kv_bytes == 0 {
-            return Err(KvError::Invalid(
-                "--layers, --tokens and --kv-bytes must be at least 1".into(),
-            ));
+            return Err(KvError::EmptyShape);
         }
         if self.total_bytes() > 4 << 30 {
             return Err(KvError::Invalid(
@@ -470,7 +492,11 @@ impl KvSpec {
     pub fn validate(&self, plans: &[PlanSpec]) -> Result<(), KvError> {
         self.shape.validate()?;
         if self.qps == 0 || self.qps > 64 {
-            return Err(KvError::Invalid("--qps must be between 1 and 64".into()));
+            return Err(KvError::OutOfRange {
+                setting: crate::Setting::Qps,
+                range: "1..=64",
+                value: u64::from(self.qps),
+            });
         }
         if self.pool_bytes > 16 << 30 {
             return Err(KvError::Invalid("the pool is limited to 16 GiB".into()));
@@ -482,9 +508,11 @@ impl KvSpec {
             match p.kind {
                 PlanKind::Kv { page, .. } => {
                     if page == 0 || page > 1 << 20 {
-                        return Err(KvError::Invalid(format!(
-                            "--page must be between 1 and 1048576 tokens, not {page}"
-                        )));
+                        return Err(KvError::OutOfRange {
+                            setting: crate::Setting::Page,
+                            range: "1..=1048576 tokens",
+                            value: u64::from(page),
+                        });
                     }
                     if 2 * u64::from(page) * u64::from(self.shape.kv_bytes) > MAX_WRITE {
                         return Err(KvError::Invalid("a page is larger than 512 MiB".into()));

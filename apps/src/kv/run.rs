@@ -31,7 +31,7 @@ use roce_stack::{Access, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
 use serde::{Deserialize, Serialize};
 
 use super::{AllocKind, KvError, KvReceiver, KvSender, KvSpec, ModelShape, PlanKind, PlanSpec};
-use crate::ConfigError;
+use crate::{ConfigError, Setting};
 
 /// Version of the kv control protocol.
 pub(crate) const KV_PROTOCOL: u32 = 2;
@@ -126,19 +126,16 @@ impl KvConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let t = &self.transport;
         ConfigError::check_mtu(t.mtu)?;
-        ConfigError::check_range("--timeout", "1..=31", u64::from(t.timeout), 1, 31)?;
-        t.validate()
-            .map_err(|e| ConfigError::Transport(e.to_string()))?;
+        ConfigError::check_range(Setting::Timeout, "1..=31", u64::from(t.timeout), 1, 31)?;
+        t.validate().map_err(ConfigError::from)?;
         if self.plans.is_empty() {
             return Err(ConfigError::Conflict("no plans"));
         }
-        ConfigError::check_range("--repeat", "1..=100", u64::from(self.repeat), 1, 100)?;
+        ConfigError::check_range(Setting::Repeat, "1..=100", u64::from(self.repeat), 1, 100)?;
         self.spec
             .validate(&self.all_plans())
-            .map_err(|e| ConfigError::Transport(e.to_string()))?;
-        self.impairment
-            .validate()
-            .map_err(|e| ConfigError::Transport(e.to_string()))
+            .map_err(ConfigError::from)?;
+        self.impairment.validate().map_err(ConfigError::from)
     }
 
     /// The calibration streams, then the plans, `repeat` times over.
@@ -403,7 +400,7 @@ pub(crate) fn check_hello(
 ) -> Result<(), String> {
     if spec.pool_bytes > max_pool {
         return Err(format!(
-            "asked for a pool of {} MiB; this server allows at most {} MiB (--max-pool)",
+            "asked for a pool of {} MiB; this server allows at most {} MiB",
             spec.pool_bytes >> 20,
             max_pool >> 20
         ));

@@ -407,7 +407,7 @@ impl Application for Running {
                         );
                         flush(&mut self.cm, dev);
                         return Err(AppError::Failed(
-                            "the server's REP carries no perf target region (not roce perf --cm? \
+                            "the server's REP carries no perf target region (not a roce perf server over the CM? \
                              a stock perftest -R server is not spoken yet); told it with a REJ"
                                 .into(),
                         ));
@@ -492,9 +492,7 @@ pub fn run_client_cm(
     for s in specs {
         s.validate()?;
         if s.test == PerfTest::Udp {
-            return Err(DriverError::Setup(
-                "the UDP baseline needs the TCP control connection (drop --cm)".into(),
-            ));
+            return Err(crate::Combination::BaselineNeedsTcp.into());
         }
     }
     runtime()?.block_on(async move {
@@ -561,9 +559,7 @@ pub fn loopback_cm(
     out: impl FnMut(&PerfResult) -> bool,
 ) -> Result<(), DriverError> {
     if client_ip == server_ip {
-        return Err(DriverError::Setup(
-            "--cm runs both ends on UDP 4791: give them two addresses".into(),
-        ));
+        return Err(crate::Combination::CmNeedsTwoAddresses.into());
     }
     let port = 18515;
     roce_driver::connect::one_process(

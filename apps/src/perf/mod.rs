@@ -25,7 +25,7 @@ use std::time::Duration;
 use roce_stack::Service;
 use serde::{Deserialize, Serialize};
 
-use crate::ConfigError;
+use crate::{Combination, ConfigError, Setting};
 
 pub mod app;
 pub mod cm;
@@ -177,7 +177,7 @@ pub fn specs(o: &PerfOptions) -> Result<Vec<PerfSpec>, ConfigError> {
     let duration_ms = match o.duration {
         Some(d) if !(d > 0.0 && d <= 86_400.0) => {
             return Err(ConfigError::OutOfRange {
-                what: "--duration",
+                setting: Setting::Duration,
                 range: "more than 0 and at most 86400 seconds",
                 value: d as u64,
             })
@@ -242,45 +242,71 @@ impl PerfSpec {
         use ConfigError as E;
         E::check_mtu(self.mtu)?;
         if self.test == PerfTest::Udp {
-            E::check_range("-s", "16..=65507 bytes for udp", self.size, 16, 65507)?;
+            E::check_range(
+                Setting::Size,
+                "16..=65507 bytes for udp",
+                self.size,
+                16,
+                65507,
+            )?;
         } else {
-            E::check_range("-s", "1..=8388608 bytes", self.size, 1, MAX_PERF_SIZE)?;
+            E::check_range(
+                Setting::Size,
+                "1..=8388608 bytes",
+                self.size,
+                1,
+                MAX_PERF_SIZE,
+            )?;
         }
         if self.request > 0 {
             if self.test != PerfTest::Udp || self.lat {
-                return Err(E::Conflict("--request is for the udp bandwidth test only"));
+                return Err(Combination::RequestNotUdp.into());
             }
-            E::check_range("--request", "16..=65507 bytes", self.request, 16, 65507)?;
+            E::check_range(
+                Setting::Request,
+                "16..=65507 bytes",
+                self.request,
+                16,
+                65507,
+            )?;
         }
-        E::check_range("replies", "1..=4096", u64::from(self.replies), 1, 4096)?;
+        E::check_range(
+            Setting::Replies,
+            "1..=4096",
+            u64::from(self.replies),
+            1,
+            4096,
+        )?;
         if self.iters == 0 && self.duration_ms.is_none() {
             return Err(E::OutOfRange {
-                what: "-n",
+                setting: Setting::Iterations,
                 range: "at least 1",
                 value: 0,
             });
         }
         if self.duration_ms == Some(0) {
-            return Err(E::Conflict("--duration must be positive"));
+            return Err(Combination::NoDuration.into());
         }
-        E::check_range("--qps", "1..=1024", u64::from(self.qps), 1, 1024)?;
-        E::check_range("--outs", "1..=128", u64::from(self.outs), 1, 128)?;
-        E::check_range("--tx-depth", "1..=4096", u64::from(self.tx_depth), 1, 4096)?;
+        E::check_range(Setting::Qps, "1..=1024", u64::from(self.qps), 1, 1024)?;
+        E::check_range(Setting::Outs, "1..=128", u64::from(self.outs), 1, 128)?;
+        E::check_range(
+            Setting::TxDepth,
+            "1..=4096",
+            u64::from(self.tx_depth),
+            1,
+            4096,
+        )?;
         if self.service == Service::Uc && !matches!(self.test, PerfTest::Send | PerfTest::Write) {
-            return Err(E::Conflict(
-                "-c UC runs send and write only (UC has no READ or atomics)",
-            ));
+            return Err(Combination::UcTest.into());
         }
         if self.service == Service::Ud {
             if self.test != PerfTest::Send {
-                return Err(E::Conflict(
-                    "-c UD runs send only (UD has no RDMA operations)",
-                ));
+                return Err(Combination::UdTest.into());
             }
             if self.size > u64::from(self.mtu) {
                 return Err(E::OutOfRange {
-                    what: "-s",
-                    range: "at most the MTU with -c UD (one packet per message)",
+                    setting: Setting::Size,
+                    range: "at most the MTU over UD (one packet per message)",
                     value: self.size,
                 });
             }

@@ -372,9 +372,7 @@ pub fn serve_perftest(
     runtime()?.block_on(async move {
         if cm {
             if bind.is_unspecified() {
-                return Err(DriverError::Config(
-                    "--perftest --cm --server: give --bind, the address the client reaches".into(),
-                ));
+                return Err(crate::Combination::PerftestCmServerNeedsBind.into());
             }
             let ch = Channel::Cm { server: None, port };
             let (r, _) = run_session(ch, false, specs, bind, secrets, link, gbits, ready).await?;
@@ -418,11 +416,7 @@ pub fn run_perftest_client(
     }
     runtime()?.block_on(async move {
         if cm {
-            let local = bind.ok_or_else(|| {
-                DriverError::Config(
-                    "--perftest --cm --client: give --bind, this side's address".into(),
-                )
-            })?;
+            let local = bind.ok_or(crate::Combination::PerftestCmClientNeedsBind)?;
             let ch = Channel::Cm {
                 server: Some(server),
                 port: server.port(),

@@ -754,9 +754,7 @@ pub fn run_client_cm(
 ) -> Result<Report, DriverError> {
     cfg.validate()?;
     if local.is_unspecified() {
-        return Err(DriverError::Setup(
-            "--cm needs the local address the server is reached from (--bind)".into(),
-        ));
+        return Err(crate::Combination::CmNeedsBind.into());
     }
     runtime()?.block_on(async move {
         let mut dev = cfg.secrets.device(0xc11e)?;
@@ -834,9 +832,7 @@ pub fn loopback_cm(
 ) -> Result<Report, DriverError> {
     cfg.validate()?;
     if client_ip == server_ip {
-        return Err(DriverError::Setup(
-            "--cm runs both ends on UDP 4791: give them two addresses".into(),
-        ));
+        return Err(crate::Combination::CmNeedsTwoAddresses.into());
     }
     let server_impairment = Impairment {
         seed: cfg.impairment.seed.wrapping_add(1),

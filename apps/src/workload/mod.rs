@@ -34,7 +34,7 @@ use roce_stack::model::{AtomicOp, Model};
 use roce_stack::rng::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::ConfigError;
+use crate::{Combination, ConfigError, Setting};
 
 pub mod cm;
 pub mod report;
@@ -177,24 +177,24 @@ impl Default for WorkloadSpec {
 impl WorkloadSpec {
     /// Checks the values a user (or a peer) can give.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        ConfigError::check_range("--qps", "1..=1024", u64::from(self.qps), 1, 1024)?;
+        ConfigError::check_range(Setting::Qps, "1..=1024", u64::from(self.qps), 1, 1024)?;
         if self.min_size > self.max_size {
             return Err(ConfigError::Conflict(
                 "the smallest size is larger than the largest",
             ));
         }
         ConfigError::check_range(
-            "the largest message",
+            Setting::LargestMessage,
             "at most 1 GiB",
             u64::from(self.max_size),
             0,
             1 << 30,
         )?;
-        ConfigError::check_range("--depth", "1..=1024", u64::from(self.depth), 1, 1024)?;
+        ConfigError::check_range(Setting::Depth, "1..=1024", u64::from(self.depth), 1, 1024)?;
         let need = Layout::new(self).run_bytes(self.qps);
         if need > MAX_RUN_BYTES {
             return Err(ConfigError::TooBig {
-                what: "the buffers of --qps x --size",
+                what: Setting::Buffers,
                 need_mib: need >> 20,
                 limit_mib: MAX_RUN_BYTES >> 20,
             });
@@ -203,14 +203,14 @@ impl WorkloadSpec {
             return Err(ConfigError::Conflict("no operations"));
         }
         ConfigError::check_range(
-            "the number of --transport entries",
+            Setting::Transports,
             "1..=16",
             self.transports.len() as u64,
             1,
             16,
         )?;
         ConfigError::check_range(
-            "the largest UD message",
+            Setting::LargestDatagram,
             "256..=4096",
             u64::from(self.datagram_max),
             256,
@@ -218,12 +218,7 @@ impl WorkloadSpec {
         )?;
         for t in &self.transports {
             if !self.ops.iter().any(|&k| k.carried_by(*t)) {
-                return Err(ConfigError::Conflict(match t {
-                    Transport::Uc => {
-                        "--transport uc: the --ops mix has nothing UC carries (send, send_imm, write, write_imm)"
-                    }
-                    _ => "--transport ud: the --ops mix has nothing UD carries (send, send_imm)",
-                }));
+                return Err(Combination::NothingCarried(*t).into());
             }
         }
         Ok(())

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::responder::Delivery;
 use super::{Mismatch, Plan, Report, Requester, Responder, Tally, Transport, WorkloadSpec};
-use crate::ConfigError;
+use crate::{Combination, ConfigError, Setting};
 
 /// Version of the workload's control protocol (4: the spec lists the QPs' transports).
 const PROTOCOL: u32 = 4;
@@ -85,25 +85,20 @@ impl RunConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let t = &self.transport;
         ConfigError::check_mtu(t.mtu)?;
-        ConfigError::check_range("--timeout", "1..=31", u64::from(t.timeout), 1, 31)?;
+        ConfigError::check_range(Setting::Timeout, "1..=31", u64::from(t.timeout), 1, 31)?;
         ConfigError::check_range(
-            "max_rd_atomic",
+            Setting::MaxRdAtomic,
             "1..=128",
             u64::from(t.max_rd_atomic),
             1,
             128,
         )?;
-        t.validate()
-            .map_err(|e| ConfigError::Transport(e.to_string()))?;
+        t.validate().map_err(ConfigError::from)?;
         self.spec.validate()?;
         if self.spec.transports.contains(&Transport::Ud) && self.spec.datagram_max > t.mtu {
-            return Err(ConfigError::Conflict(
-                "a UD message is one packet: the largest UD message must not exceed the MTU",
-            ));
+            return Err(Combination::DatagramOverMtu.into());
         }
-        self.impairment
-            .validate()
-            .map_err(|e| ConfigError::Transport(e.to_string()))
+        self.impairment.validate().map_err(ConfigError::from)
     }
 }
 

@@ -34,7 +34,7 @@ use roce_stack::{
     Access, CcConfig, ConnectParams, Instant, MrHandle, QpCaps, SgList, WcStatus, WorkRequest, WrOp,
 };
 
-use crate::ConfigError;
+use crate::{Combination, ConfigError, Setting};
 
 mod flows;
 mod run;
@@ -443,46 +443,40 @@ impl FctSpec {
 
     /// Checks what a user can get wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        ConfigError::check_range("--hosts", "1..=250", self.hosts as u64, 1, 250)?;
+        ConfigError::check_range(Setting::Hosts, "1..=250", self.hosts as u64, 1, 250)?;
         ConfigError::check_mtu(self.mtu)?;
         let incast_max = self.fabric.map_or(250, |f| f.topology.hosts() as u64);
         match &self.workload {
             Workload::Poisson { load, .. } if !(*load > 0.0 && *load < 1.0) => {
-                Err(ConfigError::Conflict("--load must be between 0 and 1"))
+                Err(Combination::LoadOutOfRange.into())
             }
             Workload::Incast { n, size } => {
                 ConfigError::check_range(
-                    "incast senders",
+                    Setting::IncastSenders,
                     "1..=250 (fewer than the fabric's hosts)",
                     *n as u64,
                     1,
                     incast_max,
                 )?;
-                ConfigError::check_range("incast size", "1..=67108864", *size, 1, 64 << 20)
+                ConfigError::check_range(Setting::IncastSize, "1..=67108864", *size, 1, 64 << 20)
             }
             Workload::Elephant { per_host, size } => {
                 if self.fabric.is_none() {
-                    return Err(ConfigError::Conflict(
-                        "the elephant workload needs a multi-switch --topology",
-                    ));
+                    return Err(Combination::ElephantNeedsFabric.into());
                 }
-                ConfigError::check_range("flows per host", "1..=64", *per_host as u64, 1, 64)?;
-                ConfigError::check_range("elephant size", "1..=67108864", *size, 1, 64 << 20)
+                ConfigError::check_range(Setting::FlowsPerHost, "1..=64", *per_host as u64, 1, 64)?;
+                ConfigError::check_range(Setting::ElephantSize, "1..=67108864", *size, 1, 64 << 20)
             }
             Workload::Poisson { .. } => Ok(()),
         }?;
         if let Some(v) = self.victim {
             if self.fabric.is_some() {
-                return Err(ConfigError::Conflict(
-                    "--victim is an experiment of --topology switch",
-                ));
+                return Err(Combination::VictimNeedsSwitch.into());
             }
-            ConfigError::check_range("victim size", "1..=67108864", v, 1, 64 << 20)?;
+            ConfigError::check_range(Setting::VictimSize, "1..=67108864", v, 1, 64 << 20)?;
         }
         if matches!(self.cc, CcConfig::Hpcc(_)) && self.fabric.is_none() {
-            return Err(ConfigError::Conflict(
-                "--cc hpcc needs a fabric (--topology leaf-spine or fat-tree): the one-switch model stamps no INT",
-            ));
+            return Err(Combination::HpccNeedsFabric.into());
         }
         if let Some(f) = &self.fabric {
             f.topology.validate().map_err(ConfigError::Conflict)?;
