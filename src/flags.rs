@@ -143,7 +143,12 @@ pub(crate) fn message(command: &str, e: &anyhow::Error) -> String {
             parts.push(w);
             break;
         }
-        parts.push(cause.to_string());
+        let text = cause.to_string();
+        // An error whose message already ends with its source's says it once.
+        if parts.last().is_some_and(|p: &String| p.ends_with(&text)) {
+            continue;
+        }
+        parts.push(text);
     }
     parts.join(": ")
 }
@@ -180,5 +185,11 @@ mod tests {
         );
         let e = anyhow::anyhow!("plain").context("outer");
         assert_eq!(message("perf", &e), "outer: plain");
+        // A message that already carries its source's text does not repeat it.
+        let post = roce_driver::AppError::post(0, "a SEND", roce_stack::PostError::QueueFull);
+        let source = roce_stack::PostError::QueueFull.to_string();
+        let e = anyhow::Error::from(post).context("kv");
+        let m = message("kv", &e);
+        assert_eq!(m.matches(&source).count(), 1, "{m}");
     }
 }

@@ -29,6 +29,22 @@ pub enum AppError {
     /// The application's own reason.
     #[error("{0}")]
     Failed(String),
+    /// A connection through the CM failed.
+    #[error(transparent)]
+    Cm(#[from] crate::connect::rdma_cm::CmFailure),
+    /// What the driver failed at for the application (creating its QPs, drawing its secrets).
+    #[error(transparent)]
+    Driver(Box<crate::DriverError>),
+}
+
+impl From<crate::DriverError> for AppError {
+    fn from(e: crate::DriverError) -> Self {
+        match e {
+            // Not boxed twice.
+            crate::DriverError::App(a) => a,
+            e => Self::Driver(Box::new(e)),
+        }
+    }
 }
 
 impl AppError {

@@ -79,14 +79,44 @@ pub enum DriverError {
     /// and see which setting it was).
     #[error(transparent)]
     Invalid(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// What the peer sent is not valid (the typed reason as `source`).
+    #[error("peer: {source}")]
+    PeerInvalid {
+        /// Why it is not.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// A step failed (`what`), for a reason of its own type (`source`: an I/O error, a
+    /// refused transition or post, ...; downcast it to tell).
+    #[error("{what}: {source}")]
+    Step {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A control message could not be encoded.
     #[error(transparent)]
     Encode(#[from] serde_json::Error),
 }
 
-/// Maps an I/O error to a [`DriverError::Setup`] naming `what` failed.
+impl DriverError {
+    /// [`DriverError::Step`]: `what` failed because of `source`, which stays typed.
+    pub fn step(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Step {
+            what: what.into(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Maps an I/O error to a [`DriverError::Step`] naming `what` failed.
 pub fn setup(what: &str) -> impl Fn(std::io::Error) -> DriverError + '_ {
-    move |e| DriverError::Setup(format!("{what}: {e}"))
+    move |e| DriverError::step(what, e)
 }
 
 /// A single-threaded tokio runtime for one end.

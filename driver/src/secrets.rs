@@ -43,9 +43,8 @@ impl Secrets {
     /// independent streams from one seed).
     pub fn rng(&self, salt: u64) -> Result<Rng, DriverError> {
         let seed = match self {
-            Self::OsRandom => getrandom::u64().map_err(|e| {
-                DriverError::Setup(format!("the operating system's random generator: {e}"))
-            })?,
+            Self::OsRandom => getrandom::u64()
+                .map_err(|e| DriverError::step("the operating system's random generator", e))?,
             Self::Seeded(s) => s ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15),
         };
         Ok(Rng::new(seed))

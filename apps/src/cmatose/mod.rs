@@ -13,7 +13,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump, CmFailure};
 use roce_driver::connect::{QpRequest, Side};
 use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
@@ -254,17 +254,12 @@ impl Sends {
                     self.send_all(dev, i)?;
                 }
             }
-            CmEvent::Rejected { reason, .. } => {
-                return Err(AppError::Failed(format!(
-                    "the server rejected the connection: {} ({reason})",
-                    roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown reason")
-                )))
-            }
-            CmEvent::TimedOut { .. } => {
-                return Err(AppError::Failed(
-                    "the peer stopped answering the CM (no REP, RTU or DREP)".into(),
-                ))
-            }
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => return Err(CmFailure::rejected(None, None, reason, &private_data).into()),
+            CmEvent::TimedOut { .. } => return Err(CmFailure::Stopped.into()),
             CmEvent::Disconnected { conn } => {
                 if let Some(i) = find(self, conn) {
                     let c = &self.conns[i];
@@ -392,12 +387,7 @@ async fn run(
                 local_ack_timeout: 18,
                 private_data: rdma_cm_req_private(local, peer, 0xc000 | i as u16, &[]),
             };
-            let id = app.cm.connect(now, &o).map_err(|why| {
-                DriverError::Config(format!(
-                    "cannot connect: {}",
-                    roce_proto::cm::rej_reason_name(why).unwrap_or("unknown reason")
-                ))
-            })?;
+            let id = app.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
             app.conns[i].id = Some(id);
         }
         app.peer = Some(peer);

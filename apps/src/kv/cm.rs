@@ -17,8 +17,8 @@ use roce_driver::qps::{LocalQp, RemoteBuffer};
 use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError};
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions,
-    PeerRequest, QpOffer,
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, PeerRequest,
+    QpOffer,
 };
 use roce_stack::{
     Access, CcConfig, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, QpStats,
@@ -32,7 +32,7 @@ use super::run::{
     KvServerOutcome,
 };
 use super::{KvReceiver, KvSender, KvSpec, PlanSpec, Transfer};
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
 
 /// First bytes of a kv REQ's consumer private data.
 const MAGIC: &[u8; 4] = b"rkv1";
@@ -190,11 +190,7 @@ fn decode_req(b: &[u8]) -> Option<(u16, u16)> {
 
 /// The text a peer put in its DREQ's private data (printable ASCII up to the first NUL).
 fn release_text(b: &[u8]) -> String {
-    b.iter()
-        .take_while(|&&x| x != 0)
-        .map(|&x| char::from(x))
-        .filter(|c| c.is_ascii_graphic() || *c == ' ')
-        .collect()
+    roce_driver::connect::rdma_cm::printable(b)
 }
 
 /// The data QPs' (QPN, CQ) pairs: every QP but the last (the control QP).
@@ -267,13 +263,8 @@ impl KvCmServer {
                     n,
                     roce_stack::QpCaps::default(),
                     Access::REMOTE_WRITE,
-                )
-                .map_err(|e| AppError::Failed(e.to_string()))?;
-                self.psns = self
-                    .cfg
-                    .secrets
-                    .start_psns(n, 0xdec0)
-                    .map_err(|e| AppError::Failed(e.to_string()))?;
+                )?;
+                self.psns = self.cfg.secrets.start_psns(n, 0xdec0)?;
                 self.conns = vec![None; n as usize];
                 self.peer = Some(req.peer);
             }
@@ -612,9 +603,7 @@ impl KvCmClient {
                     &req_data(k as u16, total),
                 ),
             };
-            let c = self.cm.connect(now, &o).map_err(|r| {
-                AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
-            })?;
+            let c = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
             self.conns.push(c);
         }
         Ok(())
@@ -642,29 +631,15 @@ impl KvCmClient {
                 private_data,
                 ..
             } => {
-                let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
-                let hint = if reason == roce_stack::cm::reason::INVALID_SERVICE_ID {
-                    format!(" (nothing listens on RDMA-CM port {})", self.port)
-                } else {
-                    let t = release_text(&private_data);
-                    if t.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({t})")
-                    }
-                };
-                return Err(AppError::Failed(format!(
-                    "{} rejected the connection: {name} ({reason}){hint}",
-                    self.server
-                )));
+                return Err(CmFailure::rejected(
+                    Some(self.server),
+                    Some(self.port),
+                    reason,
+                    &private_data,
+                )
+                .into());
             }
-            CmEvent::TimedOut { .. } => {
-                return Err(AppError::Failed(format!(
-                    "no CM answer from {} (UDP 4791) after {} tries",
-                    self.server,
-                    u32::from(CmConfig::default().max_retries) + 1
-                )))
-            }
+            CmEvent::TimedOut { .. } => return Err(CmFailure::no_answer(self.server).into()),
             CmEvent::Disconnected { conn } => {
                 if self.phase == Phase::Releasing {
                     self.released += 1;

@@ -25,7 +25,7 @@ use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, Rem
 
 use super::app::{perf_caps, spin};
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
 
 const MAGIC: &[u8; 4] = b"rpf1";
 
@@ -119,8 +119,7 @@ fn perf_objects(
         len,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     );
-    let qps = create_qps(dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)
-        .map_err(|e| AppError::Failed(e.to_string()))?;
+    let qps = create_qps(dev, pd, spec.nqps(), perf_caps(spec), ALL_REMOTE)?;
     Ok((qps, (src, dst)))
 }
 
@@ -176,10 +175,7 @@ impl Serving {
                     return Ok(());
                 }
                 let (qps, mrs) = perf_objects(dev, &spec)?;
-                self.psns = self
-                    .secrets
-                    .start_psns(spec.nqps(), 0x5e7e)
-                    .map_err(|e| AppError::Failed(e.to_string()))?;
+                self.psns = self.secrets.start_psns(spec.nqps(), 0x5e7e)?;
                 self.target = dev.mr(mrs.1).map(RemoteBuffer::of);
                 // The client's region arrives with its RTU (see `set_remote` below).
                 let nowhere = RemoteAddr {
@@ -378,9 +374,7 @@ impl Application for Running {
                         &encode_req(&self.spec, k as u16, self.last),
                     ),
                 };
-                let c = self.cm.connect(now, &o).map_err(|r| {
-                    AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
-                })?;
+                let c = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
                 // Our target region rides in the RTU: a latency test's server writes back.
                 if let Some(t) = dev.mr(self.mrs.1).map(RemoteBuffer::of) {
                     self.cm.set_confirm_data(c, &encode_target(&t));
@@ -423,19 +417,20 @@ impl Application for Running {
                     )?;
                     self.established += 1;
                 }
-                CmEvent::Rejected { reason, .. } => {
-                    let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
-                    return Err(AppError::Failed(format!(
-                        "{} rejected the connection: {name} ({reason})",
-                        self.server
-                    )));
+                CmEvent::Rejected {
+                    reason,
+                    private_data,
+                    ..
+                } => {
+                    return Err(CmFailure::rejected(
+                        Some(self.server),
+                        None,
+                        reason,
+                        &private_data,
+                    )
+                    .into());
                 }
-                CmEvent::TimedOut { .. } => {
-                    return Err(AppError::Failed(format!(
-                        "no CM answer from {} (UDP 4791)",
-                        self.server
-                    )))
-                }
+                CmEvent::TimedOut { .. } => return Err(CmFailure::no_answer(self.server).into()),
                 CmEvent::Disconnected { .. } => self.released += 1,
                 CmEvent::Request { conn, .. } => {
                     self.cm

@@ -221,8 +221,9 @@ async fn serve_one(
     secrets: Secrets,
     link: LinkChoice,
 ) -> Result<(), DriverError> {
-    spec.validate()
-        .map_err(|e| DriverError::Peer(e.to_string()))?;
+    spec.validate().map_err(|e| DriverError::PeerInvalid {
+        source: Box::new(e),
+    })?;
     if spec.test == PerfTest::Udp {
         return udp_server(ctl, spec, local, remote).await;
     }

@@ -454,7 +454,7 @@ async fn run_side(
 ) -> Result<PingPongResult, DriverError> {
     let local = tcp
         .local_addr()
-        .map_err(|e| DriverError::Setup(format!("TCP socket: {e}")))?
+        .map_err(|e| DriverError::step("TCP socket", e))?
         .ip();
     let salt = if client { 0x9c11 } else { 0x95e7 };
     let dev = secrets.device(salt)?;

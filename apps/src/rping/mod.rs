@@ -14,7 +14,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump, CmFailure};
 use roce_driver::connect::{QpRequest, Side};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_stack::cm::{
@@ -309,17 +309,12 @@ impl Rping {
                 }
             }
             CmEvent::Established { .. } => {}
-            CmEvent::Rejected { reason, .. } => {
-                return Err(AppError::Failed(format!(
-                    "the server rejected the connection: {} ({reason})",
-                    roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown reason")
-                )))
-            }
-            CmEvent::TimedOut { .. } => {
-                return Err(AppError::Failed(
-                    "the peer stopped answering the CM (no REP, RTU or DREP)".into(),
-                ))
-            }
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => return Err(CmFailure::rejected(None, None, reason, &private_data).into()),
+            CmEvent::TimedOut { .. } => return Err(CmFailure::Stopped.into()),
             CmEvent::Disconnected { conn } if Some(conn) == self.conn => {
                 if !self.client && self.step == Step::Rdma {
                     return Err(AppError::Failed(
@@ -510,12 +505,7 @@ async fn run(
             private_data: rdma_cm_req_private(local, peer, 0xc000 | (spec.port & 0x3fff), &[]),
         };
         let now = side.ep.now();
-        let conn = app.cm.connect(now, &o).map_err(|why| {
-            DriverError::Config(format!(
-                "cannot connect: {}",
-                roce_proto::cm::rej_reason_name(why).unwrap_or("unknown reason")
-            ))
-        })?;
+        let conn = app.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
         app.conn = Some(conn);
         app.peer = Some(peer);
         flush(&mut app.cm, &mut side.ep.dev);

@@ -16,7 +16,7 @@ use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
 use roce_driver::endpoint::Tap;
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
@@ -25,7 +25,7 @@ use roce_driver::{
 };
 use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
 use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmConfig, CmEvent, ConnId, ConnectOptions, QpOffer,
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
 };
 use roce_stack::{
     CcConfig, ConnectParams, CqHandle, Device, Drops, Instant, Naks, PdHandle, QpCaps, QpStats,
@@ -325,12 +325,8 @@ impl CmServer {
                     return Ok(());
                 }
                 let n = data.spec.qps;
-                self.mine = create_qps(dev, self.pd, n, QpCaps::default(), ALL_REMOTE)
-                    .map_err(|e| AppError::Failed(e.to_string()))?;
-                self.psns = self
-                    .secrets
-                    .start_psns(n, 0x5e7e)
-                    .map_err(|e| AppError::Failed(e.to_string()))?;
+                self.mine = create_qps(dev, self.pd, n, QpCaps::default(), ALL_REMOTE)?;
+                self.psns = self.secrets.start_psns(n, 0x5e7e)?;
                 let recv: Vec<(roce_proto::Qpn, CqHandle)> =
                     self.mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
                 let (r, blocks) = Responder::new(dev, self.pd, Plan::new(&data.spec), &recv)?;
@@ -589,9 +585,7 @@ impl CmClient {
                     &data.encode(),
                 ),
             };
-            let c = self.cm.connect(now, &o).map_err(|r| {
-                AppError::Failed(format!("cannot ask for a connection (REJ reason {r})"))
-            })?;
+            let c = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
             self.conns.push(c);
         }
         Ok(())
@@ -638,34 +632,15 @@ impl CmClient {
                 private_data,
                 ..
             } => {
-                let name = roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown");
-                let hint = if reason == roce_stack::cm::reason::INVALID_SERVICE_ID {
-                    format!(" (nothing listens on RDMA-CM port {})", self.port)
-                } else {
-                    let text: String = private_data
-                        .iter()
-                        .take_while(|&&b| b != 0)
-                        .map(|&b| char::from(b))
-                        .filter(char::is_ascii_graphic)
-                        .collect();
-                    if text.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({text})")
-                    }
-                };
-                return Err(AppError::Failed(format!(
-                    "{} rejected the connection: {name} ({reason}){hint}",
-                    self.server
-                )));
+                return Err(CmFailure::rejected(
+                    Some(self.server),
+                    Some(self.port),
+                    reason,
+                    &private_data,
+                )
+                .into());
             }
-            CmEvent::TimedOut { .. } => {
-                return Err(AppError::Failed(format!(
-                    "no CM answer from {} (UDP 4791) after {} tries",
-                    self.server,
-                    u32::from(CmConfig::default().max_retries) + 1
-                )))
-            }
+            CmEvent::TimedOut { .. } => return Err(CmFailure::no_answer(self.server).into()),
             CmEvent::Disconnected { conn } => {
                 if self.phase == Phase::Releasing {
                     self.released += 1;

@@ -293,8 +293,9 @@ async fn serve_client(
         line_rate_bps,
         ..RunConfig::default()
     };
-    cfg.validate()
-        .map_err(|e| DriverError::Peer(e.to_string()))?;
+    cfg.validate().map_err(|e| DriverError::PeerInvalid {
+        source: Box::new(e),
+    })?;
     if qps.len() != cfg.spec.qps as usize {
         return Err(DriverError::Peer("QP count differs from the spec".into()));
     }

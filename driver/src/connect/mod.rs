@@ -186,7 +186,7 @@ impl Side {
             };
             if kind.connected() {
                 dev.modify_qp(qpn, &init)
-                    .map_err(|e| DriverError::Setup(format!("QP {qpn} to INIT: {e}")))?;
+                    .map_err(|e| DriverError::step(format!("QP {qpn} to INIT"), e))?;
             }
             qps.push(LocalQp {
                 qpn,
@@ -216,7 +216,7 @@ impl Side {
             .create_qp(self.pd, send_cq, recv_cq, caps)
             .map_err(DriverError::from)?;
         dev.modify_qp(qpn, &ConnectParams::default().init_attr())
-            .map_err(|e| DriverError::Setup(format!("QP {qpn} to INIT: {e}")))?;
+            .map_err(|e| DriverError::step(format!("QP {qpn} to INIT"), e))?;
         Ok(LocalQp {
             qpn,
             send_cq,
@@ -343,12 +343,12 @@ pub async fn tcp_connect(
     .map_err(crate::setup("TCP socket"))?;
     if let Some(ip) = bind {
         sock.bind(SocketAddr::new(ip, 0))
-            .map_err(|e| DriverError::Setup(format!("cannot bind {ip}: {e}")))?;
+            .map_err(|e| DriverError::step(format!("cannot bind {ip}"), e))?;
     }
     let stream = tokio::time::timeout(std::time::Duration::from_secs(5), sock.connect(server))
         .await
         .map_err(|_| DriverError::Setup(format!("cannot reach server {server}: timed out")))?
-        .map_err(|e| DriverError::Setup(format!("cannot reach server {server}: {e}")))?;
+        .map_err(|e| DriverError::step(format!("cannot reach server {server}"), e))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
@@ -363,7 +363,7 @@ pub async fn tcp_accept_one(
 ) -> Result<tokio::net::TcpStream, DriverError> {
     let l = tokio::net::TcpListener::bind((bind, port))
         .await
-        .map_err(|e| DriverError::Setup(format!("cannot listen on TCP {bind}:{port}: {e}")))?;
+        .map_err(|e| DriverError::step(format!("cannot listen on TCP {bind}:{port}"), e))?;
     ready();
     let accepted = match timeout {
         Some(t) => tokio::time::timeout(t, l.accept())
@@ -371,7 +371,7 @@ pub async fn tcp_accept_one(
             .map_err(|_| DriverError::Setup(format!("no peer connected within {t:?}")))?,
         None => l.accept().await,
     };
-    let (tcp, _) = accepted.map_err(|e| DriverError::Setup(format!("accept: {e}")))?;
+    let (tcp, _) = accepted.map_err(|e| DriverError::step("accept", e))?;
     let _ = tcp.set_nodelay(true);
     Ok(tcp)
 }
@@ -409,7 +409,7 @@ pub fn one_process_both<C, S: Send + 'static>(
                 let _ = tx.send(());
             }))
         })
-        .map_err(|e| DriverError::Setup(format!("server thread: {e}")))?;
+        .map_err(|e| DriverError::step("server thread", e))?;
     if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
         return match server.join() {
             Ok(Err(e)) => Err(e),

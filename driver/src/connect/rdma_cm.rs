@@ -3,6 +3,8 @@
 //! QP1 ([`pump`], [`flush`]); what a connection settled connects a QP ([`connect_qp`]). The
 //! applications that connect through the CM (`workload`, `perf`, `kv` with `--cm`, `rping`)
 //! share these.
+use std::net::IpAddr;
+
 use roce_proto::{Ecn, ROCEV2_UDP_PORT};
 use roce_stack::cm::{Cm, CmConfig, Negotiated};
 use roce_stack::gsi::OutgoingMad;
@@ -83,7 +85,7 @@ pub fn cm_side(
     secrets: &Secrets,
     salt: u64,
     req: QpRequest,
-    local: std::net::IpAddr,
+    local: IpAddr,
     link: LinkChoice,
     listen: Option<u64>,
 ) -> Result<(Side, Cm), DriverError> {
@@ -99,4 +101,97 @@ pub fn cm_side(
         cm.listen(svc);
     }
     Ok((side, cm))
+}
+
+/// Why a connection through the CM failed, as an application reports it (IBTA Vol 1 12.6:
+/// a REJ with its reason, no answer within the CM's retries, or a local refusal to ask).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmFailure {
+    /// The peer answered with a REJ (reasons: IBTA Vol 1 Table 112).
+    #[error("{} rejected the connection: {} ({reason}){}", who(peer), reason_name(*reason), rej_hint(*reason, *port, text))]
+    Rejected {
+        /// The peer, where known.
+        peer: Option<IpAddr>,
+        /// The REJ's reason code.
+        reason: u16,
+        /// The RDMA-CM port asked for, where it explains the reason (nothing listens there).
+        port: Option<u16>,
+        /// The printable text of the REJ's private data (roce puts its reason there).
+        text: String,
+    },
+    /// No answer after the CM's tries.
+    #[error("no CM answer from {peer} (UDP 4791) after {tries} tries")]
+    NoAnswer {
+        /// The peer asked.
+        peer: IpAddr,
+        /// The tries made.
+        tries: u32,
+    },
+    /// A connected peer stopped answering the CM.
+    #[error("the peer stopped answering the CM (no REP, RTU or DREP)")]
+    Stopped,
+    /// The local CM refused to send the request (its reason code).
+    #[error("cannot ask for a connection: {}", reason_name(*.0))]
+    CannotAsk(u16),
+}
+
+impl CmFailure {
+    /// A REJ from `peer` with `reason` and `private_data`; `port` the RDMA-CM port asked for.
+    pub fn rejected(
+        peer: Option<IpAddr>,
+        port: Option<u16>,
+        reason: u16,
+        private_data: &[u8],
+    ) -> Self {
+        Self::Rejected {
+            peer,
+            reason,
+            port,
+            text: printable(private_data),
+        }
+    }
+
+    /// No answer from `peer` after the tries of the default CM configuration.
+    pub fn no_answer(peer: IpAddr) -> Self {
+        Self::NoAnswer {
+            peer,
+            tries: u32::from(CmConfig::default().max_retries) + 1,
+        }
+    }
+}
+
+/// The printable ASCII of `b` up to its first NUL: the text a REJ's or DREQ's private data
+/// carries, with nothing a peer could use to garble a terminal.
+pub fn printable(b: &[u8]) -> String {
+    b.iter()
+        .take_while(|&&x| x != 0)
+        .map(|&x| char::from(x))
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .take(256)
+        .collect()
+}
+
+fn who(peer: &Option<IpAddr>) -> String {
+    peer.map_or_else(|| "the server".to_string(), |p| p.to_string())
+}
+
+fn reason_name(reason: u16) -> &'static str {
+    roce_proto::cm::rej_reason_name(reason).unwrap_or("unknown reason")
+}
+
+fn rej_hint(reason: u16, port: Option<u16>, text: &str) -> String {
+    match port {
+        Some(p) if reason == roce_stack::cm::reason::INVALID_SERVICE_ID => {
+            format!(" (nothing listens on RDMA-CM port {p})")
+        }
+        _ if text.is_empty() => String::new(),
+        _ => format!(" ({text})"),
+    }
+}
+
+impl From<CmFailure> for DriverError {
+    fn from(e: CmFailure) -> Self {
+        Self::App(AppError::Cm(e))
+    }
 }

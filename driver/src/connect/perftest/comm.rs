@@ -19,7 +19,7 @@ use roce_stack::{
 };
 
 use super::STEP_TIMEOUT;
-use crate::connect::rdma_cm::{cm_config, connect_qp, flush, pump};
+use crate::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
 use crate::connect::Side;
 use crate::qps::LocalQp;
 use crate::{AppError, Application, DriverError, Endpoint, Secrets};
@@ -134,7 +134,7 @@ impl Comm {
                     sgl,
                 },
             )
-            .map_err(|e| DriverError::Setup(format!("comm QP receive: {e}")))?;
+            .map_err(|e| DriverError::step("comm QP receive", e))?;
         }
         let mut cm = Cm::new(cm_config(secrets, salt)?);
         if server.is_none() {
@@ -209,12 +209,7 @@ impl Comm {
         let o = self
             .options(self.comm_offer(), 1024, 0xc000)
             .ok_or_else(|| DriverError::Config("no server".into()))?;
-        let id = self.cm.connect(now, &o).map_err(|why| {
-            DriverError::Config(format!(
-                "cannot connect: {}",
-                rej_reason_name(why).unwrap_or("unknown reason")
-            ))
-        })?;
+        let id = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
         self.conn = Some(id);
         Ok(())
     }
@@ -276,12 +271,7 @@ impl Comm {
                     self.cm.connect(now, &o)
                 }
             }
-            .map_err(|why| {
-                DriverError::Setup(format!(
-                    "cannot connect QP {i}: {}",
-                    rej_reason_name(why).unwrap_or("unknown reason")
-                ))
-            })?;
+            .map_err(CmFailure::CannotAsk)?;
             self.data[i].id = Some(id);
         }
         Ok(())
@@ -662,7 +652,7 @@ impl Comm {
         mr.as_mut_slice()[SEND_AT as usize..SEND_AT as usize + bytes.len()].copy_from_slice(bytes);
         let sgl = SgList::one(mr.sge(u64::from(SEND_AT), bytes.len() as u32));
         dev.post_send(self.qp.qpn, WorkRequest::new(0, WrOp::Send, sgl))
-            .map_err(|e| DriverError::Setup(format!("the exchange's SEND: {e}")))?;
+            .map_err(|e| DriverError::step("the exchange's SEND", e))?;
         self.sends_posted += 1;
         self.wait(ep, Until::SendsDone, STEP_TIMEOUT).await
     }
