@@ -1,4 +1,5 @@
-//! Settings a run refuses, as types: which [`Setting`], and why ([`ConfigError`]).
+//! Settings that cannot run together ([`Combination`]): with [`crate::ConfigError`], why a
+//! run is refused.
 //!
 //! The messages of this crate describe each setting in words ([`Setting::describe`]); the
 //! `roce` binary, which knows each command's flags, names them by their flag instead. Nothing
@@ -6,121 +7,7 @@
 
 use roce_stack::Service;
 
-/// A setting of a run, as the applications know it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Setting {
-    /// The path MTU.
-    Mtu,
-    /// The number of QPs.
-    Qps,
-    /// The queue depth of the workload (operations in flight per QP).
-    Depth,
-    /// The message size.
-    Size,
-    /// The largest message of a size range.
-    LargestMessage,
-    /// The largest UD message.
-    LargestDatagram,
-    /// The memory of every QP's buffers together.
-    Buffers,
-    /// The list of QP services, one per QP in turn.
-    Transports,
-    /// The operation mix.
-    Ops,
-    /// The local ACK timeout (IBTA Vol 1 9.7.6.1.3, an exponent).
-    Timeout,
-    /// The READs and atomics a QP may have outstanding at its peer.
-    MaxRdAtomic,
-    /// The number of iterations.
-    Iterations,
-    /// The duration of a timed test.
-    Duration,
-    /// The request size of the UDP exchange baseline.
-    Request,
-    /// The replies per request of the UDP exchange baseline.
-    Replies,
-    /// READs and atomics outstanding in a bandwidth test.
-    Outs,
-    /// The send queue depth of a bandwidth test.
-    TxDepth,
-    /// The QP service of a test.
-    Service,
-    /// How often each plan runs.
-    Repeat,
-    /// The number of hosts.
-    Hosts,
-    /// The offered load, a fraction of the host links.
-    Load,
-    /// The senders of an incast.
-    IncastSenders,
-    /// The size of each incast flow.
-    IncastSize,
-    /// Long flows per host.
-    FlowsPerHost,
-    /// The size of each long flow.
-    ElephantSize,
-    /// The victim flow of a head-of-line blocking experiment.
-    Victim,
-    /// The victim flow's size.
-    VictimSize,
-    /// The network's topology.
-    Topology,
-    /// The congestion control.
-    Cc,
-    /// The local address to bind.
-    Bind,
-    /// The shape of a KV cache: layers, tokens, bytes per token.
-    Shape,
-    /// Tokens per block of a KV pool.
-    Page,
-}
-
-impl Setting {
-    /// The setting in words, as this crate's messages name it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::Mtu => "the path MTU",
-            Self::Qps => "the number of QPs",
-            Self::Depth => "the queue depth",
-            Self::Size => "the message size",
-            Self::LargestMessage => "the largest message",
-            Self::LargestDatagram => "the largest UD message",
-            Self::Buffers => "the buffers of every QP",
-            Self::Transports => "the number of QP services listed",
-            Self::Ops => "the operation mix",
-            Self::Timeout => "the local ACK timeout",
-            Self::MaxRdAtomic => "max_rd_atomic",
-            Self::Iterations => "the number of iterations",
-            Self::Duration => "the duration",
-            Self::Request => "the request size",
-            Self::Replies => "replies",
-            Self::Outs => "the outstanding READs",
-            Self::TxDepth => "the send queue depth",
-            Self::Service => "the QP service",
-            Self::Repeat => "the repeat count",
-            Self::Hosts => "the number of hosts",
-            Self::Load => "the load",
-            Self::IncastSenders => "incast senders",
-            Self::IncastSize => "incast size",
-            Self::FlowsPerHost => "flows per host",
-            Self::ElephantSize => "elephant size",
-            Self::Victim => "the victim flow",
-            Self::VictimSize => "victim size",
-            Self::Topology => "the topology",
-            Self::Cc => "the congestion control",
-            Self::Bind => "the local address",
-            Self::Shape => "the layers, tokens and bytes per token",
-            Self::Page => "the page",
-        }
-    }
-}
-
-impl std::fmt::Display for Setting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.describe())
-    }
-}
+use crate::setting::Setting;
 
 /// Settings that cannot run together. Each names the settings involved
 /// ([`Combination::settings`]), so that a front end can word it with its own names for them.
@@ -206,107 +93,10 @@ impl Combination {
     }
 }
 
-/// A configuration that cannot run: which setting, and why.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A number outside its range.
-    #[error("{setting} must be {range}, not {value}")]
-    OutOfRange {
-        /// The setting.
-        setting: Setting,
-        /// The allowed range.
-        range: &'static str,
-        /// The value given.
-        value: u64,
-    },
-    /// Settings that do not fit together.
-    #[error(transparent)]
-    Combination(#[from] Combination),
-    /// A workload with nothing to do, or settings that contradict themselves.
-    #[error("{0}")]
-    Conflict(&'static str),
-    /// The run would need more memory than allowed.
-    #[error("{what} need {need_mib} MiB, more than the {limit_mib} MiB allowed")]
-    TooBig {
-        /// What needs the memory.
-        what: Setting,
-        /// MiB it needs.
-        need_mib: u64,
-        /// MiB allowed.
-        limit_mib: u64,
-    },
-    /// Connection parameters the QPs would refuse.
-    #[error(transparent)]
-    Connect(#[from] roce_stack::ModifyError),
-    /// An impairment that cannot run.
-    #[error(transparent)]
-    Impairment(#[from] roce_driver::impair::ImpairmentError),
-    /// A KV push that cannot run.
-    #[error(transparent)]
-    Kv(#[from] crate::kv::KvError),
-}
-
-impl ConfigError {
-    /// `Err(OutOfRange)` unless `lo <= value <= hi`.
-    pub fn check_range(
-        setting: Setting,
-        range: &'static str,
-        value: u64,
-        lo: u64,
-        hi: u64,
-    ) -> Result<(), Self> {
-        if (lo..=hi).contains(&value) {
-            Ok(())
-        } else {
-            Err(Self::OutOfRange {
-                setting,
-                range,
-                value,
-            })
-        }
-    }
-
-    /// `Err` unless `mtu` is one of the IB path MTUs.
-    pub fn check_mtu(mtu: u32) -> Result<(), Self> {
-        if roce_stack::PATH_MTUS.contains(&mtu) {
-            Ok(())
-        } else {
-            Err(Self::OutOfRange {
-                setting: Setting::Mtu,
-                range: "256, 512, 1024, 2048 or 4096",
-                value: u64::from(mtu),
-            })
-        }
-    }
-
-    /// The setting this error is about, where it is about one.
-    pub fn setting(&self) -> Option<Setting> {
-        match self {
-            Self::OutOfRange { setting, .. } => Some(*setting),
-            Self::TooBig { what, .. } => Some(*what),
-            Self::Combination(c) => c.settings().first().copied(),
-            Self::Kv(k) => k.setting(),
-            _ => None,
-        }
-    }
-}
-
-impl From<ConfigError> for roce_driver::DriverError {
-    fn from(e: ConfigError) -> Self {
-        Self::Invalid(Box::new(e))
-    }
-}
-
-impl From<Combination> for roce_driver::DriverError {
-    fn from(e: Combination) -> Self {
-        ConfigError::from(e).into()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Combination, ConfigError, Setting};
+    use super::{Combination, Setting};
+    use crate::ConfigError;
     use roce_driver::DriverError;
 
     #[test]

@@ -27,7 +27,107 @@ pub mod kv;
 pub mod perf;
 pub mod pingpong;
 pub mod rping;
+mod setting;
 pub mod udaddy;
 pub mod workload;
 
-pub use config::{Combination, ConfigError, Setting};
+pub use config::Combination;
+pub use setting::Setting;
+
+/// A configuration that cannot run: which setting, and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A number outside its range.
+    #[error("{setting} must be {range}, not {value}")]
+    OutOfRange {
+        /// The setting.
+        setting: Setting,
+        /// The allowed range.
+        range: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// Settings that do not fit together.
+    #[error(transparent)]
+    Combination(#[from] Combination),
+    /// A workload with nothing to do, or settings that contradict themselves.
+    #[error("{0}")]
+    Conflict(&'static str),
+    /// The run would need more memory than allowed.
+    #[error("{what} need {need_mib} MiB, more than the {limit_mib} MiB allowed")]
+    TooBig {
+        /// What needs the memory.
+        what: Setting,
+        /// MiB it needs.
+        need_mib: u64,
+        /// MiB allowed.
+        limit_mib: u64,
+    },
+    /// Connection parameters the QPs would refuse.
+    #[error(transparent)]
+    Connect(#[from] roce_stack::ModifyError),
+    /// An impairment that cannot run.
+    #[error(transparent)]
+    Impairment(#[from] roce_driver::impair::ImpairmentError),
+    /// A KV push that cannot run.
+    #[error(transparent)]
+    Kv(#[from] kv::KvError),
+}
+
+impl ConfigError {
+    /// `Err(OutOfRange)` unless `lo <= value <= hi`.
+    pub fn check_range(
+        setting: Setting,
+        range: &'static str,
+        value: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Result<(), Self> {
+        if (lo..=hi).contains(&value) {
+            Ok(())
+        } else {
+            Err(Self::OutOfRange {
+                setting,
+                range,
+                value,
+            })
+        }
+    }
+
+    /// `Err` unless `mtu` is one of the IB path MTUs.
+    pub fn check_mtu(mtu: u32) -> Result<(), Self> {
+        if roce_stack::PATH_MTUS.contains(&mtu) {
+            Ok(())
+        } else {
+            Err(Self::OutOfRange {
+                setting: Setting::Mtu,
+                range: "256, 512, 1024, 2048 or 4096",
+                value: u64::from(mtu),
+            })
+        }
+    }
+
+    /// The setting this error is about, where it is about one.
+    pub fn setting(&self) -> Option<Setting> {
+        match self {
+            Self::OutOfRange { setting, .. } => Some(*setting),
+            Self::TooBig { what, .. } => Some(*what),
+            Self::Combination(c) => c.settings().first().copied(),
+            Self::Kv(k) => k.setting(),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for roce_driver::DriverError {
+    fn from(e: ConfigError) -> Self {
+        Self::Invalid(Box::new(e))
+    }
+}
+
+impl From<Combination> for roce_driver::DriverError {
+    fn from(e: Combination) -> Self {
+        ConfigError::from(e).into()
+    }
+}

@@ -87,6 +87,28 @@ pub struct RemoteBuffer {
 }
 
 impl RemoteBuffer {
+    /// The buffer as CM private data: `tag`, then its address, R_Key and length big-endian
+    /// (20 bytes), the way roce's applications hand a peer their region in a REP or RTU.
+    pub fn to_private_data(&self, tag: &[u8]) -> Vec<u8> {
+        let mut v = tag.to_vec();
+        v.extend_from_slice(&self.va.to_be_bytes());
+        v.extend_from_slice(&self.rkey.0.to_be_bytes());
+        v.extend_from_slice(&self.len.to_be_bytes());
+        v
+    }
+
+    /// The buffer [`RemoteBuffer::to_private_data`] wrote after `tag`, or `None` when `b`
+    /// does not start with `tag` or is too short (bytes after it are ignored: private data
+    /// is padded).
+    pub fn from_private_data(b: &[u8], tag: &[u8]) -> Option<Self> {
+        let b = b.strip_prefix(tag)?;
+        Some(Self {
+            va: u64::from_be_bytes(b.get(0..8)?.try_into().ok()?),
+            rkey: RKey(u32::from_be_bytes(b.get(8..12)?.try_into().ok()?)),
+            len: u64::from_be_bytes(b.get(12..20)?.try_into().ok()?),
+        })
+    }
+
     /// The whole of `mr`.
     pub fn of(mr: &MemoryRegion) -> Self {
         Self {

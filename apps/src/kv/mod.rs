@@ -50,7 +50,7 @@ pub enum KvError {
     #[error("{setting} must be {range}, not {value}")]
     OutOfRange {
         /// The setting.
-        setting: crate::Setting,
+        setting: crate::setting::Setting,
         /// The allowed range.
         range: &'static str,
         /// The value given.
@@ -82,10 +82,10 @@ pub enum KvError {
 
 impl KvError {
     /// The setting this error is about, where it is about one.
-    pub fn setting(&self) -> Option<crate::Setting> {
+    pub fn setting(&self) -> Option<crate::setting::Setting> {
         match self {
             Self::OutOfRange { setting, .. } => Some(*setting),
-            Self::EmptyShape => Some(crate::Setting::Shape),
+            Self::EmptyShape => Some(crate::setting::Setting::Shape),
             _ => None,
         }
     }
@@ -493,7 +493,7 @@ impl KvSpec {
         self.shape.validate()?;
         if self.qps == 0 || self.qps > 64 {
             return Err(KvError::OutOfRange {
-                setting: crate::Setting::Qps,
+                setting: crate::setting::Setting::Qps,
                 range: "1..=64",
                 value: u64::from(self.qps),
             });
@@ -509,7 +509,7 @@ impl KvSpec {
                 PlanKind::Kv { page, .. } => {
                     if page == 0 || page > 1 << 20 {
                         return Err(KvError::OutOfRange {
-                            setting: crate::Setting::Page,
+                            setting: crate::setting::Setting::Page,
                             range: "1..=1048576 tokens",
                             value: u64::from(page),
                         });

@@ -89,20 +89,11 @@ fn decode_req(b: &[u8], mtu: u32) -> Option<(PerfSpec, u16, bool)> {
 }
 
 fn encode_target(b: &RemoteBuffer) -> Vec<u8> {
-    let mut v = MAGIC.to_vec();
-    v.extend_from_slice(&b.va.to_be_bytes());
-    v.extend_from_slice(&b.rkey.0.to_be_bytes());
-    v.extend_from_slice(&b.len.to_be_bytes());
-    v
+    b.to_private_data(MAGIC)
 }
 
 fn decode_target(b: &[u8]) -> Option<RemoteBuffer> {
-    let b = b.strip_prefix(MAGIC)?;
-    Some(RemoteBuffer {
-        va: u64::from_be_bytes(b.get(0..8)?.try_into().ok()?),
-        rkey: RKey(u32::from_be_bytes(b.get(8..12)?.try_into().ok()?)),
-        len: u64::from_be_bytes(b.get(12..20)?.try_into().ok()?),
-    })
+    RemoteBuffer::from_private_data(b, MAGIC)
 }
 
 /// A run's QPs and regions on `dev`: the source of what this end sends, the target of what

@@ -23,7 +23,7 @@ use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
     bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, Secrets,
 };
-use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
+use roce_proto::{Psn, ROCEV2_UDP_PORT};
 use roce_stack::cm::{
     rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
 };
@@ -102,20 +102,11 @@ impl ReqData {
 }
 
 fn encode_block(b: &RemoteBuffer) -> Vec<u8> {
-    let mut v = MAGIC.to_vec();
-    v.extend_from_slice(&b.va.to_be_bytes());
-    v.extend_from_slice(&b.rkey.0.to_be_bytes());
-    v.extend_from_slice(&b.len.to_be_bytes());
-    v
+    b.to_private_data(MAGIC)
 }
 
 fn decode_block(b: &[u8]) -> Option<RemoteBuffer> {
-    let b = b.strip_prefix(MAGIC)?;
-    Some(RemoteBuffer {
-        va: u64::from_be_bytes(b.get(0..8)?.try_into().ok()?),
-        rkey: RKey(u32::from_be_bytes(b.get(8..12)?.try_into().ok()?)),
-        len: u64::from_be_bytes(b.get(12..20)?.try_into().ok()?),
-    })
+    RemoteBuffer::from_private_data(b, MAGIC)
 }
 
 /// Every counter of a device, in one order (byte counts and the minimum rate are 64-bit on
@@ -843,6 +834,7 @@ pub fn loopback_cm(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roce_proto::RKey;
 
     #[test]
     fn private_data_round_trips_and_fits() {
