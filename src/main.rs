@@ -6,6 +6,21 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// `println!` to stdout that returns the write's error (a full disk, a closed pipe) instead of
+/// panicking, so that every command's output is checked.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` as [`outln!`] is `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod cc;
 mod cmd;

@@ -4,9 +4,22 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use roce_pcap::tap::DatagramCapture;
 
 use roce_driver::endpoint::{Tap, TapRecord};
+
+/// Writes `args` to stdout and flushes: an error (one line, exit 1) when the output cannot be
+/// written, never a panic.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(args)
+        .and_then(|()| o.flush())
+        .context("writing the output to stdout")
+}
 
 /// Prints a run's report (text, or one JSON object); exit status 0 only when it verified.
 pub(crate) fn report<R: serde::Serialize + std::fmt::Display>(
@@ -15,9 +28,9 @@ pub(crate) fn report<R: serde::Serialize + std::fmt::Display>(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string(r)?);
+        outln!("{}", serde_json::to_string(r)?)?;
     } else {
-        print!("{r}");
+        out!("{r}")?;
     }
     Ok(if ok {
         ExitCode::SUCCESS
@@ -26,13 +39,50 @@ pub(crate) fn report<R: serde::Serialize + std::fmt::Display>(
     })
 }
 
-/// A tap writing every datagram into `path` (pcap, Ethernet frames as on the wire).
-pub(crate) fn pcap_tap(path: &Option<PathBuf>) -> anyhow::Result<Option<Tap>> {
-    let Some(path) = path else { return Ok(None) };
-    let mut cap = roce_pcap::tap::DatagramCapture::create(path)?;
-    Ok(Some(Box::new(move |r: &TapRecord<'_>| {
+/// The `--pcap` file of a run, shared with the tap that writes it.
+#[derive(Default)]
+pub(crate) struct PcapFile(Option<(PathBuf, Arc<Mutex<DatagramCapture>>)>);
+
+impl PcapFile {
+    /// A capture of `path`, and the file to finish after the run.
+    pub(crate) fn create(
+        path: &std::path::Path,
+    ) -> anyhow::Result<(Self, Arc<Mutex<DatagramCapture>>)> {
+        let cap =
+            DatagramCapture::create(path).with_context(|| format!("--pcap {}", path.display()))?;
+        let cap = Arc::new(Mutex::new(cap));
+        Ok((Self(Some((path.to_path_buf(), Arc::clone(&cap)))), cap))
+    }
+
+    /// Flushes the capture: an error when any frame did not reach the file (a full disk,
+    /// `/dev/full`), so that nobody is told of a capture that is not there.
+    pub(crate) fn finish(self) -> anyhow::Result<()> {
+        let Some((path, cap)) = self.0 else {
+            return Ok(());
+        };
+        let mut cap = cap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        cap.finish()
+            .with_context(|| format!("--pcap {}: the capture is incomplete", path.display()))?;
+        Ok(())
+    }
+}
+
+/// A tap writing every datagram into `path` (pcap, Ethernet frames as on the wire), and the
+/// file to finish once the run is over.
+pub(crate) fn pcap_tap(path: &Option<PathBuf>) -> anyhow::Result<(Option<Tap>, PcapFile)> {
+    let Some(path) = path else {
+        return Ok((None, PcapFile::default()));
+    };
+    let (file, cap) = PcapFile::create(path)?;
+    let tap: Tap = Box::new(move |r: &TapRecord<'_>| {
+        let mut cap = cap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let _ = cap.record(r.time, r.src, r.dst, r.ecn, r.data);
-    })))
+    });
+    Ok((Some(tap), file))
 }
 
 /// A progress bar on stderr for decoding a file of more than 8 MiB, when stderr is a terminal.

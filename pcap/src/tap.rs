@@ -26,6 +26,9 @@ pub struct DatagramCapture {
     frame: Vec<u8>,
     /// Datagrams written.
     pub count: u64,
+    /// The first write that failed: nothing is written after it, and [`DatagramCapture::finish`]
+    /// returns it.
+    failed: Option<io::Error>,
 }
 
 impl DatagramCapture {
@@ -42,6 +45,7 @@ impl DatagramCapture {
             )?,
             frame: Vec::with_capacity(9000),
             count: 0,
+            failed: None,
         })
     }
 
@@ -90,32 +94,61 @@ impl DatagramCapture {
         self.frame.resize(b.frame_len_for(payload.len()), 0);
         b.wrap(payload, &mut self.frame)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let frame = std::mem::take(&mut self.frame);
+        let r = self.write(time, &frame);
+        self.frame = frame;
+        r
+    }
+
+    /// Writes `frame` unless an earlier write failed; remembers the first failure.
+    fn write(&mut self, time: SystemTime, frame: &[u8]) -> io::Result<()> {
+        if self.failed.is_some() {
+            return Err(io::Error::other("an earlier write to the capture failed"));
+        }
         let d = time.duration_since(UNIX_EPOCH).unwrap_or_default();
         let ts = Timestamp {
             secs: d.as_secs() as i64,
             nanos: d.subsec_nanos(),
         };
-        self.out
-            .write_packet(ts, &self.frame, self.frame.len() as u32)?;
-        self.count += 1;
-        Ok(())
+        match self.out.write_packet(ts, frame, frame.len() as u32) {
+            Ok(()) => {
+                self.count += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let r = io::Error::new(e.kind(), e.to_string());
+                self.failed = Some(e);
+                Err(r)
+            }
+        }
     }
 
     /// Writes one whole Ethernet frame (without FCS) as it is, e.g. a PFC frame.
     pub fn record_frame(&mut self, time: SystemTime, frame: &[u8]) -> io::Result<()> {
-        let d = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let ts = Timestamp {
-            secs: d.as_secs() as i64,
-            nanos: d.subsec_nanos(),
-        };
-        self.out.write_packet(ts, frame, frame.len() as u32)?;
-        self.count += 1;
-        Ok(())
+        self.write(time, frame)
     }
 
     /// Flushes the file.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
+    }
+
+    /// Flushes and closes the capture: the number of frames written, or the first write that
+    /// failed (a full disk, `/dev/full`), so that a caller never says it wrote a capture it
+    /// did not.
+    pub fn finish(&mut self) -> io::Result<u64> {
+        if let Some(e) = self.failed.take() {
+            // Said once: the capture is short from here on.
+            self.failed = Some(io::Error::new(e.kind(), e.to_string()));
+            return Err(e);
+        }
+        match self.out.flush() {
+            Ok(()) => Ok(self.count),
+            Err(e) => {
+                self.failed = Some(io::Error::new(e.kind(), e.to_string()));
+                Err(e)
+            }
+        }
     }
 }
 

@@ -72,15 +72,19 @@ pub(crate) struct Common {
     link: LinkArgs,
 }
 
-fn report(r: &SendsResult, json: bool) {
+fn report(r: &SendsResult, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        outln!("{}", serde_json::to_string(r).unwrap_or_default())?;
     } else {
-        println!(
+        outln!(
             "{} connection(s) with {}: {} messages sent, {} received",
-            r.connections, r.peer, r.sent, r.received
-        );
+            r.connections,
+            r.peer,
+            r.sent,
+            r.received
+        )?;
     }
+    Ok(())
 }
 
 fn serve(addr: IpAddr, spec: SendsSpec, c: &Common) -> anyhow::Result<ExitCode> {
@@ -93,7 +97,7 @@ fn serve(addr: IpAddr, spec: SendsSpec, c: &Common) -> anyhow::Result<ExitCode> 
             spec.port
         );
     })?;
-    report(&r, c.json);
+    report(&r, c.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -108,7 +112,7 @@ fn client(
         None => crate::args::route_source(server)?,
     };
     let r = cmatose::client(server, local, spec, Secrets::from_seed(c.seed), c.link.link)?;
-    report(&r, c.json);
+    report(&r, c.json)?;
     Ok(ExitCode::SUCCESS)
 }
 

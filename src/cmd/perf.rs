@@ -233,18 +233,19 @@ fn run_perftest(
 ) -> anyhow::Result<ExitCode> {
     let gbits = a.report_gbits;
     // perftest's shape: the header once, a row per size.
-    let print = |rs: &[PerfResult]| {
+    let print = |rs: &[PerfResult]| -> anyhow::Result<()> {
         for (k, r) in rs.iter().enumerate() {
             if a.json {
-                println!("{}", serde_json::to_string(r).unwrap_or_default());
+                outln!("{}", serde_json::to_string(r).unwrap_or_default())?;
             } else {
                 let text = r.perftest_report(gbits);
                 let skip = usize::from(k > 0);
                 for line in text.lines().skip(skip) {
-                    println!("{line}");
+                    outln!("{line}")?;
                 }
             }
         }
+        Ok(())
     };
     if a.ends.server {
         let bind = a
@@ -271,7 +272,7 @@ fn run_perftest(
         } else {
             eprintln!("roce perf: the client's figures:");
         }
-        print(&r);
+        print(&r)?;
         return Ok(ExitCode::SUCCESS);
     }
     let r = match &a.ends.client {
@@ -328,6 +329,6 @@ fn run_perftest(
             .0
         }
     };
-    print(&r);
+    print(&r)?;
     Ok(ExitCode::SUCCESS)
 }

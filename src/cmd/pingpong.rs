@@ -65,12 +65,13 @@ pub(crate) struct PingPongArgs {
     link: LinkArgs,
 }
 
-fn print(r: &PingPongResult, json: bool) {
+fn print(r: &PingPongResult, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        outln!("{}", serde_json::to_string(r).unwrap_or_default())?;
     } else {
-        println!("{r}");
+        outln!("{r}")?;
     }
+    Ok(())
 }
 
 fn verified(r: &PingPongResult) -> anyhow::Result<()> {
@@ -105,8 +106,8 @@ pub(crate) fn run(a: PingPongArgs) -> anyhow::Result<ExitCode> {
     let link = a.link.link;
     if a.loopback {
         let (c, s) = pingpong::loopback(a.client_ip, a.server_ip, a.port, spec, secrets, link)?;
-        print(&c, a.json);
-        print(&s, a.json);
+        print(&c, a.json)?;
+        print(&s, a.json)?;
         verified(&s)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -131,7 +132,7 @@ pub(crate) fn run(a: PingPongArgs) -> anyhow::Result<ExitCode> {
         }
     };
     eprintln!("  remote address: {}", r.peer);
-    print(&r, a.json);
+    print(&r, a.json)?;
     verified(&r)?;
     Ok(ExitCode::SUCCESS)
 }

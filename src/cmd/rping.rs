@@ -50,15 +50,16 @@ pub(crate) struct RpingArgs {
     link: LinkArgs,
 }
 
-fn report(r: &RpingResult, json: bool) {
+fn report(r: &RpingResult, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        outln!("{}", serde_json::to_string(r).unwrap_or_default())?;
     } else {
         eprintln!(
             "roce rping: {} pings of {} bytes with {} ({} verified)",
             r.pings, r.size, r.peer, r.verified
         );
     }
+    Ok(())
 }
 
 pub(crate) fn run(a: RpingArgs) -> anyhow::Result<ExitCode> {
@@ -93,6 +94,6 @@ pub(crate) fn run(a: RpingArgs) -> anyhow::Result<ExitCode> {
         };
         rping::client(a.addr, local, spec, secrets, a.link.link)?
     };
-    report(&r, a.json);
+    report(&r, a.json)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -178,16 +178,22 @@ fn incast_sweep(
             .flat_map(|(_, rows)| rows.iter())
             .map(|(n, r)| serde_json::json!({"senders": n, "report": r}))
             .collect();
-        println!("{}", serde_json::to_string(&v)?);
+        outln!("{}", serde_json::to_string(&v)?)?;
     } else {
         for (label, rows) in &sweeps {
-            println!("cc {label}");
-            println!(
+            outln!("cc {label}")?;
+            outln!(
                 "{:>8} {:>12} {:>9} {:>9} {:>8} {:>8} {:>7}",
-                "senders", "goodput", "p50", "p99", "drops", "retx", "pauses"
-            );
+                "senders",
+                "goodput",
+                "p50",
+                "p99",
+                "drops",
+                "retx",
+                "pauses"
+            )?;
             for (n, r) in rows {
-                println!(
+                outln!(
                     "{:>8} {:>7.2} Gb/s {:>9.2} {:>9.2} {:>8} {:>8} {:>7}",
                     n,
                     r.goodput_gbps,
@@ -196,7 +202,7 @@ fn incast_sweep(
                     r.tail_drops,
                     r.retransmitted_packets,
                     r.pfc_pauses
-                );
+                )?;
             }
         }
     }
@@ -224,10 +230,13 @@ fn ccs(s: &str) -> anyhow::Result<Vec<roce_stack::CcConfig>> {
 }
 
 /// A simulator tap writing what reaches each receiver, and the switch's PFC frames, to a pcap
-/// file (closed when the simulator drops the tap).
-fn capture_tap(path: &std::path::Path) -> anyhow::Result<Box<dyn roce_stack::sim::Tap>> {
+/// file, and the file to finish after the run.
+fn capture_tap(
+    path: &std::path::Path,
+) -> anyhow::Result<(Box<dyn roce_stack::sim::Tap>, crate::output::PcapFile)> {
     use roce_stack::sim::{TapEvent, TapKind};
-    struct Capture(roce_pcap::tap::DatagramCapture);
+    use std::sync::{Arc, Mutex, PoisonError};
+    struct Capture(Arc<Mutex<roce_pcap::tap::DatagramCapture>>);
     fn at(t: roce_stack::Instant) -> std::time::SystemTime {
         std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanos())
     }
@@ -236,16 +245,17 @@ fn capture_tap(path: &std::path::Path) -> anyhow::Result<Box<dyn roce_stack::sim
             if ev.kind == TapKind::Delivered {
                 let src = std::net::SocketAddr::new(ev.src, ev.src_port);
                 let dst = std::net::SocketAddr::new(ev.dst, ev.dst_port);
-                let _ = self.0.record(at(ev.time), src, dst, ev.ecn, ev.datagram);
+                let mut cap = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+                let _ = cap.record(at(ev.time), src, dst, ev.ecn, ev.datagram);
             }
         }
         fn on_frame(&mut self, time: roce_stack::Instant, frame: &[u8]) {
-            let _ = self.0.record_frame(at(time), frame);
+            let mut cap = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = cap.record_frame(at(time), frame);
         }
     }
-    let cap = roce_pcap::tap::DatagramCapture::create(path)
-        .with_context(|| format!("--pcap {}", path.display()))?;
-    Ok(Box::new(Capture(cap)))
+    let (file, cap) = crate::output::PcapFile::create(path)?;
+    Ok((Box::new(Capture(cap)), file))
 }
 
 /// Writes figure `name` into `dir` (created if missing).
@@ -528,7 +538,9 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
     let runs = match &a.pcap {
         Some(_) if specs.len() > 1 => bail!("--pcap takes one --cc"),
         Some(p) => {
-            let r = congestion::fct::run_tapped(&specs[0], Some(capture_tap(p)?));
+            let (tap, file) = capture_tap(p)?;
+            let r = congestion::fct::run_tapped(&specs[0], Some(tap));
+            file.finish()?;
             eprintln!("roce sim fabric: wrote {}", p.display());
             vec![r]
         }
@@ -539,12 +551,12 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         // One congestion control: its report; several: an array of them.
         match runs.as_slice() {
-            [r] => println!("{}", serde_json::to_string(r)?),
-            rs => println!("{}", serde_json::to_string(rs)?),
+            [r] => outln!("{}", serde_json::to_string(r)?)?,
+            rs => outln!("{}", serde_json::to_string(rs)?)?,
         }
     } else {
         for r in &runs {
-            print!("{}", congestion::fct::table(r));
+            out!("{}", congestion::fct::table(r))?;
         }
     }
     if let Some(dir) = &a.plot {
@@ -566,9 +578,9 @@ fn sim_congestion(a: &CongestionArgs) -> anyhow::Result<ExitCode> {
     let scenarios = congestion::suite(cc, std::time::Duration::from_millis(a.duration), a.seed);
     let runs = congestion::run_all(&scenarios);
     if a.json {
-        println!("{}", congestion::to_json(&runs));
+        outln!("{}", congestion::to_json(&runs))?;
     } else {
-        print!("{}", congestion::table(&runs));
+        out!("{}", congestion::table(&runs))?;
     }
     if let Some(path) = &a.plot {
         std::fs::write(path, congestion::to_svg(&runs))

@@ -69,12 +69,15 @@ pub(crate) fn run(a: UdaddyArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if a.json {
-        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        outln!("{}", serde_json::to_string(&r).unwrap_or_default())?;
     } else {
-        println!(
+        outln!(
             "{} messages sent to, {} received from {} (UD QP {:#x})",
-            r.sent, r.received, r.peer, r.peer_qpn
-        );
+            r.sent,
+            r.received,
+            r.peer,
+            r.peer_qpn
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -213,7 +213,7 @@ fn no_lossy_over_cm(cfg: &RunConfig) -> anyhow::Result<()> {
 
 pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
-    let tap = pcap_tap(&a.run.pcap)?;
+    let (tap, pcap) = pcap_tap(&a.run.pcap)?;
     if a.cm {
         no_lossy_over_cm(&cfg)?;
         let (c, s) = match (a.client_ip, a.server_ip) {
@@ -221,6 +221,7 @@ pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
             _ => roce_driver::loopback_addrs(false),
         };
         let r = workload::cm::loopback_cm(&cfg, c, s, tap)?;
+        pcap.finish()?;
         return report(&r, r.ok, a.run.json);
     }
     let r = match (a.ipv6, a.client_ip, a.server_ip) {
@@ -229,27 +230,22 @@ pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
         }
         _ => workload::loopback(&cfg, a.ipv6, tap)?,
     };
+    pcap.finish()?;
     report(&r, r.ok, a.run.json)
 }
 
 pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let imp = a.impair.impairment(a.seed.unwrap_or(2))?;
+    let (tap, pcap) = pcap_tap(&a.pcap)?;
     if a.cm {
         let secrets = Secrets::from_seed(a.seed);
         let (bind, port) = (a.bind, a.port);
-        let o = workload::cm::serve_cm(
-            bind,
-            port,
-            imp,
-            secrets,
-            a.link.link,
-            pcap_tap(&a.pcap)?,
-            || {
-                eprintln!(
+        let o = workload::cm::serve_cm(bind, port, imp, secrets, a.link.link, tap, || {
+            eprintln!(
                 "roce server: waiting for a client's CM REQ on {bind} UDP {ROCEV2_UDP_PORT} (RDMA-CM port {port})"
             );
-            },
-        )?;
+        })?;
+        pcap.finish()?;
         for m in &o.mismatches {
             eprintln!("roce server: {m}");
         }
@@ -274,7 +270,8 @@ pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
         listener.local_addr()
     );
     let secrets = Secrets::from_seed(a.seed);
-    let o = workload::serve(listener, imp, secrets, a.link.link, pcap_tap(&a.pcap)?)?;
+    let o = workload::serve(listener, imp, secrets, a.link.link, tap)?;
+    pcap.finish()?;
     for m in &o.mismatches {
         eprintln!("roce server: {m}");
     }
@@ -295,6 +292,7 @@ pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
+    let (tap, pcap) = pcap_tap(&a.run.pcap)?;
     if a.cm {
         no_lossy_over_cm(&cfg)?;
         let server = resolve(&a.server)?;
@@ -302,13 +300,8 @@ pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
             Some(b) => b,
             None => crate::args::route_source(server.ip())?,
         };
-        let r = workload::cm::run_client_cm(
-            local,
-            server.ip(),
-            server.port(),
-            &cfg,
-            pcap_tap(&a.run.pcap)?,
-        )?;
+        let r = workload::cm::run_client_cm(local, server.ip(), server.port(), &cfg, tap)?;
+        pcap.finish()?;
         return report(&r, r.ok, a.run.json);
     }
     let client = roce_driver::ClientConfig {
@@ -316,7 +309,8 @@ pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
         bind: a.bind,
         roce_port: ROCEV2_UDP_PORT,
     };
-    let r = workload::run_client(client, &cfg, pcap_tap(&a.run.pcap)?)?;
+    let r = workload::run_client(client, &cfg, tap)?;
+    pcap.finish()?;
     report(&r, r.ok, a.run.json)
 }
 
