@@ -44,7 +44,7 @@ fn perftest_figures(out: &str) -> Option<(u64, u64, f64, f64)> {
 }
 
 /// The kernel's `ib_{write,read}_bw` client against `roce perf --perftest --server`: the test
-/// runs, the first window after the exchange is taken (no NAK, nothing retransmitted: the
+/// runs, the first window after the exchange is taken (no NAK, no window resent: the
 /// regression for the link that listened only after the exchange said ready), both sides
 /// print the same figures in MB/sec with the real iteration count.
 fn kernel_client_roce_server(test: &str) {
@@ -73,8 +73,15 @@ fn kernel_client_roce_server(test: &str) {
     );
     assert_eq!(code, Some(0), "roce server:\n{rout}{rerr}\nguest:\n{out}");
     let a = cap.verify(&format!("ib_{test}_bw -> roce"));
-    assert_eq!(a.retransmitted(), 0, "first window lost? {a:?}");
-    assert_eq!(a.naks(), 0, "{a:?}");
+    // The regression ignored the whole first window (128 packets per QP): the kernel then
+    // NAKed or timed out and resent all of it, go-back-N. Under a loaded machine the emulated
+    // peer can still time out a slow ACK now and then (seen once in CI: 3 packets resent, no
+    // NAK, no PSN gap): a rare timeout resend of a few packets, never a window, never a NAK.
+    assert_eq!(a.naks(), 0, "first window refused? {a:?}");
+    assert!(
+        a.retransmitted() < 128 && a.retransmitted() * 100 <= a.packets,
+        "first window lost? {a:?}"
+    );
     let theirs = perftest_figures(&out).expect("the client's figures");
     let ours = perftest_figures(&rout).expect("roce's figures");
     assert!(rout.contains("BW average[MB/sec]"), "units: {rout}");
