@@ -31,9 +31,10 @@ pub(crate) struct FabricArgs {
     #[arg(long, default_value = "switch")]
     topology: String,
     /// Oversubscription at the ToR of a leaf-spine or fat tree: its hosts' bandwidth over
-    /// its uplinks' (sets the rate between switches; 1: 400 Gb/s on the presets).
-    #[arg(long, default_value_t = 1.0)]
-    oversub: f64,
+    /// its uplinks' (sets the rate between switches; default 1: 400 Gb/s on the presets;
+    /// 0.25..=64).
+    #[arg(long, value_name = "R")]
+    oversub: Option<f64>,
     /// ECMP in a fabric: `on` (the 5-tuple hash, each QP its own UDP source port),
     /// `adaptive` (as on, and senders move a QP whose path is marked to another of 4 source
     /// ports, weighted toward the least-marked), `one-port` (every QP the same UDP source
@@ -108,7 +109,7 @@ pub(crate) struct CongestionArgs {
     /// Seed of the runs (RED marking, start jitter).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Virtual duration of each run, ms.
+    /// Virtual duration of each run, ms (1..=1000).
     #[arg(long, default_value_t = 100)]
     duration: u64,
     /// The congestion control of the DCQCN runs (e.g. `paper`, `nvidia:b=0`).
@@ -313,9 +314,32 @@ fn workload_cdf(name: &str) -> anyhow::Result<congestion::fct::Cdf> {
     let text = match name {
         "websearch" => congestion::fct::WEBSEARCH.to_string(),
         "fbhadoop" => congestion::fct::FB_HADOOP.to_string(),
-        path => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+        path => read_workload_file(path)?,
     };
     congestion::fct::Cdf::parse(&text).map_err(|e| anyhow::anyhow!("--workload {name}: {e}"))
+}
+
+/// The most a `--workload FILE` may hold: [`congestion::fct::MAX_CDF_POINTS`] lines of up to
+/// 100 bytes each.
+const MAX_WORKLOAD_FILE: u64 = congestion::fct::MAX_CDF_POINTS as u64 * 100;
+
+/// A CDF file's text, refused (without reading further) past [`MAX_WORKLOAD_FILE`] bytes: a
+/// device or a pipe (`/dev/zero`) ends at the bound like a file does.
+fn read_workload_file(path: &str) -> anyhow::Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).with_context(|| format!("--workload {path}"))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_WORKLOAD_FILE + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("--workload {path}: reading"))?;
+    if bytes.len() as u64 > MAX_WORKLOAD_FILE {
+        bail!(
+            "--workload {path}: longer than {} KiB; a CDF has at most {} points",
+            MAX_WORKLOAD_FILE / 1024,
+            congestion::fct::MAX_CDF_POINTS
+        );
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("--workload {path}: not text (UTF-8)"))
 }
 
 /// `--topology`, `--oversub` and `--ecmp`: `None` for the one-switch model.
@@ -341,6 +365,15 @@ fn fabric_spec(a: &FabricArgs) -> anyhow::Result<Option<congestion::fct::FabricS
         "off" => Ecmp::Off,
         "adaptive" => Ecmp::Adaptive,
         other => bail!("--ecmp {other}: on, adaptive, one-port or off"),
+    };
+    let oversub = match a.oversub {
+        Some(r) if !(0.25..=64.0).contains(&r) => bail!("--oversub {r}: must be 0.25..=64"),
+        Some(_) if a.topology == "switch" => {
+            bail!(
+                "--oversub sets a fabric's uplinks: give it with --topology leaf-spine or fat-tree"
+            )
+        }
+        r => r.unwrap_or(1.0),
     };
     let (topology, tor_hosts, uplinks) = match a.topology.split_once(':') {
         _ if a.topology == "switch" => return Ok(None),
@@ -381,12 +414,9 @@ fn fabric_spec(a: &FabricArgs) -> anyhow::Result<Option<congestion::fct::FabricS
     topology
         .validate()
         .map_err(|e| anyhow::anyhow!("--topology {}: {e}", a.topology))?;
-    if !(a.oversub >= 0.25 && a.oversub <= 64.0) {
-        bail!("--oversub must be 0.25..=64");
-    }
     let host_bps = 100e9;
     let fabric_rate_bps =
-        (tor_hosts as f64 * host_bps / (uplinks.max(1) as f64 * a.oversub)).round() as u64;
+        (tor_hosts as f64 * host_bps / (uplinks.max(1) as f64 * oversub)).round() as u64;
     Ok(Some(FabricSpec {
         topology,
         fabric_rate_bps: fabric_rate_bps.max(1_000_000),
@@ -570,10 +600,14 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The longest `sim congestion` run, virtual ms: each of the suite's runs simulates every
+/// packet of it (100 ms take about 5 s on one core).
+const MAX_CONGESTION_MS: u64 = 1000;
+
 fn sim_congestion(a: &CongestionArgs) -> anyhow::Result<ExitCode> {
     let cc = flag("--cc", &a.cc, cc::parse_no_int)?;
-    if a.duration == 0 {
-        bail!("--duration must be at least 1 ms");
+    if a.duration == 0 || a.duration > MAX_CONGESTION_MS {
+        bail!("--duration must be 1..={MAX_CONGESTION_MS} ms");
     }
     let scenarios = congestion::suite(cc, std::time::Duration::from_millis(a.duration), a.seed);
     let runs = congestion::run_all(&scenarios);

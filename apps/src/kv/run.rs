@@ -389,6 +389,18 @@ impl Default for KvServerConfig {
     }
 }
 
+/// A byte count as a person reads it: whole MiB as MiB, anything else exact (a refusal that
+/// rounds both figures to "0 MiB" says nothing).
+fn bytes_text(n: u64) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 20 {
+        format!("{:.2} MiB ({n} bytes)", n as f64 / f64::from(1 << 20))
+    } else {
+        format!("{n} bytes")
+    }
+}
+
 /// Checks a client's hello: the pool within `max_pool`, `qps` QPs as the spec says, the spec
 /// and plans valid, the transport settings usable.
 pub(crate) fn check_hello(
@@ -400,9 +412,9 @@ pub(crate) fn check_hello(
 ) -> Result<(), String> {
     if spec.pool_bytes > max_pool {
         return Err(format!(
-            "asked for a pool of {} MiB; this server allows at most {} MiB",
-            spec.pool_bytes >> 20,
-            max_pool >> 20
+            "asked for a pool of {}; this server allows at most {}",
+            bytes_text(spec.pool_bytes),
+            bytes_text(max_pool)
         ));
     }
     if qps != spec.qps as usize {
