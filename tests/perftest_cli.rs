@@ -7,8 +7,8 @@
 //! the client sent. Then roce's own client and server, in one process, run a real test.
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use roce_proto::perftest::{Dest, Variant};
 
@@ -209,4 +209,136 @@ fn roces_perftest_client_and_server_run_a_real_test() {
         assert_eq!(j["iterations"], 500);
         assert!(j["bw_avg_gbps"].as_f64().unwrap() > 0.0);
     }
+}
+
+/// `roce perf write --perftest --server` on `s:port` with `extra` flags, and a TCP connection
+/// to it that has gone through perftest's client side up to the test (versions, page and
+/// cache line sizes, MTU, three key records).
+fn served(s: &str, c: &str, port: &str, extra: &[&str]) -> (Child, TcpStream, Vec<u8>) {
+    let mut args = vec![
+        "perf",
+        "write",
+        "--perftest",
+        "--server",
+        "--bind",
+        s,
+        "--port",
+        port,
+    ];
+    args.extend_from_slice(extra);
+    let server = Command::new(BIN)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut t = None;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Ok(x) = TcpStream::connect(format!("{s}:{port}")) {
+            t = Some(x);
+            break;
+        }
+    }
+    let mut t = t.expect("the server never listened");
+    t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(b"6.29");
+    step(&mut t, &v);
+    step(&mut t, &4096u32.to_be_bytes());
+    step(&mut t, &64u32.to_be_bytes());
+    step(&mut t, b"5\0");
+    let mut gid = [0u8; 16];
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    let cip: std::net::Ipv4Addr = c.parse().unwrap();
+    gid[12..].copy_from_slice(&cip.octets());
+    let mine = record(0x1234, 0x00ab_cdef, 0x77, 0x7f00_0000_0000, gid);
+    for _ in 0..3 {
+        step(&mut t, &mine);
+    }
+    (server, t, mine)
+}
+
+/// The server's exit code and stderr, or a failure if it has not ended within `limit`.
+fn ended(mut server: Child, limit: Duration) -> (i32, String) {
+    let t0 = Instant::now();
+    while server.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = server.kill();
+            panic!("the server still runs after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = server.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_client_that_reports_what_no_test_measures_fails_the_server() {
+    let (c, s) = ips(144);
+    for (i, (iters, figures, why)) in [
+        (
+            5000u64,
+            [f64::NAN, 11.25, 0.021],
+            "its peak bandwidth is NaN",
+        ),
+        (
+            5000,
+            [12.5, f64::INFINITY, 0.021],
+            "its average bandwidth is inf",
+        ),
+        (5000, [12.5, 11.25, -1.0], "its message rate is -1"),
+        (
+            0,
+            [12.5, 11.25, 0.021],
+            "0 iterations of 65536 bytes: it ran no test",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = format!("{}", 21144 + i);
+        let (server, mut t, mine) = served(&s, &c, &port, &[]);
+        step(&mut t, &mine);
+        step(&mut t, &65536u64.to_be_bytes());
+        step(&mut t, &iters.to_be_bytes());
+        for x in figures {
+            t.write_all(&x.to_be_bytes()).unwrap();
+            let mut back = [0u8; 8];
+            // The server answers each figure with its own, then refuses the report.
+            let _ = t.read_exact(&mut back);
+        }
+        let (code, err) = ended(server, Duration::from_secs(30));
+        assert_ne!(code, 0, "exit 0 on a report with {why}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        let last = err.lines().last().unwrap_or("");
+        assert!(
+            last.contains("the client's report: ") && last.contains(why),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_client_silent_after_the_keys_holds_the_server_only_the_tests_length() {
+    let (c, s) = ips(145);
+    // Ten 1 KiB messages: the test's length is 10 ms, the server waits that and the
+    // exchange's 30 s margin for the end-of-test record, not an hour.
+    let (server, t, _) = served(&s, &c, "21150", &["-n", "10", "-s", "1024"]);
+    let t0 = Instant::now();
+    let (code, err) = ended(server, Duration::from_secs(60));
+    let took = t0.elapsed();
+    drop(t);
+    assert_ne!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(last.contains("did not come within 30 s"), "{err}");
+    assert!(
+        took >= Duration::from_secs(25),
+        "gave up early: {took:?}: {err}"
+    );
 }

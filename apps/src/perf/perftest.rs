@@ -10,7 +10,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::perftest::{Report, Session, PAGE};
+use roce_driver::connect::perftest::{Report, Session, PAGE, STEP_TIMEOUT};
 use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side};
 use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, DriverError, LinkChoice, Secrets};
@@ -271,6 +271,22 @@ fn qp_request(spec: &PerfSpec, cm: bool) -> QpRequest {
     }
 }
 
+/// How long a serving side waits for the record that ends a test: the test's own length
+/// (its `-D`, or its messages at a floor of 1 ms each or 100 Mb/s, whichever is slower; a
+/// `-D` run's messages are bounded by its duration) plus [`STEP_TIMEOUT`], the margin every
+/// other step of the exchange has. A client that goes silent after the keys holds the
+/// server that long, not an hour.
+fn serve_limit(spec: &PerfSpec) -> Duration {
+    let length = match spec.duration_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None => {
+            let per_message_ns = 1_000_000u64.max(spec.size.saturating_mul(80));
+            Duration::from_nanos(spec.iters.saturating_mul(per_message_ns))
+        }
+    };
+    length.saturating_add(STEP_TIMEOUT)
+}
+
 /// The test, after the key records: each size run to its end by the side that measures (the
 /// client; both sides of a ping-pong), with the records perftest exchanges around each size
 /// and after the last ([`Plan`]); or, on a serving side, served until the client's record
@@ -303,8 +319,14 @@ async fn measure(
                 s.run_test(ep, &mut app).await?;
             } else {
                 // ib_send_bw -a, the receiving server: until the client's end of this size.
-                s.serve_test(ep, &mut app, "record after the size", mine)
-                    .await?;
+                s.serve_test(
+                    ep,
+                    &mut app,
+                    "record after the size",
+                    mine,
+                    serve_limit(spec_k),
+                )
+                .await?;
             }
             let mut r = app.result();
             r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
@@ -332,10 +354,11 @@ async fn measure(
             s.closing_exchange();
             "closing keys"
         };
-        s.serve_test(ep, &mut app, what, mine).await?;
+        s.serve_test(ep, &mut app, what, mine, serve_limit(&specs[0]))
+            .await?;
         let mut r = app.result();
         if plan.reports {
-            let peer = s.reports(ep, None, gbits).await?;
+            let peer = s.reports(ep, None, gbits).await?.checked()?;
             s.closing_exchange();
             s.keys(ep, "closing keys", mine).await?;
             // The server measures nothing: its figures are the client's.

@@ -79,6 +79,32 @@ pub struct Report {
     pub rate_mpps: f64,
 }
 
+impl Report {
+    /// The report of a test that ran: at least one message of at least one byte, and every
+    /// figure a finite, non-negative number. A server that prints its client's figures
+    /// refuses anything else (NaN, infinity, or zero iterations is a peer that measured
+    /// nothing, whatever it says).
+    pub fn checked(self) -> Result<Self, DriverError> {
+        let bad = |why: String| Err(DriverError::Peer(format!("the client's report: {why}")));
+        if self.iterations == 0 || self.size == 0 {
+            return bad(format!(
+                "{} iterations of {} bytes: it ran no test",
+                self.iterations, self.size
+            ));
+        }
+        for (name, v) in [
+            ("peak bandwidth", self.peak_gbps),
+            ("average bandwidth", self.avg_gbps),
+            ("message rate", self.rate_mpps),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return bad(format!("its {name} is {v}"));
+            }
+        }
+        Ok(self)
+    }
+}
+
 fn err(what: &str, e: impl std::fmt::Display) -> DriverError {
     DriverError::Peer(format!("perftest exchange, {what}: {e}"))
 }
@@ -302,8 +328,8 @@ impl Session {
     /// bandwidth, message rate. perftest sends the bandwidth in its own run's unit, MB/sec
     /// (2^20 bytes per second) or, with `--report_gbits`, Gb/sec (10^9 bits per second), and
     /// prints the peer's figures under its own header without converting: both sides must be
-    /// given the same unit. `gbits` is this side's. Returns the peer's report (a stock server
-    /// sends a struct it never filled: figures that are not finite read as 0).
+    /// given the same unit. `gbits` is this side's. Returns the peer's report as sent (a
+    /// stock server sends a struct it never filled: see [`Report::checked`] before using one).
     pub async fn reports(
         &mut self,
         ep: &mut Endpoint,
@@ -339,7 +365,7 @@ impl Session {
         {
             let t = self.xchg(ep, what, &x.to_be_bytes()).await?;
             let v = f64::from_be_bytes(t.try_into().unwrap_or([0; 8]));
-            out[i] = if v.is_finite() { v } else { 0.0 };
+            out[i] = v;
         }
         Ok(Report {
             size,
@@ -429,26 +455,39 @@ impl Session {
     }
 
     /// The serving side of a test: runs `app` (answering the peer's requests) until the
-    /// peer's next key record arrives, then answers it with `mine`.
+    /// peer's next key record arrives, then answers it with `mine`. A peer whose record has
+    /// not come within `limit` (the test's own length and a margin: a client silent after
+    /// the keys holds a server no longer than that) fails the step.
     pub async fn serve_test<A: Application>(
         &mut self,
         ep: &mut Endpoint,
         app: &mut A,
         what: &str,
         mine: &Dest,
+        limit: Duration,
     ) -> Result<(), DriverError> {
         let rec = self.record(what, mine)?;
+        let late = move || async move {
+            tokio::time::sleep(limit).await;
+            Err::<(), String>(format!(
+                "the client's {what} did not come within {} s (the test's length and a margin)",
+                limit.as_secs()
+            ))
+        };
         let theirs = match &mut self.wire {
             Wire::Tcp(tcp) => {
                 let mut theirs = vec![0u8; rec.len()];
                 {
                     let buf = &mut theirs;
                     let stop = async move {
-                        tcp.read_exact(buf).await.map(|_| ()).map_err(|e| {
-                            format!("the client went away before the end of the test: {e}")
-                        })
+                        tokio::select! {
+                            r = tcp.read_exact(buf) => r.map(|_| ()).map_err(|e| {
+                                format!("the client went away before the end of the test: {e}")
+                            }),
+                            r = late() => r,
+                        }
                     };
-                    ep.run(app, false, stop, Duration::from_secs(3600)).await?;
+                    ep.run(app, false, stop, limit).await?;
                 }
                 let Wire::Tcp(tcp) = &mut self.wire else {
                     unreachable!("matched above")
@@ -463,13 +502,7 @@ impl Session {
                         comm,
                         until_message: true,
                     };
-                    ep.run(
-                        &mut both,
-                        true,
-                        std::future::pending(),
-                        Duration::from_secs(3600),
-                    )
-                    .await?;
+                    ep.run(&mut both, true, late(), limit).await?;
                 }
                 let t = comm.inbox.pop_front().ok_or_else(|| {
                     DriverError::Peer("it disconnected before sending its closing record".into())
