@@ -9,7 +9,8 @@ use roce_proto::mad::{self, Method, MgmtClass, Repr as MadRepr, Status};
 use roce_proto::{Psn, Qpn};
 use roce_stack::cm::{
     rdma_cm_req_private, rdma_cm_service_id, reason, Cm, CmConfig, CmEvent, CmState, ConnId,
-    ConnectOptions, Negotiated, QpOffer, MAX_CONNECTIONS,
+    ConnectOptions, Negotiated, QpOffer, MAX_CONNECTIONS, MAX_SETUP_NS, MAX_UNSOLICITED_PER_S,
+    MIN_RESPONSE_WAIT_NS,
 };
 use roce_stack::rng::Rng;
 use roce_stack::Instant;
@@ -399,8 +400,8 @@ fn a_silent_peer_times_out_after_every_retry() {
     assert_eq!(s.retries, 5, "max_retries resends");
     assert_eq!(s.timeouts, 1);
     assert_eq!(s.rejects_sent, 1, "REJ with reason Timeout");
-    // 1 + 5 tries of 4.096 µs × 2^8 each.
-    let try_ns = 4096 * 256;
+    // 1 + 5 tries, each the 4.096 µs × 2^8 the code asks raised to the CM's floor.
+    let try_ns = (4096 * 256).max(MIN_RESPONSE_WAIT_NS);
     assert!(n.now.as_nanos() >= 6 * try_ns && n.now.as_nanos() < 7 * try_ns);
 }
 
@@ -452,6 +453,7 @@ fn invalid_requests_get_the_reason_that_names_the_problem() {
         service_id: SVC,
         local_qpn: 0x40,
         path_packet_payload_mtu: 3,
+        partition_key: 0xffff,
         ..Req::default()
     };
     let cases = [
@@ -478,6 +480,48 @@ fn invalid_requests_get_the_reason_that_names_the_problem() {
             },
             reason::INVALID_SERVICE_ID,
         ),
+        // QPNs no connection can have (the SMI's, the GSI's, multicast), P_Keys without key
+        // bits.
+        (
+            Req {
+                local_qpn: 0,
+                local_comm_id: 0x1003,
+                ..base
+            },
+            reason::UNSUPPORTED_REQUEST,
+        ),
+        (
+            Req {
+                local_qpn: 1,
+                local_comm_id: 0x1004,
+                ..base
+            },
+            reason::UNSUPPORTED_REQUEST,
+        ),
+        (
+            Req {
+                local_qpn: 0xff_ffff,
+                local_comm_id: 0x1005,
+                ..base
+            },
+            reason::UNSUPPORTED_REQUEST,
+        ),
+        (
+            Req {
+                partition_key: 0,
+                local_comm_id: 0x1006,
+                ..base
+            },
+            reason::UNSUPPORTED_REQUEST,
+        ),
+        (
+            Req {
+                partition_key: 0x8000,
+                local_comm_id: 0x1007,
+                ..base
+            },
+            reason::UNSUPPORTED_REQUEST,
+        ),
     ];
     for (req, want) in cases {
         b.handle_mad(t, A, B, &mad_of(&Message::Req(req), 9));
@@ -500,6 +544,7 @@ fn duplicates_are_answered_as_before_and_stale_requests_rejected() {
         path_packet_payload_mtu: 3,
         local_cm_response_timeout: 8,
         max_cm_retries: 3,
+        partition_key: 0xffff,
         ..Req::default()
     };
     let req_mad = mad_of(&Message::Req(req), 11);
@@ -754,4 +799,122 @@ fn a_rep_the_consumer_refuses_gets_a_rej_not_silence() {
             "only once"
         );
     }
+}
+
+/// A REQ (passive side, `accept`ed) whose codes ask for the longest waits, then MRAs asking
+/// for more: the passive side gives the connection up within `MAX_SETUP_NS` of the REQ, with
+/// a Timeout REJ. A REQ whose codes ask for none: its REP is resent no faster than
+/// `MIN_RESPONSE_WAIT_NS`.
+#[test]
+fn a_reqs_timeouts_and_mras_hold_a_set_up_no_longer_than_the_bound() {
+    for (code, mras) in [(31u8, true), (0, false)] {
+        let mut b = Cm::new(config(20 + u64::from(code)));
+        b.listen(SVC);
+        let t0 = Instant::from_nanos(0);
+        let req = Req {
+            local_comm_id: 0x3000,
+            service_id: SVC,
+            local_qpn: 0x42,
+            path_packet_payload_mtu: 3,
+            partition_key: 0xffff,
+            remote_cm_response_timeout: code,
+            local_cm_response_timeout: code,
+            max_cm_retries: 15,
+            ..Req::default()
+        };
+        b.handle_mad(t0, A, B, &mad_of(&Message::Req(req), 21));
+        let Some(CmEvent::Request { conn, .. }) = b.poll_event() else {
+            panic!("no request")
+        };
+        assert!(b.accept(t0, conn, b_offer(), b"").is_some());
+        let mut sent = vec![(0u64, b.poll_transmit().expect("the REP"))];
+        let mut t = t0;
+        let mut given_up = None;
+        for _ in 0..1000 {
+            let Some(d) = b.poll_timeout() else { break };
+            t = d;
+            if mras {
+                // An MRA for the REP asking for the longest service timeout, every time.
+                let mra = Message::Mra(Mra {
+                    local_comm_id: 0x3000,
+                    remote_comm_id: conn.0,
+                    message_mraed: 1,
+                    service_timeout: 31,
+                    ..Default::default()
+                });
+                b.handle_mad(t, A, B, &mad_of(&mra, 22));
+            }
+            b.handle_timeout(t);
+            while let Some(o) = b.poll_transmit() {
+                sent.push((t.as_nanos(), o));
+            }
+            if let Some(CmEvent::TimedOut { conn: c }) = b.poll_event() {
+                assert_eq!(c, conn);
+                given_up = Some(t);
+                break;
+            }
+        }
+        let end = given_up.expect("the set-up was never given up");
+        assert!(
+            end.as_nanos() <= MAX_SETUP_NS,
+            "code {code}: held until {end:?}"
+        );
+        let last = &sent.last().unwrap().1;
+        assert_eq!(rej_reason(&last.mad), Some(reason::TIMEOUT), "code {code}");
+        // Resends of the REP are at least the floor apart.
+        let reps: Vec<u64> = sent[..sent.len() - 1].iter().map(|(t, _)| *t).collect();
+        for w in reps.windows(2) {
+            assert!(w[1] - w[0] >= MIN_RESPONSE_WAIT_NS, "code {code}: {reps:?}");
+        }
+        if code == 0 {
+            // All 15 retries were used, at the floor: 1.6 s, not microseconds.
+            assert_eq!(reps.len(), 16, "{reps:?}");
+            assert!(end.as_nanos() >= 16 * MIN_RESPONSE_WAIT_NS);
+        } else {
+            assert!(end.as_nanos() >= MAX_SETUP_NS, "gave up early: {end:?}");
+        }
+    }
+}
+
+/// Junk REQs (no listener) and DREQs for nothing from spoofed sources: at most
+/// `MAX_UNSOLICITED_PER_S` answers a second leave, the rest are counted; a second later
+/// answers leave again.
+#[test]
+fn answers_to_messages_for_no_connection_are_rate_limited() {
+    let mut b = Cm::new(config(30));
+    b.listen(SVC);
+    let mut t = Instant::from_nanos(0);
+    for round in 0..2u32 {
+        let mut answers = 0u32;
+        for i in 0..1000u32 {
+            let from = IpAddr::V4(Ipv4Addr::new(10, 7, (i >> 8) as u8, i as u8));
+            let m = if i % 2 == 0 {
+                Message::Req(Req {
+                    local_comm_id: 0x4000 + i,
+                    service_id: 7,
+                    local_qpn: 0x43,
+                    path_packet_payload_mtu: 3,
+                    partition_key: 0xffff,
+                    ..Req::default()
+                })
+            } else {
+                Message::Dreq(roce_proto::cm::Dreq {
+                    local_comm_id: 0x4000 + i,
+                    remote_comm_id: 0x0bad_0000 + i,
+                    ..Default::default()
+                })
+            };
+            b.handle_mad(t.add_nanos(u64::from(i) * 1000), from, B, &mad_of(&m, 30));
+            while b.poll_transmit().is_some() {
+                answers += 1;
+            }
+        }
+        assert_eq!(answers, MAX_UNSOLICITED_PER_S, "round {round}");
+        assert_eq!(
+            b.stats().rate_limited,
+            u64::from((round + 1) * (1000 - MAX_UNSOLICITED_PER_S))
+        );
+        t = t.add_nanos(1_000_000_000);
+    }
+    assert_eq!(b.connections(), 0);
 }

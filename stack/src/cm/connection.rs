@@ -48,7 +48,7 @@ impl Cm {
         let msg = Message::Req(req);
         self.send(o.local, o.peer, tid, &msg);
         self.stats.sent += 1;
-        let wait_ns = timeout_ns(rt);
+        let wait_ns = response_wait_ns(rt);
         self.conns.insert(
             id,
             Conn {
@@ -61,6 +61,7 @@ impl Cm {
                 deadline: Some(now.add_nanos(wait_ns)),
                 wait_ns,
                 retries_left: self.config.max_retries & 15,
+                give_up: now.add_nanos(MAX_SETUP_NS),
                 params: Negotiated {
                     local: o.local,
                     peer: o.peer,
@@ -125,7 +126,7 @@ impl Cm {
         let msg = Message::Rep(rep);
         c.state = CmState::RepSent;
         c.last = Some(msg);
-        c.deadline = Some(now.add_nanos(c.wait_ns));
+        c.deadline = Some(now.add_nanos(c.wait_ns).min(c.give_up));
         let (local, peer, tid) = (c.local, c.peer, c.tid);
         let params = c.params.clone();
         self.send(local, peer, tid, &msg);
@@ -283,9 +284,16 @@ impl Cm {
                 CmState::TimeWait => {
                     self.remove(id);
                 }
-                CmState::ReqSent | CmState::RepSent | CmState::DreqSent if c.retries_left > 0 => {
+                CmState::ReqSent | CmState::RepSent | CmState::DreqSent
+                    if c.retries_left > 0 && (c.state == CmState::DreqSent || now < c.give_up) =>
+                {
                     c.retries_left -= 1;
-                    c.deadline = Some(now.add_nanos(c.wait_ns));
+                    let next = now.add_nanos(c.wait_ns);
+                    c.deadline = Some(if c.state == CmState::DreqSent {
+                        next
+                    } else {
+                        next.min(c.give_up)
+                    });
                     let (local, peer, tid) = (c.local, c.peer, c.tid);
                     if let Some(msg) = c.last {
                         self.send(local, peer, tid, &msg);

@@ -13,7 +13,14 @@
 //! ([`rdma_cm_req_private`]); consumer private data is carried both ways.
 //!
 //! Every count a peer can choose is bounded: connections ([`MAX_CONNECTIONS`]), queued events
-//! and MADs ([`MAX_QUEUED`]). A REQ beyond them is rejected with `no_resources`.
+//! and MADs ([`MAX_QUEUED`]). A REQ beyond them is rejected with `no_resources`. So is every
+//! time: a peer's response timeout codes (§12.6: 4.096 µs × 2^code, up to 2.4 hours) and MRAs
+//! set the wait between resends within [`MIN_RESPONSE_WAIT_NS`] and a connection's whole
+//! set-up within [`MAX_SETUP_NS`]; answers to messages that name no connection (a REJ to a
+//! REQ, a DREP to a DREQ) are sent at most [`MAX_UNSOLICITED_PER_S`] a second, so the CM is
+//! no reflector for spoofed sources. A REQ naming a QPN a connection cannot have (0, 1, the
+//! all-ones 0xffffff) or an invalid P_Key (§10.9.1.2: no key bits) is refused with
+//! `unsupported_request`.
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 #[cfg(test)]
@@ -34,6 +41,21 @@ use crate::time::Instant;
 mod connection;
 mod receive;
 mod sidr;
+
+/// The shortest wait between resends of a REQ, REP or DREQ (100 ms), whatever the peer's
+/// timeout code asks: a REQ with zero timeouts does not make a set-up give up in microseconds.
+pub const MIN_RESPONSE_WAIT_NS: u64 = 100_000_000;
+
+/// The longest a connection stays in set-up (30 s), from its REQ until it is established,
+/// rejected or given up, whatever the peer's timeout codes, retry counts and MRAs ask (a REQ's
+/// codes can ask for 15 retries of 2.4 hours each). rdma_cm's own REQs (code 20, 15
+/// retries) resend every 4.3 s: seven tries fit.
+pub const MAX_SETUP_NS: u64 = 30_000_000_000;
+
+/// Answers to messages that name no connection (a REJ refusing a REQ, a DREP to a DREQ for
+/// nothing), at most this many a second; the rest are counted in
+/// [`CmStats::rate_limited`] and dropped.
+pub const MAX_UNSOLICITED_PER_S: u32 = 100;
 
 /// The CM class version this CM speaks (IBTA 1.2 and later; what Linux sends).
 pub const CM_CLASS_VERSION: u8 = 2;
@@ -57,6 +79,8 @@ pub mod reason {
     /// A REQ for a connection that is gone or still in TimeWait, or from a QP already
     /// connected here.
     pub const STALE_CONNECTION: u16 = 10;
+    /// A request this CM does not support (a QPN or P_Key no connection can have).
+    pub const UNSUPPORTED_REQUEST: u16 = 5;
     /// A path MTU that is not one of 256..4096.
     pub const INVALID_MTU: u16 = 26;
     /// The consumer refused.
@@ -366,6 +390,9 @@ pub struct CmStats {
     pub ignored: u64,
     /// Events or MADs dropped because a queue was full.
     pub overflow: u64,
+    /// Answers to messages that named no connection, not sent: over
+    /// [`MAX_UNSOLICITED_PER_S`].
+    pub rate_limited: u64,
 }
 
 /// One connection.
@@ -381,6 +408,8 @@ struct Conn {
     deadline: Option<Instant>,
     wait_ns: u64,
     retries_left: u8,
+    /// When set-up ends whatever the timers say ([`MAX_SETUP_NS`] after the REQ).
+    give_up: Instant,
     /// Filled as the exchange goes.
     params: Negotiated,
     /// Private data this side puts in its DREQ or DREP.
@@ -416,6 +445,14 @@ pub struct Cm {
     stats: CmStats,
     /// Our SIDR_REQs waiting for their SIDR_REP, by request ID.
     sidrs: BTreeMap<u32, Sidr>,
+    /// The second unsolicited answers are counted in, and how many were sent in it.
+    unsolicited: (Instant, u32),
+}
+
+/// The wait between resends a timeout code asks for, at least [`MIN_RESPONSE_WAIT_NS`] and
+/// at most [`MAX_SETUP_NS`].
+fn response_wait_ns(code: u8) -> u64 {
+    timeout_ns(code).clamp(MIN_RESPONSE_WAIT_NS, MAX_SETUP_NS)
 }
 
 /// The service ID of an RDMA-CM port in the TCP port space (`RDMA_PS_TCP`, Annex A11.3).
@@ -475,6 +512,7 @@ impl Cm {
             out: VecDeque::new(),
             stats: CmStats::default(),
             sidrs: BTreeMap::new(),
+            unsolicited: (Instant::from_nanos(0), 0),
         }
     }
 
@@ -566,6 +604,23 @@ impl Cm {
                 return id;
             }
         }
+    }
+
+    /// Whether one more answer to a message that named no connection may leave now (at most
+    /// [`MAX_UNSOLICITED_PER_S`] in any second counted from the first of its answers); counts
+    /// the ones that may not.
+    fn unsolicited_allowed(&mut self, now: Instant) -> bool {
+        let (start, sent) = &mut self.unsolicited;
+        if now.saturating_duration_since(*start).as_nanos() >= 1_000_000_000 || *sent == 0 {
+            *start = now;
+            *sent = 0;
+        }
+        if *sent >= MAX_UNSOLICITED_PER_S {
+            self.stats.rate_limited += 1;
+            return false;
+        }
+        *sent += 1;
+        true
     }
 
     fn event(&mut self, e: CmEvent) {

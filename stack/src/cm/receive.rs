@@ -38,11 +38,10 @@ impl Cm {
                         if c.peer == peer
                             && matches!(c.state, CmState::ReqSent | CmState::RepSent) =>
                     {
-                        // The peer needs longer: wait its service timeout on top.
-                        c.deadline =
-                            Some(now.add_nanos(
-                                timeout_ns(r.service_timeout()).saturating_add(c.wait_ns),
-                            ));
+                        // The peer needs longer: wait its service timeout on top, never
+                        // past the end of set-up (MRAs extend nothing beyond it).
+                        let wait = timeout_ns(r.service_timeout()).saturating_add(c.wait_ns);
+                        c.deadline = Some(now.add_nanos(wait).min(c.give_up));
                         self.stats.mras_received += 1;
                     }
                     _ => self.stats.ignored += 1,
@@ -92,11 +91,21 @@ impl Cm {
             }
             return;
         }
+        // A REQ that makes no connection is answered, but not at any rate a spoofed source
+        // asks for.
         let refuse = |this: &mut Self, why: u16| {
-            this.send_rej(local, peer, tid, 0, r.local_comm_id, why, 0, &[]);
+            if this.unsolicited_allowed(now) {
+                this.send_rej(local, peer, tid, 0, r.local_comm_id, why, 0, &[]);
+            }
         };
         if !self.listeners.contains(&r.service_id) {
             return refuse(self, reason::INVALID_SERVICE_ID);
+        }
+        // QPN 0 is the SMI's and 1 the GSI's (§10.2.5.4), 0xffffff the multicast QPN
+        // (§10.5.2.1): no RC connection has one. A P_Key without key bits is invalid
+        // (§10.9.1.2).
+        if matches!(r.local_qpn, 0 | 1 | 0x00ff_ffff) || r.partition_key & 0x7fff == 0 {
+            return refuse(self, reason::UNSUPPORTED_REQUEST);
         }
         if r.transport_service_type != 0 {
             return refuse(self, reason::INVALID_TRANSPORT_TYPE);
@@ -147,13 +156,15 @@ impl Cm {
                 // hold the table forever).
                 deadline: Some(
                     now.add_nanos(
-                        timeout_ns(r.remote_cm_response_timeout)
-                            .saturating_mul(u64::from(r.max_cm_retries) + 1),
+                        response_wait_ns(r.remote_cm_response_timeout)
+                            .saturating_mul(u64::from(r.max_cm_retries) + 1)
+                            .min(MAX_SETUP_NS),
                     ),
                 ),
                 // The active side told how long it takes to answer a REP.
-                wait_ns: timeout_ns(r.local_cm_response_timeout),
+                wait_ns: response_wait_ns(r.local_cm_response_timeout),
                 retries_left: r.max_cm_retries,
+                give_up: now.add_nanos(MAX_SETUP_NS),
                 params: Negotiated {
                     local,
                     peer,
@@ -341,9 +352,12 @@ impl Cm {
                 }
                 _ => self.stats.duplicates += 1,
             },
-            // §12.9.8.4: a DREQ for no connection is still answered with a DREP.
+            // §12.9.8.4: a DREQ for no connection is still answered with a DREP (at the
+            // rate unsolicited answers are allowed).
             _ => {
-                drep(self, local, &[]);
+                if self.unsolicited_allowed(now) {
+                    drep(self, local, &[]);
+                }
                 self.stats.ignored += 1;
             }
         }
