@@ -355,7 +355,7 @@ impl Endpoint {
                     data,
                 });
             }
-            // Whether a connected QP accepted it: then the packet link may send to this peer
+            // Whether a connected QP took it in sequence: then the packet link may send to this peer
             // where the datagram came from on the link.
             let mut connected = false;
             impair.process(now, meta, data, |meta, d| {

@@ -375,7 +375,9 @@ const TTL: u8 = 64;
 /// two thirds of what it costs through a UDP socket.
 ///
 /// It sends to a peer only once a datagram from that peer's address was *accepted by the
-/// transport* (a QP's peer, in its PSN window, ICRC valid): the interface and source hardware
+/// transport in sequence* ([`roce_stack::Delivery::Connected`]: a QP's peer, ICRC valid, the
+/// PSN it expected or one it sent and has not seen acknowledged; not a CNP, a duplicate or a
+/// PSN outside the window): the interface and source hardware
 /// address of that frame are where replies go ([`PacketSend::learn`]); until then, and for
 /// peers behind `lo` (Linux drops injected frames with loopback or local source addresses as
 /// martians, unless [`loopback_takes_injected_frames`]), the UDP socket sends. A forged frame from elsewhere on the link is not

@@ -408,7 +408,7 @@ impl RoceSocket {
     /// Reads what is queued without waiting (one batch) and hands each datagram to `f` with
     /// what the link knows of it (source, the local address it was sent to, ECN and, on the
     /// packet link, the IPv4 identification and DF) and its bytes (the UDP payload). `f`
-    /// answers whether the transport accepted the datagram: the packet link then sends to
+    /// answers whether a connected QP took the datagram in sequence: the packet link then sends to
     /// that peer where the datagram came from on the link ([`crate::packet::PacketSend`]).
     /// Returns how many datagrams were read.
     pub fn try_recv(&mut self, mut f: impl FnMut(&RxMeta, &[u8]) -> bool) -> io::Result<usize> {

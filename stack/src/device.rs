@@ -68,12 +68,17 @@ pub enum CreateError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Delivery {
-    /// An RC or UC QP took it: from the one peer address it is connected to, to its own,
-    /// through the transport checks of IBTA Vol 1 §9.6 (state, ICRC, header, P_Key). What it
-    /// then finds (a request out of sequence, a duplicate, a stale response) it handles as
-    /// §9.7 says, and counts in its stats. An off-path sender cannot produce one without the
-    /// QPN and a PSN in the window.
+    /// An RC or UC QP took it in sequence: from the one peer address it is connected to, to
+    /// its own, through the transport checks of IBTA Vol 1 §9.6 (state, ICRC, header, P_Key),
+    /// and at the PSN it expected (a request) or for a PSN it sent and has not seen
+    /// acknowledged (a response). A sender that does not see the traffic cannot produce one
+    /// without the QPN and a PSN in the window.
     Connected(Qpn),
+    /// An RC or UC QP took it through the same checks, but not in sequence: a CNP (it has no
+    /// PSN), a duplicate, a request out of sequence, a stale response. The QP handles it as
+    /// §9.7 says and counts it; anyone who claims the peer's address can send one, so a link
+    /// does not trust where it came from.
+    OutOfSequence(Qpn),
     /// A UD QP placed it in a posted receive. Anyone with the Q_Key can send one.
     Datagram(Qpn),
     /// A MAD for the GSI QP (QP1), queued for the CM. Anyone can send one.
@@ -87,10 +92,13 @@ impl Delivery {
     /// A QP took it (connected or UD): a sign of life of some peer. A MAD is not: anyone
     /// can send one.
     pub const fn accepted(&self) -> bool {
-        matches!(self, Self::Connected(_) | Self::Datagram(_))
+        matches!(
+            self,
+            Self::Connected(_) | Self::OutOfSequence(_) | Self::Datagram(_)
+        )
     }
 
-    /// A connected QP took it: the link may trust where it came from.
+    /// A connected QP took it in sequence: the link may trust where it came from.
     pub const fn connected(&self) -> bool {
         matches!(self, Self::Connected(_))
     }
@@ -660,10 +668,14 @@ impl Device {
                     unreachable!("slot() found it")
                 };
                 match qp.handle_datagram(now, meta, datagram, int, &mut ctx) {
-                    Ok(()) => {
+                    Ok(true) => {
                         self.accepted += 1;
                         self.accepted_connected += 1;
                         Delivery::Connected(qpn)
+                    }
+                    Ok(false) => {
+                        self.accepted += 1;
+                        Delivery::OutOfSequence(qpn)
                     }
                     Err(reason) => Delivery::Dropped(Refusal::Qp { qpn, reason }),
                 }
@@ -681,8 +693,9 @@ impl Device {
         self.accepted
     }
 
-    /// Datagrams a connected (RC or UC) QP accepted so far: from the one peer address it was
-    /// connected to, to its own, in its PSN window. Unlike a UD datagram (anyone with the
+    /// Datagrams a connected (RC or UC) QP accepted in sequence so far
+    /// ([`Delivery::Connected`]): from the one peer address it was connected to, to its own,
+    /// in its PSN window. Unlike a UD datagram (anyone with the
     /// Q_Key) or a MAD (anyone), an off-path sender cannot produce one without guessing the
     /// QPN and PSN, so a driver may trust where such a datagram came from on the link.
     pub fn accepted_connected_datagrams(&self) -> u64 {

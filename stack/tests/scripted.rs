@@ -1330,11 +1330,61 @@ fn each_datagram_says_what_became_of_it() {
         b
     };
     let peer = h.path.from_peer(Ecn::Ect0);
-    // From the peer, through the transport checks (a stale ACK, which the requester then
-    // counts as such): taken by the connected QP.
+    // From the peer, through the transport checks, but a stale ACK (nothing is outstanding,
+    // the requester counts it as such): taken, out of sequence, so nothing a link may learn
+    // from.
     assert_eq!(
         h.dev.handle_datagram(h.now, &peer, &good),
+        Delivery::OutOfSequence(qpn)
+    );
+    let framed = |h: &H, mut p: PacketRepr<'_>| {
+        p.bth.dest_qp = qpn;
+        let mut b = emit(&p);
+        let n = b.len();
+        h.path.rx_icrc(n).fill(&mut b);
+        b
+    };
+    // A CNP has no PSN to be in sequence with.
+    let cnp = framed(
+        &h,
+        PacketRepr {
+            bth: BthRepr {
+                opcode: Opcode::CNP,
+                becn: true,
+                ..BTH
+            },
+            payload: &[0; 16],
+            ..PacketRepr::default()
+        },
+    );
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &cnp),
+        Delivery::OutOfSequence(qpn)
+    );
+    // The ACK of a SEND outstanding, and a request at the expected PSN: in sequence. The
+    // same request again is a duplicate: out of sequence.
+    h.post(1, WrOp::Send, h.sge(0, 4));
+    assert_eq!(ops_psns(&h.sent()), [(Opcode::RC_SEND_ONLY, 100)]);
+    let acked = framed(&h, self::ack(100, Syndrome::ACK_UNLIMITED));
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &acked),
         Delivery::Connected(qpn)
+    );
+    h.post_recv(7, 64);
+    let send = framed(
+        &h,
+        PacketRepr {
+            payload: b"ping",
+            ..request(Opcode::RC_SEND_ONLY, 500)
+        },
+    );
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &send),
+        Delivery::Connected(qpn)
+    );
+    assert_eq!(
+        h.dev.handle_datagram(h.now, &peer, &send),
+        Delivery::OutOfSequence(qpn)
     );
     // The same bytes from another address.
     let mut stranger = peer;

@@ -803,6 +803,10 @@ impl Qp {
     /// marks, CNPs) are handled here. `Ok` when it passed the transport checks and was
     /// processed (which is what counts as the peer being alive; what the requester or the
     /// responder then drops is in the QP's stats), else the check it failed (counted too).
+    /// `Ok(true)` when it was also in sequence: a request at the expected PSN, or a response
+    /// for a PSN sent and not yet acknowledged. A sender that does not see the traffic cannot
+    /// make one without guessing a 24-bit PSN; a CNP (no PSN to check), a duplicate or a PSN
+    /// outside the window is `Ok(false)`.
     pub(crate) fn handle_datagram(
         &mut self,
         now: Instant,
@@ -810,7 +814,7 @@ impl Qp {
         bytes: &[u8],
         int: Option<&IntStack>,
         ctx: &mut Ctx<'_>,
-    ) -> Result<(), DropReason> {
+    ) -> Result<bool, DropReason> {
         let path = &self.attr.path;
         if !self.state.receives() {
             self.stats.drops.count(DropReason::WrongState);
@@ -859,20 +863,23 @@ impl Qp {
             let before = self.cc.rate_bps();
             self.cc.on_cnp(now);
             self.note_rate(before);
-            return Ok(());
+            return Ok(false);
         }
+        let psn = pkt.bth.psn;
         if self.is_uc() {
             // UC opcodes are the RC ones at 0x20: SEND and WRITE requests only.
             let rc = Opcode(op.0.wrapping_sub(0x20));
             if (0x20..=0x2b).contains(&op.0) && rc.is_request() {
+                let in_sequence = psn == self.resp.epsn;
                 let mut pkt = pkt;
                 pkt.bth.opcode = rc;
                 self.on_uc_request(now, &pkt, ctx);
-            } else {
-                self.stats.drops.count(DropReason::BadOpcode);
+                return Ok(in_sequence);
             }
-            return Ok(());
+            self.stats.drops.count(DropReason::BadOpcode);
+            return Ok(false);
         }
+        let mut in_sequence = false;
         if op.0 >= 0x20 || !op.is_defined() {
             self.stats.drops.count(DropReason::BadOpcode);
         } else if op.is_request() {
@@ -880,18 +887,20 @@ impl Qp {
                 // The telemetry the next ACK echoes (the receiver's half of HPCC).
                 self.int_echo = Some(*i);
             }
+            in_sequence = psn == self.resp.epsn;
             self.on_request(now, &pkt, ctx);
         } else if !op.is_response() {
             self.stats.drops.count(DropReason::BadOpcode);
         } else if self.state.sends() {
+            in_sequence = self.req.unacked(psn);
             self.on_response(now, &pkt, ctx);
             if let Some(i) = int {
-                self.cc.on_int(now, i, pkt.bth.psn, self.req.snd_nxt());
+                self.cc.on_int(now, i, psn, self.req.snd_nxt());
             }
         } else {
             self.stats.drops.count(DropReason::WrongState);
         }
-        Ok(())
+        Ok(in_sequence)
     }
 }
 

@@ -85,6 +85,11 @@ impl Requester {
         self.high_psn
     }
 
+    /// `p` is a PSN sent and not yet acknowledged: a response for it answers this requester.
+    pub(super) fn unacked(&self, p: Psn) -> bool {
+        in_range(p, self.una, self.high_psn)
+    }
+
     pub(super) fn new(caps: &QpCaps, retry: Retries, rnr: Retries) -> Self {
         Self {
             sq: VecDeque::with_capacity(caps.max_send_wr.min(64) as usize),
