@@ -342,3 +342,99 @@ fn a_client_silent_after_the_keys_holds_the_server_only_the_tests_length() {
         "gave up early: {took:?}: {err}"
     );
 }
+
+/// One lock-step step as perftest's server does it: read theirs, write ours (same length).
+fn server_step(t: &mut TcpStream, mine: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut theirs = vec![0u8; mine.len()];
+    t.read_exact(&mut theirs)?;
+    t.write_all(mine)?;
+    Ok(theirs)
+}
+
+/// A hostile perftest server answers roce's client with a GID naming a third host: the client
+/// refuses in one line naming both addresses and the flag, and sends that host nothing. With
+/// `--peer-gid` naming it, the client goes on to the next record.
+#[test]
+fn a_server_whose_gid_names_a_third_host_is_refused() {
+    let (c, s) = ips(146);
+    let third = "127.0.146.9";
+    let victim = std::net::UdpSocket::bind(format!("{third}:4791")).unwrap();
+    victim.set_nonblocking(true).unwrap();
+    for allowed in [false, true] {
+        let port = if allowed { 21147 } else { 21146 };
+        let listener = std::net::TcpListener::bind(format!("{s}:{port}")).unwrap();
+        let mut args = vec![
+            "perf".to_string(),
+            "write".into(),
+            "--perftest".into(),
+            "--client".into(),
+            format!("{s}:{port}"),
+            "--bind".into(),
+            c.clone(),
+        ];
+        if allowed {
+            args.extend(["--peer-gid".into(), third.into()]);
+        }
+        let client = Command::new(BIN)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let t0 = Instant::now();
+        let mut t = loop {
+            match listener.accept() {
+                Ok((t, _)) => break t,
+                Err(_) if t0.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("the client never connected: {e}"),
+            }
+        };
+        t.set_nonblocking(false).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut v = [0u8; 16];
+        v[..4].copy_from_slice(b"6.29");
+        server_step(&mut t, &v).unwrap();
+        server_step(&mut t, &4096u32.to_be_bytes()).unwrap();
+        server_step(&mut t, &64u32.to_be_bytes()).unwrap();
+        server_step(&mut t, b"5\0").unwrap();
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        let tip: std::net::Ipv4Addr = third.parse().unwrap();
+        gid[12..].copy_from_slice(&tip.octets());
+        let mine = record(0x4321, 0x0012_3456, 0x99, 0x7f00_0000_1000, gid);
+        server_step(&mut t, &mine).unwrap();
+        // Refused: the client ends the exchange here. Allowed: the next record comes.
+        let next = server_step(&mut t, &mine);
+        if allowed {
+            let r = next.expect("the client's second record");
+            assert!(Dest::parse(&r, Variant::Gid).is_ok());
+            drop(t);
+            let _ = client.wait_with_output();
+            continue;
+        }
+        assert!(
+            next.is_err(),
+            "the client went on with a GID naming {third}"
+        );
+        let out = client.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("roce ")).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains(&format!(
+                "the peer's GID names {third}, not {s}, the address of its control connection (give --peer-gid {third} to send there)"
+            )),
+            "{err}"
+        );
+        let mut buf = [0u8; 64];
+        assert!(
+            victim.recv(&mut buf).is_err(),
+            "the third host got a datagram"
+        );
+    }
+}

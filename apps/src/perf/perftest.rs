@@ -106,6 +106,52 @@ fn peer_ip(d: &Dest) -> Result<IpAddr, DriverError> {
     })
 }
 
+/// A peer's GID this side will not send to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PeerGid {
+    /// An address no RC peer can have: unspecified, multicast or broadcast.
+    #[error("the peer's GID names {0}, which is not a unicast address")]
+    NotUnicast(IpAddr),
+    /// Another address than the one the control connection came from or went to (a hostile
+    /// peer pointing this side's traffic at a third host), and not the one the user allowed.
+    #[error("the peer's GID names {gid}, not {control}, the address of its control connection")]
+    Elsewhere {
+        /// What the GID names.
+        gid: IpAddr,
+        /// The control connection's peer.
+        control: IpAddr,
+    },
+}
+
+/// The peer's address from its key record, refused unless it is a unicast address and, over
+/// TCP, the control connection's peer (`control`) or the one address the user allowed
+/// (`allowed`: a peer whose control traffic goes over another network than its RoCE).
+fn checked_peer(
+    d: &Dest,
+    control: Option<IpAddr>,
+    allowed: Option<IpAddr>,
+) -> Result<IpAddr, DriverError> {
+    let ip = peer_ip(d)?.to_canonical();
+    let unicast = match ip {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
+        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
+    };
+    let refused = if !unicast {
+        Some(PeerGid::NotUnicast(ip))
+    } else {
+        control
+            .map(|c| c.to_canonical())
+            .filter(|&c| c != ip && allowed.map(|a| a.to_canonical()) != Some(ip))
+            .map(|control| PeerGid::Elsewhere { gid: ip, control })
+    };
+    match refused {
+        Some(why) => Err(DriverError::PeerInvalid {
+            source: Box::new(why),
+        }),
+        None => Ok(ip),
+    }
+}
+
 fn report_of(r: &PerfResult) -> Report {
     Report {
         size: r.size,
@@ -119,6 +165,8 @@ fn report_of(r: &PerfResult) -> Report {
 /// Runs one perftest-compatible test over `channel`, as the client (the side given a host)
 /// or the server. `local` is the address of this side's RoCE socket (UDP 4791); `ready` is
 /// called once a server listens (RDMA-CM; over TCP the caller's listener is open already).
+/// Over TCP the peer's GID must name the control connection's peer or `gid_allowed`
+/// ([`PeerGid`]): a peer cannot point this side's traffic at a third host.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_session(
     channel: Channel,
@@ -128,8 +176,13 @@ pub async fn run_session(
     secrets: Secrets,
     link: LinkChoice,
     gbits: bool,
+    gid_allowed: Option<IpAddr>,
     ready: impl FnOnce(),
 ) -> Result<(Vec<PerfResult>, Session), DriverError> {
+    let control = match &channel {
+        Channel::Tcp(t) => t.peer_addr().ok().map(|a| a.ip()),
+        Channel::Cm { .. } => None,
+    };
     let spec = specs
         .first()
         .ok_or_else(|| DriverError::Config("no test to run".into()))?;
@@ -192,7 +245,7 @@ pub async fn run_session(
         peers.push(s.keys(ep, "keys", m).await?);
     }
     if !cm {
-        let peer = peer_ip(&peers[0])?;
+        let peer = checked_peer(&peers[0], control, gid_allowed)?;
         // As many READs/atomics outstanding as the peer's responder takes.
         side.request_mut().params.max_rd_atomic = peers[0].out_reads.clamp(1, 128) as u8;
         let to: Vec<(Qpn, Psn)> = peers
@@ -387,6 +440,7 @@ pub fn serve_perftest(
     secrets: Secrets,
     link: LinkChoice,
     gbits: bool,
+    gid_allowed: Option<IpAddr>,
     ready: impl FnOnce(),
 ) -> Result<Vec<PerfResult>, DriverError> {
     for s in specs {
@@ -398,7 +452,8 @@ pub fn serve_perftest(
                 return Err(crate::Combination::PerftestCmServerNeedsBind.into());
             }
             let ch = Channel::Cm { server: None, port };
-            let (r, _) = run_session(ch, false, specs, bind, secrets, link, gbits, ready).await?;
+            let (r, _) =
+                run_session(ch, false, specs, bind, secrets, link, gbits, None, ready).await?;
             return Ok(r);
         }
         // No accept timeout: a server waits for its client, as perftest's does.
@@ -415,6 +470,7 @@ pub fn serve_perftest(
             secrets,
             link,
             gbits,
+            gid_allowed,
             || {},
         )
         .await?;
@@ -424,7 +480,9 @@ pub fn serve_perftest(
 
 /// `roce perf --perftest --client HOST`: connects to a perftest server (stock `ib_write_bw`
 /// with no host argument, or `roce perf --perftest --server`), over TCP or with `cm`
-/// RDMA-CM (then `bind`, this side's address, is needed), and runs the test.
+/// RDMA-CM (then `bind`, this side's address, is needed), and runs the test. The server's GID
+/// must name the address it was reached at, or `gid_allowed`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_perftest_client(
     server: SocketAddr,
     bind: Option<IpAddr>,
@@ -433,6 +491,7 @@ pub fn run_perftest_client(
     secrets: Secrets,
     link: LinkChoice,
     gbits: bool,
+    gid_allowed: Option<IpAddr>,
 ) -> Result<Vec<PerfResult>, DriverError> {
     for s in specs {
         s.validate()?;
@@ -444,7 +503,8 @@ pub fn run_perftest_client(
                 server: Some(server),
                 port: server.port(),
             };
-            let (r, _) = run_session(ch, true, specs, local, secrets, link, gbits, || {}).await?;
+            let (r, _) =
+                run_session(ch, true, specs, local, secrets, link, gbits, None, || {}).await?;
             return Ok(r);
         }
         let tcp = tokio::time::timeout(
@@ -465,6 +525,7 @@ pub fn run_perftest_client(
             secrets,
             link,
             gbits,
+            gid_allowed,
             || {},
         )
         .await?;
