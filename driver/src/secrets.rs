@@ -5,7 +5,7 @@
 //! on PSN validation, §10.6.3 on memory keys and their variant part). By default they come from
 //! the operating system's CSPRNG; a run asked to be reproducible (`--seed`) derives them from
 //! its seed instead, and says so in its report.
-use roce_proto::Psn;
+use roce_proto::{Psn, QKey};
 use roce_stack::rng::Rng;
 use roce_stack::{Device, DeviceConfig};
 
@@ -69,6 +69,15 @@ impl Secrets {
     /// tells the two ends of a seeded run apart).
     pub fn cm_seed(&self, salt: u64) -> Result<u64, DriverError> {
         Ok(self.rng(salt ^ 0xc0_3300)?.next_u64())
+    }
+
+    /// A Q_Key for a run's UD QPs, so that nobody off the path can address a datagram to
+    /// them (a fixed one, such as perftest's 0x11111111, is known to everyone): 31 random
+    /// bits, the high bit clear (a set one names a controlled Q_Key, IBTA Vol 1 §10.2.4).
+    pub fn qkey(&self, salt: u64) -> Result<QKey, DriverError> {
+        Ok(QKey(
+            (self.rng(salt ^ 0x0d_9e7)?.next_u64() as u32) & 0x7fff_ffff,
+        ))
     }
 
     /// First PSNs of `n` QPs (`salt` tells the two ends of a seeded run apart).

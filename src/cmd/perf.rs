@@ -76,10 +76,10 @@ pub(crate) struct PerfArgs {
     /// bytes/s), in the reports exchanged and printed; give the stock tool the same flag.
     #[arg(long = "report_gbits", alias = "report-gbits", requires = "perftest")]
     report_gbits: bool,
-    /// --perftest over TCP: the one address the peer's GID may name besides the address of
-    /// its TCP connection (a host whose control traffic takes another network than its RoCE).
-    /// Without it a GID naming a third host is refused: a peer cannot aim this side's
-    /// traffic elsewhere.
+    /// --perftest --client over TCP: the one address the server's GID may name besides the
+    /// address its TCP connection reached (a server whose control traffic takes another
+    /// network than its RoCE). Without it a GID naming a third host is refused: a server
+    /// cannot aim the client's traffic elsewhere.
     #[arg(long = "peer-gid", value_name = "IP", requires = "perftest")]
     peer_gid: Option<std::net::IpAddr>,
     /// Connection type, as perftest's -c: RC, UC (send and write, nothing acknowledged or

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::PerfSpec;
 
 /// Version of the perf control protocol.
-pub(crate) const PROTOCOL: u32 = 2;
+pub(crate) const PROTOCOL: u32 = 3;
 
 /// The perf exchange.
 #[derive(Debug, Serialize, Deserialize)]
@@ -20,6 +20,8 @@ pub(crate) enum PerfMsg {
         roce_port: u16,
         qps: Vec<QpInfo>,
         buffers: Vec<RemoteBuffer>,
+        /// The Q_Key of the run's UD QPs, drawn by the client from its secrets.
+        qkey: u32,
     },
     /// Server → client: its QPs and target buffer (none for UDP), its RoCE port.
     Welcome {

@@ -165,8 +165,8 @@ fn report_of(r: &PerfResult) -> Report {
 /// Runs one perftest-compatible test over `channel`, as the client (the side given a host)
 /// or the server. `local` is the address of this side's RoCE socket (UDP 4791); `ready` is
 /// called once a server listens (RDMA-CM; over TCP the caller's listener is open already).
-/// Over TCP the peer's GID must name the control connection's peer or `gid_allowed`
-/// ([`PeerGid`]): a peer cannot point this side's traffic at a third host.
+/// The peer's GID must be unicast and, on a TCP client, name the server it reached or
+/// `gid_allowed` ([`PeerGid`]): a server cannot point the client's traffic at a third host.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_session(
     channel: Channel,
@@ -179,9 +179,13 @@ pub async fn run_session(
     gid_allowed: Option<IpAddr>,
     ready: impl FnOnce(),
 ) -> Result<(Vec<PerfResult>, Session), DriverError> {
+    // A client starts the traffic, so its server's GID must be the server it reached. A
+    // server only answers what arrives from the client's GID (every QP checks the source
+    // address), so a GID naming a third host earns that host nothing but silence; a client
+    // whose TCP leaves from another network than its RoCE is served as perftest serves it.
     let control = match &channel {
-        Channel::Tcp(t) => t.peer_addr().ok().map(|a| a.ip()),
-        Channel::Cm { .. } => None,
+        Channel::Tcp(t) if client => t.peer_addr().ok().map(|a| a.ip()),
+        _ => None,
     };
     let spec = specs
         .first()
@@ -306,13 +310,18 @@ pub async fn run_session(
     Ok((results, s))
 }
 
+/// perftest's fixed Q_Key (`DEF_QKEY`): what a stock tool's UD QPs take. Known to everyone,
+/// so only for `--perftest`; roce's own runs draw theirs ([`Secrets::qkey`]).
+const PERFTEST_QKEY: u32 = 0x1111_1111;
+
 /// The QPs of `spec` as perftest connects them: `-c` RC, UC, or UD with its Q_Key 0x11111111
 /// (`DEF_QKEY`), or over rdma_cm (`cm`) RDMA-CM's (`RDMA_UDP_QKEY`); timeout 14, 7 retries,
 /// 7 RNR retries and RNR timer 12 as perftest's defaults; `--outs` READs/atomics each way.
 fn qp_request(spec: &PerfSpec, cm: bool) -> QpRequest {
-    let base = super::run::perf_request(spec);
+    let qkey = QKey(if cm { RDMA_UDP_QKEY } else { PERFTEST_QKEY });
+    let base = super::run::perf_request(spec, qkey);
     QpRequest {
-        qkey: if cm { QKey(RDMA_UDP_QKEY) } else { base.qkey },
+        qkey,
         params: ConnectParams {
             timeout: 14,
             retry_cnt: 7,

@@ -11,7 +11,7 @@ use roce_driver::{
     client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError, LinkChoice,
     Listener, Secrets,
 };
-use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
+use roce_proto::{Psn, QKey, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, MrHandle, Service};
 
 use super::app::{perf_caps, spin, PerfApp};
@@ -22,12 +22,12 @@ use super::{PerfResult, PerfSpec, PerfTest};
 /// How long a perf end waits with work pending and nothing received.
 const SILENCE: Duration = Duration::from_secs(5);
 
-/// What a perf end asks of the connection layer: `spec`'s QPs (RC, UC, or UD with perftest's
-/// Q_Key), its MTU and `--outs` READs/atomics each way.
-pub(super) fn perf_request(spec: &PerfSpec) -> QpRequest {
+/// What a perf end asks of the connection layer: `spec`'s QPs (RC, UC, or UD with Q_Key
+/// `qkey`), its MTU and `--outs` READs/atomics each way.
+pub(super) fn perf_request(spec: &PerfSpec, qkey: QKey) -> QpRequest {
     QpRequest {
         service: spec.service,
-        qkey: UD_QKEY,
+        qkey,
         count: spec.nqps(),
         caps: perf_caps(spec),
         srq: None,
@@ -46,13 +46,14 @@ pub(super) fn perf_request(spec: &PerfSpec) -> QpRequest {
 /// target of what the peer does.
 fn perf_side(
     spec: &PerfSpec,
-    secrets: Secrets,
-    salt: u64,
+    (secrets, salt): (Secrets, u64),
+    qkey: QKey,
     local: SocketAddr,
     link: LinkChoice,
 ) -> Result<(Side, (MrHandle, MrHandle)), DriverError> {
     let psns = secrets.start_psns(spec.nqps(), salt)?;
-    let mut side = Side::new(secrets.device(salt)?, perf_request(spec), psns, local, link)?;
+    let req = perf_request(spec, qkey);
+    let mut side = Side::new(secrets.device(salt)?, req, psns, local, link)?;
     let dev = &mut side.ep.dev;
     // A UD receive buffer also holds the 40-byte GRH area.
     let len = (spec.msg_size() as usize).max(8) + 40;
@@ -64,9 +65,6 @@ fn perf_side(
     );
     Ok((side, (src, dst)))
 }
-
-/// The Q_Key of perf's UD QPs (perftest's `DEF_QKEY`).
-const UD_QKEY: roce_proto::QKey = roce_proto::QKey(0x1111_1111);
 
 /// The peer's QPs as [`Side::connect_to`] takes them.
 fn peers(infos: &[QpInfo]) -> Vec<(Qpn, Psn)> {
@@ -118,7 +116,9 @@ async fn run_one(
     if spec.test == PerfTest::Udp {
         return udp_client(ctl, spec, local, peer_ip).await;
     }
-    let (mut side, mrs) = perf_side(spec, secrets, 0xc11e, local, link)?;
+    // The client draws the run's Q_Key and hands it to the server with its QPs.
+    let qkey = secrets.qkey(0xc11e)?;
+    let (mut side, mrs) = perf_side(spec, (secrets, 0xc11e), qkey, local, link)?;
     let target = side.ep.dev.mr(mrs.1).map(RemoteBuffer::of);
     ctl.send(&PerfMsg::Hello {
         protocol: PROTOCOL,
@@ -126,6 +126,7 @@ async fn run_one(
         roce_port: local.port(),
         qps: side.infos(),
         buffers: target.into_iter().collect(),
+        qkey: qkey.0,
     })
     .await?;
     let PerfMsg::Welcome {
@@ -201,11 +202,13 @@ async fn serve_session(
                 roce_port,
                 qps,
                 buffers,
+                qkey,
             } => {
                 check_protocol("perf", protocol, PROTOCOL)?;
                 let remote = SocketAddr::new(a.peer.ip(), roce_port);
                 let peer = (&qps[..], &buffers[..]);
-                serve_one(ctl, &spec, (local, remote), peer, secrets, link).await?;
+                let qkey = QKey(qkey & 0x7fff_ffff);
+                serve_one(ctl, &spec, (local, remote), peer, (secrets, qkey), link).await?;
             }
             _ => return Err(DriverError::Peer("expected a perf hello".into())),
         }
@@ -218,7 +221,7 @@ async fn serve_one(
     spec: &PerfSpec,
     (local, remote): (SocketAddr, SocketAddr),
     (peer_qps, blocks): (&[QpInfo], &[RemoteBuffer]),
-    secrets: Secrets,
+    (secrets, qkey): (Secrets, QKey),
     link: LinkChoice,
 ) -> Result<(), DriverError> {
     spec.validate().map_err(|e| DriverError::PeerInvalid {
@@ -230,7 +233,7 @@ async fn serve_one(
     if peer_qps.len() != spec.nqps() as usize || blocks.len() != 1 {
         return Err(DriverError::Peer("QP count differs from the spec".into()));
     }
-    let (mut side, mrs) = perf_side(spec, secrets, 0x5e7e, local, link)?;
+    let (mut side, mrs) = perf_side(spec, (secrets, 0x5e7e), qkey, local, link)?;
     side.connect_to(&peers(peer_qps), remote)?;
     let infos = side.infos();
     let Side {

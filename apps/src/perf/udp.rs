@@ -67,6 +67,7 @@ pub(crate) async fn udp_client(
         roce_port: local.port(),
         qps: Vec::new(),
         buffers: Vec::new(),
+        qkey: 0,
     })
     .await?;
     let PerfMsg::Welcome { roce_port, .. } = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {

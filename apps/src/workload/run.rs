@@ -38,9 +38,7 @@ const LOSSY_DRAIN: Duration = Duration::from_millis(200);
 /// path can address a datagram to them), sent to the server in its hello; the high bit clear
 /// (a set one would name a controlled Q_Key, IBTA Vol 1 §10.2.4).
 fn ud_qkey(secrets: &Secrets) -> Result<roce_proto::QKey, DriverError> {
-    Ok(roce_proto::QKey(
-        (secrets.cm_seed(0x0d_9e7)? as u32) & 0x7fff_ffff,
-    ))
+    secrets.qkey(0)
 }
 
 /// What a run does and with which transport settings; the client sends it to the server.
