@@ -39,4 +39,12 @@ for row in "roce decode (summary)|$d_t|$d_rss" "roce decode --threads 1|$d1_t|$d
     IFS='|' read -r name t kb <<< "$row"
     printf '%-40s %9.2f %12s %12.1f\n' "$name" "$t" "$(rate "$N" "$t")" "$(awk -v k="$kb" 'BEGIN{print k/1024}')"
 done
+# The hostile case beside it: one QP's requests at random PSNs (full gap and outstanding tables).
+J="$DIR/psn-jumps-1000000.pcap"
+[ -f "$J" ] || "$ROCE" gen-capture --psn-jumps --packets 1000000 "$J"
+C="$DIR/rc-1000000-64.pcap"
+[ -f "$C" ] || "$ROCE" gen-capture --rc 64 --packets 1000000 "$C"
+read -r h_t _ < <(best 3 "$ROCE" analyze "$J")
+read -r c_t _ < <(best 3 "$ROCE" analyze "$C")
+echo "roce analyze, 1 M packets: --psn-jumps ${h_t} s ($(rate 1000000 "$h_t") M/s), --rc 64 ${c_t} s; hostile / clean time: $(awk -v h="$h_t" -v c="$c_t" 'BEGIN{printf "%.2f", h/c}')"
 echo "analyze / decode summary rate: $(awk -v a="$a_t" -v d="$d_t" 'BEGIN{printf "%.2f", d/a}') (goal >= 0.5); / single-thread decode: $(awk -v a="$a_t" -v d="$d1_t" 'BEGIN{printf "%.2f", d/a}')"

@@ -87,6 +87,10 @@ enum Command {
         /// With --rc: one request packet in N is lost before the capture point.
         #[arg(long, default_value_t = 200, value_name = "N")]
         loss_every: u64,
+        /// One RC QP's requests at random PSNs instead (the analyzer's worst case: every
+        /// packet a gap, a fill or a retransmission).
+        #[arg(long, conflicts_with_all = ["rc", "cm_from"])]
+        psn_jumps: bool,
         /// All CM MADs instead: cycle through the CM MADs of this capture (the MAD decode
         /// benchmark).
         #[arg(long, value_name = "FILE", conflicts_with = "rc")]
@@ -142,13 +146,13 @@ impl Command {
                 packets,
                 rc,
                 loss_every,
+                psn_jumps,
                 cm_from,
                 plain_ud,
                 file,
             } => cmd::decode::gen_capture(
                 packets,
-                rc,
-                loss_every,
+                (rc, loss_every, psn_jumps),
                 cm_from.as_deref(),
                 plain_ud,
                 &file,

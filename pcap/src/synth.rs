@@ -334,3 +334,38 @@ fn off_qp1(link_type: u32, data: &mut [u8]) -> io::Result<()> {
     seed.fill(t);
     Ok(())
 }
+
+/// Writes a pcap of `n` request frames of one RC QP at PSNs drawn at random (a fixed seed):
+/// WRITE Only and SEND Only in turn, 64 bytes each, 1 µs apart, no responses. The analyzer's
+/// worst case (`roce gen-capture --psn-jumps`): nearly every packet opens a PSN gap, fills one
+/// or is a retransmission, so its gap and outstanding-request lookups run on full tables.
+pub fn write_psn_jumps_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
+    let mut w = PcapWriter::new(out, link::ETHERNET, true, 262_144)?;
+    let pl = payload(64, 11);
+    let fb = v4();
+    let mut frame = vec![0u8; 2048];
+    // xorshift64*: reproducible benchmark data, not a secret.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..n {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let op = if i % 2 == 0 {
+            Opcode::RC_RDMA_WRITE_ONLY
+        } else {
+            Opcode::RC_SEND_ONLY
+        };
+        let mut p = packet_for(op, 0, &pl);
+        p.bth.psn = Psn::new((r >> 40) as u32);
+        let len = fb
+            .build(&p, &mut frame)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let t = Timestamp {
+            secs: 1_700_000_000 + (i / 1_000_000) as i64,
+            nanos: ((i % 1_000_000) * 1000) as u32,
+        };
+        w.write_packet(t, &frame[..len], len as u32)?;
+    }
+    w.flush()
+}

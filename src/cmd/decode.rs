@@ -136,8 +136,7 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
 /// `roce gen-capture`: a synthetic capture of `packets` RoCE packets (for benchmarks).
 pub(crate) fn gen_capture(
     packets: u64,
-    rc: Option<u32>,
-    loss_every: u64,
+    (rc, loss_every, psn_jumps): (Option<u32>, u64, bool),
     cm_from: Option<&str>,
     plain_ud: bool,
     file: &str,
@@ -156,6 +155,7 @@ pub(crate) fn gen_capture(
     let mut w = BufWriter::new(f);
     match (rc, input.as_mut()) {
         (_, Some(r)) => roce_pcap::synth::write_cm_capture(r, &mut w, packets, plain_ud),
+        (_, None) if psn_jumps => roce_pcap::synth::write_psn_jumps_capture(&mut w, packets),
         (Some(qps), None) => roce_pcap::synth::write_rc_capture(&mut w, packets, qps, loss_every),
         (None, None) => roce_pcap::synth::write_benchmark_capture(&mut w, packets),
     }

@@ -67,7 +67,11 @@ pub(super) struct ReqState {
     pub(super) last_rnr: Option<(u64, u64)>, // (t, timer ns)
     pub(super) last_implied: Option<u64>,
     last_episode_t: u64,
+    /// Requests not yet answered, in PSN order, one per PSN (so found by binary search).
     pub(super) outstanding: VecDeque<Out>,
+    /// No outstanding READ or atomic spans more PSNs than this (an upper bound, never
+    /// lowered: it limits how far back a search for the READ holding a PSN looks).
+    max_read_span: u64,
     pub(super) last_progress_t: u64,
     pub(super) first_ce_since_cnp: Option<u64>,
     /// Bytes of the current message.
@@ -93,6 +97,12 @@ impl ReqState {
         let d = Psn::new(psn).diff(wire(self.highest));
         self.highest.wrapping_add(d as i64 as u64)
     }
+    /// The index in [`ReqState::gaps`] of the open gap holding `psn` (they are disjoint and
+    /// in PSN order).
+    pub(super) fn gap_at(&self, psn: u64) -> Option<usize> {
+        let i = self.gaps.partition_point(|g| g.1 < psn);
+        self.gaps.get(i).filter(|g| g.0 <= psn).map(|_| i)
+    }
     /// The ring's slot of `psn`.
     fn slot(&mut self, psn: u64) -> &mut (u64, u64, u64, u16, u32) {
         if self.ring.is_empty() {
@@ -100,19 +110,27 @@ impl ReqState {
         }
         &mut self.ring[(psn % RING as u64) as usize]
     }
+    /// The index in [`ReqState::outstanding`] of the request at `psn`.
+    pub(super) fn out_at(&self, psn: u64) -> Option<usize> {
+        self.outstanding.binary_search_by_key(&psn, |o| o.psn).ok()
+    }
+
+    /// Notes that an outstanding READ or atomic spans `span` PSNs.
+    fn note_read_span(&mut self, span: u64) {
+        self.max_read_span = self.max_read_span.max(span);
+    }
+
     /// PSNs the request at `psn` takes: a READ's span, else 1.
     fn span_at(&self, psn: u64) -> u64 {
         self.done_reads
             .iter()
             .rev()
             .map(|d| (d.0, d.1))
-            .chain(
-                self.outstanding
-                    .iter()
-                    .filter(|o| o.read_len.is_some())
-                    .map(|o| (o.psn, o.read_span)),
-            )
             .find(|&(p, _)| p == psn)
+            .or_else(|| {
+                let o = self.outstanding[self.out_at(psn)?];
+                o.read_len.map(|_| (o.psn, o.read_span))
+            })
             .map_or(1, |(_, span)| span.max(1))
     }
 
@@ -123,12 +141,15 @@ impl ReqState {
             return self.highest + most;
         }
         let h = self.highest;
-        self.outstanding
-            .iter()
-            .rev()
-            .map(|o| (o.psn, o.read_span))
-            .chain(self.done_reads.iter().rev().map(|d| (d.0, d.1)))
-            .find(|&(psn, _)| psn == h)
+        self.out_at(h)
+            .map(|i| (h, self.outstanding[i].read_span))
+            .or_else(|| {
+                self.done_reads
+                    .iter()
+                    .rev()
+                    .map(|d| (d.0, d.1))
+                    .find(|&(psn, _)| psn == h)
+            })
             .map_or(h, |(psn, span)| psn + span.max(1) - 1)
     }
 
@@ -141,8 +162,14 @@ impl ReqState {
 
     /// The first PSN of the READ (or atomic) whose span holds `psn`.
     fn read_containing(&self, psn: u64) -> Option<u64> {
+        // Outstanding requests are in PSN order: a READ holding `psn` starts at or before
+        // it, and no further back than the longest span.
+        let end = self.outstanding.partition_point(|o| o.psn <= psn);
+        let reach = self.max_read_span.max(1);
         self.outstanding
-            .iter()
+            .range(..end)
+            .rev()
+            .take_while(|o| psn - o.psn < reach)
             .filter(|o| o.read_len.is_some() && !o.atomic)
             .map(|o| (o.psn, o.read_span))
             .chain(self.done_reads.iter().map(|d| (d.0, d.1)))
@@ -301,8 +328,9 @@ fn advance(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>
     if let Some((least, most)) = r.read_extra.take() {
         if skipped <= most {
             let h = r.highest;
-            if let Some(o) = r.outstanding.iter_mut().rev().find(|o| o.psn == h) {
-                o.read_span = skipped + 1;
+            if let Some(i) = r.out_at(h) {
+                r.outstanding[i].read_span = skipped + 1;
+                r.note_read_span(skipped + 1);
             }
             skipped = 0;
         } else {
@@ -368,7 +396,7 @@ fn repeated(
             ev.emit(p, EventKind::Duplicate, None, String::new());
             return None;
         }
-    } else if let Some(i) = r.gaps.iter().position(|g| u >= g.0 && u <= g.1) {
+    } else if let Some(i) = r.gap_at(u) {
         if fill_gap(r, opts, p, u, i) {
             ev.side_mut().out_of_order += 1;
             ev.emit(p, EventKind::OutOfOrder, None, String::new());
@@ -438,12 +466,11 @@ fn resent(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>)
         // A READ again, whole or from the middle of its span: what the responses answer.
         let len = p.dma_len.unwrap_or(0);
         let span = u64::from(len.div_ceil(mtu).max(1));
-        r.outstanding.retain(|o| o.psn != u);
-        let at = r
-            .outstanding
-            .iter()
-            .position(|o| o.psn > u)
-            .unwrap_or(r.outstanding.len());
+        if let Some(i) = r.out_at(u) {
+            r.outstanding.remove(i);
+        }
+        let at = r.outstanding.partition_point(|o| o.psn < u);
+        r.note_read_span(span);
         r.outstanding.insert(
             at,
             Out {
@@ -458,8 +485,8 @@ fn resent(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>)
         );
     }
     ev.side_mut().retransmitted_packets += 1;
-    for o in r.outstanding.iter_mut().filter(|o| o.psn == u) {
-        o.retx = true;
+    if let Some(i) = r.out_at(u) {
+        r.outstanding[i].retx = true;
     }
 }
 
@@ -645,6 +672,9 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
             (true, Some(l)) => u64::from(l.div_ceil(mtu).max(1)),
             _ => 1,
         };
+        if read || atomic {
+            r.note_read_span(span);
+        }
         r.outstanding.push_back(Out {
             psn: u,
             t: p.t,
