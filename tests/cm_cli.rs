@@ -170,3 +170,169 @@ fn a_capture_of_a_cm_run_decodes_as_the_cm_exchange() {
     }
     assert!(!text.contains("Malformed"), "{text}");
 }
+
+/// The first datagram a `roce ARGS` client sends toward `s`:4791 (its REQ), caught on a
+/// socket standing in for the server; the client is then stopped. Replayed later from the
+/// client's address and source port, it is the same REQ with a valid ICRC: what an attacker who sends
+/// one REQ and never confirms does.
+fn a_real_req(s: &str, args: &[&str]) -> (Vec<u8>, std::net::SocketAddr) {
+    let catcher = std::net::UdpSocket::bind(format!("{s}:4791")).unwrap();
+    catcher
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut client = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let (n, from) = catcher.recv_from(&mut buf).expect("the client sent no REQ");
+    let _ = client.kill();
+    let _ = client.wait();
+    buf.truncate(n);
+    (buf, from)
+}
+
+/// One REQ from any address that never comes back with an RTU costs a `--cm` server that
+/// set-up (given up within the CM's bound, what it made for it dropped), not its life: it says
+/// so in one line naming the sender, listens again, and serves the next client, which
+/// verifies. `server` and `client` are the two ends' arguments; the client reaches
+/// `127.0.n.2`.
+fn a_req_never_confirmed_does_not_end_the_server(n: u8, server: &[&str], client: &[&str]) {
+    let (c, s) = ips(n);
+    let (req, from) = a_real_req(&s, client);
+    let mut srv = Command::new(BIN)
+        .args(server)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    {
+        // The attacker: the client's address and source port, the REQ, then silence.
+        // (Answers come to UDP 4791 of its address.)
+        let answers = std::net::UdpSocket::bind(format!("{c}:4791")).unwrap();
+        let attacker = std::net::UdpSocket::bind(from).unwrap();
+        // As roce's sockets send: DF and identification 0, the IPv4 header the REQ's ICRC
+        // was computed over (a packet link checks the ICRC over the header as it came).
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &attacker,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
+        )
+        .unwrap();
+        attacker.send_to(&req, format!("{s}:4791")).unwrap();
+        // The REP comes back and is resent; no RTU ever goes.
+        answers
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        if answers.recv(&mut buf).is_err() {
+            let _ = srv.kill();
+            let out = srv.wait_with_output().unwrap();
+            panic!(
+                "{server:?}: no REP for the replayed REQ: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The CM gives the set-up up after the REQ's retries (8 × 268 ms here).
+        std::thread::sleep(Duration::from_secs(4));
+        assert!(
+            srv.try_wait().unwrap().is_none(),
+            "{server:?} ended with the set-up"
+        );
+    }
+    let (code, out, err) = roce(client);
+    let t0 = Instant::now();
+    while srv.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = srv.kill();
+    let srv = srv.wait_with_output().unwrap();
+    let server_err = String::from_utf8_lossy(&srv.stderr);
+    assert_eq!(code, 0, "the next client: {out}{err}\nserver: {server_err}");
+    assert!(srv.status.success(), "server: {server_err}");
+    let gave_up: Vec<&str> = server_err
+        .lines()
+        .filter(|l| l.contains("gave up a CM set-up from"))
+        .collect();
+    assert_eq!(gave_up.len(), 1, "{server_err}");
+    assert!(gave_up[0].contains(&c), "{server_err}");
+}
+
+#[test]
+fn a_req_never_confirmed_does_not_end_a_perf_server() {
+    a_req_never_confirmed_does_not_end_the_server(
+        62,
+        &[
+            "perf",
+            "write",
+            "--cm",
+            "--server",
+            "--bind",
+            "127.0.62.2",
+            "--port",
+            "21062",
+        ],
+        &[
+            "perf",
+            "write",
+            "--cm",
+            "--client",
+            "127.0.62.2:21062",
+            "--bind",
+            "127.0.62.1",
+            "-n",
+            "200",
+        ],
+    );
+}
+
+#[test]
+fn a_req_never_confirmed_does_not_end_a_workload_server() {
+    a_req_never_confirmed_does_not_end_the_server(
+        66,
+        &["server", "--cm", "--bind", "127.0.66.2", "--port", "21066"],
+        &[
+            "client",
+            "--cm",
+            "127.0.66.2:21066",
+            "--bind",
+            "127.0.66.1",
+            "--count",
+            "40",
+        ],
+    );
+}
+
+#[test]
+fn a_req_never_confirmed_does_not_end_a_kv_server() {
+    a_req_never_confirmed_does_not_end_the_server(
+        69,
+        &[
+            "kv",
+            "--server",
+            "--cm",
+            "--bind",
+            "127.0.69.2",
+            "--port",
+            "21069",
+        ],
+        &[
+            "kv",
+            "--client",
+            "127.0.69.2",
+            "--cm",
+            "--bind",
+            "127.0.69.1",
+            "--port",
+            "21069",
+            "--layers",
+            "4",
+            "--tokens",
+            "512",
+            "--kv-bytes",
+            "128",
+        ],
+    );
+}

@@ -178,6 +178,11 @@ impl Endpoint {
         self.tap = Some(tap);
     }
 
+    /// Takes the capture tap back (to hand to the endpoint that replaces this one).
+    pub fn take_tap(&mut self) -> Option<Tap> {
+        self.tap.take()
+    }
+
     /// What the impairment stage did.
     pub fn impair_stats(&self) -> ImpairStats {
         self.impair.stats

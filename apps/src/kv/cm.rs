@@ -228,6 +228,8 @@ struct KvCmServer {
     out: KvServerOutcome,
     /// Stop once every QP is established (the first phase), or once every QP is released.
     until_established: bool,
+    /// The set-up was given up (no RTU, or our REP refused): listen again, afresh.
+    abandoned: bool,
 }
 
 impl KvCmServer {
@@ -430,6 +432,16 @@ impl Application for KvCmServer {
                     if self.refused.is_some() {
                         // A refused client that left without answering the DREQ.
                         self.released += 1;
+                    } else if self.until_established {
+                        // Any address can send a REQ: one never confirmed costs the server
+                        // its set-up (and the pool it made), not its life.
+                        if !self.abandoned {
+                            eprintln!(
+                                "roce kv: gave up a CM set-up from {} (no RTU, or our REP refused); listening again",
+                                self.peer.map_or_else(|| "?".into(), |p| p.to_string())
+                            );
+                        }
+                        self.abandoned = true;
                     } else {
                         return Err(AppError::Failed(
                             "the client stopped answering the CM".into(),
@@ -468,7 +480,7 @@ impl Application for KvCmServer {
     fn done(&self) -> bool {
         let all = !self.conns.is_empty();
         if self.until_established {
-            all && self.established == self.conns.len()
+            self.abandoned || (all && self.established == self.conns.len())
         } else {
             all && self.released == self.conns.len()
         }
@@ -487,42 +499,51 @@ pub fn serve_cm(
     ready: impl FnOnce(),
 ) -> Result<KvServerOutcome, DriverError> {
     runtime()?.block_on(async move {
-        let mut dev = cfg.secrets.device(0xdec0)?;
-        let pd = dev.alloc_pd();
-        let mut cm = Cm::new(cm_config(&cfg.secrets, 0xdec0)?);
-        cm.listen(rdma_cm_service_id(port));
-        let mut ep = bind_endpoint(
-            dev,
-            SocketAddr::new(bind, ROCEV2_UDP_PORT),
-            ROCEV2_UDP_PORT,
-            cfg.impairment,
-            cfg.link,
-        )?;
-        let mut app = KvCmServer {
-            cm,
-            cfg,
-            pd,
-            peer: None,
-            mine: Vec::new(),
-            psns: Vec::new(),
-            conns: Vec::new(),
-            established: 0,
-            released: 0,
-            chan: None,
-            hello: None,
-            pool: None,
-            plan: None,
-            next_plan: 0,
-            refused: None,
-            out: KvServerOutcome::default(),
-            until_established: true,
+        let mut ready = Some(ready);
+        // Each set-up on a fresh device, CM and endpoint: one given up takes its pool along.
+        let (mut ep, mut app) = loop {
+            let mut dev = cfg.secrets.device(0xdec0)?;
+            let pd = dev.alloc_pd();
+            let mut cm = Cm::new(cm_config(&cfg.secrets, 0xdec0)?);
+            cm.listen(rdma_cm_service_id(port));
+            let mut ep = bind_endpoint(
+                dev,
+                SocketAddr::new(bind, ROCEV2_UDP_PORT),
+                ROCEV2_UDP_PORT,
+                cfg.impairment,
+                cfg.link,
+            )?;
+            let mut app = KvCmServer {
+                cm,
+                cfg,
+                pd,
+                peer: None,
+                mine: Vec::new(),
+                psns: Vec::new(),
+                conns: Vec::new(),
+                established: 0,
+                released: 0,
+                chan: None,
+                hello: None,
+                pool: None,
+                plan: None,
+                next_plan: 0,
+                refused: None,
+                out: KvServerOutcome::default(),
+                until_established: true,
+                abandoned: false,
+            };
+            if let Some(r) = ready.take() {
+                r();
+            }
+            // Waiting for a client has no silence bound; serving one has (a client that fails
+            // midway stops answering).
+            let forever = Duration::from_secs(365 * 24 * 3600);
+            ep.run(&mut app, true, pending(), forever).await?;
+            if !app.abandoned {
+                break (ep, app);
+            }
         };
-        ready();
-        // Waiting for a client has no silence bound; serving one has (a client that fails
-        // midway stops answering).
-        let forever = Duration::from_secs(365 * 24 * 3600);
-        app.until_established = true;
-        ep.run(&mut app, true, pending(), forever).await?;
         app.until_established = false;
         ep.run(&mut app, true, pending(), SERVING_SILENCE).await?;
         if let Some(why) = app.refused {

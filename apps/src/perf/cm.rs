@@ -138,6 +138,9 @@ struct Serving {
     established: usize,
     released: usize,
     until_established: bool,
+    /// The set-up of this run was given up (a REQ whose sender never confirmed, or that
+    /// rejected our REP): the server drops what it made for it and listens again.
+    abandoned: bool,
 }
 
 impl Serving {
@@ -236,11 +239,23 @@ impl Application for Serving {
                     }
                 }
                 CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
-                    if self.conns.contains(&Some(conn)) {
+                    if !self.conns.contains(&Some(conn)) {
+                        continue;
+                    }
+                    if !self.until_established {
                         return Err(AppError::Failed(
                             "the client stopped answering while connecting".into(),
                         ));
                     }
+                    // Any address can send a REQ: one that never comes back to confirm
+                    // costs this server its set-up, not its life.
+                    if !self.abandoned {
+                        eprintln!(
+                            "roce perf: gave up a CM set-up from {} (no RTU, or our REP refused); listening again",
+                            self.peer.map_or_else(|| "?".into(), |p| p.to_string())
+                        );
+                    }
+                    self.abandoned = true;
                 }
             }
         }
@@ -253,12 +268,13 @@ impl Application for Serving {
 
     fn done(&self) -> bool {
         let n = self.conns.len();
-        n > 0
-            && if self.until_established {
-                self.established == n
-            } else {
-                self.released == n
-            }
+        self.abandoned
+            || n > 0
+                && if self.until_established {
+                    self.established == n
+                } else {
+                    self.released == n
+                }
     }
 }
 
@@ -297,6 +313,7 @@ pub fn serve_cm(
                 established: 0,
                 released: 0,
                 until_established: true,
+                abandoned: false,
             };
             // The first run may wait forever; the next is asked for at once.
             let wait = if runs == 0 {
@@ -305,6 +322,11 @@ pub fn serve_cm(
                 Duration::from_secs(30)
             };
             ep.run(&mut s, true, pending(), wait).await?;
+            if s.abandoned {
+                // A fresh device, CM and endpoint for the next REQ; this one's QPs and
+                // regions go with it.
+                continue;
+            }
             if let Some((spec, _)) = s.run {
                 ep.set_busy_poll(spin(&spec));
             }

@@ -281,6 +281,8 @@ struct CmServer {
     released: usize,
     /// Stop once every QP is established (the first phase), or once every QP is released.
     until_established: bool,
+    /// The set-up was given up (no RTU, or our REP refused): listen again, afresh.
+    abandoned: bool,
     link: Link,
 }
 
@@ -412,11 +414,23 @@ impl Application for CmServer {
                     }
                 }
                 CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
-                    if let Some(k) = self.conns.iter().position(|c| *c == Some(conn)) {
+                    let Some(k) = self.conns.iter().position(|c| *c == Some(conn)) else {
+                        continue;
+                    };
+                    if !self.until_established {
                         return Err(AppError::Failed(format!(
                             "QP {k}: the client stopped answering while connecting"
                         )));
                     }
+                    // Any address can send a REQ: one never confirmed costs the server its
+                    // set-up (and what it made for it), not its life.
+                    if !self.abandoned {
+                        eprintln!(
+                            "roce server: gave up a CM set-up from {} (no RTU, or our REP refused); listening again",
+                            self.peer.map_or_else(|| "?".into(), |p| p.to_string())
+                        );
+                    }
+                    self.abandoned = true;
                 }
             }
         }
@@ -431,7 +445,7 @@ impl Application for CmServer {
 
     fn done(&self) -> bool {
         if self.until_established {
-            !self.conns.is_empty() && self.established == self.conns.len()
+            self.abandoned || (!self.conns.is_empty() && self.established == self.conns.len())
         } else {
             !self.conns.is_empty() && self.released == self.conns.len()
         }
@@ -465,40 +479,52 @@ pub fn serve_cm(
     ready: impl FnOnce(),
 ) -> Result<CmServerOutcome, DriverError> {
     runtime()?.block_on(async move {
-        let mut dev = secrets.device(0x5e7e)?;
-        let pd = dev.alloc_pd();
-        let mut cm = Cm::new(cm_config(&secrets, 0x5e7e)?);
-        cm.listen(rdma_cm_service_id(port));
-        let mut ep = bind_endpoint(
-            dev,
-            SocketAddr::new(bind, ROCEV2_UDP_PORT),
-            ROCEV2_UDP_PORT,
-            impairment,
-            link,
-        )?;
-        if let Some(t) = tap {
-            ep.set_tap(t);
-        }
-        let mut app = CmServer {
-            cm,
-            secrets,
-            pd,
-            peer: None,
-            req: None,
-            mine: Vec::new(),
-            psns: Vec::new(),
-            responder: None,
-            blocks: Vec::new(),
-            conns: Vec::new(),
-            established: 0,
-            released: 0,
-            until_established: true,
-            link: ep.link(),
+        let (mut tap, mut ready) = (tap, Some(ready));
+        // Each set-up on a fresh device, CM and endpoint: one given up takes what was made
+        // for it along (the capture goes on in the next).
+        let (mut ep, mut app) = loop {
+            let mut dev = secrets.device(0x5e7e)?;
+            let pd = dev.alloc_pd();
+            let mut cm = Cm::new(cm_config(&secrets, 0x5e7e)?);
+            cm.listen(rdma_cm_service_id(port));
+            let mut ep = bind_endpoint(
+                dev,
+                SocketAddr::new(bind, ROCEV2_UDP_PORT),
+                ROCEV2_UDP_PORT,
+                impairment,
+                link,
+            )?;
+            if let Some(t) = tap.take() {
+                ep.set_tap(t);
+            }
+            let mut app = CmServer {
+                cm,
+                secrets,
+                pd,
+                peer: None,
+                req: None,
+                mine: Vec::new(),
+                psns: Vec::new(),
+                responder: None,
+                blocks: Vec::new(),
+                conns: Vec::new(),
+                established: 0,
+                released: 0,
+                until_established: true,
+                abandoned: false,
+                link: ep.link(),
+            };
+            if let Some(r) = ready.take() {
+                r();
+            }
+            // Waiting for a client has no silence bound; serving one has.
+            let forever = Duration::from_secs(365 * 24 * 3600);
+            ep.run(&mut app, true, pending(), forever).await?;
+            if !app.abandoned {
+                break (ep, app);
+            }
+            tap = ep.take_tap();
         };
-        ready();
-        // Waiting for a client has no silence bound; serving one has.
-        let forever = Duration::from_secs(365 * 24 * 3600);
-        ep.run(&mut app, true, pending(), forever).await?;
         app.until_established = false;
         ep.run(&mut app, true, pending(), Duration::from_secs(30))
             .await?;
