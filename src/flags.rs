@@ -3,7 +3,6 @@
 //! meet error messages.
 
 use roce_apps::kv::KvError;
-use roce_apps::perf::perftest::PeerGid;
 use roce_apps::{Combination, ConfigError, Setting};
 use roce_driver::DriverError;
 
@@ -130,9 +129,6 @@ fn worded(command: &str, e: &(dyn std::error::Error + 'static)) -> Option<String
     }
     if let Some(DriverError::Invalid(inner)) = e.downcast_ref::<DriverError>() {
         return worded(command, inner.as_ref());
-    }
-    if let Some(g @ PeerGid::Elsewhere { gid, .. }) = e.downcast_ref::<PeerGid>() {
-        return Some(format!("{g} (give --peer-gid {gid} to send there)"));
     }
     None
 }

@@ -76,12 +76,6 @@ pub(crate) struct PerfArgs {
     /// bytes/s), in the reports exchanged and printed; give the stock tool the same flag.
     #[arg(long = "report_gbits", alias = "report-gbits", requires = "perftest")]
     report_gbits: bool,
-    /// --perftest --client over TCP: the one address the server's GID may name besides the
-    /// address its TCP connection reached (a server whose control traffic takes another
-    /// network than its RoCE). Without it a GID naming a third host is refused: a server
-    /// cannot aim the client's traffic elsewhere.
-    #[arg(long = "peer-gid", value_name = "IP", requires = "perftest")]
-    peer_gid: Option<std::net::IpAddr>,
     /// Connection type, as perftest's -c: RC, UC (send and write, nothing acknowledged or
     /// retransmitted) or UD (send only, sizes up to the MTU, lost messages not retransmitted).
     #[arg(short = 'c', long = "connection", default_value = "RC")]
@@ -268,7 +262,6 @@ fn run_perftest(
             secrets,
             a.link.link,
             gbits,
-            a.peer_gid,
             || {
                 let how = if cm { "RDMA-CM" } else { "TCP" };
                 eprintln!("roce perf: waiting for a perftest client on {how} {bind}:{port}");
@@ -298,7 +291,6 @@ fn run_perftest(
                 secrets,
                 a.link.link,
                 gbits,
-                a.peer_gid,
             )?
         }
         None => {
@@ -319,7 +311,6 @@ fn run_perftest(
                         secrets,
                         link,
                         gbits,
-                        None,
                         ready,
                     )
                 },
@@ -332,7 +323,6 @@ fn run_perftest(
                         secrets,
                         link,
                         gbits,
-                        None,
                     )
                 },
             )?

@@ -112,44 +112,29 @@ pub enum PeerGid {
     /// An address no RC peer can have: unspecified, multicast or broadcast.
     #[error("the peer's GID names {0}, which is not a unicast address")]
     NotUnicast(IpAddr),
-    /// Another address than the one the control connection came from or went to (a hostile
-    /// peer pointing this side's traffic at a third host), and not the one the user allowed.
-    #[error("the peer's GID names {gid}, not {control}, the address of its control connection")]
-    Elsewhere {
-        /// What the GID names.
-        gid: IpAddr,
-        /// The control connection's peer.
-        control: IpAddr,
-    },
 }
 
-/// The peer's address from its key record, refused unless it is a unicast address and, over
-/// TCP, the control connection's peer (`control`) or the one address the user allowed
-/// (`allowed`: a peer whose control traffic goes over another network than its RoCE).
-fn checked_peer(
-    d: &Dest,
-    control: Option<IpAddr>,
-    allowed: Option<IpAddr>,
-) -> Result<IpAddr, DriverError> {
+/// The peer's address from its key record, refused unless it is a unicast address. Over TCP
+/// (`control`: the control connection's peer) a GID naming another host is said in one line
+/// and followed: perftest users do run the exchange over a management network and RoCE over
+/// the fabric, and a stock client follows it too.
+fn checked_peer(d: &Dest, control: Option<IpAddr>) -> Result<IpAddr, DriverError> {
     let ip = peer_ip(d)?.to_canonical();
     let unicast = match ip {
         IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
         IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
     };
-    let refused = if !unicast {
-        Some(PeerGid::NotUnicast(ip))
-    } else {
-        control
-            .map(|c| c.to_canonical())
-            .filter(|&c| c != ip && allowed.map(|a| a.to_canonical()) != Some(ip))
-            .map(|control| PeerGid::Elsewhere { gid: ip, control })
-    };
-    match refused {
-        Some(why) => Err(DriverError::PeerInvalid {
-            source: Box::new(why),
-        }),
-        None => Ok(ip),
+    if !unicast {
+        return Err(DriverError::PeerInvalid {
+            source: Box::new(PeerGid::NotUnicast(ip)),
+        });
     }
+    if let Some(c) = control.map(|c| c.to_canonical()).filter(|&c| c != ip) {
+        eprintln!(
+            "roce perf: the server's GID names {ip}, not {c} that its TCP connection reached: the test's traffic goes to {ip}"
+        );
+    }
+    Ok(ip)
 }
 
 fn report_of(r: &PerfResult) -> Report {
@@ -165,8 +150,8 @@ fn report_of(r: &PerfResult) -> Report {
 /// Runs one perftest-compatible test over `channel`, as the client (the side given a host)
 /// or the server. `local` is the address of this side's RoCE socket (UDP 4791); `ready` is
 /// called once a server listens (RDMA-CM; over TCP the caller's listener is open already).
-/// The peer's GID must be unicast and, on a TCP client, name the server it reached or
-/// `gid_allowed` ([`PeerGid`]): a server cannot point the client's traffic at a third host.
+/// The peer's GID must be unicast ([`PeerGid`]); a TCP client says in one line when the
+/// server's names another host than the one it reached.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_session(
     channel: Channel,
@@ -176,13 +161,11 @@ pub async fn run_session(
     secrets: Secrets,
     link: LinkChoice,
     gbits: bool,
-    gid_allowed: Option<IpAddr>,
     ready: impl FnOnce(),
 ) -> Result<(Vec<PerfResult>, Session), DriverError> {
-    // A client starts the traffic, so its server's GID must be the server it reached. A
-    // server only answers what arrives from the client's GID (every QP checks the source
-    // address), so a GID naming a third host earns that host nothing but silence; a client
-    // whose TCP leaves from another network than its RoCE is served as perftest serves it.
+    // A client starts the traffic, so it says where its server's GID sends it. A server
+    // only answers what arrives from the client's GID (every QP checks the source address),
+    // so a GID naming a third host earns that host nothing.
     let control = match &channel {
         Channel::Tcp(t) if client => t.peer_addr().ok().map(|a| a.ip()),
         _ => None,
@@ -249,7 +232,7 @@ pub async fn run_session(
         peers.push(s.keys(ep, "keys", m).await?);
     }
     if !cm {
-        let peer = checked_peer(&peers[0], control, gid_allowed)?;
+        let peer = checked_peer(&peers[0], control)?;
         // As many READs/atomics outstanding as the peer's responder takes.
         side.request_mut().params.max_rd_atomic = peers[0].out_reads.clamp(1, 128) as u8;
         let to: Vec<(Qpn, Psn)> = peers
@@ -449,7 +432,6 @@ pub fn serve_perftest(
     secrets: Secrets,
     link: LinkChoice,
     gbits: bool,
-    gid_allowed: Option<IpAddr>,
     ready: impl FnOnce(),
 ) -> Result<Vec<PerfResult>, DriverError> {
     for s in specs {
@@ -461,8 +443,7 @@ pub fn serve_perftest(
                 return Err(crate::Combination::PerftestCmServerNeedsBind.into());
             }
             let ch = Channel::Cm { server: None, port };
-            let (r, _) =
-                run_session(ch, false, specs, bind, secrets, link, gbits, None, ready).await?;
+            let (r, _) = run_session(ch, false, specs, bind, secrets, link, gbits, ready).await?;
             return Ok(r);
         }
         // No accept timeout: a server waits for its client, as perftest's does.
@@ -479,7 +460,6 @@ pub fn serve_perftest(
             secrets,
             link,
             gbits,
-            gid_allowed,
             || {},
         )
         .await?;
@@ -489,9 +469,7 @@ pub fn serve_perftest(
 
 /// `roce perf --perftest --client HOST`: connects to a perftest server (stock `ib_write_bw`
 /// with no host argument, or `roce perf --perftest --server`), over TCP or with `cm`
-/// RDMA-CM (then `bind`, this side's address, is needed), and runs the test. The server's GID
-/// must name the address it was reached at, or `gid_allowed`.
-#[allow(clippy::too_many_arguments)]
+/// RDMA-CM (then `bind`, this side's address, is needed), and runs the test.
 pub fn run_perftest_client(
     server: SocketAddr,
     bind: Option<IpAddr>,
@@ -500,7 +478,6 @@ pub fn run_perftest_client(
     secrets: Secrets,
     link: LinkChoice,
     gbits: bool,
-    gid_allowed: Option<IpAddr>,
 ) -> Result<Vec<PerfResult>, DriverError> {
     for s in specs {
         s.validate()?;
@@ -512,8 +489,7 @@ pub fn run_perftest_client(
                 server: Some(server),
                 port: server.port(),
             };
-            let (r, _) =
-                run_session(ch, true, specs, local, secrets, link, gbits, None, || {}).await?;
+            let (r, _) = run_session(ch, true, specs, local, secrets, link, gbits, || {}).await?;
             return Ok(r);
         }
         let tcp = tokio::time::timeout(
@@ -534,7 +510,6 @@ pub fn run_perftest_client(
             secrets,
             link,
             gbits,
-            gid_allowed,
             || {},
         )
         .await?;
