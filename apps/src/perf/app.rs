@@ -53,6 +53,9 @@ pub struct PerfApp {
     error: Option<String>,
     /// `-c UD`: each QP's peer.
     ud: Vec<roce_stack::ud::AddressHandle>,
+    /// UD: datagrams received from anyone but the peer's QP (dropped, their receive posted
+    /// again).
+    foreign: u64,
     /// WRITE ping-pong: the answering side measures too, and ends after its `iters`
     /// answers (perftest's `ib_write_lat`, where both sides print).
     answer_measures: bool,
@@ -167,6 +170,7 @@ impl PerfApp {
             iter: 0,
             error: None,
             ud: Vec::new(),
+            foreign: 0,
             answer_measures: false,
             recv_len: spec.size as u32,
         }
@@ -302,11 +306,22 @@ impl PerfApp {
         Ok(())
     }
 
-    /// Drains every receive CQ, reposting a receive per completion. Returns how many.
+    /// Drains every receive CQ, reposting a receive per completion. Returns how many came
+    /// from the peer: on UD (where anyone with the QPN and Q_Key can send) a datagram from
+    /// another address or QP is counted as foreign, whatever its status, and ends nothing.
     fn drain_recv(&mut self, dev: &mut Device) -> Result<u64, AppError> {
         let mut n = 0;
         for i in 0..self.qps.len() {
             while let Some(c) = dev.poll_cq(self.qps[i].rcq) {
+                if let Some(ah) = self.ud.get(i) {
+                    let from_peer =
+                        c.src_qp == Some(ah.dest_qpn) && c.src.is_some_and(|a| a.ip() == ah.remote);
+                    if !from_peer {
+                        self.foreign += 1;
+                        self.post_recv(dev, i)?;
+                        continue;
+                    }
+                }
                 if c.status != WcStatus::Success {
                     return Err(AppError::Failed(format!(
                         "receive {:?} on QP {}",
@@ -442,13 +457,16 @@ impl PerfApp {
                 // ping-pongs it ran, which is what it reports (as perftest does).
                 r.iterations = self.iter;
             }
+            r.foreign_datagrams = self.foreign;
             return r;
         }
         let secs = match (self.start, self.last) {
             (Some(s), Some(l)) => l.duration_since(s).as_secs_f64(),
             _ => 0.0,
         };
-        PerfResult::bw(&self.spec, self.completed, secs, self.peak)
+        let mut r = PerfResult::bw(&self.spec, self.completed, secs, self.peak);
+        r.foreign_datagrams = self.foreign;
+        r
     }
 }
 
