@@ -34,6 +34,16 @@ mod units;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Servers: accept a TCP connection or a CM REQ only from these peers (ADDR or
+    /// ADDR/PREFIX, repeatable or comma-separated); every other peer is refused at once, one
+    /// line said per address. Default: anyone.
+    #[arg(
+        long,
+        global = true,
+        value_name = "ADDR[/PREFIX]",
+        value_delimiter = ','
+    )]
+    allow: Vec<roce_driver::allow::IpNetwork>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -164,6 +174,7 @@ impl Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = cli.command.name();
+    roce_driver::allow::set_allowed(cli.allow);
     match cli.command.run() {
         Ok(code) => code,
         Err(e) => {

@@ -336,3 +336,60 @@ fn a_req_never_confirmed_does_not_end_a_kv_server() {
         ],
     );
 }
+
+/// `--allow`: a server takes a TCP connection or a CM REQ only from the peers it names; a
+/// stranger is refused at once (its TCP connection closed, its REQ unanswered) with one line
+/// on the server, which goes on waiting and serves the allowed client.
+#[test]
+fn allow_lets_only_the_named_peers_connect() {
+    for (n, cm) in [(153u8, false), (154, true)] {
+        let (c, s) = ips(n);
+        let stranger = format!("127.0.{n}.3");
+        let port = format!("21{n}");
+        let mut args = vec!["server", "--bind", &s, "--port", &port, "--allow", &c];
+        if cm {
+            args.push("--cm");
+        }
+        let mut srv = Command::new(BIN)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let client = |from: &str| {
+            let target = format!("{s}:{port}");
+            let mut a = vec!["client", target.as_str(), "--bind", from, "--count", "20"];
+            if cm {
+                a.push("--cm");
+            }
+            roce(&a)
+        };
+        let (code, out, err) = client(&stranger);
+        assert_ne!(code, 0, "the stranger was served: {out}{err}");
+        assert!(
+            srv.try_wait().unwrap().is_none(),
+            "the server ended on the stranger"
+        );
+        let (code, out, err) = client(&c);
+        assert_eq!(code, 0, "cm {cm}: the allowed client: {out}{err}");
+        let t0 = Instant::now();
+        while srv.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = srv.kill();
+        let out = srv.wait_with_output().unwrap();
+        let server_err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "cm {cm}: server: {server_err}");
+        let what = if cm { "a CM REQ" } else { "a TCP connection" };
+        let refusals: Vec<&str> = server_err
+            .lines()
+            .filter(|l| l.contains("not an allowed peer"))
+            .collect();
+        assert_eq!(refusals.len(), 1, "cm {cm}: {server_err}");
+        assert!(
+            refusals[0].contains(&format!("refused {what} from {stranger}")),
+            "{server_err}"
+        );
+    }
+}

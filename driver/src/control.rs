@@ -212,7 +212,18 @@ pub async fn accept(
     timeout: Option<Duration>,
 ) -> Result<(Control, IpAddr, SocketAddr), DriverError> {
     let listener = TcpListener::from_std(listener).map_err(setup("listener"))?;
-    let accept = listener.accept();
+    // A peer the allow-list refuses is closed at once; the wait goes on.
+    let accept = async {
+        loop {
+            match listener.accept().await {
+                Ok((s, peer)) if crate::allow::admit(peer.ip(), "a TCP connection") => {
+                    return Ok((s, peer))
+                }
+                Ok(_) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    };
     let (stream, peer) = match timeout {
         Some(d) => tokio::time::timeout(d, accept)
             .await

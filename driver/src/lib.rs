@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod allow;
 pub mod app;
 pub mod connect;
 pub mod control;

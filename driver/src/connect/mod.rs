@@ -365,13 +365,25 @@ pub async fn tcp_accept_one(
         .await
         .map_err(|e| DriverError::step(format!("cannot listen on TCP {bind}:{port}"), e))?;
     ready();
+    // A peer the allow-list refuses is closed at once; the wait goes on.
+    let admitted = async {
+        loop {
+            match l.accept().await {
+                Ok((tcp, peer)) if crate::allow::admit(peer.ip(), "a TCP connection") => {
+                    return Ok(tcp)
+                }
+                Ok(_) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    };
     let accepted = match timeout {
-        Some(t) => tokio::time::timeout(t, l.accept())
+        Some(t) => tokio::time::timeout(t, admitted)
             .await
             .map_err(|_| DriverError::Setup(format!("no peer connected within {t:?}")))?,
-        None => l.accept().await,
+        None => admitted.await,
     };
-    let (tcp, _) = accepted.map_err(|e| DriverError::step("accept", e))?;
+    let tcp = accepted.map_err(|e| DriverError::step("accept", e))?;
     let _ = tcp.set_nodelay(true);
     Ok(tcp)
 }

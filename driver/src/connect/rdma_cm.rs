@@ -16,8 +16,15 @@ use crate::{AppError, DriverError, LinkChoice, Secrets};
 
 /// Moves MADs from the device's QP1 to the CM and runs the CM's timers that are due: after
 /// it, `cm.poll_event()` holds what happened.
+/// A REQ or SIDR_REQ (a new peer asking for a connection) from an address the allow-list
+/// refuses ([`crate::allow`]) is dropped here, unanswered.
 pub fn pump(cm: &mut Cm, dev: &mut Device, now: Instant) {
     while let Some(m) = dev.gsi().take() {
+        // The MAD header's attribute ID (bytes 16-17): REQ 0x0010, SIDR_REQ 0x0017.
+        let asks = matches!(m.mad.get(16..18), Some([0, 0x10]) | Some([0, 0x17]));
+        if asks && !crate::allow::admit(m.from.ip(), "a CM REQ") {
+            continue;
+        }
         cm.handle_mad(now, m.from.ip(), m.to, &m.mad);
     }
     if cm.poll_timeout().is_some_and(|t| t <= now) {
