@@ -29,6 +29,7 @@ pub mod connect;
 pub mod control;
 pub mod endpoint;
 pub mod impair;
+mod neigh;
 pub mod packet;
 pub mod qps;
 pub mod secrets;

@@ -364,6 +364,21 @@ fn recv_batch(
 /// of its datagrams is accepted once more.
 const MAX_HOPS: usize = 256;
 
+/// How often [`PacketSend`] asks the kernel's tables again where a peer's next hop is (a
+/// twentieth of it while they name none).
+const RESOLVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A peer of [`PacketSend`]: its next hop and this host's address there, if the tables named
+/// one, and when they were asked.
+#[derive(Debug, Clone, Copy)]
+struct Hop {
+    peer: Ipv4Addr,
+    at: Option<(LinkPeer, [u8; 6])>,
+    checked: std::time::Instant,
+    /// Datagrams of the peer taken since the tables were asked.
+    calls: u32,
+}
+
 /// TTL of the datagrams the packet link writes (Linux's default, `ip_default_ttl`).
 const TTL: u8 = 64;
 
@@ -374,20 +389,24 @@ const TTL: u8 = 64;
 /// lock, header building) is skipped: on a veth pair a 64 B datagram costs the sending core
 /// two thirds of what it costs through a UDP socket.
 ///
-/// It sends to a peer only once a datagram from that peer's address was *accepted by the
+/// It sends to a peer once a datagram from that peer's address was *accepted by the
 /// transport in sequence* ([`roce_stack::Delivery::Connected`]: a QP's peer, ICRC valid, the
-/// PSN it expected or one it sent and has not seen acknowledged; not a CNP, a duplicate or a
-/// PSN outside the window): the interface and source hardware
-/// address of that frame are where replies go ([`PacketSend::learn`]); until then, and for
-/// peers behind `lo` (Linux drops injected frames with loopback or local source addresses as
-/// martians, unless [`loopback_takes_injected_frames`]), the UDP socket sends. A forged frame from elsewhere on the link is not
-/// accepted, so it cannot redirect the traffic.
+/// PSN it expected or one it sent and has not seen acknowledged), and then to the next hop the
+/// kernel's own routing and neighbour tables name for the peer's address ([`crate::neigh`],
+/// looked up again at most once a second), never to the hardware address a received frame
+/// came from: no frame, forged or not, decides where data goes ([`PacketSend::learn`]). Until
+/// then, where the tables name no complete next hop, and for peers behind `lo` (Linux drops
+/// injected frames with loopback or local source addresses as martians, unless
+/// [`loopback_takes_injected_frames`]), the UDP socket sends (and the kernel resolves).
 #[derive(Debug)]
 pub struct PacketSend {
     tx: PacketTx,
     src: Ipv4Addr,
-    /// Each peer: where on the link it is, and this host's hardware address on that interface.
-    hops: Vec<(Ipv4Addr, LinkPeer, [u8; 6])>,
+    /// Each peer: where on the link it is (when the tables named a next hop), this host's
+    /// hardware address on that interface, and when the tables were last asked.
+    hops: Vec<Hop>,
+    /// The next-hop lookup ([`crate::neigh::next_hop`]; a stand-in in tests).
+    resolve: fn(Ipv4Addr) -> Option<(i32, [u8; 6])>,
     oldest: usize,
     /// This host's hardware address per interface index, as far as asked for.
     own: Vec<(i32, [u8; 6])>,
@@ -407,6 +426,7 @@ impl PacketSend {
             tx: PacketTx::new()?,
             src: *local.ip(),
             hops: Vec::new(),
+            resolve: crate::neigh::next_hop,
             oldest: 0,
             own: Vec::new(),
             loopback: loopback_takes_injected_frames(),
@@ -415,27 +435,55 @@ impl PacketSend {
         })
     }
 
-    /// Records that an accepted datagram from `peer` came from `from`: later datagrams to
-    /// `peer` go there. Only Ethernet interfaces (and `lo` where it takes injected frames)
-    /// whose own hardware address is known (`getifaddrs`, asked once per interface).
+    /// Records that a datagram from `peer` was taken in sequence, arriving through `from`:
+    /// from now on datagrams to `peer` go through the packet socket, to the next hop the
+    /// kernel's tables name (asked again at most once a second, so a changed neighbour is
+    /// followed; where they name none, the UDP socket sends). `from` says only which kind of
+    /// link it came over: on `lo` (where it takes injected frames) the hop is `lo` itself;
+    /// on Ethernet its hardware address is never used.
     pub fn learn(&mut self, peer: Ipv4Addr, from: LinkPeer) {
-        let framed = from.hatype == LinkPeer::ETHERNET
-            || (from.hatype == LinkPeer::LOOPBACK && self.loopback);
-        if !framed || self.src.is_unspecified() {
+        if self.src.is_unspecified() {
             return;
         }
-        let at = self.hops.iter().position(|h| h.0 == peer);
-        if at.is_some_and(|i| self.hops[i].1 == from) {
-            return;
+        let at = self.hops.iter().position(|h| h.peer == peer);
+        if let Some(i) = at {
+            // The clock only every 1,024th datagram of a peer (64th while unresolved): this
+            // runs for each one.
+            let h = &mut self.hops[i];
+            h.calls = h.calls.wrapping_add(1);
+            let (every, after) = match h.at {
+                Some(_) => (1024, RESOLVE_EVERY),
+                None => (64, RESOLVE_EVERY / 20),
+            };
+            if !h.calls.is_multiple_of(every) || h.checked.elapsed() < after {
+                return;
+            }
         }
-        let Some(own) = self.own_address(from.ifindex) else {
-            return;
+        let hop = match from.hatype {
+            LinkPeer::LOOPBACK if self.loopback => Some((from.ifindex, [0u8; 6])),
+            LinkPeer::ETHERNET => (self.resolve)(peer),
+            _ => None,
+        };
+        let hop = hop.and_then(|(ifindex, mac)| {
+            let own = self.own_address(ifindex)?;
+            let link = LinkPeer {
+                ifindex,
+                hatype: from.hatype,
+                addr: mac,
+            };
+            Some((link, own))
+        });
+        let h = Hop {
+            peer,
+            at: hop,
+            checked: std::time::Instant::now(),
+            calls: 0,
         };
         match at {
-            Some(i) => self.hops[i] = (peer, from, own),
-            None if self.hops.len() < MAX_HOPS => self.hops.push((peer, from, own)),
+            Some(i) => self.hops[i] = h,
+            None if self.hops.len() < MAX_HOPS => self.hops.push(h),
             None => {
-                self.hops[self.oldest] = (peer, from, own);
+                self.hops[self.oldest] = h;
                 self.oldest = (self.oldest + 1) % MAX_HOPS;
             }
         }
@@ -460,7 +508,7 @@ impl PacketSend {
     /// Where datagrams to `peer` go on the link, once learned (and this host's hardware
     /// address there).
     pub fn hop(&self, peer: Ipv4Addr) -> Option<(LinkPeer, [u8; 6])> {
-        self.hops.iter().find(|h| h.0 == peer).map(|h| (h.1, h.2))
+        self.hops.iter().find(|h| h.peer == peer).and_then(|h| h.at)
     }
 
     /// Sends `datagrams` (UDP payloads, at most [`TX_BATCH`]) from UDP port `src_port` to
@@ -642,10 +690,17 @@ mod tests {
     }
 
     #[test]
-    fn learns_ethernet_peers_only_and_boundedly() {
+    fn sends_where_the_tables_say_not_where_a_frame_came_from() {
         let Ok(mut s) = PacketSend::open("10.0.0.1:4791".parse().unwrap()) else {
-            eprintln!("no CAP_NET_RAW here: the learning is also covered by tests/netns.rs");
+            eprintln!("no CAP_NET_RAW here: the next hop is also covered by tests/netns.rs");
             return;
+        };
+        // The tables of this stand-in: 10.0.0.2 is behind interface 2 with MAC ..:0a, every
+        // 11.x host too; nothing else resolves.
+        s.resolve = |p| match p.octets() {
+            [10, 0, 0, 2] => Some((2, [2, 0, 0, 0, 0, 0x0a])),
+            [11, ..] => Some((2, [2, 0, 0, 0, 0, 0x0b])),
+            _ => None,
         };
         let eth = |i: u8| LinkPeer {
             ifindex: 2,
@@ -667,27 +722,21 @@ mod tests {
             None,
             "lo: Linux drops injected local-source frames"
         );
+        s.hops.clear();
         // Interface 2 stands for one whose own address was looked up.
         s.own.push((2, [2, 0, 0, 0, 0, 0xee]));
-        s.learn(peer, eth(1));
-        s.learn(peer, eth(2));
+        s.learn(peer, eth(0x66));
         assert_eq!(
             s.hop(peer),
-            Some((eth(2), [2, 0, 0, 0, 0, 0xee])),
-            "the latest accepted frame decides"
+            Some((eth(0x0a), [2, 0, 0, 0, 0, 0xee])),
+            "the tables' next hop, not the frame's source address"
         );
         let other = Ipv4Addr::new(10, 0, 0, 3);
-        s.learn(
-            other,
-            LinkPeer {
-                ifindex: 1_000_000,
-                ..eth(4)
-            },
-        );
+        s.learn(other, eth(4));
         assert_eq!(
             s.hop(other),
             None,
-            "no interface of that index: its own address is unknown"
+            "no next hop in the tables: the UDP socket"
         );
         for k in 0..(MAX_HOPS as u32 + 10) {
             s.learn(Ipv4Addr::from(0x0b00_0000 + k), eth(3));
@@ -697,7 +746,7 @@ mod tests {
         assert_eq!(
             s.hop(Ipv4Addr::from(0x0b00_0000 + MAX_HOPS as u32 + 9))
                 .map(|h| h.0),
-            Some(eth(3))
+            Some(eth(0x0b))
         );
     }
 
