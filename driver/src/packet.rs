@@ -392,7 +392,7 @@ const TTL: u8 = 64;
 /// It sends to a peer once a datagram from that peer's address was *accepted by the
 /// transport in sequence* ([`roce_stack::Delivery::Connected`]: a QP's peer, ICRC valid, the
 /// PSN it expected or one it sent and has not seen acknowledged), and then to the next hop the
-/// kernel's own routing and neighbour tables name for the peer's address ([`crate::neigh`],
+/// kernel's own routing and neighbour tables name for the peer's address (`neigh.rs`,
 /// looked up again at most once a second), never to the hardware address a received frame
 /// came from: no frame, forged or not, decides where data goes ([`PacketSend::learn`]). Until
 /// then, where the tables name no complete next hop, and for peers behind `lo` (Linux drops
