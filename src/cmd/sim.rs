@@ -327,7 +327,8 @@ const MAX_WORKLOAD_FILE: u64 = congestion::fct::MAX_CDF_POINTS as u64 * 100;
 /// device or a pipe (`/dev/zero`) ends at the bound like a file does.
 fn read_workload_file(path: &str) -> anyhow::Result<String> {
     use std::io::Read;
-    let f = std::fs::File::open(path).with_context(|| format!("--workload {path}"))?;
+    let f =
+        std::fs::File::open(path).with_context(|| format!("--workload {path}: reading {path}"))?;
     let mut bytes = Vec::new();
     f.take(MAX_WORKLOAD_FILE + 1)
         .read_to_end(&mut bytes)
