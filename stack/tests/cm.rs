@@ -828,11 +828,9 @@ fn a_reqs_timeouts_and_mras_hold_a_set_up_no_longer_than_the_bound() {
         };
         assert!(b.accept(t0, conn, b_offer(), b"").is_some());
         let mut sent = vec![(0u64, b.poll_transmit().expect("the REP"))];
-        let mut t = t0;
         let mut given_up = None;
         for _ in 0..1000 {
-            let Some(d) = b.poll_timeout() else { break };
-            t = d;
+            let Some(t) = b.poll_timeout() else { break };
             if mras {
                 // An MRA for the REP asking for the longest service timeout, every time.
                 let mra = Message::Mra(Mra {
