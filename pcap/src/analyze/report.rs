@@ -34,31 +34,44 @@ fn rate_text(gbps: f64) -> String {
     }
 }
 
-fn episodes_text(s: &Side) -> String {
-    let parts: Vec<String> = Cause::ALL
-        .iter()
-        .zip(s.episodes)
-        .filter(|(_, n)| *n > 0)
-        .map(|(c, n)| format!("{} {n}", c.name()))
-        .collect();
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join(", ")
+/// Writes `name count` of every nonzero count, comma-separated, or `-`.
+fn counts_into(o: &mut String, names: impl Iterator<Item = &'static str>, counts: &[u64]) {
+    let start = o.len();
+    for (name, &n) in names.zip(counts).filter(|(_, n)| **n > 0) {
+        if o.len() > start {
+            o.push_str(", ");
+        }
+        let _ = write!(o, "{name} {n}");
+    }
+    if o.len() == start {
+        o.push('-');
     }
 }
 
-fn naks_text(s: &Side) -> String {
-    let parts: Vec<String> = NAK_KINDS
-        .iter()
-        .zip(s.naks)
-        .filter(|(_, n)| *n > 0)
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect();
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join(", ")
+/// The episodes by cause of `episodes` (as in [`Side::episodes`]), or `-`.
+fn episodes_text(episodes: &[u64; 5]) -> String {
+    let mut o = String::new();
+    counts_into(&mut o, Cause::ALL.iter().map(|c| c.name()), episodes);
+    o
+}
+
+/// The NAKs by kind of `naks` (as in [`Side::naks`]), or `-`.
+fn naks_text(naks: &[u64; 6]) -> String {
+    let mut o = String::new();
+    counts_into(&mut o, NAK_KINDS.iter().copied(), naks);
+    o
+}
+
+/// Writes `addr` or `addr qp 0x..` of a side.
+fn endpoint_into(o: &mut String, s: &Side) {
+    match s.addr {
+        Some(a) => {
+            let _ = write!(o, "{a}");
+        }
+        None => o.push('?'),
+    }
+    if let Some(q) = s.qpn {
+        let _ = write!(o, " qp {q:#x}");
     }
 }
 
@@ -97,95 +110,97 @@ fn table(a: &Analysis) -> String {
         "p99 RTT",
         "verdict"
     );
+    let mut ends = String::new();
     for c in &a.connections {
         let [x, y] = &c.sides;
         let retx = x.retransmitted_packets + y.retransmitted_packets;
-        let mut both = x.clone();
-        for i in 0..5 {
-            both.episodes[i] += y.episodes[i];
-        }
-        for i in 0..6 {
-            both.naks[i] += y.naks[i];
-        }
+        let episodes: [u64; 5] = std::array::from_fn(|i| x.episodes[i] + y.episodes[i]);
+        let naks: [u64; 6] = std::array::from_fn(|i| x.naks[i] + y.naks[i]);
         let rtt = if x.ack_rtt.count() >= y.ack_rtt.count() {
             &x.ack_rtt
         } else {
             &y.ack_rtt
         };
-        let violated: Vec<&str> = c
-            .verdicts()
-            .into_iter()
-            .filter(|v| v.result == "violated")
-            .map(|v| v.rule)
-            .collect();
-        let _ = writeln!(
+        ends.clear();
+        endpoint_into(&mut ends, x);
+        ends.push_str(" <-> ");
+        endpoint_into(&mut ends, y);
+        let _ = write!(
             o,
-            "{:>4} {:<44} {:<9} {:>8} {:>11} {:>8} {:>6} {:<22} {:<18} {:>5} {:>7.1}us {}",
+            "{:>4} {:<44} {:<9} {:>8} {:>11} {:>8} {:>6} {:<22} {:<18} {:>5} {:>7.1}us ",
             c.id,
-            format!("{} <-> {}", endpoint(x), endpoint(y)),
+            ends,
             c.paired_by,
             x.packets + y.packets,
             x.bytes + y.bytes,
             rate_text(goodput_gbps(x).max(goodput_gbps(y))),
             retx,
-            episodes_text(&both),
-            naks_text(&both),
+            episodes_text(&episodes),
+            naks_text(&naks),
             x.cnps + y.cnps,
             us(rtt.quantile(0.99)),
-            if violated.is_empty() {
-                "ok".to_string()
-            } else {
-                format!("VIOLATED: {}", violated.join(", "))
-            }
         );
+        let mut violated = c.rules.violated_rules().peekable();
+        if violated.peek().is_none() {
+            o.push_str("ok");
+        } else {
+            o.push_str("VIOLATED: ");
+            for (i, rule) in violated.enumerate() {
+                if i > 0 {
+                    o.push_str(", ");
+                }
+                o.push_str(rule.name());
+            }
+        }
+        o.push('\n');
     }
     o
 }
 
 /// One connection's section of the text report.
-fn section(c: &Connection, events: bool) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "\nconnection {} ({}, paired by {})",
-        c.id,
-        {
-            let [x, y] = &c.sides;
-            format!("{} <-> {}", endpoint(x), endpoint(y))
-        },
-        c.paired_by
-    );
+fn section(o: &mut String, c: &Connection, events: bool) {
+    let _ = write!(o, "\nconnection {} (", c.id);
+    endpoint_into(o, &c.sides[0]);
+    o.push_str(" <-> ");
+    endpoint_into(o, &c.sides[1]);
+    let _ = writeln!(o, ", paired by {})", c.paired_by);
     for (i, s) in c.sides.iter().enumerate() {
         if s.packets == 0 {
             let _ = writeln!(o, "  side {}: nothing captured", ["a", "b"][i]);
             continue;
         }
-        let msgs: Vec<String> = OPS
+        let _ = write!(o, "  side {} ", ["a", "b"][i]);
+        endpoint_into(o, s);
+        let _ = write!(
+            o,
+            ": {} packets ({} requests, {} responses), messages: ",
+            s.packets, s.requests, s.responses
+        );
+        let start = o.len();
+        for (k, (n, b)) in OPS
             .iter()
             .zip(s.messages.iter().zip(s.message_bytes))
             .filter(|(_, (n, _))| **n > 0)
-            .map(|(k, (n, b))| format!("{k} {n} ({b} B)"))
-            .collect();
-        let _ = writeln!(
-            o,
-            "  side {} {}: {} packets ({} requests, {} responses), messages: {}",
-            ["a", "b"][i],
-            endpoint(s),
-            s.packets,
-            s.requests,
-            s.responses,
-            if msgs.is_empty() {
-                "-".into()
-            } else {
-                msgs.join(", ")
+        {
+            if o.len() > start {
+                o.push_str(", ");
             }
+            let _ = write!(o, "{k} {n} ({b} B)");
+        }
+        if o.len() == start {
+            o.push('-');
+        }
+        let _ = write!(
+            o,
+            "\n    retransmitted {} packets in episodes ",
+            s.retransmitted_packets
         );
+        counts_into(o, Cause::ALL.iter().map(|c| c.name()), &s.episodes);
+        o.push_str("; NAKs sent ");
+        counts_into(o, NAK_KINDS.iter().copied(), &s.naks);
         let _ = writeln!(
             o,
-            "    retransmitted {} packets in episodes {}; NAKs sent {}; gaps {} (never seen {}), out of order {}, duplicates {}, ghost ACKs {}, stale ACKs {}, CNPs {}, CE {}, bad ICRC {}, stalls {}, READ mismatches {}",
-            s.retransmitted_packets,
-            episodes_text(s),
-            naks_text(s),
+            "; gaps {} (never seen {}), out of order {}, duplicates {}, ghost ACKs {}, stale ACKs {}, CNPs {}, CE {}, bad ICRC {}, stalls {}, READ mismatches {}",
             s.psn_gaps,
             s.never_seen_psns,
             s.out_of_order,
@@ -222,18 +237,7 @@ fn section(c: &Connection, events: bool) -> String {
             );
         }
     }
-    for v in c.verdicts() {
-        let frames = if v.frames.is_empty() {
-            String::new()
-        } else {
-            format!(" frames {:?}", v.frames)
-        };
-        let _ = writeln!(
-            o,
-            "  verdict {:<46} {:<14} {}{frames}",
-            v.rule, v.result, v.detail
-        );
-    }
+    c.rules.write_verdicts(o);
     // Events collapsed into runs of one kind (or every one with `events`).
     let mut runs: Vec<(&Event, u64, u64)> = Vec::new();
     for e in &c.events {
@@ -269,7 +273,6 @@ fn section(c: &Connection, events: bool) -> String {
     if c.events_dropped > 0 {
         let _ = writeln!(o, "  ({} more events not listed)", c.events_dropped);
     }
-    o
 }
 
 /// The text report.
@@ -279,6 +282,9 @@ pub fn text(a: &Analysis, events: bool) -> String {
     String::from_utf8(o).unwrap_or_default()
 }
 
+/// Connections whose text sections are formatted by one thread at a time.
+const SECTIONS_AT_ONCE: usize = 2048;
+
 /// Writes the text report to `out`, a connection at a time.
 pub fn write_text<W: Write + ?Sized>(
     a: &Analysis,
@@ -286,8 +292,48 @@ pub fn write_text<W: Write + ?Sized>(
     out: &mut W,
 ) -> std::io::Result<()> {
     out.write_all(table(a).as_bytes())?;
-    for c in &a.connections {
-        out.write_all(section(c, events).as_bytes())?;
+    let mut s = String::new();
+    in_parallel(&a.connections, out, move |o, conns| {
+        s.clear();
+        for c in conns {
+            section(&mut s, c, events);
+        }
+        o.extend_from_slice(s.as_bytes());
+    })
+}
+
+/// One JSON value and a newline onto `o`.
+fn line(o: &mut Vec<u8>, v: &Value) {
+    // Writing to a Vec cannot fail, and a Value always serializes.
+    let _ = serde_json::to_writer(&mut *o, v);
+    o.push(b'\n');
+}
+
+/// Writes to `out` what `fill` makes of the connections, a few thousand at a time, half of
+/// each group made on a second thread; in order.
+fn in_parallel<W: Write + ?Sized, F>(
+    conns: &[Connection],
+    out: &mut W,
+    fill: F,
+) -> std::io::Result<()>
+where
+    F: FnMut(&mut Vec<u8>, &[Connection]) + Clone + Send,
+{
+    let mut bufs = [Vec::new(), Vec::new()];
+    for group in conns.chunks(2 * SECTIONS_AT_ONCE) {
+        let (first, second) = group.split_at(group.len().min(SECTIONS_AT_ONCE));
+        let [b0, b1] = &mut bufs;
+        b0.clear();
+        b1.clear();
+        let (mut f0, mut f1) = (fill.clone(), fill.clone());
+        std::thread::scope(|scope| {
+            if !second.is_empty() {
+                scope.spawn(move || f1(b1, second));
+            }
+            f0(b0, first);
+        });
+        out.write_all(&bufs[0])?;
+        out.write_all(&bufs[1])?;
     }
     Ok(())
 }
@@ -298,14 +344,19 @@ pub fn write_json_lines<W: Write + ?Sized>(
     events: bool,
     out: &mut W,
 ) -> std::io::Result<()> {
-    for c in &a.connections {
-        writeln!(out, "{}", connection_json(c))?;
-    }
+    in_parallel(&a.connections, out, |o, conns| {
+        for c in conns {
+            line(o, &connection_json(c));
+        }
+    })?;
     if events {
+        let mut o = Vec::new();
         for c in &a.connections {
+            o.clear();
             for e in &c.events {
-                writeln!(out, "{}", event_json(e))?;
+                line(&mut o, &event_json(e));
             }
+            out.write_all(&o)?;
         }
     }
     Ok(())

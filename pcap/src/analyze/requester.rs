@@ -89,7 +89,12 @@ pub(super) struct ReqState {
     mtu: u32,
 }
 
+/// Slots of a direction's PSN ring at most ...
 const RING: usize = 128;
+/// ... and at first.
+const RING_FIRST: usize = 8;
+/// An empty ring slot.
+const EMPTY: (u64, u64, u64, u16, u32) = (u64::MAX, 0, 0, 0, 0);
 
 impl ReqState {
     /// The unwrapped PSN nearest the highest request PSN whose 24 bits are `psn`.
@@ -103,12 +108,60 @@ impl ReqState {
         let i = self.gaps.partition_point(|g| g.1 < psn);
         self.gaps.get(i).filter(|g| g.0 <= psn).map(|_| i)
     }
-    /// The ring's slot of `psn`.
+    /// The ring's slot for writing `psn`. The ring starts at [`RING_FIRST`] slots and doubles
+    /// (up to [`RING`]) instead of overwriting a PSN a [`RING`]-slot ring would keep, so a
+    /// direction with few requests costs few slots and the ring always holds what the full
+    /// one would: the last PSN sent of every residue modulo [`RING`].
     fn slot(&mut self, psn: u64) -> &mut (u64, u64, u64, u16, u32) {
         if self.ring.is_empty() {
-            self.ring = vec![(u64::MAX, 0, 0, 0, 0); RING];
+            self.ring = vec![EMPTY; RING_FIRST];
         }
-        &mut self.ring[(psn % RING as u64) as usize]
+        loop {
+            let n = self.ring.len() as u64;
+            let q = self.ring[(psn % n) as usize].0;
+            if n == RING as u64 || q == u64::MAX || q % RING as u64 == psn % RING as u64 {
+                break;
+            }
+            self.grow();
+        }
+        let n = self.ring.len() as u64;
+        &mut self.ring[(psn % n) as usize]
+    }
+    /// Doubles the ring until no two PSNs it holds share a slot.
+    fn grow(&mut self) {
+        let mut n = self.ring.len() * 2;
+        'size: while n < RING {
+            let mut bigger = vec![EMPTY; n];
+            for e in self.ring.iter().filter(|e| e.0 != u64::MAX) {
+                let b = &mut bigger[(e.0 % n as u64) as usize];
+                if b.0 != u64::MAX {
+                    n *= 2;
+                    continue 'size;
+                }
+                *b = *e;
+            }
+            self.ring = bigger;
+            return;
+        }
+        let mut full = vec![EMPTY; RING];
+        for e in self.ring.iter().filter(|e| e.0 != u64::MAX) {
+            full[(e.0 % RING as u64) as usize] = *e;
+        }
+        self.ring = full;
+    }
+    /// Reads what a request at the 24-bit `psn` reads first (its ring slot: the unwrapped
+    /// PSN's residue is the wire PSN's, the ring's length dividing 2^24), so that it is in
+    /// the cache when the request comes to be analyzed.
+    pub(super) fn touch(&self, psn: u32) -> u64 {
+        let n = self.ring.len().max(1);
+        let slot = self.ring.get(psn as usize % n).map_or(0, |e| e.0);
+        slot ^ self.count ^ self.highest ^ self.outstanding.len() as u64
+    }
+    /// What the ring holds for `psn`, when it does.
+    fn find(&self, psn: u64) -> Option<(u64, u64, u64, u16, u32)> {
+        let n = self.ring.len() as u64;
+        let e = *self.ring.get((psn % n.max(1)) as usize)?;
+        (e.0 == psn).then_some(e)
     }
     /// The index in [`ReqState::outstanding`] of the request at `psn`.
     pub(super) fn out_at(&self, psn: u64) -> Option<usize> {
@@ -185,19 +238,15 @@ impl ReqState {
         *s = (psn, t, hash, n, count);
     }
     /// Request packets since PSN `psn` was last seen.
-    fn packets_since(&mut self, psn: u64) -> u64 {
+    /// (`u64::MAX`: not in the ring.)
+    fn packets_since(&self, psn: u64) -> u64 {
         let count = self.count as u32;
-        let s = *self.slot(psn);
-        u64::from(count.wrapping_sub(s.4))
+        self.find(psn)
+            .map_or(u64::MAX, |s| u64::from(count.wrapping_sub(s.4)))
     }
     /// How many times request PSN `psn` was sent (0: not in the ring).
-    pub(super) fn times_sent(&mut self, psn: u64) -> u16 {
-        let s = *self.slot(psn);
-        if s.0 == psn {
-            s.3
-        } else {
-            0
-        }
+    pub(super) fn times_sent(&self, psn: u64) -> u16 {
+        self.find(psn).map_or(0, |s| s.3)
     }
     /// Notes the path MTU `p` shows (the payload of First and Middle packets, IBTA 9.7.1,
     /// C9-93) and returns the one to assume (4096 until one is seen).
@@ -212,9 +261,8 @@ impl ReqState {
         }
     }
     /// When request PSN `psn` was last sent, and its bytes' hash (`None`: not in the ring).
-    pub(super) fn seen(&mut self, psn: u64) -> Option<(u64, u64)> {
-        let s = *self.slot(psn);
-        (s.0 == psn).then_some((s.1, s.2))
+    pub(super) fn seen(&self, psn: u64) -> Option<(u64, u64)> {
+        self.find(psn).map(|s| (s.1, s.2))
     }
 }
 
@@ -695,4 +743,46 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
         }
     }
     ev.trace(p.t, p.psn, 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring that starts small holds exactly what a full-size one would, on PSN streams
+    /// in order, with resends, and jumping about.
+    #[test]
+    fn the_growing_ring_answers_as_a_full_one() {
+        for seed in 1..=200u64 {
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut r = ReqState::default();
+            let mut full = vec![EMPTY; RING];
+            let mut psn = 1_000u64;
+            for step in 0..600u32 {
+                psn = match next() % 8 {
+                    0 => psn.saturating_sub(next() % 40),
+                    1 => psn + next() % 300,
+                    _ => psn + 1,
+                };
+                let t = u64::from(step);
+                r.count += 1;
+                r.sent(psn, t, psn ^ 7);
+                let f = &mut full[(psn % RING as u64) as usize];
+                let n = if f.0 == psn { f.3.saturating_add(1) } else { 1 };
+                *f = (psn, t, psn ^ 7, n, r.count as u32);
+                for probe in psn.saturating_sub(260)..psn + 4 {
+                    let f = full[(probe % RING as u64) as usize];
+                    let want = (f.0 == probe).then_some(f);
+                    assert_eq!(r.find(probe), want, "seed {seed}, step {step}, psn {probe}");
+                }
+            }
+            assert!(r.ring.len() <= RING, "seed {seed}");
+        }
+    }
 }

@@ -502,12 +502,12 @@ pub(super) fn note_cnp_rule(c: &mut Connection) {
         .map(|s| s.cnp_interval.quantile(0.0))
         .min()
     {
-        c.rules.get_mut(Rule::CnpMinInterval).note =
+        *c.rules.get_mut(Rule::CnpMinInterval).note_mut() =
             format!("observed minimum {:.1} us", m as f64 / 1e3);
     }
     let (naks, followed) = c.naks_and_cnps;
     if naks > 0 && c.sides.iter().any(|s| s.cnps > 0) {
-        let note = &mut c.rules.get_mut(Rule::CnpMinInterval).note;
+        let note = c.rules.get_mut(Rule::CnpMinInterval).note_mut();
         let sep = if note.is_empty() { "" } else { "; " };
         *note += &format!(
             "{sep}{followed} of {naks} NAKs followed by a CNP within {} us",

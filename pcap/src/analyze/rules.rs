@@ -1,6 +1,7 @@
 //! The behaviour rules a connection is checked against: [`Rule`] (each one's wire name and
 //! what it checks, in one table), the per-connection tallies the handlers feed, and the
 //! [`Verdict`]s made of them.
+use std::fmt::Write as _;
 
 /// Declares [`Rule`] from one table: variant, wire name (the `rule` of the text and JSON
 /// reports), and the one-sentence description that is also the variant's doc.
@@ -87,19 +88,26 @@ pub struct Verdict {
     pub detail: String,
 }
 
-/// What one connection showed of one rule.
+/// What one connection showed of one rule (the counts inline, the rarely filled rest boxed:
+/// every connection of a capture has a tally of every rule).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Tally {
     checked: u64,
-    frames: Vec<u64>,
     violations: u64,
-    /// Said after the counts (the CNP rule: what was observed).
-    pub(super) note: String,
-    /// What the first violation was.
-    first: String,
     /// Checks that passed only because the capture point may not see everything (a
     /// restart earlier than asked for).
     pub(super) early: u64,
+    more: Option<Box<TallyMore>>,
+}
+
+/// A [`Tally`]'s frames and words.
+#[derive(Debug, Clone, Default)]
+struct TallyMore {
+    frames: Vec<u64>,
+    /// Said after the counts (the CNP rule: what was observed).
+    note: String,
+    /// What the first violation was.
+    first: String,
 }
 
 impl Tally {
@@ -108,48 +116,74 @@ impl Tally {
         self.checked += 1;
         if !ok {
             self.violations += 1;
-            if self.frames.len() < 16 {
-                self.frames.push(frame);
+            let frames = &mut self.more_mut().frames;
+            if frames.len() < 16 {
+                frames.push(frame);
             }
         }
     }
     /// [`Tally::check`], and the first violation says what was seen.
     pub(super) fn check_why(&mut self, ok: bool, frame: u64, why: impl FnOnce() -> String) {
         if !ok && self.violations == 0 {
-            self.first = format!("first at frame {frame}: {}", why());
+            self.more_mut().first = format!("first at frame {frame}: {}", why());
         }
         self.check(ok, frame);
     }
 
+    fn more_mut(&mut self) -> &mut TallyMore {
+        self.more.get_or_insert_with(Box::default)
+    }
+    /// What is said after the counts (the CNP rule: what was observed).
+    pub(super) fn note_mut(&mut self) -> &mut String {
+        &mut self.more_mut().note
+    }
+    /// Frames that show a violation (the first 16).
+    fn frames(&self) -> &[u64] {
+        self.more.as_ref().map_or(&[], |m| &m.frames)
+    }
+    /// `not_applicable`, `violated` or `ok`.
+    fn result(&self) -> &'static str {
+        if self.checked == 0 {
+            "not_applicable"
+        } else if self.violations > 0 {
+            "violated"
+        } else {
+            "ok"
+        }
+    }
+
+    /// Writes the verdict's detail: the counts, then what else is known.
+    fn detail_into(&self, d: &mut String) {
+        let _ = write!(d, "{} checked, {} violated", self.checked, self.violations);
+        let (note, first) = self
+            .more
+            .as_ref()
+            .map_or(("", ""), |m| (m.note.as_str(), m.first.as_str()));
+        if !note.is_empty() {
+            d.push_str("; ");
+            d.push_str(note);
+        }
+        if self.early > 0 {
+            let _ = write!(
+                d,
+                "; {} earlier than asked (what a response lost after the capture point looks like)",
+                self.early
+            );
+        }
+        if !first.is_empty() {
+            d.push_str("; ");
+            d.push_str(first);
+        }
+    }
+
     fn verdict(&self, rule: Rule) -> Verdict {
+        let mut detail = String::new();
+        self.detail_into(&mut detail);
         Verdict {
             rule: rule.name(),
-            result: if self.checked == 0 {
-                "not_applicable"
-            } else if self.violations > 0 {
-                "violated"
-            } else {
-                "ok"
-            },
-            frames: self.frames.clone(),
-            detail: {
-                let mut d = format!("{} checked, {} violated", self.checked, self.violations);
-                let early = if self.early > 0 {
-                    format!(
-                        "{} earlier than asked (what a response lost after the capture point looks like)",
-                        self.early
-                    )
-                } else {
-                    String::new()
-                };
-                for extra in [&self.note, &early, &self.first] {
-                    if !extra.is_empty() {
-                        d.push_str("; ");
-                        d.push_str(extra);
-                    }
-                }
-                d
-            },
+            result: self.result(),
+            frames: self.frames().to_vec(),
+            detail,
         }
     }
 }
@@ -175,6 +209,29 @@ impl Tallies {
             .zip(&self.0)
             .map(|(&rule, t)| t.verdict(rule))
             .collect()
+    }
+    /// Reads the tallies' first counts (for [`Analyzer::packets`](super::Analyzer)'s lookahead).
+    pub(super) fn touch(&self) -> u64 {
+        self.0.first().map_or(0, |t| t.checked)
+    }
+    /// The rules violated, in report order.
+    pub(super) fn violated_rules(&self) -> impl Iterator<Item = Rule> + '_ {
+        Rule::ALL
+            .iter()
+            .zip(&self.0)
+            .filter(|(_, t)| t.violations > 0)
+            .map(|(&r, _)| r)
+    }
+    /// Writes the text report's verdict lines, one per rule in report order.
+    pub(super) fn write_verdicts(&self, o: &mut String) {
+        for (&rule, t) in Rule::ALL.iter().zip(&self.0) {
+            let _ = write!(o, "  verdict {:<46} {:<14} ", rule.name(), t.result());
+            t.detail_into(o);
+            if !t.frames().is_empty() {
+                let _ = write!(o, " frames {:?}", t.frames());
+            }
+            o.push('\n');
+        }
     }
     /// `true` when a rule was violated.
     pub(super) fn violated(&self) -> bool {

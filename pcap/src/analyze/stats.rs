@@ -6,9 +6,14 @@ const EXACT: usize = 256;
 /// Buckets per power of two.
 const SUB: u32 = 8;
 
-/// A distribution of nanosecond values.
+/// A distribution of nanosecond values (nothing on the heap until its first sample: most
+/// connections of a large capture fill few of their measures).
 #[derive(Debug, Clone, Default)]
-pub struct Dist {
+pub struct Dist(Option<Box<Samples>>);
+
+/// The samples of a [`Dist`] that has some.
+#[derive(Debug, Clone, Default)]
+struct Samples {
     exact: Vec<u64>,
     hist: Option<Vec<u32>>,
     count: u64,
@@ -39,52 +44,52 @@ fn bucket_mid(b: usize) -> u64 {
 impl Dist {
     /// Adds a sample.
     pub fn add(&mut self, v: u64) {
-        self.count += 1;
-        self.max = self.max.max(v);
-        self.sum += u128::from(v);
-        if let Some(h) = &mut self.hist {
+        let d = self.0.get_or_insert_with(Box::default);
+        d.count += 1;
+        d.max = d.max.max(v);
+        d.sum += u128::from(v);
+        if let Some(h) = &mut d.hist {
             h[bucket(v)] += 1;
             return;
         }
-        self.exact.push(v);
-        if self.exact.len() > EXACT {
+        d.exact.push(v);
+        if d.exact.len() > EXACT {
             let mut h = vec![0u32; 64 * SUB as usize];
-            for &x in &self.exact {
+            for &x in &d.exact {
                 h[bucket(x)] += 1;
             }
-            self.exact = Vec::new();
-            self.hist = Some(h);
+            d.exact = Vec::new();
+            d.hist = Some(h);
         }
     }
 
     /// Samples so far.
     pub fn count(&self) -> u64 {
-        self.count
+        self.0.as_ref().map_or(0, |d| d.count)
     }
 
     /// The largest sample.
     pub fn max(&self) -> u64 {
-        self.max
+        self.0.as_ref().map_or(0, |d| d.max)
     }
 
     /// The mean.
     pub fn mean(&self) -> u64 {
-        if self.count == 0 {
-            0
-        } else {
-            (self.sum / u128::from(self.count)) as u64
+        match &self.0 {
+            Some(d) if d.count > 0 => (d.sum / u128::from(d.count)) as u64,
+            _ => 0,
         }
     }
 
     /// The `q` quantile (0..=1): exact while few samples, else a bucket midpoint.
     pub fn quantile(&self, q: f64) -> u64 {
-        if self.count == 0 {
+        let Some(d) = self.0.as_deref().filter(|d| d.count > 0) else {
             return 0;
-        }
-        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
-        match &self.hist {
+        };
+        let rank = ((q * d.count as f64).ceil() as u64).clamp(1, d.count);
+        match &d.hist {
             None => {
-                let mut v = self.exact.clone();
+                let mut v = d.exact.clone();
                 v.sort_unstable();
                 v[rank as usize - 1]
             }
@@ -93,17 +98,21 @@ impl Dist {
                 for (b, &n) in h.iter().enumerate() {
                     seen += u64::from(n);
                     if seen >= rank {
-                        return bucket_mid(b).min(self.max);
+                        return bucket_mid(b).min(d.max);
                     }
                 }
-                self.max
+                d.max
             }
         }
     }
 
     /// Bytes held (for the memory bound).
     pub fn heap_bytes(&self) -> usize {
-        self.exact.capacity() * 8 + self.hist.as_ref().map_or(0, |h| h.capacity() * 4)
+        self.0.as_ref().map_or(0, |d| {
+            size_of::<Samples>()
+                + d.exact.capacity() * 8
+                + d.hist.as_ref().map_or(0, |h| h.capacity() * 4)
+        })
     }
 }
 
