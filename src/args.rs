@@ -26,8 +26,10 @@ pub(crate) struct LinkArgs {
     /// check solves for the identification and DF it does not see), packet (a packet socket,
     /// which sees the real IPv4 header, read with recvmmsg), packet-ring (the same socket's
     /// memory-mapped ring, polled 50 us before sleeping: the fastest). Both packet links send
-    /// Ethernet frames they build through a packet socket once a peer's datagram showed where
-    /// it is on the link (not on lo, where Linux refuses them; there they send through UDP).
+    /// Ethernet frames they build through a packet socket, to the next hop the kernel's route
+    /// and neighbour tables name for the peer, once a datagram of the connection was taken in
+    /// sequence; until then, where no neighbour entry resolves, and on lo (where Linux refuses
+    /// them) they send through UDP.
     #[arg(long, default_value = "auto", value_parser = parse_link)]
     pub(crate) link: LinkChoice,
 }

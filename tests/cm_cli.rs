@@ -393,3 +393,66 @@ fn allow_lets_only_the_named_peers_connect() {
         );
     }
 }
+
+/// The resident memory of process `pid`, KiB (Linux `VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// One REQ naming a large run (1,024 QPs with 128 KiB read areas each, 128 MiB in all)
+/// costs a `--cm` workload server the QP it connects, not the whole run: each QP's memory
+/// is made ready when that QP's own REQ comes.
+#[test]
+fn one_req_for_a_large_run_costs_the_server_one_qp() {
+    let n = 155u8;
+    let (c, s) = ips(n);
+    let port = format!("21{n}");
+    let target = format!("{s}:{port}");
+    let (req, from) = a_real_req(
+        &s,
+        &[
+            "client", "--cm", &target, "--bind", &c, "--qps", "1024", "--size", "64K", "--ops",
+            "read", "--count", "1",
+        ],
+    );
+    let mut srv = Command::new(BIN)
+        .args(["server", "--cm", "--bind", &s, "--port", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_kib(srv.id());
+    let answers = std::net::UdpSocket::bind(format!("{c}:4791")).unwrap();
+    let attacker = std::net::UdpSocket::bind(from).unwrap();
+    rustix::net::sockopt::set_ip_mtu_discover(
+        &attacker,
+        rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
+    )
+    .unwrap();
+    attacker.send_to(&req, format!("{s}:4791")).unwrap();
+    answers
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let rep = answers.recv(&mut buf).is_ok();
+    let after = rss_kib(srv.id());
+    let _ = srv.kill();
+    let out = srv.wait_with_output().unwrap();
+    assert!(
+        rep,
+        "no REP for the replayed REQ: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let grown = after.saturating_sub(before);
+    eprintln!("server RSS {before} KiB before the REQ, {after} KiB after its REP");
+    assert!(
+        grown < 32 << 10,
+        "one REQ grew the server by {grown} KiB ({before} -> {after})"
+    );
+}

@@ -467,8 +467,9 @@ pub struct PerfResult {
     /// How the client received (`"udp"` or `"packet"`; RoCE tests).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link: Option<&'static str>,
-    /// How the client's datagrams left: through the packet link's packet socket (once the
-    /// server's datagrams showed where it is on the link) or the UDP sockets (RoCE tests).
+    /// How the client's datagrams left: through the packet link's packet socket (to the next
+    /// hop the kernel's tables name, once a datagram was taken in sequence) or the UDP
+    /// sockets (RoCE tests).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sent: Option<roce_driver::socket::SentCounts>,
     /// Datagrams the server received from anyone but the client and ignored (UDP

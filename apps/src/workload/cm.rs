@@ -322,7 +322,10 @@ impl CmServer {
                 self.psns = self.secrets.start_psns(n, 0x5e7e)?;
                 let recv: Vec<(roce_proto::Qpn, CqHandle)> =
                     self.mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
-                let (r, blocks) = Responder::new(dev, self.pd, Plan::new(&data.spec), &recv)?;
+                // Each QP's block and receives are made ready when its own REQ comes (below):
+                // one REQ costs the QP it connects, not the whole run it names.
+                let (r, blocks) =
+                    Responder::unprepared(dev, self.pd, Plan::new(&data.spec), &recv)?;
                 self.responder = Some(r);
                 self.blocks = blocks;
                 self.conns = vec![None; n as usize];
@@ -351,6 +354,9 @@ impl CmServer {
             return Ok(());
         }
         self.conns[k] = Some(conn);
+        if let Some(r) = &mut self.responder {
+            r.prepare(dev, k)?;
+        }
         let offer = QpOffer {
             qpn: self.mine[k].qpn,
             starting_psn: self.psns[k],

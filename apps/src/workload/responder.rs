@@ -111,6 +111,8 @@ struct RespQp {
     verified: bool,
     transport: Transport,
     lossy: Lossy,
+    /// Its block initialised and its receives posted ([`Responder::prepare`]).
+    prepared: bool,
 }
 
 /// The responder side: keeps receives posted, checks every receive completion, and verifies
@@ -141,6 +143,23 @@ impl Responder {
         plan: Plan,
         qps: &[(Qpn, CqHandle)],
     ) -> Result<(Self, Vec<RemoteBuffer>), AppError> {
+        let (mut r, remotes) = Self::unprepared(dev, pd, plan, qps)?;
+        for q in 0..r.qps.len() {
+            r.prepare(dev, q)?;
+        }
+        Ok((r, remotes))
+    }
+
+    /// [`Responder::new`] without any QP's block initialised or receives posted: a server
+    /// that connects QPs one request at a time prepares each with [`Responder::prepare`]
+    /// when its connection is asked for, so that a request for many QPs costs only the QPs
+    /// actually connected (the region is reserved, its pages untouched until written).
+    pub fn unprepared(
+        dev: &mut Device,
+        pd: PdHandle,
+        plan: Plan,
+        qps: &[(Qpn, CqHandle)],
+    ) -> Result<(Self, Vec<RemoteBuffer>), AppError> {
         let l = plan.layout;
         let len = l.responder_len() * plan.spec.qps as u64;
         let mr = dev.reg_mr(
@@ -155,23 +174,14 @@ impl Responder {
             .mr(mr)
             .map(|m| (m.va(), m.rkey()))
             .ok_or_else(|| AppError::Failed("responder memory region vanished".into()))?;
-        let mut remotes = Vec::new();
-        for q in 0..plan.spec.qps {
-            let start = (l.responder_len() * u64::from(q)) as usize;
-            if let Some(m) = dev.mr_mut(mr) {
-                // A fresh region: zero where the plan wants zeros.
-                plan.initial_responder_block(
-                    q,
-                    &mut m.as_mut_slice()[start..start + l.recv_off() as usize],
-                );
-            }
-            remotes.push(RemoteBuffer {
-                va: va + start as u64,
+        let remotes = (0..plan.spec.qps)
+            .map(|q| RemoteBuffer {
+                va: va + l.responder_len() * u64::from(q),
                 rkey,
                 len: l.responder_len(),
-            });
-        }
-        let mut r = Self {
+            })
+            .collect();
+        let r = Self {
             qps: qps
                 .iter()
                 .enumerate()
@@ -187,6 +197,7 @@ impl Responder {
                     verified: false,
                     transport: plan.spec.transport_of(q as u32),
                     lossy: Lossy::default(),
+                    prepared: false,
                 })
                 .collect(),
             plan,
@@ -195,10 +206,26 @@ impl Responder {
             mismatches: Vec::new(),
             scratch: Vec::new(),
         };
-        for q in 0..r.qps.len() {
-            r.post_recvs(dev, q)?;
-        }
         Ok((r, remotes))
+    }
+
+    /// Initialises QP `q`'s block (its read area and atomic words) and posts its receives;
+    /// once per QP (again: nothing).
+    pub fn prepare(&mut self, dev: &mut Device, q: usize) -> Result<(), AppError> {
+        let Some(qp) = self.qps.get_mut(q).filter(|qp| !qp.prepared) else {
+            return Ok(());
+        };
+        qp.prepared = true;
+        let l = self.plan.layout;
+        let start = qp.base as usize;
+        if let Some(m) = dev.mr_mut(self.mr) {
+            // A fresh region: zero where the plan wants zeros.
+            self.plan.initial_responder_block(
+                q as u32,
+                &mut m.as_mut_slice()[start..start + l.recv_off() as usize],
+            );
+        }
+        self.post_recvs(dev, q)
     }
 
     /// Posts receives for the plan's next receive-consuming operations (each with a buffer of
