@@ -84,6 +84,9 @@ pub struct Stats {
     /// RoCE packets cut by the capture's snap length: every header that was captured is
     /// decoded, the ICRC is not captured; neither malformed nor an ICRC failure.
     pub snap_truncated: u64,
+    /// Of those, records whose lengths the capturing tool rewrote to what it kept (the
+    /// frame's own lengths say it was longer).
+    pub lengths_rewritten: u64,
     /// Packets that are not RoCE.
     pub skipped: u64,
     /// Packets printed.
@@ -96,10 +99,15 @@ pub struct Stats {
 impl Stats {
     /// The closing summary line (for stderr).
     pub fn line(&self) -> String {
-        let snap = if self.snap_truncated > 0 {
-            format!(", {} cut by the snap length", self.snap_truncated)
-        } else {
-            String::new()
+        let snap = match (self.snap_truncated, self.lengths_rewritten) {
+            (0, _) => String::new(),
+            (n, 0) => format!(", {n} cut by the snap length"),
+            (n, r) if r == n => {
+                format!(", {n} cut by the capture (record lengths rewritten to what was kept)")
+            }
+            (n, r) => format!(
+                ", {n} cut by the snap length or the capture ({r} with record lengths rewritten)"
+            ),
         };
         let pause = if self.pause_frames > 0 {
             format!(" ({} of them PFC/PAUSE)", self.pause_frames)
@@ -420,8 +428,11 @@ impl Decoder {
                 })
             }),
         };
-        if d.snap.is_some() {
+        if let Some(cut) = d.snap {
             self.stats.snap_truncated += 1;
+            if cut.wire_len.is_some() {
+                self.stats.lengths_rewritten += 1;
+            }
         } else if d.is_malformed() {
             self.stats.malformed += 1;
         } else if d.icrc_bad() {
@@ -476,10 +487,20 @@ fn dc_split(t: &[u8]) -> Option<(bool, usize)> {
 /// shorter than the frame was on the wire, and the frame's own IP/UDP (or LRH/GRH) lengths are
 /// consistent: they leave room for the headers the opcode calls for and the ICRC), how much
 /// was there. A frame whose own lengths disagree is malformed, cut or not.
+///
+/// A record no longer than it says the frame was, whose frame's own lengths say the frame
+/// was longer, was cut by a capturing tool that rewrote the record's lengths to what it kept
+/// (mirror and NIC-side captures do): it is cut the same way, and said to be
+/// ([`format::SnapCut::wire_len`]).
 fn snap_cut(f: &Frame<'_>, rec: &Record<'_>) -> Option<format::SnapCut> {
-    if !f.truncated || (rec.orig_len as usize) <= rec.data.len() {
+    if !f.truncated {
         return None;
     }
+    let rewritten = (rec.orig_len as usize) <= rec.data.len();
+    // The frame was as long as its headers before the transport, plus what the transport's
+    // own length (IP/UDP or LRH/GRH) claims: a truncated frame's transport runs to the end
+    // of the record.
+    let wire_len = rewritten.then(|| rec.data.len() - f.transport.len() + f.claimed_len);
     let implied = match f.transport.first() {
         Some(&op) => {
             let op = Opcode(op);
@@ -497,6 +518,7 @@ fn snap_cut(f: &Frame<'_>, rec: &Record<'_>) -> Option<format::SnapCut> {
     };
     Some(format::SnapCut {
         implied_payload_len: implied,
+        wire_len,
     })
 }
 

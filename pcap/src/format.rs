@@ -66,6 +66,10 @@ pub struct SnapCut {
     /// The payload length the frame's own headers imply (IP/UDP or LRH/GRH lengths, minus
     /// the transport headers, pad and ICRC), when its BTH was captured.
     pub implied_payload_len: Option<usize>,
+    /// When the record's lengths were rewritten to what was kept (its original length is
+    /// not longer than the record, the frame's own lengths say it was): the frame's length
+    /// on the wire by its own headers.
+    pub wire_len: Option<usize>,
 }
 
 impl<'a> Decoded<'a> {
@@ -373,8 +377,16 @@ pub fn summary(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
             out.extend_from_slice(b" [snap: ");
             dec(out, d.caplen as u64);
             out.extend_from_slice(b" of ");
-            dec(out, u64::from(d.orig_len));
-            out.extend_from_slice(b" bytes captured, payload ");
+            match d.snap.and_then(|s| s.wire_len) {
+                Some(wire) => {
+                    dec(out, wire as u64);
+                    out.extend_from_slice(b" bytes captured (record length rewritten), payload ");
+                }
+                None => {
+                    dec(out, u64::from(d.orig_len));
+                    out.extend_from_slice(b" bytes captured, payload ");
+                }
+            }
             dec(out, captured as u64);
             out.push(b']');
         }
@@ -592,6 +604,9 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
             );
             o.string("icrc", "not_captured");
             o.boolean("snap_truncated", true);
+            if let Some(wire) = d.snap.and_then(|s| s.wire_len) {
+                o.num("wire_len", wire as u64);
+            }
         }
         Err(e) => string_with(&mut o, "error", |b| {
             let at = b.len();

@@ -115,6 +115,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.icrc_failures += s.icrc_failures;
     total.malformed += s.malformed;
     total.snap_truncated += s.snap_truncated;
+    total.lengths_rewritten += s.lengths_rewritten;
     total.skipped += s.skipped;
     total.pause_frames += s.pause_frames;
     total.printed += s.printed;

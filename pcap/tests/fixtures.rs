@@ -416,6 +416,57 @@ fn snaplen_cut_frames_keep_their_headers() {
 }
 
 #[test]
+fn frames_cut_by_a_tool_that_rewrote_the_record_lengths_keep_their_headers() {
+    // The same frames as snaplen.pcap, each record's original length rewritten to what was
+    // kept (caplen = orig_len, as mirror and NIC-side captures write them): the frames' own
+    // IP/UDP lengths still say how long they were, so they decode as the snap-cut ones do.
+    let cut = fixture("snaplen.pcap");
+    let mut r = roce_pcap::CaptureReader::new(cut.as_slice(), "snaplen").unwrap();
+    let mut w = None;
+    while let Some(rec) = r.next_record().unwrap() {
+        let w = w.get_or_insert_with(|| {
+            roce_pcap::PcapWriter::new(Vec::new(), rec.link_type, true, 65_535).unwrap()
+        });
+        w.write_packet(rec.ts, rec.data, 0).unwrap();
+    }
+    let rewritten = w.unwrap().into_inner();
+    let opts = |format| Options {
+        format,
+        ..Default::default()
+    };
+    let (out, o) = decode_bytes(&rewritten, "rewritten", opts(OutputFormat::Json));
+    let objs: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(o.stats.malformed, 1, "{:?}", o.stats);
+    assert_eq!(o.stats.snap_truncated, 3, "{:?}", o.stats);
+    assert_eq!(o.stats.lengths_rewritten, 3, "{:?}", o.stats);
+    assert!(objs[4].get("snap_truncated").is_none(), "{}", objs[4]);
+    assert_eq!(objs[0]["snap_truncated"], true, "{}", objs[0]);
+    assert_eq!(objs[0]["payload_len"], 200, "{}", objs[0]);
+    assert_eq!(objs[0]["captured_payload_len"], 26);
+    // Ethernet 14, IPv4 20, UDP 8, then the 232 transport bytes.
+    assert_eq!(objs[0]["wire_len"], 14 + 20 + 8 + 232, "{}", objs[0]);
+    assert!(
+        o.stats.line().contains("record lengths rewritten"),
+        "{}",
+        o.stats.line()
+    );
+    let (text, _) = decode_bytes(&rewritten, "rewritten", opts(OutputFormat::Summary));
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(
+        text.matches("(record length rewritten)").count(),
+        3,
+        "{text}"
+    );
+    // The snap-cut original says nothing of the kind.
+    let (_, o) = json("snaplen.pcap");
+    assert_eq!(o.stats.lengths_rewritten, 0);
+}
+
+#[test]
 fn every_link_type() {
     for (name, roce, skipped) in [
         ("sll.pcap", 3, 1),

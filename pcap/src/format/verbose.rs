@@ -304,16 +304,23 @@ fn trailer(out: &mut Vec<u8>, d: &Decoded<'_>) -> std::io::Result<()> {
     match &d.packet {
         Err(_) if d.snap.is_some() => {
             let captured = d.captured_payload().map_or(0, <[u8]>::len);
+            let (how, wire) = match d.snap.and_then(|s| s.wire_len) {
+                Some(w) => (
+                    "by the capturing tool, which rewrote the record's length",
+                    w,
+                ),
+                None => ("by the snap length", d.orig_len as usize),
+            };
             match d.snap.and_then(|s| s.implied_payload_len) {
                 Some(n) => writeln!(
                     out,
-                    "  Payload: {n} bytes ({captured} captured: the frame was cut by the snap length, {} of {} bytes)",
-                    d.caplen, d.orig_len
+                    "  Payload: {n} bytes ({captured} captured: the frame was cut {how}, {} of {wire} bytes)",
+                    d.caplen
                 )?,
                 None => writeln!(
                     out,
-                    "  Cut by the snap length: {} of {} bytes captured",
-                    d.caplen, d.orig_len
+                    "  Cut {how}: {} of {wire} bytes captured",
+                    d.caplen
                 )?,
             }
             writeln!(out, "  ICRC: not captured")?;
