@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use roce_pcap::tap::DatagramCapture;
 
-use roce_driver::endpoint::{Tap, TapRecord};
+use roce_driver::endpoint::{Direction, Tap, TapRecord, Taps};
 
 /// Writes `args` to stdout and flushes: an error (one line, exit 1) when the output cannot be
 /// written, never a panic.
@@ -83,6 +83,34 @@ pub(crate) fn pcap_tap(path: &Option<PathBuf>) -> anyhow::Result<(Option<Tap>, P
         let _ = cap.record(r.time, r.src, r.dst, r.ecn, r.data);
     });
     Ok((Some(tap), file))
+}
+
+/// Taps writing the datagrams of a run whose two ends are in this process into `path`: each
+/// end records what it sends, stamped when it was made to leave (the wire's spacing; the
+/// receiving end's stamps would be those of its receive batches), so every datagram is in the
+/// file once. The two ends write from two threads: records of one end are in time order, the
+/// two ends' interleave within a send batch of each other.
+pub(crate) fn pcap_taps_at_departure(path: &Option<PathBuf>) -> anyhow::Result<(Taps, PcapFile)> {
+    let Some(path) = path else {
+        return Ok((Taps::default(), PcapFile::default()));
+    };
+    let (file, cap) = PcapFile::create(path)?;
+    let sent_into = |cap: Arc<Mutex<DatagramCapture>>| -> Tap {
+        Box::new(move |r: &TapRecord<'_>| {
+            if r.direction != Direction::Sent {
+                return;
+            }
+            let mut cap = cap
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = cap.record(r.time, r.src, r.dst, r.ecn, r.data);
+        })
+    };
+    let taps = Taps {
+        client: Some(sent_into(Arc::clone(&cap))),
+        server: Some(sent_into(cap)),
+    };
+    Ok((taps, file))
 }
 
 /// A progress bar on stderr for decoding a file of more than 8 MiB, when stderr is a terminal.

@@ -204,7 +204,7 @@ fn attacked_run(n: u8, victim: Victim, forge: Forge, cc: CcConfig) -> (Report, u
         &cfg,
         (client, ROCEV2_UDP_PORT),
         (server, ROCEV2_UDP_PORT),
-        Some(spy(seen)),
+        roce_driver::Taps::client(Some(spy(seen))),
     );
     stop.store(true, Ordering::Relaxed);
     thread.join().unwrap();

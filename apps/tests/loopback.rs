@@ -12,7 +12,7 @@ fn run(n: u8, cfg: &RunConfig) -> Result<Report, DriverError> {
         IpAddr::V4(Ipv4Addr::new(127, 0, n, 1)),
         IpAddr::V4(Ipv4Addr::new(127, 0, n, 2)),
     );
-    loopback_between(cfg, (c, 4791), (s, 4791), None)
+    loopback_between(cfg, (c, 4791), (s, 4791), roce_driver::Taps::default())
 }
 
 fn small(seed: u64) -> RunConfig {
@@ -69,7 +69,13 @@ fn loopback_ipv6_verifies() {
         };
         c.fetch_add(1, Ordering::Relaxed);
     });
-    let r = loopback_between(&small(3), (l, 14792), (l, 14791), Some(tap)).unwrap();
+    let r = loopback_between(
+        &small(3),
+        (l, 14792),
+        (l, 14791),
+        roce_driver::Taps::client(Some(tap)),
+    )
+    .unwrap();
     assert!(r.ok, "{r}");
     let (v6, other) = (v6.load(Ordering::Relaxed), other.load(Ordering::Relaxed));
     assert!(v6 > 100, "{v6} IPv6 datagrams");

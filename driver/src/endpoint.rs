@@ -42,6 +42,34 @@ pub struct TapRecord<'a> {
 /// A capture tap: called for every datagram sent and received.
 pub type Tap = Box<dyn FnMut(&TapRecord<'_>) + Send>;
 
+/// The capture taps of a run whose two ends are in one process.
+#[derive(Default)]
+pub struct Taps {
+    /// The client endpoint's.
+    pub client: Option<Tap>,
+    /// The server endpoint's.
+    pub server: Option<Tap>,
+}
+
+impl Taps {
+    /// Only the client's (which sees what it sends and what it receives).
+    pub fn client(tap: Option<Tap>) -> Self {
+        Self {
+            client: tap,
+            server: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Taps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Taps")
+            .field("client", &self.client.is_some())
+            .field("server", &self.server.is_some())
+            .finish()
+    }
+}
+
 /// Why a run stopped without finishing.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -89,6 +117,11 @@ pub struct Endpoint {
     slots: Vec<Vec<u8>>,
     /// Source port, destination and ECN codepoint of each filled slot.
     slot_meta: Vec<(u16, SocketAddr, Ecn)>,
+    /// When each filled slot's datagram was made (the clock is read for each: a CNP's
+    /// pacing interval counts from when it leaves, and a capture stamps it then).
+    slot_time: Vec<Instant>,
+    /// The wall-clock time of `epoch` (for capture stamps).
+    sys_epoch: SystemTime,
     busy_poll: Duration,
     /// Loop counters.
     pub stats: LoopStats,
@@ -135,6 +168,8 @@ impl Endpoint {
             dev,
             sock,
             epoch: std::time::Instant::now(),
+            sys_epoch: SystemTime::now(),
+            slot_time: Vec::with_capacity(SEND_BATCH),
             impair: ImpairStage::new(impairment),
             tap: None,
             slots: (0..SEND_BATCH).map(|_| Vec::with_capacity(9216)).collect(),
@@ -289,11 +324,14 @@ impl Endpoint {
         while n < max {
             // Fill the slots.
             self.slot_meta.clear();
+            self.slot_time.clear();
             while self.slot_meta.len() < SEND_BATCH.min(max - n) {
                 let k = self.slot_meta.len();
-                let Some(t) = self.dev.poll_transmit(now, &mut self.slots[k]) else {
+                let at = self.now().max(now);
+                let Some(t) = self.dev.poll_transmit(at, &mut self.slots[k]) else {
                     break;
                 };
+                self.slot_time.push(at);
                 let dst = SocketAddr::new(t.path.remote, self.peer_port);
                 self.slots[k].truncate(t.len);
                 self.slot_meta.push((t.path.src_port, dst, t.ecn));
@@ -315,9 +353,9 @@ impl Endpoint {
                 }
                 if let Some(tap) = &mut self.tap {
                     let src = SocketAddr::new(self.sock.local_addr().ip(), key.0);
-                    for data in &group[..run] {
+                    for (data, at) in group[..run].iter().zip(&self.slot_time[start..]) {
                         tap(&TapRecord {
-                            time: SystemTime::now(),
+                            time: self.sys_epoch + Duration::from_nanos(at.as_nanos()),
                             direction: Direction::Sent,
                             src,
                             dst: key.1,

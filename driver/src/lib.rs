@@ -45,7 +45,7 @@ use roce_stack::Device;
 
 pub use app::{AppError, Application};
 pub use control::Control;
-pub use endpoint::{Direction, Endpoint, LoopStats, RunError, Tap, TapRecord};
+pub use endpoint::{Direction, Endpoint, LoopStats, RunError, Tap, TapRecord, Taps};
 pub use impair::{ImpairStats, Impairment};
 pub use secrets::Secrets;
 pub use socket::{Link, LinkChoice};

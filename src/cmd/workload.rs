@@ -10,7 +10,7 @@ use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::ConnectParams;
 
 use crate::args::{flag, listener, resolve, ImpairArgs, LinkArgs};
-use crate::output::{pcap_tap, report};
+use crate::output::{pcap_tap, pcap_taps_at_departure, report};
 use crate::{cc, units};
 
 /// The workload and the transport settings, shared by loopback and client.
@@ -213,22 +213,22 @@ fn no_lossy_over_cm(cfg: &RunConfig) -> anyhow::Result<()> {
 
 pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
-    let (tap, pcap) = pcap_tap(&a.run.pcap)?;
+    let (taps, pcap) = pcap_taps_at_departure(&a.run.pcap)?;
     if a.cm {
         no_lossy_over_cm(&cfg)?;
         let (c, s) = match (a.client_ip, a.server_ip) {
             (Some(c), Some(s)) => (c, s),
             _ => roce_driver::loopback_addrs(false),
         };
-        let r = workload::cm::loopback_cm(&cfg, c, s, tap)?;
+        let r = workload::cm::loopback_cm(&cfg, c, s, taps)?;
         pcap.finish()?;
         return report(&r, r.ok, a.run.json);
     }
     let r = match (a.ipv6, a.client_ip, a.server_ip) {
         (false, Some(c), Some(s)) => {
-            workload::loopback_between(&cfg, (c, ROCEV2_UDP_PORT), (s, ROCEV2_UDP_PORT), tap)?
+            workload::loopback_between(&cfg, (c, ROCEV2_UDP_PORT), (s, ROCEV2_UDP_PORT), taps)?
         }
-        _ => workload::loopback(&cfg, a.ipv6, tap)?,
+        _ => workload::loopback(&cfg, a.ipv6, taps)?,
     };
     pcap.finish()?;
     report(&r, r.ok, a.run.json)

@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
-use roce_driver::endpoint::Tap;
+use roce_driver::endpoint::{Tap, Taps};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
@@ -826,9 +826,13 @@ pub fn loopback_cm(
     cfg: &RunConfig,
     client_ip: IpAddr,
     server_ip: IpAddr,
-    tap: Option<Tap>,
+    taps: Taps,
 ) -> Result<Report, DriverError> {
     cfg.validate()?;
+    let Taps {
+        client: tap,
+        server: server_tap,
+    } = taps;
     if client_ip == server_ip {
         return Err(crate::Combination::CmNeedsTwoAddresses.into());
     }
@@ -847,7 +851,7 @@ pub fn loopback_cm(
                 server_impairment,
                 secrets,
                 link,
-                None,
+                server_tap,
                 ready,
             )
         },

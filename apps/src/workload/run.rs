@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use roce_driver::connect::{QpRequest, Side as ConnSide};
 use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
-use roce_driver::endpoint::{Endpoint, LoopStats, Tap};
+use roce_driver::endpoint::{Endpoint, LoopStats, Tap, Taps};
 use roce_driver::impair::{ImpairStats, Impairment};
 use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
 use roce_driver::Application;
@@ -466,7 +466,7 @@ async fn client_async(
 /// (responder) and the client (requester), each with its own runtime and thread.
 /// IPv4 uses 127.0.0.1 and 127.0.0.2 with UDP port 4791 on both; IPv6 uses ::1 with 4791
 /// for the server and 4792 for the client.
-pub fn loopback(cfg: &RunConfig, ipv6: bool, tap: Option<Tap>) -> Result<Report, DriverError> {
+pub fn loopback(cfg: &RunConfig, ipv6: bool, taps: Taps) -> Result<Report, DriverError> {
     let (client_ip, server_ip) = loopback_addrs(ipv6);
     loopback_between(
         cfg,
@@ -475,7 +475,7 @@ pub fn loopback(cfg: &RunConfig, ipv6: bool, tap: Option<Tap>) -> Result<Report,
             roce_driver::client_roce_port(client_ip, server_ip),
         ),
         (server_ip, ROCEV2_UDP_PORT),
-        tap,
+        taps,
     )
 }
 
@@ -484,9 +484,13 @@ pub fn loopback_between(
     cfg: &RunConfig,
     client: (IpAddr, u16),
     server: (IpAddr, u16),
-    tap: Option<Tap>,
+    taps: Taps,
 ) -> Result<Report, DriverError> {
     cfg.validate()?;
+    let Taps {
+        client: tap,
+        server: server_tap,
+    } = taps;
     let server_impairment = Impairment {
         seed: cfg.impairment.seed.wrapping_add(1),
         ..cfg.impairment
@@ -495,7 +499,7 @@ pub fn loopback_between(
     in_one_process(
         "roce-server",
         server,
-        move |listener| serve(listener, server_impairment, secrets, link, None),
+        move |listener| serve(listener, server_impairment, secrets, link, server_tap),
         |control| {
             run_client(
                 ClientConfig {
