@@ -241,10 +241,35 @@ fn events_plots_html_and_trace() {
         } else {
             assert!(name.ends_with("-rate.svg"), "{name}");
             assert!(
-                labels.iter().any(|l| l.starts_with("CNP (")),
+                labels.iter().any(|l| l.starts_with("CNP received (")),
                 "{name}: {labels:?}"
             );
             assert!(doc.descendants().any(|n| n.has_tag_name("polyline")));
+            // CNPs are a rug of short ticks at the bottom (a busy connection's CNPs would be
+            // a wall of full-height lines): no red line spans more than a tenth of the plot.
+            let height: f64 = doc
+                .root_element()
+                .attribute("height")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut ticks = 0;
+            for n in doc
+                .descendants()
+                .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some("#D62728"))
+            {
+                let ys: Vec<f64> = n
+                    .attribute("points")
+                    .unwrap()
+                    .split_whitespace()
+                    .map(|p| p.split(',').nth(1).unwrap().parse().unwrap())
+                    .collect();
+                let span = ys.iter().cloned().fold(f64::MIN, f64::max)
+                    - ys.iter().cloned().fold(f64::MAX, f64::min);
+                assert!(span < height / 10.0, "{name}: a CNP line {span} px high");
+                ticks += 1;
+            }
+            assert!(ticks > 0, "{name}: no CNP drawn");
         }
         svgs += 1;
     }
@@ -274,6 +299,11 @@ fn events_plots_html_and_trace() {
         "no external fetches"
     );
     assert!(!page.contains("<script"), "no scripts");
+    // Frame lists read as lists, not as JSON.
+    assert!(
+        !page.contains("<td>[]</td>") && !page.contains("<td>["),
+        "frame lists as JSON"
+    );
     // The trace: Chrome/Perfetto trace events, a track per QP.
     let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let evs = t["traceEvents"].as_array().unwrap();
@@ -291,6 +321,56 @@ fn events_plots_html_and_trace() {
     for f in [&html, &trace, &pcap] {
         let _ = std::fs::remove_file(f);
     }
+}
+
+/// On a connection with more requests than the PSN plot draws, the legend still counts them
+/// all, and says how many it drew.
+#[test]
+fn the_psn_plot_legend_counts_what_the_connection_had() {
+    let pcap = tmp("one-qp.pcap");
+    let p = pcap.to_str().unwrap();
+    let (code, _, err) = roce(&["gen-capture", "--rc", "1", "--packets", "30000", p]);
+    assert_eq!(code, 0, "{err}");
+    let dir = tmp("legend-plots");
+    let (code, _, err) = roce(&["analyze", p, "--plot", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = roce(&["analyze", "--json", p]);
+    let conn = &json_lines(&out)[0];
+    let n = |k: &str| conn[k].as_u64().unwrap();
+    let svg = std::fs::read_to_string(dir.join("conn-1-psn.svg")).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let label = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .find(|t| t.trim().starts_with("request ("))
+        .expect("a request legend")
+        .trim()
+        .to_string();
+    let drawn = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("circle") && n.attribute("fill") == Some("#1F77B4"))
+        .count() as u64
+        - 1;
+    // Every packet was a request or an ACK; the requests that were not resent.
+    let requests =
+        n("packets") - n("retransmitted_packets") - conn["naks"]["seq_err"].as_u64().unwrap();
+    let counted: u64 = label["request (".len()..]
+        .split([',', ')'])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(drawn < counted, "{label}: {drawn} drawn, thinned");
+    assert!(
+        label.contains(&format!("{drawn} drawn")),
+        "{label}: {drawn} circles"
+    );
+    assert!(
+        counted > 20_000 && counted <= requests,
+        "{label}: {requests} requests"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&pcap);
 }
 
 #[test]

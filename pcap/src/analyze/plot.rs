@@ -96,6 +96,7 @@ fn psn_plot(c: &Connection) -> Option<String> {
             .y_label_formatter(&|v| format!("{v:.0}"))
             .draw()
             .ok()?;
+        let totals = mark_totals(c);
         for (k, (name, color)) in MARKS.iter().enumerate() {
             let color = *color;
             let these: Vec<(f64, f64)> = pts
@@ -107,10 +108,19 @@ fn psn_plot(c: &Connection) -> Option<String> {
                 continue;
             }
             let size = if k == 0 { 2 } else { 4 };
+            // The legend counts what the connection had; the plot may draw fewer (requests
+            // and ACKs are thinned to the point budget, marks never are).
+            let label = match totals[k] {
+                Some(n) if n > these.len() as u64 => {
+                    format!("{name} ({n}, {} drawn)", these.len())
+                }
+                Some(n) => format!("{name} ({n})"),
+                None => format!("{name} ({} drawn)", these.len()),
+            };
             chart
                 .draw_series(these.iter().map(|&p| Circle::new(p, size, color.filled())))
                 .ok()?
-                .label(format!("{name} ({})", these.len()))
+                .label(label)
                 .legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
         }
         chart
@@ -123,6 +133,21 @@ fn psn_plot(c: &Connection) -> Option<String> {
         root.present().ok()?;
     }
     Some(svg)
+}
+
+/// What the connection had of each kind of [`MARKS`] (the PSN plot's legend), where the
+/// counters say: the requesting sides' new requests and retransmitted packets, the NAKs and
+/// CNPs their peers sent them; ACKs are not counted apart from the other responses (`None`).
+fn mark_totals(c: &Connection) -> [Option<u64>; 5] {
+    let mut t = [0u64; 5];
+    for (i, s) in c.sides.iter().enumerate().filter(|(_, s)| s.requests > 0) {
+        let peer = &c.sides[1 - i];
+        t[0] += s.requests.saturating_sub(s.retransmitted_packets);
+        t[1] += s.retransmitted_packets;
+        t[3] += peer.naks.iter().sum::<u64>();
+        t[4] += peer.cnps;
+    }
+    [Some(t[0]), Some(t[1]), None, Some(t[3]), Some(t[4])]
 }
 
 /// The rate-over-time plot of one connection, or `None` when nothing was sent.
@@ -201,14 +226,18 @@ fn rate_plot(c: &Connection) -> Option<String> {
             .flat_map(|s| s.cnps_received_at.iter().map(|&t| ms(t)))
             .collect();
         if !cnps.is_empty() {
+            // A rug of short ticks along the time axis, under the rate lines: a busy
+            // connection's thousands of CNPs show where they were dense without hiding the
+            // rates they answer.
             let red = RGBColor(214, 39, 40);
+            let tick = ymax * 0.04;
             chart
                 .draw_series(
                     cnps.iter()
-                        .map(|&x| PathElement::new([(x, 0.0), (x, ymax)], red.mix(0.5))),
+                        .map(|&x| PathElement::new([(x, 0.0), (x, tick)], red.mix(0.6))),
                 )
                 .ok()?
-                .label(format!("CNP ({})", cnps.len()))
+                .label(format!("CNP received ({})", cnps.len()))
                 .legend(move |(x, y)| PathElement::new([(x, y - 6), (x, y + 6)], red));
         }
         chart

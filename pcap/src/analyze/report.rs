@@ -302,6 +302,21 @@ pub fn write_text<W: Write + ?Sized>(
     })
 }
 
+/// Frame numbers as a reader wants them: `-` for none, else comma-separated.
+fn frame_list(frames: &[u64]) -> String {
+    if frames.is_empty() {
+        return "-".into();
+    }
+    let mut o = String::new();
+    for (i, f) in frames.iter().enumerate() {
+        if i > 0 {
+            o.push_str(", ");
+        }
+        let _ = write!(o, "{f}");
+    }
+    o
+}
+
 /// One JSON value and a newline onto `o`.
 fn line(o: &mut Vec<u8>, v: &Value) {
     // Writing to a Vec cannot fail, and a Value always serializes.
@@ -623,7 +638,7 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
         for v in c.verdicts() {
             writeln!(
                 out,
-                "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{:?}</td></tr>",
+                "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
                 v.rule,
                 if v.result == "violated" {
                     "violated"
@@ -632,7 +647,7 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
                 },
                 v.result,
                 escape(&v.detail),
-                v.frames
+                frame_list(&v.frames)
             )?;
         }
         writeln!(out, "</table>")?;
