@@ -85,6 +85,22 @@ impl Script {
         self.push(t, true, &p, ce, corrupt);
         self
     }
+    /// A READ from A at `psn` of `len` bytes from `va`.
+    fn read_at(&mut self, t: f64, psn: u32, va: u64, len: u32) -> &mut Self {
+        let mut p = packet_for(Opcode::RC_RDMA_READ_REQUEST, 0, &[]);
+        p.bth.dest_qp = Qpn(QB);
+        p.bth.psn = Psn::new(psn);
+        p.bth.ack_req = true;
+        p.bth.solicited = false;
+        p.bth.migreq = false;
+        if let Some(r) = p.reth.as_mut() {
+            r.va = va;
+            r.rkey = RKey(0x77);
+            r.dma_len = len;
+        }
+        self.push(t, true, &p, false, false);
+        self
+    }
     fn req(&mut self, t: f64, op: Opcode, psn: u32, len: u32) -> &mut Self {
         self.req_with(t, op, psn, len, false, false)
     }
@@ -771,4 +787,87 @@ fn time_going_back_and_far_jumps_are_survived() {
     let _ = analyze::text(&a, true);
     let mut html = Vec::new();
     analyze::write_html(&a, &mut html).unwrap();
+}
+
+#[test]
+fn a_read_resumed_from_the_middle_is_a_retransmission() {
+    // IBTA 9.4.4: a requester may retry a READ from any PSN inside it. The last two of four
+    // responses are lost before the capture point; after its timeout the requester asks
+    // again for the remaining 2048 bytes, at the PSN of the first missing response.
+    let mut s = Script::default();
+    s.read_at(0.0, 30, 0x1000, 4096)
+        .read_resp(2.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 30, 1024, 1)
+        .read_resp(3.0, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 31, 1024, 1)
+        .read_at(20_000.0, 32, 0x1000 + 2048, 2048)
+        .read_resp(20_002.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 32, 1024, 1)
+        .read_resp(20_003.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 33, 1024, 1)
+        .req(20_010.0, Opcode::RC_SEND_ONLY, 34, 64)
+        .ack(20_012.0, 34, 2);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.retransmitted_packets, 1, "{:?}", kinds(c));
+    // One READ message (of 4096 bytes) and one SEND: the resumed READ is not a second one.
+    assert_eq!(ra.messages, [1, 0, 0, 0, 1, 0, 0], "{:?}", ra.message_bytes);
+    assert_eq!(ra.psn_gaps, 0);
+    assert!(
+        kinds(c).iter().any(|k| k.0 == "retransmission"),
+        "{:?}",
+        kinds(c)
+    );
+    for v in c.verdicts() {
+        assert_ne!(v.result, "violated", "{v:?}");
+    }
+}
+
+#[test]
+fn a_read_resumed_from_the_middle_behind_later_requests_is_a_retransmission() {
+    // As above, with a SEND sent after the READ: the timeout resends the READ's remaining
+    // part from its first missing response's PSN, then the SEND.
+    let mut s = Script::default();
+    s.read_at(0.0, 30, 0x1000, 4096)
+        .req(1.0, Opcode::RC_SEND_ONLY, 34, 64)
+        .read_resp(2.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 30, 1024, 1)
+        .read_resp(3.0, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 31, 1024, 1)
+        .read_at(20_000.0, 32, 0x1000 + 2048, 2048)
+        .req(20_001.0, Opcode::RC_SEND_ONLY, 34, 64)
+        .read_resp(20_002.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 32, 1024, 1)
+        .read_resp(20_003.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 33, 1024, 1)
+        .ack(20_012.0, 34, 2);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.retransmitted_packets, 2, "{:?}", kinds(c));
+    assert_eq!(ra.messages, [1, 0, 0, 0, 1, 0, 0], "{:?}", ra.message_bytes);
+    assert_eq!((ra.psn_gaps, ra.out_of_order), (0, 0), "{:?}", kinds(c));
+    assert_eq!(ra.episodes.iter().sum::<u64>(), 1, "{:?}", kinds(c));
+    for v in c.verdicts() {
+        assert_ne!(v.result, "violated", "{v:?}");
+    }
+}
+
+#[test]
+fn a_read_resumed_after_responses_lost_past_the_capture_point_is_a_retransmission() {
+    // Every response was captured, the last two lost after the capture point: the requester
+    // resumes from the first it did not get.
+    let mut s = Script::default();
+    s.read_at(0.0, 30, 0x1000, 4096)
+        .read_resp(2.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 30, 1024, 1)
+        .read_resp(3.0, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 31, 1024, 1)
+        .read_resp(4.0, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 32, 1024, 1)
+        .read_resp(5.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 33, 1024, 1)
+        .read_at(20_000.0, 32, 0x1000 + 2048, 2048)
+        .read_resp(20_002.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 32, 1024, 1)
+        .read_resp(20_003.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 33, 1024, 1)
+        .req(20_010.0, Opcode::RC_SEND_ONLY, 34, 64)
+        .ack(20_012.0, 34, 2);
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.retransmitted_packets, 1, "{:?}", kinds(c));
+    assert_eq!(ra.messages, [1, 0, 0, 0, 1, 0, 0], "{:?}", ra.message_bytes);
+    assert_eq!(ra.psn_gaps, 0, "{:?}", kinds(c));
+    for v in c.verdicts() {
+        assert_ne!(v.result, "violated", "{v:?}");
+    }
 }
