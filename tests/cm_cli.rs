@@ -194,6 +194,27 @@ fn a_real_req(s: &str, args: &[&str]) -> (Vec<u8>, std::net::SocketAddr) {
     (buf, from)
 }
 
+/// Sends `req` from `from` (the client's address and source port) to `s`:4791, as roce's
+/// sockets send (DF and identification 0: the IPv4 header the REQ's ICRC was computed over,
+/// which a packet link checks), and waits up to 5 s for an answer at `c`:4791 (where the
+/// server's CM answers). `true` when one came; the socket the answers come to, to keep
+/// while the server may resend (unbound, they would draw ICMP errors).
+fn replay(req: &[u8], from: std::net::SocketAddr, c: &str, s: &str) -> (bool, std::net::UdpSocket) {
+    let answers = std::net::UdpSocket::bind(format!("{c}:4791")).unwrap();
+    let attacker = std::net::UdpSocket::bind(from).unwrap();
+    rustix::net::sockopt::set_ip_mtu_discover(
+        &attacker,
+        rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
+    )
+    .unwrap();
+    attacker.send_to(req, format!("{s}:4791")).unwrap();
+    answers
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    (answers.recv(&mut buf).is_ok(), answers)
+}
+
 /// One REQ from any address that never comes back with an RTU costs a `--cm` server that
 /// set-up (given up within the CM's bound, what it made for it dropped), not its life: it says
 /// so in one line naming the sender, listens again, and serves the next client, which
@@ -211,23 +232,9 @@ fn a_req_never_confirmed_does_not_end_the_server(n: u8, server: &[&str], client:
     std::thread::sleep(Duration::from_millis(300));
     {
         // The attacker: the client's address and source port, the REQ, then silence.
-        // (Answers come to UDP 4791 of its address.)
-        let answers = std::net::UdpSocket::bind(format!("{c}:4791")).unwrap();
-        let attacker = std::net::UdpSocket::bind(from).unwrap();
-        // As roce's sockets send: DF and identification 0, the IPv4 header the REQ's ICRC
-        // was computed over (a packet link checks the ICRC over the header as it came).
-        rustix::net::sockopt::set_ip_mtu_discover(
-            &attacker,
-            rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
-        )
-        .unwrap();
-        attacker.send_to(&req, format!("{s}:4791")).unwrap();
         // The REP comes back and is resent; no RTU ever goes.
-        answers
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let mut buf = [0u8; 4096];
-        if answers.recv(&mut buf).is_err() {
+        let (answered, _answers) = replay(&req, from, &c, &s);
+        if !answered {
             let _ = srv.kill();
             let out = srv.wait_with_output().unwrap();
             panic!(
@@ -428,19 +435,7 @@ fn one_req_for_a_large_run_costs_the_server_one_qp() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let before = rss_kib(srv.id());
-    let answers = std::net::UdpSocket::bind(format!("{c}:4791")).unwrap();
-    let attacker = std::net::UdpSocket::bind(from).unwrap();
-    rustix::net::sockopt::set_ip_mtu_discover(
-        &attacker,
-        rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
-    )
-    .unwrap();
-    attacker.send_to(&req, format!("{s}:4791")).unwrap();
-    answers
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut buf = [0u8; 4096];
-    let rep = answers.recv(&mut buf).is_ok();
+    let (rep, _answers) = replay(&req, from, &c, &s);
     let after = rss_kib(srv.id());
     let _ = srv.kill();
     let out = srv.wait_with_output().unwrap();
