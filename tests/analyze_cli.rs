@@ -164,7 +164,7 @@ fn analysis_agrees_with_the_loopback_report_exactly() {
                 assert!(c.get(key).is_some(), "no {key} in {c}");
             }
             assert_eq!(c["paired_by"], "udp_sport");
-            assert_eq!(c["verdicts"].as_array().unwrap().len(), 8);
+            assert_eq!(c["verdicts"].as_array().unwrap().len(), 9);
             assert!(c["latency_us"]["ack_rtt"]["p99"].as_f64().unwrap() > 0.0);
             for cause in ["nak_seq", "rnr", "timeout", "implied_nak", "unknown"] {
                 assert!(c["retransmission_episodes"].get(cause).is_some());

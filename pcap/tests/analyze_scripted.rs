@@ -856,3 +856,43 @@ fn a_read_resumed_after_responses_lost_past_the_capture_point_is_a_retransmissio
         .ack(20_012.0, 34, 2);
     one_read_resumed(&s, 1);
 }
+
+#[test]
+fn a_requester_nothing_answers_is_a_peer_unresponsive_verdict() {
+    // Three SENDs, then three rounds of the same three, 1 ms apart, and not one response:
+    // the peer is unreachable (or gone, or the GID or QPN is wrong).
+    let mut s = Script::default();
+    for round in 0..4u32 {
+        let t = f64::from(round) * 1000.0;
+        for (i, psn) in (10..13).enumerate() {
+            s.req(t + i as f64, Opcode::RC_SEND_ONLY, psn, 64);
+        }
+    }
+    let a = s.analyze();
+    let c = one(&a);
+    let v = verdict(c, "peer_unresponsive");
+    assert_eq!(v.result, "violated", "{v:?}");
+    assert_eq!(v.frames, [1]);
+    for part in [
+        "no response to 12 requests",
+        "went back to PSN 10 3 times, 1.000 ms apart",
+        "local ACK timeout code about 8",
+        "`retry exceeded` at",
+    ] {
+        assert!(v.detail.contains(part), "{part:?} in {}", v.detail);
+    }
+    golden("peer_unresponsive", &a);
+}
+
+#[test]
+fn one_direction_of_a_healthy_connection_is_not_unresponsive() {
+    // A capture of the requests only (the ACKs took another path): the PSNs move on, nothing
+    // goes back, so the missing responses are the capture's, not the peer's.
+    let mut s = Script::default();
+    for psn in 0..40u32 {
+        s.req(f64::from(psn) * 10.0, Opcode::RC_SEND_ONLY, psn, 64);
+    }
+    let a = s.analyze();
+    let v = verdict(one(&a), "peer_unresponsive");
+    assert_eq!(v.result, "ok", "{v:?}");
+}

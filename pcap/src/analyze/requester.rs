@@ -87,6 +87,15 @@ pub(super) struct ReqState {
     read_ends: VecDeque<(u64, u64, u64, u32)>,
     /// The path MTU: the largest payload of a First or Middle packet so far (0: none yet).
     mtu: u32,
+    /// The frame of its first request.
+    pub(super) first_frame: u64,
+    /// Rounds of the current retransmission episode with no new PSN since it began: how
+    /// often the requester went back to the episode's first PSN (its retries, when nothing
+    /// answers), with that PSN and the first and last round's times.
+    pub(super) rounds: u64,
+    round_psn: u64,
+    pub(super) first_round_t: u64,
+    pub(super) last_round_t: u64,
 }
 
 /// Slots of a direction's PSN ring at most ...
@@ -156,6 +165,10 @@ impl ReqState {
         let n = self.ring.len().max(1);
         let slot = self.ring.get(psn as usize % n).map_or(0, |e| e.0);
         slot ^ self.count ^ self.highest ^ self.outstanding.len() as u64
+    }
+    /// The PSN the current retransmission episode's rounds go back to.
+    pub(super) fn first_round_psn(&self) -> u64 {
+        self.round_psn
     }
     /// What the ring holds for `psn`, when it does.
     fn find(&self, psn: u64) -> Option<(u64, u64, u64, u16, u32)> {
@@ -301,6 +314,12 @@ pub(super) fn request(r: &mut ReqState, opts: &Options, p: &Pkt, ev: &mut Emitte
         return;
     };
     resent(r, p, u, mtu, ev);
+    if !r.in_episode {
+        (r.rounds, r.round_psn, r.first_round_t, r.last_round_t) = (1, u, p.t, p.t);
+    } else if u == r.round_psn && p.t.saturating_sub(r.last_round_t) >= MIN_ACK_TIMEOUT_NS {
+        r.rounds += 1;
+        r.last_round_t = p.t;
+    }
     // The first packet of an episode carries its cause.
     let (cause, rnr_note) = if r.in_episode {
         (None, None)
@@ -330,6 +349,7 @@ pub(super) fn request(r: &mut ReqState, opts: &Options, p: &Pkt, ev: &mut Emitte
 /// The first request of the direction: where its PSNs start.
 fn first_request(r: &mut ReqState, p: &Pkt, mtu: u32, ev: &mut Emitter<'_, '_>) {
     r.started = true;
+    r.first_frame = p.frame;
     r.highest = (1u64 << 32) + u64::from(p.psn);
     let h = r.highest;
     r.sent(h, p.t, p.hash);
@@ -404,6 +424,7 @@ fn advance(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>
     }
     r.highest = u;
     r.in_episode = false;
+    r.rounds = 0;
     r.last_progress_t = p.t;
     r.sent(u, p.t, p.hash);
     ev.side_mut().psn_last = Some(p.psn);

@@ -59,6 +59,11 @@ rules! {
     CnpMinInterval => "cnp_min_interval",
         "CNPs of one QP are at least the CNP interval apart (`Options::cnp_interval_ns`; a \
          notification point's setting, no IBTA section).";
+    PeerUnresponsive => "peer_unresponsive",
+        "No requester goes unanswered: one that goes back to the same PSN round after round \
+         with nothing coming back (the peer unreachable, a wrong GID or QPN, the peer gone) \
+         ends in `retry exceeded` after its retry count, at most 7, of local ACK timeouts \
+         (IBTA Vol 1 §9.7.6.1.3).";
 }
 
 /// How many rules there are.
