@@ -69,6 +69,19 @@ impl PcapFile {
     }
 }
 
+/// A tap writing into `cap` every datagram it sees, or only those sent (`sent_only`).
+fn tap_into(cap: Arc<Mutex<DatagramCapture>>, sent_only: bool) -> Tap {
+    Box::new(move |r: &TapRecord<'_>| {
+        if sent_only && r.direction != Direction::Sent {
+            return;
+        }
+        let mut cap = cap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = cap.record(r.time, r.src, r.dst, r.ecn, r.data);
+    })
+}
+
 /// A tap writing every datagram into `path` (pcap, Ethernet frames as on the wire), and the
 /// file to finish once the run is over.
 pub(crate) fn pcap_tap(path: &Option<PathBuf>) -> anyhow::Result<(Option<Tap>, PcapFile)> {
@@ -76,13 +89,7 @@ pub(crate) fn pcap_tap(path: &Option<PathBuf>) -> anyhow::Result<(Option<Tap>, P
         return Ok((None, PcapFile::default()));
     };
     let (file, cap) = PcapFile::create(path)?;
-    let tap: Tap = Box::new(move |r: &TapRecord<'_>| {
-        let mut cap = cap
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = cap.record(r.time, r.src, r.dst, r.ecn, r.data);
-    });
-    Ok((Some(tap), file))
+    Ok((Some(tap_into(cap, false)), file))
 }
 
 /// Taps writing the datagrams of a run whose two ends are in this process into `path`: each
@@ -95,20 +102,9 @@ pub(crate) fn pcap_taps_at_departure(path: &Option<PathBuf>) -> anyhow::Result<(
         return Ok((Taps::default(), PcapFile::default()));
     };
     let (file, cap) = PcapFile::create(path)?;
-    let sent_into = |cap: Arc<Mutex<DatagramCapture>>| -> Tap {
-        Box::new(move |r: &TapRecord<'_>| {
-            if r.direction != Direction::Sent {
-                return;
-            }
-            let mut cap = cap
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let _ = cap.record(r.time, r.src, r.dst, r.ecn, r.data);
-        })
-    };
     let taps = Taps {
-        client: Some(sent_into(Arc::clone(&cap))),
-        server: Some(sent_into(cap)),
+        client: Some(tap_into(Arc::clone(&cap), true)),
+        server: Some(tap_into(cap, true)),
     };
     Ok((taps, file))
 }

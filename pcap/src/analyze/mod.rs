@@ -471,7 +471,7 @@ fn check_peer_responds(c: &mut Connection, side: usize, r: &requester::ReqState,
         let ms = |ns: u64| ns as f64 / 1e6;
         let mut d = format!(
             "no response to {requests} requests; the requester went back to PSN {} {n} times, {:.3} ms apart (local ACK timeout code about {code})",
-            requester::wire(r.first_round_psn()),
+            requester::wire(r.round_psn),
             ms(timeout)
         );
         if n > MAX_RETRIES {

@@ -93,7 +93,7 @@ pub(super) struct ReqState {
     /// often the requester went back to the episode's first PSN (its retries, when nothing
     /// answers), with that PSN and the first and last round's times.
     pub(super) rounds: u64,
-    round_psn: u64,
+    pub(super) round_psn: u64,
     pub(super) first_round_t: u64,
     pub(super) last_round_t: u64,
 }
@@ -165,10 +165,6 @@ impl ReqState {
         let n = self.ring.len().max(1);
         let slot = self.ring.get(psn as usize % n).map_or(0, |e| e.0);
         slot ^ self.count ^ self.highest ^ self.outstanding.len() as u64
-    }
-    /// The PSN the current retransmission episode's rounds go back to.
-    pub(super) fn first_round_psn(&self) -> u64 {
-        self.round_psn
     }
     /// What the ring holds for `psn`, when it does.
     fn find(&self, psn: u64) -> Option<(u64, u64, u64, u16, u32)> {
