@@ -256,6 +256,11 @@ fn capture_tap(
         }
     }
     let (file, cap) = crate::output::PcapFile::create(path)?;
+    // The simulated fabrics carry RoCE on one priority, the one their PFC frames pause: its
+    // DSCP (26, mapped to priority 3 as RoCE NICs do) says so to a reader of the capture.
+    cap.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .set_dscp(roce_stack::sim::PFC_PRIORITY << 3 | 2);
     Ok((Box::new(Capture(cap)), file))
 }
 
