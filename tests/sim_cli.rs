@@ -589,3 +589,72 @@ fn hpcc_beats_dcqcn_for_short_flows_at_half_load() {
         );
     }
 }
+
+/// `roce analyze` on the fabric simulator's own captures: with PFC, the victim flow (its
+/// sender paused for another's incast) stalls in the middle of its WRITE, and the analysis
+/// ties that stall to the switch's PFC frames and names the connection a victim; without
+/// PFC there is no pause and no stall is covered.
+#[test]
+fn analyze_ties_the_simulated_victims_stall_to_the_pfc_frames() {
+    let dir = std::env::temp_dir().join(format!("roce-fabric-pfc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut covered = Vec::new();
+    for pfc in ["on", "off"] {
+        let cap = dir.join(format!("victim-{pfc}.pcap"));
+        let (code, _, err) = roce(&[
+            "sim",
+            "fabric",
+            "--workload",
+            "incast:32:256K",
+            "--cc",
+            "none",
+            "--pfc",
+            pfc,
+            "--victim",
+            "1M",
+            "--pcap",
+            cap.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let (code, out, err) = roce(&[
+            "analyze",
+            cap.to_str().unwrap(),
+            "--json",
+            "--stall",
+            "100us",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let conns: Vec<&serde_json::Value> =
+            lines.iter().filter(|v| v["type"] == "connection").collect();
+        assert_eq!(conns.len(), 33, "32 incast flows and the victim");
+        let victims: Vec<&&serde_json::Value> = conns
+            .iter()
+            .filter(|c| c["pfc"]["victim"] == true)
+            .collect();
+        let n: u64 = conns
+            .iter()
+            .map(|c| c["pfc"]["stalls_covered"].as_u64().unwrap())
+            .sum();
+        covered.push(n);
+        let pfc_lines = lines.iter().filter(|v| v["type"] == "pfc").count();
+        if pfc == "on" {
+            assert_eq!(pfc_lines, 1, "priority 3 only");
+            assert_eq!(victims.len(), 1, "{victims:?}");
+            // The victim goes to the second receiver (10.0.0.2), away from the incast.
+            let ends = victims[0]["endpoints"].to_string();
+            assert!(ends.contains("10.0.0.2"), "{ends}");
+            assert_eq!(victims[0]["pfc"]["priority"], 3);
+        } else {
+            assert_eq!(pfc_lines, 0);
+            assert!(victims.is_empty());
+            let stalls: u64 = conns.iter().map(|c| c["stalls"].as_u64().unwrap()).sum();
+            assert!(stalls > 0, "tail drops stall flows too, uncovered");
+        }
+    }
+    assert!(covered[0] > 0 && covered[1] == 0, "{covered:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

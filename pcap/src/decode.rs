@@ -242,9 +242,15 @@ impl Decoder {
         if let Some(a) = self.analyzer.as_mut() {
             self.flags.clear();
             let flags = &mut self.flags;
-            a.record_frame(frame_no, rec.ts, parsed.as_ref().ok(), &mut |e| {
-                flags.push(e.clone());
-            });
+            a.record_frame(
+                frame_no,
+                rec.ts,
+                parsed.as_ref().ok(),
+                (rec.link_type, rec.data),
+                &mut |e| {
+                    flags.push(e.clone());
+                },
+            );
         }
         let mut scratch = std::mem::take(&mut self.dc_scratch);
         let r = self.record_parsed(rec, &parsed, &mut scratch, frame_no, rel, out);

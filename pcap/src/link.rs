@@ -169,3 +169,54 @@ pub fn mac_control(
     let repr = roce_proto::mac_control::Repr::parse(data.get(at + 2..)?).ok()?;
     Some((src, repr))
 }
+
+/// A TCP segment with FIN or RST set: who ended which connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpEnd {
+    /// Sender address.
+    pub src: std::net::IpAddr,
+    /// Receiver address.
+    pub dst: std::net::IpAddr,
+    /// Sender port.
+    pub sport: u16,
+    /// Receiver port.
+    pub dport: u16,
+    /// RST (else FIN).
+    pub rst: bool,
+}
+
+/// The FIN or RST of a TCP segment over IPv4 or IPv6 (Ethernet with up to two VLAN tags, or
+/// raw IP), read leniently: a segment cut by the snap length still counts when its TCP
+/// header is whole.
+pub fn tcp_end(link_type: u32, data: &[u8]) -> Option<TcpEnd> {
+    use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
+    let p = match link_type {
+        ETHERNET => LaxSlicedPacket::from_ethernet(data).ok()?,
+        RAW | 12 | 14 | IPV4 | IPV6 => LaxSlicedPacket::from_ip(data).ok()?,
+        _ => return None,
+    };
+    let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+        return None;
+    };
+    if !tcp.fin() && !tcp.rst() {
+        return None;
+    }
+    let (src, dst) = match p.net.as_ref()? {
+        LaxNetSlice::Ipv4(i) => (
+            i.header().source_addr().into(),
+            i.header().destination_addr().into(),
+        ),
+        LaxNetSlice::Ipv6(i) => (
+            i.header().source_addr().into(),
+            i.header().destination_addr().into(),
+        ),
+        LaxNetSlice::Arp(_) => return None,
+    };
+    Some(TcpEnd {
+        src,
+        dst,
+        sport: tcp.source_port(),
+        dport: tcp.destination_port(),
+        rst: tcp.rst(),
+    })
+}

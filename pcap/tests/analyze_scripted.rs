@@ -896,3 +896,231 @@ fn one_direction_of_a_healthy_connection_is_not_unresponsive() {
     let v = verdict(one(&a), "peer_unresponsive");
     assert_eq!(v.result, "ok", "{v:?}");
 }
+
+/// An Ethernet / IPv4 / TCP segment from `src` to `dst` with `flags` (0x01 FIN, 0x04 RST,
+/// 0x10 ACK), no payload.
+fn tcp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let sum = ip
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let sum = !((sum & 0xffff) + (sum >> 16)) as u16;
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    f
+}
+
+impl Script {
+    /// A raw frame (not RoCE) at `t_us`.
+    fn raw(&mut self, t_us: f64, frame: &[u8]) -> &mut Self {
+        self.frames.push(((t_us * 1000.0) as u64, frame.to_vec()));
+        self
+    }
+    /// A PFC frame from the switch pausing `priority` for `quanta`.
+    fn pfc(&mut self, t_us: f64, priority: u8, quanta: u16) -> &mut Self {
+        let f = roce_proto::mac_control::pfc_frame([0x02, 0, 0, 0, 0, 0xfe], priority, quanta);
+        self.raw(t_us, &f)
+    }
+}
+
+/// Three SENDs answered, then (at 100 us) `end` from `from_b` (B's TCP channel to A, or A's
+/// to B) when given, then three rounds of three more SENDs 1 ms apart; B answers those
+/// when `answered`.
+fn after_tcp_end(end: Option<(bool, u8)>, answered: bool) -> Script {
+    let mut s = Script::default();
+    for psn in 0..3u32 {
+        s.req(f64::from(psn), Opcode::RC_SEND_ONLY, psn, 64);
+    }
+    s.ack(5.0, 2, 3);
+    let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    if let Some((from_b, flags)) = end {
+        let f = if from_b {
+            tcp_frame(b, a, 18515, 40000, flags)
+        } else {
+            tcp_frame(a, b, 40000, 18515, flags)
+        };
+        s.raw(100.0, &f);
+    }
+    for round in 0..3u32 {
+        let t = 200.0 + f64::from(round) * 1000.0;
+        for (i, psn) in (3..6).enumerate() {
+            s.req(t + i as f64, Opcode::RC_SEND_ONLY, psn, 64);
+        }
+        if answered {
+            s.ack(t + 10.0, 5, 6 + round);
+        }
+    }
+    s
+}
+
+fn ended(c: &Connection) -> Vec<&analyze::Event> {
+    c.events
+        .iter()
+        .filter(|e| e.kind.name() == "peer_process_ended")
+        .collect()
+}
+
+#[test]
+fn requests_after_the_peer_closed_its_tcp_channel_are_a_peer_process_ended() {
+    for (flags, what) in [(0x11, "TCP FIN"), (0x04, "TCP RST")] {
+        let a = after_tcp_end(Some((true, flags)), false).analyze();
+        let c = one(&a);
+        let e = ended(c);
+        assert_eq!(e.len(), 1, "{}", analyze::text(&a, true));
+        assert_eq!(e[0].frame, 5, "the FIN's frame");
+        assert_eq!(c.sides[e[0].side].qpn, Some(QA), "on the requester's side");
+        for part in [
+            what,
+            "from 10.0.0.2:18515 to 10.0.0.1:40000",
+            "peer process ended",
+        ] {
+            assert!(e[0].detail.contains(part), "{part:?} in {}", e[0].detail);
+        }
+        assert_eq!(c.peer_ended, Some(100_000));
+        let j = analyze::connection_json(c);
+        assert_eq!(j["peer_process_ended"], serde_json::json!(0.0001), "{j}");
+    }
+    golden(
+        "peer_process_ended",
+        &after_tcp_end(Some((true, 0x11)), false).analyze(),
+    );
+}
+
+#[test]
+fn a_tcp_close_is_not_a_peer_process_ended_when_the_peer_still_answers_or_closed_nothing() {
+    for (end, answered, why) in [
+        (None, false, "no TCP end in the capture"),
+        (Some((false, 0x11)), false, "the requester's own FIN"),
+        (Some((true, 0x11)), true, "the peer answers after its FIN"),
+        (Some((true, 0x10)), false, "a plain ACK ends nothing"),
+    ] {
+        let a = after_tcp_end(end, answered).analyze();
+        let c = one(&a);
+        assert!(ended(c).is_empty(), "{why}: {}", analyze::text(&a, true));
+        assert_eq!(c.peer_ended, None, "{why}");
+    }
+}
+
+/// A 10-packet WRITE held back after its 5th packet for 220 ms; with `pause`, the switch
+/// pauses `pause` (priority, refreshing XOFF every 100 us) through the wait.
+fn held_write(pause: Option<u8>) -> Script {
+    let mut s = Script::default();
+    let op = |i: u32| match i {
+        0 => Opcode::RC_RDMA_WRITE_FIRST,
+        9 => Opcode::RC_RDMA_WRITE_LAST,
+        _ => Opcode::RC_RDMA_WRITE_MIDDLE,
+    };
+    for i in 0..5u32 {
+        s.req_full(f64::from(i), op(i), i, 1024, 10 * 1024, false, false);
+    }
+    if let Some(prio) = pause {
+        let mut t = 10.0;
+        while t < 219_000.0 {
+            s.pfc(t, prio, 0xffff);
+            t += 100.0;
+        }
+        s.pfc(219_000.0, prio, 0);
+    }
+    for i in 5..10u32 {
+        s.req_full(
+            220_000.0 + f64::from(i),
+            op(i),
+            i,
+            1024,
+            10 * 1024,
+            false,
+            false,
+        );
+    }
+    s.ack(220_020.0, 9, 1);
+    s
+}
+
+#[test]
+fn a_stall_under_pfc_is_covered_with_its_storm_and_the_connection_is_a_victim() {
+    // DSCP 0, untagged: priority 0.
+    let a = held_write(Some(0)).analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(
+        ra.stalls,
+        1,
+        "held back mid-message: {}",
+        analyze::text(&a, true)
+    );
+    assert_eq!(c.pfc.priority, Some(0));
+    assert_eq!(c.pfc.stalls_covered, 1, "{:?}", c.pfc);
+    assert_eq!(
+        c.pfc.storms, 1,
+        "paused 219 ms without a break: {:?}",
+        c.pfc
+    );
+    assert!(c.pfc.victim, "no CE, no CNP of its own: {:?}", c.pfc);
+    assert_eq!(c.pfc.pauses, 2190, "{:?}", c.pfc);
+    assert!(
+        (c.pfc.paused_ns as i64 - 218_990_000).abs() < 1_000,
+        "{:?}",
+        c.pfc
+    );
+    let covered: Vec<_> = c
+        .events
+        .iter()
+        .filter(|e| e.kind.name() == "stall_paused")
+        .collect();
+    assert_eq!(covered.len(), 1);
+    assert_eq!(covered[0].frame, 6, "the first pausing frame");
+    assert!(
+        covered[0].detail.contains("priority 0 was paused"),
+        "{}",
+        covered[0].detail
+    );
+    assert_eq!(a.pfc.len(), 1);
+    let p = &a.pfc[0];
+    assert_eq!(
+        (p.priority, p.frames, p.xoff, p.senders),
+        (0, 2191, 2190, 1)
+    );
+    assert_eq!((p.storms.len(), p.stalls_covered, p.victims), (1, 1, 1));
+    let j = analyze::connection_json(c);
+    assert_eq!(j["pfc"]["stalls_covered"], 1, "{j}");
+    assert_eq!(j["pfc"]["victim"], true, "{j}");
+    let lines = analyze::json_lines(&a, false);
+    let pfc: serde_json::Value = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["type"] == "pfc")
+        .expect("a pfc line");
+    assert_eq!(pfc["pausing_frames"], 2190, "{pfc}");
+    golden("pfc_stall", &a);
+}
+
+#[test]
+fn a_stall_without_pfc_or_under_another_priority_is_not_covered() {
+    for (pause, why) in [
+        (None, "no PFC frame"),
+        (Some(5), "priority 5 paused, not 0"),
+    ] {
+        let a = held_write(pause).analyze();
+        let c = one(&a);
+        assert_eq!(sides(c).0.stalls, 1, "{why}");
+        assert_eq!(c.pfc.stalls_covered, 0, "{why}: {:?}", c.pfc);
+        assert_eq!(
+            (c.pfc.pauses, c.pfc.paused_ns),
+            (0, 0),
+            "{why}: {:?}",
+            c.pfc
+        );
+        assert!(!c.pfc.victim, "{why}");
+        assert!(
+            c.events.iter().all(|e| e.kind.name() != "stall_paused"),
+            "{why}"
+        );
+    }
+}

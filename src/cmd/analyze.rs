@@ -44,6 +44,13 @@ pub(crate) struct AnalyzeArgs {
     /// CNPs of one QP closer than this violate the CNP interval rule.
     #[arg(long, value_parser = units::duration, default_value = "50us")]
     cnp_interval: std::time::Duration,
+    /// The link rate PAUSE and PFC pause times are counted at (a quantum is 512 bit times):
+    /// 100G, 25G, 400G, ...
+    #[arg(long, value_parser = units::rate, default_value = "100G")]
+    link_speed: u64,
+    /// A priority paused without a break for longer than this is a pause storm.
+    #[arg(long, value_parser = units::duration, default_value = "100ms")]
+    pfc_storm: std::time::Duration,
     /// Write per connection an SVG of PSN over time and one of the sender rate into DIR.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
@@ -80,6 +87,9 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             bail!("{name} takes a number of seconds ≥ 0");
         }
     }
+    if a.link_speed == 0 {
+        bail!("--link-speed must be above 0");
+    }
     if let (Some(f), Some(t)) = (a.from, a.to) {
         if t <= f {
             bail!("--to ({t}) must be after --from ({f})");
@@ -91,6 +101,8 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         to: a.to,
         stall_ns: a.stall.as_nanos().min(u128::from(u64::MAX)) as u64,
         cnp_interval_ns: a.cnp_interval.as_nanos().min(u128::from(u64::MAX)) as u64,
+        link_bps: a.link_speed,
+        storm_ns: a.pfc_storm.as_nanos().min(u128::from(u64::MAX)) as u64,
         pictures: a.plot.is_some() || a.html.is_some() || a.trace.is_some() || a.fit_dcqcn,
         ..Options::default()
     };

@@ -35,6 +35,14 @@ pub enum EventKind {
     Stall,
     /// READ responses that do not cover the requested PSN span and length.
     ReadResponseMismatch,
+    /// A stall that PAUSE or PFC frames on the connection's priority cover (at its end: the
+    /// frame is the first covering pause's).
+    StallPaused,
+    /// The connection's priority paused without a break for longer than the storm bound.
+    PauseStorm,
+    /// The peer host ended a TCP connection (FIN or RST: the control channel) and this
+    /// side's requests after it drew no response.
+    PeerProcessEnded,
 }
 
 /// NAK kinds, as [`EventKind::Nak`] numbers them.
@@ -80,6 +88,9 @@ impl EventKind {
             Self::IcrcBad => "icrc_bad",
             Self::Stall => "stall",
             Self::ReadResponseMismatch => "read_response_mismatch",
+            Self::StallPaused => "stall_paused",
+            Self::PauseStorm => "pause_storm",
+            Self::PeerProcessEnded => "peer_process_ended",
         }
     }
 }

@@ -20,8 +20,10 @@
 //! per-direction request and response state), `pairing` (directions paired into
 //! connections), `report` (text, JSON and HTML), `plot` (SVG via plotters), `trace`
 //! (Perfetto).
+mod control;
 mod emit;
 mod pairing;
+mod pfc;
 mod pkt;
 mod plot;
 mod report;
@@ -46,9 +48,11 @@ use crate::{link, DecodeError};
 use emit::{push_event, Emitter};
 pub use emit::{Cause, Event, EventKind, MAX_EVENTS, MAX_EVENTS_TOTAL, NAK_KINDS};
 use pairing::Dir;
+pub use pfc::{ConnectionPfc, PriorityPfc};
 pub(crate) use pkt::Pkt;
 pub use report::{
-    connection_json, event_flag_json, event_json, json_lines, text, write_json_lines, write_text,
+    connection_json, event_flag_json, event_json, json_lines, pfc_json, text, write_json_lines,
+    write_text,
 };
 pub use responder::NAK_CNP_NS;
 use rules::Tallies;
@@ -80,6 +84,10 @@ pub struct Options {
     /// A retransmission this soon after a NAK (or an implied NAK; after an RNR NAK: after its
     /// timer) answers it; later, the requester never got it and its timer fired (ns).
     pub nak_window_ns: u64,
+    /// The link rate PAUSE and PFC quanta are counted at (a quantum: 512 bit times), b/s.
+    pub link_bps: u64,
+    /// A priority paused without a break for longer than this is a pause storm (ns).
+    pub storm_ns: u64,
 }
 
 impl Default for Options {
@@ -94,6 +102,8 @@ impl Default for Options {
             cnp_interval_ns: 50_000,
             nak_window_ns: 500_000,
             pictures: false,
+            link_bps: 100_000_000_000,
+            storm_ns: 100_000_000,
         }
     }
 }
@@ -115,6 +125,11 @@ pub struct Connection {
     /// NAKs sent (either side), and how many of them a CNP from the same side followed within
     /// [`NAK_CNP_NS`] (does this NIC's notification point send CNPs on NAKs?).
     pub naks_and_cnps: (u64, u64),
+    /// What the capture's PAUSE and PFC frames did to it.
+    pub pfc: ConnectionPfc,
+    /// When the peer host ended a TCP connection to it and its requests went unanswered
+    /// after ([`EventKind::PeerProcessEnded`]), ns.
+    pub peer_ended: Option<u64>,
 }
 
 impl Connection {
@@ -142,6 +157,8 @@ pub struct Analysis {
     pub untracked: u64,
     /// UD packets (datagrams, not connections: not analyzed).
     pub datagrams: u64,
+    /// The PAUSE and PFC frames, per priority that had any.
+    pub pfc: Vec<PriorityPfc>,
     /// The read error that ended the input early (what was read before it is analyzed).
     pub error: Option<DecodeError>,
 }
@@ -177,10 +194,12 @@ impl Prep {
         ts: Timestamp,
         link_type: u32,
         data: &[u8],
-    ) -> Option<Pkt> {
+    ) -> Option<Item> {
         let t = self.time(ts)?;
-        let f = link::parse(link_type, data).ok()?;
-        Pkt::of(frame_no, t, &f)
+        match link::parse(link_type, data) {
+            Ok(f) => Pkt::of(frame_no, t, &f).map(Item::Roce),
+            Err(_) => Item::other(frame_no, t, link_type, data),
+        }
     }
 
     /// The record's time since the first record, ns; `None` outside `--from`/`--to`.
@@ -197,6 +216,47 @@ impl Prep {
         }
         Some(t)
     }
+}
+
+/// What a record gives the analysis.
+#[derive(Debug)]
+enum Item {
+    Roce(Pkt),
+    Other(Other),
+}
+
+/// A record that is not RoCE but tells the analysis something.
+#[derive(Debug, Clone, Copy)]
+enum Other {
+    Pause(pfc::Pause),
+    TcpEnd(control::TcpEnd),
+}
+
+impl Item {
+    /// A PAUSE or PFC frame, or a TCP FIN or RST.
+    fn other(frame: u64, t: u64, link_type: u32, data: &[u8]) -> Option<Self> {
+        if let Some((src, r)) = link::mac_control(link_type, data) {
+            return pfc::Pause::of(frame, t, src, r).map(|p| Self::Other(Other::Pause(p)));
+        }
+        let e = link::tcp_end(link_type, data)?;
+        Some(Self::Other(Other::TcpEnd(control::TcpEnd {
+            frame,
+            t,
+            src: e.src,
+            dst: e.dst,
+            sport: e.sport,
+            dport: e.dport,
+            rst: e.rst,
+        })))
+    }
+}
+
+/// A batch from the reading thread: RoCE packets, and the other records with the number of
+/// packets before each (so that the order is kept).
+#[derive(Debug, Default)]
+struct Batch {
+    pkts: Vec<Pkt>,
+    others: Vec<(usize, Other)>,
 }
 
 /// Packets handed from the reading thread to the analyzing one at a time.
@@ -227,6 +287,8 @@ pub struct Analyzer {
     /// UD packets (datagrams, not connections: not analyzed).
     pub datagrams: u64,
     events_kept: usize,
+    pfc: pfc::PfcState,
+    control: control::ControlState,
 }
 
 /// Directions (sender, receiver, destination QP) followed; a capture naming more gets the
@@ -246,6 +308,8 @@ impl Analyzer {
             untracked: 0,
             datagrams: 0,
             events_kept: 0,
+            pfc: pfc::PfcState::default(),
+            control: control::ControlState::default(),
             conns: Vec::new(),
             prep: Prep::new(opts),
             last_t: 0,
@@ -264,9 +328,33 @@ impl Analyzer {
         on_event: &mut dyn FnMut(&Event),
     ) {
         self.packets += 1;
-        if let Some(p) = self.prep.prepare(frame_no, ts, link_type, data) {
-            self.packet(&p, on_event);
+        match self.prep.prepare(frame_no, ts, link_type, data) {
+            Some(Item::Roce(p)) => self.packet(&p, on_event),
+            Some(Item::Other(o)) => self.other(o),
+            None => {}
         }
+    }
+
+    /// Notes a record that is not RoCE.
+    fn other(&mut self, o: Other) {
+        match o {
+            Other::Pause(p) => {
+                self.last_t = self.last_t.max(p.t);
+                self.pfc.note(&p, self.opts.link_bps);
+            }
+            Other::TcpEnd(e) => self.control.note(e),
+        }
+    }
+
+    /// Analyzes a batch in order.
+    fn batch(&mut self, b: &Batch, on_event: &mut dyn FnMut(&Event)) {
+        let mut from = 0;
+        for &(at, o) in &b.others {
+            self.packets(&b.pkts[from..at], on_event);
+            self.other(o);
+            from = at;
+        }
+        self.packets(&b.pkts[from..], on_event);
     }
 
     /// [`Analyzer::record`] for a record its caller already parsed (`None`: not a frame the
@@ -276,14 +364,24 @@ impl Analyzer {
         frame_no: u64,
         ts: Timestamp,
         frame: Option<&roce_proto::Frame<'_>>,
+        (link_type, data): (u32, &[u8]),
         on_event: &mut dyn FnMut(&Event),
     ) {
         self.packets += 1;
         let Some(t) = self.prep.time(ts) else {
             return;
         };
-        if let Some(p) = frame.and_then(|f| Pkt::of(frame_no, t, f)) {
-            self.packet(&p, on_event);
+        match frame {
+            Some(f) => {
+                if let Some(p) = Pkt::of(frame_no, t, f) {
+                    self.packet(&p, on_event);
+                }
+            }
+            None => {
+                if let Some(Item::Other(o)) = Item::other(frame_no, t, link_type, data) {
+                    self.other(o);
+                }
+            }
         }
     }
 
@@ -360,6 +458,7 @@ impl Analyzer {
                 s.first_t = p.t;
             }
             s.last_t = p.t;
+            s.priority = Some(p.prio);
         }
         if p.icrc_ok == Some(false) {
             ev.conns[conn].sides[side].icrc_bad += 1;
@@ -383,7 +482,15 @@ impl Analyzer {
     }
 
     /// Ends the analysis: stalls still open, PSNs never seen; returns the connections.
-    pub fn finish(mut self, on_event: &mut dyn FnMut(&Event)) -> Vec<Connection> {
+    pub fn finish(self, on_event: &mut dyn FnMut(&Event)) -> Vec<Connection> {
+        self.finish_all(on_event).0
+    }
+
+    /// [`Analyzer::finish`], with the pauses per priority.
+    fn finish_all(
+        mut self,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> (Vec<Connection>, Vec<PriorityPfc>) {
         let end = self.last_t;
         for d in 0..self.dirs.len() {
             let (conn, side) = (self.dirs[d].conn, self.dirs[d].side);
@@ -398,7 +505,7 @@ impl Analyzer {
             let s = &mut self.conns[conn].sides[side];
             s.never_seen_psns += never;
             if stall {
-                s.stalls += 1;
+                s.note_stall(last, end);
                 let e = Event {
                     frame: 0,
                     t: end,
@@ -421,6 +528,13 @@ impl Analyzer {
             .into_iter()
             .filter(|c| c.paired_by != "merged")
             .collect();
+        let pfc = std::mem::take(&mut self.pfc).finish(
+            end,
+            &self.opts,
+            &mut conns,
+            &mut self.events_kept,
+        );
+        self.control.finish(&mut conns, &mut self.events_kept);
         if let Some(q) = self.opts.qp {
             conns.retain(|c| c.sides.iter().any(|s| s.qpn == Some(q)));
         }
@@ -434,15 +548,17 @@ impl Analyzer {
                 s.note_rate_around_cnps();
             }
         }
-        conns
+        (conns, pfc)
     }
 
     /// Ends the analysis ([`Analyzer::finish`]) and wraps it up.
     pub fn into_analysis(self, on_event: &mut dyn FnMut(&Event)) -> Analysis {
         let (packets, roce, untracked, datagrams) =
             (self.packets, self.roce, self.untracked, self.datagrams);
+        let (connections, pfc) = self.finish_all(on_event);
         Analysis {
-            connections: self.finish(on_event),
+            connections,
+            pfc,
             packets,
             roce,
             untracked,
@@ -507,23 +623,29 @@ pub fn analyze<R: Read + Send>(
     on_event: &mut dyn FnMut(&Event),
 ) -> Analysis {
     let mut a = Analyzer::new(opts);
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Pkt>>(4);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(4);
     let (records, error) = std::thread::scope(|scope| {
         let producer = scope.spawn(move || {
             let mut prep = Prep::new(opts);
-            let mut batch = Vec::with_capacity(BATCH);
+            let new = || Batch {
+                pkts: Vec::with_capacity(BATCH),
+                others: Vec::new(),
+            };
+            let mut batch = new();
             let mut n = 0u64;
             let error = loop {
                 match reader.next_record() {
                     Ok(Some(rec)) => {
                         n += 1;
-                        if let Some(p) = prep.prepare(n, rec.ts, rec.link_type, rec.data) {
-                            batch.push(p);
-                            if batch.len() == BATCH {
-                                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-                                if tx.send(full).is_err() {
-                                    break None;
-                                }
+                        match prep.prepare(n, rec.ts, rec.link_type, rec.data) {
+                            Some(Item::Roce(p)) => batch.pkts.push(p),
+                            Some(Item::Other(o)) => batch.others.push((batch.pkts.len(), o)),
+                            None => continue,
+                        }
+                        if batch.pkts.len() + batch.others.len() >= BATCH {
+                            let full = std::mem::replace(&mut batch, new());
+                            if tx.send(full).is_err() {
+                                break None;
                             }
                         }
                     }
@@ -531,13 +653,13 @@ pub fn analyze<R: Read + Send>(
                     Err(e) => break Some(DecodeError::Read(e)),
                 }
             };
-            if !batch.is_empty() {
+            if !batch.pkts.is_empty() || !batch.others.is_empty() {
                 let _ = tx.send(batch);
             }
             (n, error)
         });
         for batch in rx {
-            a.packets(&batch, on_event);
+            a.batch(&batch, on_event);
         }
         match producer.join() {
             Ok(r) => r,

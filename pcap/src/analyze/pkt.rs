@@ -43,6 +43,9 @@ pub(crate) struct Pkt {
     /// The transport bytes' identity (duplicates are byte-identical): [`content_key`].
     pub(crate) hash: u64,
     pub(crate) cm: Option<CmFacts>,
+    /// Its priority: the outer VLAN tag's PCP, else DSCP / 8 (RoCE NICs' default map from
+    /// DSCP to priority), else 0.
+    pub(crate) prio: u8,
 }
 
 /// What tells byte-identical packets apart: the ICRC field (a CRC over every byte it
@@ -158,6 +161,11 @@ impl Pkt {
             icrc_ok,
             hash: content_key(f.transport),
             cm,
+            prio: match (f.link.as_ref().and_then(|l| l.vlans[0]), &f.ip) {
+                (Some(v), _) => v.pcp,
+                (None, Some(i)) => i.dscp >> 3,
+                (None, None) => 0,
+            },
         })
     }
 }

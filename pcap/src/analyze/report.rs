@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::side::endpoint;
 use super::stats::Dist;
-use super::{Analysis, Cause, Connection, Event, Side, NAK_KINDS, OPS};
+use super::{Analysis, Cause, Connection, Event, PriorityPfc, Side, NAK_KINDS, OPS};
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
@@ -86,6 +86,21 @@ fn table(a: &Analysis) -> String {
         a.datagrams,
         a.connections.len()
     );
+    for p in &a.pfc {
+        let _ = writeln!(
+            o,
+            "PFC/PAUSE priority {}: {} frames ({} pausing) from {} senders, paused {:.3} ms in all (longest {:.3} ms), {} pause storms; {} stalls covered, {} victim connections",
+            p.priority,
+            p.frames,
+            p.xoff,
+            p.senders,
+            p.paused_ns as f64 / 1e6,
+            p.longest_ns as f64 / 1e6,
+            p.storms.len(),
+            p.stalls_covered,
+            p.victims
+        );
+    }
     if a.untracked > 0 {
         let _ = writeln!(
             o,
@@ -237,6 +252,21 @@ fn section(o: &mut String, c: &Connection, events: bool) {
             );
         }
     }
+    let f = &c.pfc;
+    if let (Some(p), true) = (f.priority, f.pauses > 0 || f.paused_ns > 0) {
+        let _ = write!(
+            o,
+            "  PFC: priority {p} paused {:.3} ms during the connection ({} pausing frames), {} of its stalls covered, {} pause storms",
+            f.paused_ns as f64 / 1e6,
+            f.pauses,
+            f.stalls_covered,
+            f.storms
+        );
+        if f.victim {
+            o.push_str("; a victim: paused with no congestion of its own (no CE, no CNP)");
+        }
+        o.push('\n');
+    }
     c.rules.write_verdicts(o);
     // Events collapsed into runs of one kind (or every one with `events`).
     let mut runs: Vec<(&Event, u64, u64)> = Vec::new();
@@ -364,6 +394,11 @@ pub fn write_json_lines<W: Write + ?Sized>(
             line(o, &connection_json(c));
         }
     })?;
+    let mut o = Vec::new();
+    for p in &a.pfc {
+        line(&mut o, &pfc_json(p));
+    }
+    out.write_all(&o)?;
     if events {
         let mut o = Vec::new();
         for c in &a.connections {
@@ -543,7 +578,38 @@ pub fn connection_json(c: &Connection) -> Value {
         "verdicts": verdicts,
         "events_dropped": c.events_dropped,
         "naks_followed_by_cnp": c.naks_and_cnps.1,
+        "pfc": {
+            "priority": c.pfc.priority,
+            "pauses": c.pfc.pauses,
+            "paused_us": us(c.pfc.paused_ns),
+            "stalls_covered": c.pfc.stalls_covered,
+            "storms": c.pfc.storms,
+            "victim": c.pfc.victim,
+        },
+        "peer_process_ended": c.peer_ended.map(|t| t as f64 / 1e9),
         "sides": [side_json(x), side_json(y)],
+    })
+}
+
+/// The JSON object of one priority's PAUSE and PFC frames (`type: pfc`).
+pub fn pfc_json(p: &PriorityPfc) -> Value {
+    let storms: Vec<Value> = p
+        .storms
+        .iter()
+        .map(|&(t, len, frame)| json!({"t": t as f64 / 1e9, "length_us": us(len), "frame": frame}))
+        .collect();
+    json!({
+        "type": "pfc",
+        "priority": p.priority,
+        "frames": p.frames,
+        "pausing_frames": p.xoff,
+        "senders": p.senders,
+        "paused_us": us(p.paused_ns),
+        "longest_pause_us": us(p.longest_ns),
+        "storms": storms,
+        "stalls_covered": p.stalls_covered,
+        "victims": p.victims,
+        "intervals_dropped": p.intervals_dropped,
     })
 }
 
@@ -575,20 +641,12 @@ pub fn event_flag_json(e: &Event) -> Value {
     v
 }
 
-/// One JSON object per line: a connection per connection, then (with `events`) every event.
+/// One JSON object per line: a connection per connection, the PFC priorities, then (with
+/// `events`) every event.
 pub fn json_lines(a: &Analysis, events: bool) -> String {
-    let mut o = String::new();
-    for c in &a.connections {
-        let _ = writeln!(o, "{}", connection_json(c));
-    }
-    if events {
-        for c in &a.connections {
-            for e in &c.events {
-                let _ = writeln!(o, "{}", event_json(e));
-            }
-        }
-    }
-    o
+    let mut o = Vec::new();
+    let _ = write_json_lines(a, events, &mut o);
+    String::from_utf8(o).unwrap_or_default()
 }
 
 fn escape(s: &str) -> String {

@@ -356,16 +356,25 @@ fn first_request(r: &mut ReqState, p: &Pkt, mtu: u32, ev: &mut Emitter<'_, '_>) 
     new_request(r, p, r.highest, mtu, ev);
 }
 
-/// A stall: nothing moved for too long while requests were outstanding.
+/// A stall: nothing moved for too long while requests were outstanding, or while the
+/// requester was in the middle of a message (a First or Middle packet and no Last yet: it had
+/// more to send, so it was held back, by PFC say, or starved).
 fn check_stall(r: &ReqState, opts: &Options, p: &Pkt, ev: &mut Emitter<'_, '_>) {
-    if !r.outstanding.is_empty() && p.t.saturating_sub(r.last_progress_t) > opts.stall_ns {
-        ev.side_mut().stalls += 1;
+    let waiting = !r.outstanding.is_empty();
+    let mid_message = r.msg_start.is_some();
+    if (waiting || mid_message) && p.t.saturating_sub(r.last_progress_t) > opts.stall_ns {
+        ev.side_mut().note_stall(r.last_progress_t, p.t);
         let gap = p.t.saturating_sub(r.last_progress_t);
+        let what = if waiting {
+            ""
+        } else {
+            " (nothing outstanding, in the middle of a message: the requester held back)"
+        };
         ev.emit(
             p,
             EventKind::Stall,
             None,
-            format!("{:.3} ms without progress", gap as f64 / 1e6),
+            format!("{:.3} ms without progress{what}", gap as f64 / 1e6),
         );
     }
 }

@@ -69,6 +69,11 @@ pub struct Side {
     pub icrc_bad: u64,
     /// Stalls of its requests.
     pub stalls: u64,
+    /// (start, end) of its first stalls, ns (for the check against PFC pauses).
+    pub stall_spans: Vec<(u64, u64)>,
+    /// The priority of its packets: the VLAN PCP when tagged, else DSCP / 8 (the last
+    /// packet's).
+    pub priority: Option<u8>,
     /// READ responses of its that did not match the request.
     pub read_response_mismatches: u64,
     /// ACK RTT of its requests.
@@ -109,6 +114,14 @@ pub struct Side {
 }
 
 impl Side {
+    /// Counts a stall from `start` to `end` (ns), keeping the first spans.
+    pub(super) fn note_stall(&mut self, start: u64, end: u64) {
+        self.stalls += 1;
+        if self.stall_spans.len() < super::pfc::STALLS_KEPT {
+            self.stall_spans.push((start, end));
+        }
+    }
+
     /// Fills [`Side::rate_after_cnp_pct`] from the rate windows and the CNPs received.
     pub(super) fn note_rate_around_cnps(&mut self) {
         let win = self.rate_window_ns.max(1);
