@@ -549,3 +549,46 @@ fn fit_dcqcn_names_a_preset_for_each_notified_sender() {
     assert!(text.contains("DCQCN fit"), "{text}");
     let _ = std::fs::remove_file(&pcap);
 }
+
+/// Two captures of one NCCL job, one per host (real captures): `roce analyze A B` matches
+/// the packets between those hosts, each direction with its upstream capture first, both
+/// directions agreeing on the clock offset (one the other's negative), nothing lost; the
+/// text report says the same; a capture given twice as `-` is refused in one line.
+#[test]
+fn two_hosts_captures_are_matched_and_their_clocks_agree() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/captures/linlinw5-rdma_ib_tutorial/nccl");
+    let (a, b) = (dir.join("nccl_node0.pcap"), dir.join("nccl_node1.pcap"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let (code, out, err) = roce(&["analyze", "--json", a, b]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v["type"] == "loss_localisation")
+        .collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    let (x, y) = (&lines[0], &lines[1]);
+    assert_eq!((&x["from"], &x["to"]), (&y["to"], &y["from"]), "{x} {y}");
+    let (ox, oy) = (
+        x["clock_offset_us"].as_f64().unwrap(),
+        y["clock_offset_us"].as_f64().unwrap(),
+    );
+    assert!((ox + oy).abs() < 1e-6, "{ox} {oy}");
+    for l in &lines {
+        assert!(l["matched"].as_u64().unwrap() > 10, "{l}");
+        assert_eq!(l["lost_between"], 0, "{l}");
+        assert_eq!(l["only_downstream"], 0, "{l}");
+        assert!(l["one_way_delay_us"]["p50"].as_f64().unwrap() > 0.0, "{l}");
+        for k in ["direction", "frames", "offset_one_way"] {
+            assert!(l.get(k).is_some(), "{k} in {l}");
+        }
+    }
+    let (code, text, err) = roce(&["analyze", a, b]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(text.matches("\nloss localisation ").count(), 2, "{text}");
+    let (code, _, err) = roce(&["analyze", a, "-"]);
+    assert_ne!(code, 0);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not `-`"), "{err}");
+}

@@ -13,9 +13,15 @@ use crate::units;
 
 #[derive(Debug, Args)]
 pub(crate) struct AnalyzeArgs {
-    /// Capture file (pcap or pcapng); `-` for stdin.
+    /// Capture file (pcap or pcapng); `-` for stdin. Several captures of the same traffic
+    /// (both hosts, a host and a switch mirror): the first is analyzed, and every packet is
+    /// matched across each pair of them to localise each loss.
     #[arg(required_unless_present = "interface", conflicts_with = "interface")]
-    file: Option<String>,
+    files: Vec<String>,
+    /// With several captures: a packet the other capture has not shown within this time (on
+    /// the common clock) is missing from it.
+    #[arg(long, value_parser = units::duration, default_value = "10ms")]
+    match_window: std::time::Duration,
     /// Capture live from this interface until Ctrl-C or --duration (needs root or CAP_NET_RAW).
     #[arg(short, long)]
     interface: Option<String>,
@@ -106,7 +112,19 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         pictures: a.plot.is_some() || a.html.is_some() || a.trace.is_some() || a.fit_dcqcn,
         ..Options::default()
     };
-    let analysis: Analysis = match (&a.interface, &a.file) {
+    if a.files.len() > 1 && a.files.iter().any(|f| f == "-") {
+        bail!("several captures are read twice each: give files, not `-`");
+    }
+    let localised = if a.files.len() > 1 {
+        let paths: Vec<&str> = a.files.iter().map(String::as_str).collect();
+        let lo = analyze::LocaliseOptions {
+            window_ns: a.match_window.as_nanos().min(u128::from(u64::MAX)) as u64,
+        };
+        analyze::localise(&paths, lo)?
+    } else {
+        Vec::new()
+    };
+    let analysis: Analysis = match (&a.interface, a.files.first()) {
         (Some(iface), _) => {
             let live_opts = live::LiveOptions {
                 interface: iface.clone(),
@@ -143,6 +161,13 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         analyze::write_text(&analysis, a.events, &mut out)
     };
     let printed = printed.and_then(|()| {
+        if a.json {
+            for l in &localised {
+                writeln!(out, "{}", analyze::localisation_json(l))?;
+            }
+        } else {
+            out.write_all(analyze::localisation_text(&localised).as_bytes())?;
+        }
         if a.fit_dcqcn {
             write_fits(&analysis, a.json, &mut out)
         } else {

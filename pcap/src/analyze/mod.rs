@@ -22,6 +22,7 @@
 //! (Perfetto).
 mod control;
 mod emit;
+mod localise;
 mod pairing;
 mod pfc;
 mod pkt;
@@ -47,6 +48,9 @@ use crate::reader::{CaptureReader, Timestamp};
 use crate::{link, DecodeError};
 use emit::{push_event, Emitter};
 pub use emit::{Cause, Event, EventKind, MAX_EVENTS, MAX_EVENTS_TOTAL, NAK_KINDS};
+pub use localise::{
+    localisation_json, localisation_text, localise, localise_pair, Localisation, LocaliseOptions,
+};
 use pairing::Dir;
 pub use pfc::{ConnectionPfc, PriorityPfc};
 pub(crate) use pkt::Pkt;

@@ -1,0 +1,388 @@
+//! Several captures of the same traffic (both hosts, a host and a switch mirror): each RoCE
+//! packet matched across two captures by what it is (addresses, destination QP, PSN, opcode,
+//! and its ICRC and length, which tell resent copies of other bytes apart), each pair's clock
+//! offset estimated, and every packet one capture has and the other lacks placed: lost
+//! between the two capture points (seen upstream only), or dropped by the upstream capture
+//! (seen downstream only).
+//!
+//! Two passes over each pair. The first reads the first [`PREFIX`] records of both and
+//! matches them without a window: for a direction A -> B, `t_B - t_A` is the offset plus the
+//! one-way delay, and for B -> A the offset minus it, so with both directions of a host pair
+//! the offset is their mean (as NTP takes it), and with one direction only it is taken as
+//! the smallest difference (the delay then counts as offset). The second pass merges the two
+//! captures in time on the common clock and matches each packet within
+//! [`LocaliseOptions::window_ns`]: memory is bounded by the packets of that window (and by
+//! [`MAX_PENDING`]), not by the captures. A direction's upstream capture is the one that sees
+//! its packets first.
+use std::collections::VecDeque;
+use std::net::IpAddr;
+
+use super::pkt::Pkt;
+use super::HashMap;
+use crate::reader::{CaptureReader, Timestamp};
+use crate::{link, DecodeError};
+
+/// Records of each capture read to estimate the clock offset.
+pub(super) const PREFIX: usize = 200_000;
+/// Packets waiting for their match, per capture at most (the oldest are given up early).
+pub(super) const MAX_PENDING: usize = 1 << 22;
+/// Frame numbers listed per direction.
+const FRAMES_LISTED: usize = 100;
+/// Delay samples kept per direction (every k-th, k doubling as it fills).
+const SAMPLES: usize = 1 << 14;
+
+/// Options of [`localise`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocaliseOptions {
+    /// A packet not matched within this time (on the common clock) is missing from the other
+    /// capture (ns).
+    pub window_ns: u64,
+}
+
+impl Default for LocaliseOptions {
+    fn default() -> Self {
+        Self {
+            window_ns: 10_000_000,
+        }
+    }
+}
+
+/// What two captures say about one direction of traffic (`type: loss_localisation`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Localisation {
+    /// The upstream capture (sees the packets first), as named.
+    pub from: String,
+    /// The downstream capture.
+    pub to: String,
+    /// Sender address.
+    pub src: IpAddr,
+    /// Receiver address.
+    pub dst: IpAddr,
+    /// Packets in both.
+    pub matched: u64,
+    /// Packets upstream only: lost between the two capture points.
+    pub lost_between: u64,
+    /// Packets downstream only: the upstream capture dropped them (not a network loss).
+    pub only_downstream: u64,
+    /// The downstream capture's clock minus the upstream's, ns.
+    pub clock_offset_ns: i64,
+    /// `true` when no host pair had traffic both ways: the offset then holds the delay.
+    pub offset_one_way: bool,
+    /// One-way delay from `from` to `to` (on the common clock) at p50 and p99, ns.
+    pub delay_ns: (i64, i64),
+    /// The first frames (numbers in `from`) lost between.
+    pub frames: Vec<u64>,
+    /// The first frames (numbers in `to`) seen downstream only.
+    pub frames_downstream: Vec<u64>,
+}
+
+/// What identifies a packet across captures.
+type Key = (IpAddr, IpAddr, u32, u32, u8, u64);
+
+fn key(p: &Pkt) -> Key {
+    (p.src, p.dst, p.dest_qp, p.psn, p.opcode.0, p.hash)
+}
+
+fn ns(ts: Timestamp) -> i64 {
+    ts.secs
+        .saturating_mul(1_000_000_000)
+        .saturating_add(i64::from(ts.nanos))
+}
+
+/// Reads the RoCE packets of a capture: (absolute time ns, frame number, packet).
+struct Source<R: std::io::Read> {
+    reader: CaptureReader<R>,
+    frame: u64,
+}
+
+impl<R: std::io::Read> Source<R> {
+    fn next(&mut self) -> Result<Option<(i64, Pkt)>, DecodeError> {
+        loop {
+            let Some(rec) = self.reader.next_record().map_err(DecodeError::Read)? else {
+                return Ok(None);
+            };
+            self.frame += 1;
+            let t = ns(rec.ts);
+            if let Ok(f) = link::parse(rec.link_type, rec.data) {
+                if let Some(p) = Pkt::of(self.frame, 0, &f) {
+                    return Ok(Some((t, p)));
+                }
+            }
+        }
+    }
+}
+
+fn open(path: &str) -> Result<Source<std::io::BufReader<std::fs::File>>, DecodeError> {
+    let f = std::fs::File::open(path).map_err(|source| DecodeError::Open {
+        name: path.to_string(),
+        source,
+    })?;
+    Ok(Source {
+        reader: CaptureReader::new(std::io::BufReader::with_capacity(1 << 20, f), path)?,
+        frame: 0,
+    })
+}
+
+/// Delay samples, decimated to stay bounded.
+#[derive(Debug, Default)]
+struct Samples {
+    v: Vec<i64>,
+    stride: u64,
+    seen: u64,
+}
+
+impl Samples {
+    fn add(&mut self, d: i64) {
+        self.seen += 1;
+        let stride = self.stride.max(1);
+        if !self.seen.is_multiple_of(stride) {
+            return;
+        }
+        if self.v.len() >= SAMPLES {
+            // Keep every other one; take one in twice as many from now on.
+            let kept: Vec<i64> = self.v.iter().copied().step_by(2).collect();
+            self.v = kept;
+            self.stride = stride * 2;
+        }
+        self.v.push(d);
+    }
+    fn quantile(&self, q: f64) -> i64 {
+        if self.v.is_empty() {
+            return 0;
+        }
+        let mut v = self.v.clone();
+        v.sort_unstable();
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    }
+}
+
+/// One direction's tallies in the second pass.
+#[derive(Debug, Default)]
+struct DirTally {
+    matched: u64,
+    only: [u64; 2],
+    frames: [Vec<u64>; 2],
+    /// `t_y - t_x - offset` of matched packets.
+    delays: Samples,
+}
+
+impl DirTally {
+    fn unmatched(&mut self, side: usize, frame: u64) {
+        self.only[side] += 1;
+        if self.frames[side].len() < FRAMES_LISTED {
+            self.frames[side].push(frame);
+        }
+    }
+}
+
+/// The clock offset of `y` against `x` (ns) from the first records of both, and whether it
+/// rests on one direction only.
+fn estimate_offset(x: &str, y: &str) -> Result<(i64, bool), DecodeError> {
+    let (mut sx, mut sy) = (open(x)?, open(y)?);
+    let mut first: HashMap<Key, i64> = HashMap::default();
+    for _ in 0..PREFIX {
+        let Some((t, p)) = sx.next()? else { break };
+        first.entry(key(&p)).or_insert(t);
+    }
+    let mut diffs: HashMap<(IpAddr, IpAddr), Samples> = HashMap::default();
+    for _ in 0..PREFIX {
+        let Some((t, p)) = sy.next()? else { break };
+        if let Some(&tx) = first.get(&key(&p)) {
+            diffs.entry((p.src, p.dst)).or_default().add(t - tx);
+        }
+    }
+    let medians: HashMap<(IpAddr, IpAddr), i64> =
+        diffs.iter().map(|(k, s)| (*k, s.quantile(0.5))).collect();
+    let mut both: Vec<i64> = medians
+        .iter()
+        .filter_map(|(&(a, b), &m)| medians.get(&(b, a)).map(|&r| (m + r) / 2))
+        .collect();
+    if !both.is_empty() {
+        both.sort_unstable();
+        return Ok((both[both.len() / 2], false));
+    }
+    Ok((medians.values().copied().min().unwrap_or(0), true))
+}
+
+/// A packet waiting for its match: (common-clock time, frame).
+type Waiting = HashMap<Key, VecDeque<(i64, u64)>>;
+
+/// Matches the captures `x` and `y` (paths; names as given) and places every unmatched
+/// packet, per direction with traffic.
+pub fn localise_pair(
+    x: &str,
+    y: &str,
+    opts: LocaliseOptions,
+) -> Result<Vec<Localisation>, DecodeError> {
+    let (offset, one_way) = estimate_offset(x, y)?;
+    let w = i64::try_from(opts.window_ns).unwrap_or(i64::MAX);
+    let mut srcs = [open(x)?, open(y)?];
+    let mut next = [srcs[0].next()?, srcs[1].next()?];
+    // Common clock: x's.
+    let common = |side: usize, t: i64| if side == 0 { t } else { t - offset };
+    let mut first_t = [None::<i64>; 2];
+    let mut last_t = [i64::MIN; 2];
+    let mut waiting: [Waiting; 2] = [HashMap::default(), HashMap::default()];
+    let mut expiry: [VecDeque<(i64, Key)>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut dirs: HashMap<(IpAddr, IpAddr), DirTally> = HashMap::default();
+    loop {
+        let side = match (&next[0], &next[1]) {
+            (None, None) => break,
+            (Some(_), None) => 0,
+            (None, Some(_)) => 1,
+            (Some(a), Some(b)) => usize::from(common(1, b.0) < common(0, a.0)),
+        };
+        let Some((t_raw, p)) = next[side].take() else {
+            break;
+        };
+        next[side] = srcs[side].next()?;
+        let t = common(side, t_raw);
+        first_t[side].get_or_insert(t);
+        last_t[side] = last_t[side].max(t);
+        let k = key(&p);
+        let other = 1 - side;
+        let found = waiting[other].get_mut(&k).and_then(|q| q.pop_front());
+        if let Some((t_other, _)) = found {
+            if waiting[other].get(&k).is_some_and(VecDeque::is_empty) {
+                waiting[other].remove(&k);
+            }
+            let d = dirs.entry((p.src, p.dst)).or_default();
+            d.matched += 1;
+            d.delays
+                .add(if side == 1 { t - t_other } else { t_other - t });
+        } else {
+            waiting[side].entry(k).or_default().push_back((t, p.frame));
+            expiry[side].push_back((t, k));
+        }
+        // Give up on packets the other capture should have shown by now.
+        for s in 0..2 {
+            let o = 1 - s;
+            while let Some(&(te, ke)) = expiry[s].front() {
+                let overdue = te < t - w || expiry[s].len() > MAX_PENDING;
+                if !overdue {
+                    break;
+                }
+                expiry[s].pop_front();
+                let Some(q) = waiting[s].get_mut(&ke) else {
+                    continue;
+                };
+                if q.front().is_some_and(|e| e.0 == te) {
+                    let (_, frame) = q.pop_front().unwrap_or_default();
+                    if q.is_empty() {
+                        waiting[s].remove(&ke);
+                    }
+                    // Before the other capture began (with a window's margin) it could not
+                    // have seen the packet.
+                    if first_t[o].is_some_and(|f| te >= f + w) {
+                        dirs.entry((ke.0, ke.1)).or_default().unmatched(s, frame);
+                    }
+                }
+            }
+        }
+    }
+    // What still waits at the end: unmatched unless the other capture ended too soon after.
+    for (s, w_s) in waiting.iter_mut().enumerate() {
+        let o = 1 - s;
+        for (ke, q) in std::mem::take(w_s) {
+            for (te, frame) in q {
+                if first_t[o].is_some_and(|f| te >= f + w) && te + w <= last_t[o] {
+                    dirs.entry((ke.0, ke.1)).or_default().unmatched(s, frame);
+                }
+            }
+        }
+    }
+    let mut out: Vec<Localisation> = dirs
+        .into_iter()
+        .map(|((src, dst), mut d)| {
+            // x is upstream when packets reach y later.
+            let x_up = d.delays.quantile(0.5) >= 0;
+            let (up, down) = if x_up { (0, 1) } else { (1, 0) };
+            let sign = if x_up { 1 } else { -1 };
+            let (p50, p99) = if x_up {
+                (d.delays.quantile(0.5), d.delays.quantile(0.99))
+            } else {
+                (-d.delays.quantile(0.5), -d.delays.quantile(0.01))
+            };
+            let names = [x.to_string(), y.to_string()];
+            Localisation {
+                from: names[up].clone(),
+                to: names[down].clone(),
+                src,
+                dst,
+                matched: d.matched,
+                lost_between: d.only[up],
+                only_downstream: d.only[down],
+                clock_offset_ns: sign * offset,
+                offset_one_way: one_way,
+                delay_ns: (p50, p99),
+                frames: std::mem::take(&mut d.frames[up]),
+                frames_downstream: std::mem::take(&mut d.frames[down]),
+            }
+        })
+        .collect();
+    out.sort_by_key(|l| (l.src, l.dst));
+    Ok(out)
+}
+
+/// [`localise_pair`] for every pair of `paths`, in order.
+pub fn localise(paths: &[&str], opts: LocaliseOptions) -> Result<Vec<Localisation>, DecodeError> {
+    let mut out = Vec::new();
+    for i in 0..paths.len() {
+        for j in i + 1..paths.len() {
+            out.extend(localise_pair(paths[i], paths[j], opts)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The JSON object of a localisation (`type: loss_localisation`).
+pub fn localisation_json(l: &Localisation) -> serde_json::Value {
+    let us = |n: i64| n as f64 / 1e3;
+    serde_json::json!({
+        "type": "loss_localisation",
+        "from": l.from,
+        "to": l.to,
+        "direction": format!("{} -> {}", l.src, l.dst),
+        "matched": l.matched,
+        "lost_between": l.lost_between,
+        "only_downstream": l.only_downstream,
+        "clock_offset_us": us(l.clock_offset_ns),
+        "offset_one_way": l.offset_one_way,
+        "one_way_delay_us": {"p50": us(l.delay_ns.0), "p99": us(l.delay_ns.1)},
+        "frames": l.frames,
+        "frames_downstream": l.frames_downstream,
+    })
+}
+
+/// The text lines of the localisations.
+pub fn localisation_text(ls: &[Localisation]) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    for l in ls {
+        let _ = writeln!(
+            o,
+            "\nloss localisation {} -> {} (from {} to {}): {} matched, {} lost between the two capture points, {} seen downstream only (dropped by the capture at {}); clock offset {:.3} us{}, one-way delay p50 {:.3} us, p99 {:.3} us",
+            l.src,
+            l.dst,
+            l.from,
+            l.to,
+            l.matched,
+            l.lost_between,
+            l.only_downstream,
+            l.from,
+            l.clock_offset_ns as f64 / 1e3,
+            if l.offset_one_way {
+                " (traffic one way only: it holds the delay)"
+            } else {
+                ""
+            },
+            l.delay_ns.0 as f64 / 1e3,
+            l.delay_ns.1 as f64 / 1e3,
+        );
+        if !l.frames.is_empty() {
+            let list: Vec<String> = l.frames.iter().map(u64::to_string).collect();
+            let _ = writeln!(o, "  lost: frames {} of {}", list.join(", "), l.from);
+        }
+    }
+    o
+}
