@@ -592,3 +592,40 @@ fn two_hosts_captures_are_matched_and_their_clocks_agree() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not `-`"), "{err}");
 }
+
+/// `--cc PRESET` sets the CNP interval the rule expects, `--cnp-interval` overrides it, a
+/// preset that does not exist is one error line.
+#[test]
+fn the_cnp_interval_follows_the_named_preset_unless_given() {
+    let pcap = tmp("cc-preset.pcap");
+    lossy_loopback(&pcap, "5");
+    let p = pcap.to_str().unwrap();
+    let rule = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["analyze", "--json", p];
+        a.extend_from_slice(args);
+        let (code, out, err) = roce(&a);
+        assert_eq!(code, 0, "{err}");
+        json_lines(&out)
+            .iter()
+            .filter(|l| l["type"] == "connection")
+            .flat_map(|c| c["verdicts"].as_array().unwrap().clone())
+            .filter(|v| v["rule"] == "cnp_min_interval" && v["result"] != "not_applicable")
+            .map(|v| v["result"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = |v: &[String], r: &str| !v.is_empty() && v.iter().all(|x| x == r);
+    for preset in ["dcqcn", "nvidia", "none"] {
+        assert!(all(&rule(&["--cc", preset]), "ok"), "{preset}");
+    }
+    // Far apart as the CNPs are, 1 s is more than any two of them.
+    assert!(all(&rule(&["--cnp-interval", "1s"]), "violated"));
+    assert!(all(
+        &rule(&["--cc", "hpcc", "--cnp-interval", "1s"]),
+        "violated"
+    ));
+    assert!(all(&rule(&["--cc", "hpcc"]), "ok"), "no interval to keep");
+    let (code, _, err) = roce(&["analyze", p, "--cc", "bbr"]);
+    assert_ne!(code, 0);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--cc"), "{err}");
+}

@@ -47,9 +47,16 @@ pub(crate) struct AnalyzeArgs {
     /// No progress for longer than this while requests are outstanding is a stall.
     #[arg(long, value_parser = units::duration, default_value = "100ms")]
     stall: std::time::Duration,
-    /// CNPs of one QP closer than this violate the CNP interval rule.
-    #[arg(long, value_parser = units::duration, default_value = "50us")]
-    cnp_interval: std::time::Duration,
+    /// CNPs of one QP closer than this violate the CNP interval rule (default: what the
+    /// `--cc` preset's notification point keeps, 50 us).
+    #[arg(long, value_parser = units::duration)]
+    cnp_interval: Option<std::time::Duration>,
+    /// The congestion control the capture's endpoints ran, as `roce loopback --cc` names it
+    /// (dcqcn, paper, nvidia, hpcc, none, fixed:...): sets the CNP interval the rule expects
+    /// unless --cnp-interval gives one (HPCC reacts to in-network telemetry, not CNPs: no
+    /// interval is expected).
+    #[arg(long, value_name = "PRESET")]
+    cc: Option<String>,
     /// The link rate PAUSE and PFC pause times are counted at (a quantum is 512 bit times):
     /// 100G, 25G, 400G, ...
     #[arg(long, value_parser = units::rate, default_value = "100G")]
@@ -73,6 +80,23 @@ pub(crate) struct AnalyzeArgs {
     /// paper's and NVIDIA's presets) and say how closely its measured rate follows each.
     #[arg(long)]
     fit_dcqcn: bool,
+}
+
+/// The CNP interval the rule expects: `--cnp-interval`, else the `--cc` preset's.
+fn cnp_interval(a: &AnalyzeArgs) -> anyhow::Result<std::time::Duration> {
+    use roce_stack::cc::{cnp::DEFAULT_CNP_INTERVAL, CcConfig};
+    let preset = match &a.cc {
+        Some(name) => Some(crate::cc::parse(name).map_err(|e| anyhow::anyhow!("--cc: {e}"))?),
+        None => None,
+    };
+    Ok(match (a.cnp_interval, preset) {
+        (Some(d), _) => d,
+        // HPCC's senders react to INT in the ACKs; a CNP interval is nobody's to keep.
+        (None, Some(CcConfig::Hpcc(_))) => std::time::Duration::ZERO,
+        // The notification point paces CNPs whatever the sender's controller: the DCQCN
+        // paper's N = 50 us, which roce's endpoints keep.
+        (None, _) => DEFAULT_CNP_INTERVAL,
+    })
 }
 
 fn write_file(
@@ -106,7 +130,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         from: a.from,
         to: a.to,
         stall_ns: a.stall.as_nanos().min(u128::from(u64::MAX)) as u64,
-        cnp_interval_ns: a.cnp_interval.as_nanos().min(u128::from(u64::MAX)) as u64,
+        cnp_interval_ns: cnp_interval(&a)?.as_nanos().min(u128::from(u64::MAX)) as u64,
         link_bps: a.link_speed,
         storm_ns: a.pfc_storm.as_nanos().min(u128::from(u64::MAX)) as u64,
         pictures: a.plot.is_some() || a.html.is_some() || a.trace.is_some() || a.fit_dcqcn,
