@@ -467,6 +467,9 @@ impl Session {
         limit: Duration,
     ) -> Result<(), DriverError> {
         let rec = self.record(what, mine)?;
+        // The endpoint's own silence guard waits longer than `late`, so that a client silent
+        // past `limit` is always told as that (the two used to race at the same instant).
+        let silence = limit.saturating_add(Duration::from_secs(5));
         let late = move || async move {
             tokio::time::sleep(limit).await;
             Err::<(), String>(format!(
@@ -487,7 +490,7 @@ impl Session {
                             r = late() => r,
                         }
                     };
-                    ep.run(app, false, stop, limit).await?;
+                    ep.run(app, false, stop, silence).await?;
                 }
                 let Wire::Tcp(tcp) = &mut self.wire else {
                     unreachable!("matched above")
@@ -502,7 +505,7 @@ impl Session {
                         comm,
                         until_message: true,
                     };
-                    ep.run(&mut both, true, late(), limit).await?;
+                    ep.run(&mut both, true, late(), silence).await?;
                 }
                 let t = comm.inbox.pop_front().ok_or_else(|| {
                     DriverError::Peer("it disconnected before sending its closing record".into())
