@@ -5,7 +5,7 @@
 //! captures must find exactly the network's losses; a pair with the mirror downstream sees
 //! its drops as losses (two captures cannot tell), and a pair with the mirror upstream sees
 //! them downstream only. The seed is printed on failure.
-use roce_pcap::analyze::{localise, localise_pair, Localisation, LocaliseOptions};
+use roce_pcap::analyze::{localise, localise_pair, Localisation, LocaliseOptions, MAX_LOCALISED};
 use roce_pcap::synth::packet_for;
 use roce_pcap::{link, PcapWriter, Timestamp};
 use roce_proto::{FrameBuilder, Opcode, Psn, Qpn};
@@ -244,5 +244,39 @@ fn one_direction_only_says_its_offset_holds_the_delay_and_localise_takes_every_p
         "frame numbers in the upstream capture"
     );
     assert_eq!(l.clock_offset_ns, 5_003_000, "offset and delay together");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_capture_naming_more_directions_than_followed_is_bounded_and_says_so() {
+    let dir = std::env::temp_dir().join(format!("roce-localise2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = MAX_LOCALISED as u32 + 1000;
+    let mut paths = Vec::new();
+    for p in 0..2i64 {
+        let path = dir.join(format!("many{p}.pcap"));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w =
+            PcapWriter::new(std::io::BufWriter::new(file), link::ETHERNET, true, 65535).unwrap();
+        for i in 0..n {
+            // Every packet from another sender: a direction each.
+            let b = FrameBuilder::ipv4((0x0a00_0000 + i).to_be_bytes(), [10, 255, 0, 1], 0xc123);
+            let mut pk = packet_for(Opcode::RC_SEND_ONLY, 0, &[1; 8]);
+            pk.bth.dest_qp = Qpn(0x22);
+            let mut f = vec![0u8; b.frame_len(&pk)];
+            let len = b.build(&pk, &mut f).unwrap();
+            let t = i64::from(i) * 1_000 + p * 2_000;
+            let ts = Timestamp {
+                secs: 1_800_000_000 + t / 1_000_000_000,
+                nanos: (t % 1_000_000_000) as u32,
+            };
+            w.write_packet(ts, &f[..len], len as u32).unwrap();
+        }
+        w.flush().unwrap();
+        paths.push(path.to_str().unwrap().to_string());
+    }
+    let ls = localise_pair(&paths[0], &paths[1], LocaliseOptions::default()).unwrap();
+    assert_eq!(ls.len(), MAX_LOCALISED);
+    assert!(ls.iter().all(|l| l.untracked == 2 * 1000), "{:?}", ls[0]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -25,7 +25,10 @@ use crate::{link, DecodeError};
 /// Records of each capture read to estimate the clock offset.
 pub(super) const PREFIX: usize = 200_000;
 /// Packets waiting for their match, per capture at most (the oldest are given up early).
-pub(super) const MAX_PENDING: usize = 1 << 22;
+pub(super) const MAX_PENDING: usize = 1 << 20;
+/// Directions (sender, receiver) localised per pair; the packets of others are counted in
+/// [`Localisation::untracked`].
+pub const MAX_LOCALISED: usize = 1 << 16;
 /// Frame numbers listed per direction.
 const FRAMES_LISTED: usize = 100;
 /// Delay samples kept per direction (every k-th, k doubling as it fills).
@@ -74,6 +77,9 @@ pub struct Localisation {
     pub frames: Vec<u64>,
     /// The first frames (numbers in `to`) seen downstream only.
     pub frames_downstream: Vec<u64>,
+    /// Packets of this pair of captures in directions past [`MAX_LOCALISED`], not
+    /// localised (the same count on every direction of the pair).
+    pub untracked: u64,
 }
 
 /// What identifies a packet across captures.
@@ -225,6 +231,7 @@ pub fn localise_pair(
     let mut waiting: [Waiting; 2] = [HashMap::default(), HashMap::default()];
     let mut expiry: [VecDeque<(i64, Key)>; 2] = [VecDeque::new(), VecDeque::new()];
     let mut dirs: HashMap<(IpAddr, IpAddr), DirTally> = HashMap::default();
+    let mut untracked = 0u64;
     loop {
         let side = match (&next[0], &next[1]) {
             (None, None) => break,
@@ -236,6 +243,11 @@ pub fn localise_pair(
             break;
         };
         next[side] = srcs[side].next()?;
+        if dirs.len() >= MAX_LOCALISED && !dirs.contains_key(&(p.src, p.dst)) {
+            untracked += 1;
+            continue;
+        }
+        dirs.entry((p.src, p.dst)).or_default();
         let t = common(side, t_raw);
         first_t[side].get_or_insert(t);
         last_t[side] = last_t[side].max(t);
@@ -317,6 +329,7 @@ pub fn localise_pair(
                 delay_ns: (p50, p99),
                 frames: std::mem::take(&mut d.frames[up]),
                 frames_downstream: std::mem::take(&mut d.frames[down]),
+                untracked,
             }
         })
         .collect();
@@ -351,6 +364,7 @@ pub fn localisation_json(l: &Localisation) -> serde_json::Value {
         "one_way_delay_us": {"p50": us(l.delay_ns.0), "p99": us(l.delay_ns.1)},
         "frames": l.frames,
         "frames_downstream": l.frames_downstream,
+        "untracked": l.untracked,
     })
 }
 
@@ -379,6 +393,13 @@ pub fn localisation_text(ls: &[Localisation]) -> String {
             l.delay_ns.0 as f64 / 1e3,
             l.delay_ns.1 as f64 / 1e3,
         );
+        if l.untracked > 0 {
+            let _ = writeln!(
+                o,
+                "  ({} packets of directions past the first {MAX_LOCALISED} of this pair not localised)",
+                l.untracked
+            );
+        }
         if !l.frames.is_empty() {
             let list: Vec<String> = l.frames.iter().map(u64::to_string).collect();
             let _ = writeln!(o, "  lost: frames {} of {}", list.join(", "), l.from);

@@ -50,6 +50,7 @@ use emit::{push_event, Emitter};
 pub use emit::{Cause, Event, EventKind, MAX_EVENTS, MAX_EVENTS_TOTAL, NAK_KINDS};
 pub use localise::{
     localisation_json, localisation_text, localise, localise_pair, Localisation, LocaliseOptions,
+    MAX_LOCALISED,
 };
 use pairing::Dir;
 pub use pfc::{ConnectionPfc, PriorityPfc};
