@@ -244,6 +244,35 @@ fn one_direction_only_says_its_offset_holds_the_delay_and_localise_takes_every_p
         "frame numbers in the upstream capture"
     );
     assert_eq!(l.clock_offset_ns, 5_003_000, "offset and delay together");
+    // The reports show it: a text paragraph, a JSON line, an HTML table and a ladder with
+    // the two lost packets.
+    let mut an =
+        roce_pcap::analyze::analyze_path(&paths[0], Default::default(), &mut |_| {}).unwrap();
+    an.localised = ls.clone();
+    let text = roce_pcap::analyze::text(&an, false);
+    assert!(
+        text.contains("loss localisation 10.0.0.1 -> 10.0.0.2"),
+        "{text}"
+    );
+    assert!(text.contains("lost: frames 501, 901 of"), "{text}");
+    let json = roce_pcap::analyze::json_lines(&an, false);
+    let line: serde_json::Value = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["type"] == "loss_localisation")
+        .expect("a loss_localisation line");
+    assert_eq!(line["frames"], serde_json::json!([501, 901]));
+    assert_eq!(line["lost_between"], 2);
+    let mut html = Vec::new();
+    roce_pcap::analyze::write_html(&an, &mut html).unwrap();
+    let html = String::from_utf8(html).unwrap();
+    assert!(html.contains("<h2>Loss localisation</h2>"));
+    assert_eq!(
+        html.matches("&#10005;").count(),
+        2,
+        "one cross per lost packet"
+    );
+    assert!(html.contains("frame 501, ") && html.contains("frame 901, "));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

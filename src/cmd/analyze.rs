@@ -148,7 +148,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     } else {
         Vec::new()
     };
-    let analysis: Analysis = match (&a.interface, a.files.first()) {
+    let mut analysis: Analysis = match (&a.interface, a.files.first()) {
         (Some(iface), _) => {
             let live_opts = live::LiveOptions {
                 interface: iface.clone(),
@@ -178,6 +178,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         (None, Some(path)) => analyze::analyze_path(path, opts, &mut |_| {})?,
         (None, None) => bail!("give a capture file, `-`, or --interface"),
     };
+    analysis.localised = localised;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let printed = if a.json {
         analyze::write_json_lines(&analysis, a.events, &mut out)
@@ -185,13 +186,6 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         analyze::write_text(&analysis, a.events, &mut out)
     };
     let printed = printed.and_then(|()| {
-        if a.json {
-            for l in &localised {
-                writeln!(out, "{}", analyze::localisation_json(l))?;
-            }
-        } else {
-            out.write_all(analyze::localisation_text(&localised).as_bytes())?;
-        }
         if a.fit_dcqcn {
             write_fits(&analysis, a.json, &mut out)
         } else {

@@ -77,6 +77,9 @@ pub struct Localisation {
     pub frames: Vec<u64>,
     /// The first frames (numbers in `to`) seen downstream only.
     pub frames_downstream: Vec<u64>,
+    /// When the packets of [`Localisation::frames`] passed `from` (ns since the Unix epoch,
+    /// on `from`'s clock).
+    pub lost_at: Vec<i64>,
     /// Packets of this pair of captures in directions past [`MAX_LOCALISED`], not
     /// localised (the same count on every direction of the pair).
     pub untracked: u64,
@@ -168,15 +171,17 @@ struct DirTally {
     matched: u64,
     only: [u64; 2],
     frames: [Vec<u64>; 2],
+    times: [Vec<i64>; 2],
     /// `t_y - t_x - offset` of matched packets.
     delays: Samples,
 }
 
 impl DirTally {
-    fn unmatched(&mut self, side: usize, frame: u64) {
+    fn unmatched(&mut self, side: usize, frame: u64, t: i64) {
         self.only[side] += 1;
         if self.frames[side].len() < FRAMES_LISTED {
             self.frames[side].push(frame);
+            self.times[side].push(t);
         }
     }
 }
@@ -286,7 +291,9 @@ pub fn localise_pair(
                     // Before the other capture began (with a window's margin) it could not
                     // have seen the packet.
                     if first_t[o].is_some_and(|f| te >= f + w) {
-                        dirs.entry((ke.0, ke.1)).or_default().unmatched(s, frame);
+                        dirs.entry((ke.0, ke.1))
+                            .or_default()
+                            .unmatched(s, frame, te);
                     }
                 }
             }
@@ -298,13 +305,17 @@ pub fn localise_pair(
         for (ke, q) in std::mem::take(w_s) {
             for (te, frame) in q {
                 if first_t[o].is_some_and(|f| te >= f + w) && te + w <= last_t[o] {
-                    dirs.entry((ke.0, ke.1)).or_default().unmatched(s, frame);
+                    dirs.entry((ke.0, ke.1))
+                        .or_default()
+                        .unmatched(s, frame, te);
                 }
             }
         }
     }
     let mut out: Vec<Localisation> = dirs
         .into_iter()
+        // A direction only one capture holds does not pass the other capture's point.
+        .filter(|(_, d)| d.matched > 0)
         .map(|((src, dst), mut d)| {
             // x is upstream when packets reach y later.
             let x_up = d.delays.quantile(0.5) >= 0;
@@ -316,6 +327,9 @@ pub fn localise_pair(
                 (-d.delays.quantile(0.5), -d.delays.quantile(0.01))
             };
             let names = [x.to_string(), y.to_string()];
+            // Back on `from`'s own clock (the common clock is x's).
+            let back = if up == 0 { 0 } else { offset };
+            let lost_at = d.times[up].iter().map(|t| t + back).collect();
             Localisation {
                 from: names[up].clone(),
                 to: names[down].clone(),
@@ -329,6 +343,7 @@ pub fn localise_pair(
                 delay_ns: (p50, p99),
                 frames: std::mem::take(&mut d.frames[up]),
                 frames_downstream: std::mem::take(&mut d.frames[down]),
+                lost_at,
                 untracked,
             }
         })
@@ -404,6 +419,118 @@ pub fn localisation_text(ls: &[Localisation]) -> String {
             let list: Vec<String> = l.frames.iter().map(u64::to_string).collect();
             let _ = writeln!(o, "  lost: frames {} of {}", list.join(", "), l.from);
         }
+    }
+    o
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A ladder diagram of a direction's first lost packets (SVG): the upstream capture point on
+/// the left, the downstream one on the right, time going down (in order, not to scale: the
+/// labels give the times). A packet both saw crosses at the median one-way delay; each lost
+/// one stops between the two points.
+pub(super) fn ladder_svg(l: &Localisation) -> String {
+    use std::fmt::Write as _;
+    const SHOWN: usize = 10;
+    let (left, right, top, row) = (170.0, 530.0, 60.0, 34.0);
+    let rows = l.frames.len().min(SHOWN) + 1;
+    let height = top + row * rows as f64 + 30.0;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"700\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">"
+    );
+    let _ = write!(
+        o,
+        "<text x=\"{left}\" y=\"20\" text-anchor=\"middle\">{}</text><text x=\"{right}\" y=\"20\" text-anchor=\"middle\">{}</text>",
+        escape(&l.from),
+        escape(&l.to)
+    );
+    let _ = write!(
+        o,
+        "<text x=\"350\" y=\"40\" text-anchor=\"middle\">{} -&gt; {}</text>",
+        l.src, l.dst
+    );
+    for x in [left, right] {
+        let _ = write!(
+            o,
+            "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\" stroke=\"#444\"/>",
+            top - 10.0,
+            height - 10.0
+        );
+    }
+    // A packet both saw, at the median delay.
+    let y = top + row * 0.5;
+    let _ = write!(
+        o,
+        "<line x1=\"{left}\" y1=\"{y}\" x2=\"{right}\" y2=\"{}\" stroke=\"#070\"/><text x=\"{}\" y=\"{}\" fill=\"#070\">{} matched, one-way delay p50 {:.3} us</text>",
+        y + 10.0,
+        right + 8.0,
+        y + 14.0,
+        l.matched,
+        l.delay_ns.0 as f64 / 1e3
+    );
+    for (i, (f, t)) in l.frames.iter().zip(&l.lost_at).take(SHOWN).enumerate() {
+        let y = top + row * (i as f64 + 1.5);
+        let mid = (left + right) / 2.0;
+        let secs = t.div_euclid(1_000_000_000);
+        let ns = t.rem_euclid(1_000_000_000);
+        let _ = write!(
+            o,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">frame {f}, {:02}.{ns:09}</text><line x1=\"{left}\" y1=\"{y}\" x2=\"{mid}\" y2=\"{}\" stroke=\"#b00\"/><text x=\"{}\" y=\"{}\" fill=\"#b00\" font-size=\"16\">&#10005;</text>",
+            left - 8.0,
+            y + 4.0,
+            secs % 60,
+            y + 5.0,
+            mid - 5.0,
+            y + 11.0
+        );
+    }
+    if l.frames.len() > SHOWN {
+        let _ = write!(
+            o,
+            "<text x=\"350\" y=\"{}\" text-anchor=\"middle\">and {} more lost</text>",
+            height - 14.0,
+            l.lost_between - SHOWN as u64
+        );
+    }
+    o.push_str("</svg>");
+    o
+}
+
+/// The HTML section of the localisations: a table per capture pair and direction, and the
+/// ladder of each direction that lost packets.
+pub(super) fn html_section(ls: &[Localisation]) -> String {
+    use std::fmt::Write as _;
+    if ls.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("<h2>Loss localisation</h2><table><tr><th>from (upstream)</th><th>to</th><th>direction</th><th>matched</th><th>lost between</th><th>downstream only</th><th>clock offset</th><th>one-way delay p50 / p99</th></tr>");
+    for l in ls {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{} -&gt; {}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3} us{}</td><td>{:.3} / {:.3} us</td></tr>",
+            escape(&l.from),
+            escape(&l.to),
+            l.src,
+            l.dst,
+            l.matched,
+            l.lost_between,
+            l.only_downstream,
+            l.clock_offset_ns as f64 / 1e3,
+            if l.offset_one_way { " (one way: holds the delay)" } else { "" },
+            l.delay_ns.0 as f64 / 1e3,
+            l.delay_ns.1 as f64 / 1e3
+        );
+    }
+    o.push_str("</table>");
+    for l in ls.iter().filter(|l| !l.frames.is_empty()) {
+        o.push_str(&ladder_svg(l));
     }
     o
 }

@@ -164,6 +164,9 @@ pub struct Analysis {
     pub datagrams: u64,
     /// The PAUSE and PFC frames, per priority that had any.
     pub pfc: Vec<PriorityPfc>,
+    /// With several captures of the same traffic: each pair's localisation per direction
+    /// ([`localise`]; the caller sets it, the reports show it).
+    pub localised: Vec<Localisation>,
     /// The read error that ended the input early (what was read before it is analyzed).
     pub error: Option<DecodeError>,
 }
@@ -564,6 +567,7 @@ impl Analyzer {
         Analysis {
             connections,
             pfc,
+            localised: Vec::new(),
             packets,
             roce,
             untracked,

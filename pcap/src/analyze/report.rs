@@ -329,7 +329,8 @@ pub fn write_text<W: Write + ?Sized>(
             section(&mut s, c, events);
         }
         o.extend_from_slice(s.as_bytes());
-    })
+    })?;
+    out.write_all(super::localise::localisation_text(&a.localised).as_bytes())
 }
 
 /// Frame numbers as a reader wants them: `-` for none, else comma-separated.
@@ -397,6 +398,9 @@ pub fn write_json_lines<W: Write + ?Sized>(
     let mut o = Vec::new();
     for p in &a.pfc {
         line(&mut o, &pfc_json(p));
+    }
+    for l in &a.localised {
+        line(&mut o, &super::localise::localisation_json(l));
     }
     out.write_all(&o)?;
     if events {
@@ -715,6 +719,7 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
             writeln!(out)?;
         }
     }
+    out.write_all(super::localise::html_section(&a.localised).as_bytes())?;
     writeln!(
         out,
         "<h2>Text report</h2><pre>{}</pre></body></html>",
