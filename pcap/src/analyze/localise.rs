@@ -199,14 +199,17 @@ fn estimate_offset(x: &str, y: &str) -> Result<(i64, bool), DecodeError> {
     for _ in 0..PREFIX {
         let Some((t, p)) = sy.next()? else { break };
         if let Some(&tx) = first.get(&key(&p)) {
-            diffs.entry((p.src, p.dst)).or_default().add(t - tx);
+            diffs
+                .entry((p.src, p.dst))
+                .or_default()
+                .add(t.saturating_sub(tx));
         }
     }
     let medians: HashMap<(IpAddr, IpAddr), i64> =
         diffs.iter().map(|(k, s)| (*k, s.quantile(0.5))).collect();
     let mut both: Vec<i64> = medians
         .iter()
-        .filter_map(|(&(a, b), &m)| medians.get(&(b, a)).map(|&r| (m + r) / 2))
+        .filter_map(|(&(a, b), &m)| medians.get(&(b, a)).map(|&r| m / 2 + r / 2))
         .collect();
     if !both.is_empty() {
         both.sort_unstable();
@@ -230,7 +233,13 @@ pub fn localise_pair(
     let mut srcs = [open(x)?, open(y)?];
     let mut next = [srcs[0].next()?, srcs[1].next()?];
     // Common clock: x's.
-    let common = |side: usize, t: i64| if side == 0 { t } else { t - offset };
+    let common = |side: usize, t: i64| {
+        if side == 0 {
+            t
+        } else {
+            t.saturating_sub(offset)
+        }
+    };
     let mut first_t = [None::<i64>; 2];
     let mut last_t = [i64::MIN; 2];
     let mut waiting: [Waiting; 2] = [HashMap::default(), HashMap::default()];
@@ -265,8 +274,11 @@ pub fn localise_pair(
             }
             let d = dirs.entry((p.src, p.dst)).or_default();
             d.matched += 1;
-            d.delays
-                .add(if side == 1 { t - t_other } else { t_other - t });
+            d.delays.add(if side == 1 {
+                t.saturating_sub(t_other)
+            } else {
+                t_other.saturating_sub(t)
+            });
         } else {
             waiting[side].entry(k).or_default().push_back((t, p.frame));
             expiry[side].push_back((t, k));
@@ -275,7 +287,7 @@ pub fn localise_pair(
         for s in 0..2 {
             let o = 1 - s;
             while let Some(&(te, ke)) = expiry[s].front() {
-                let overdue = te < t - w || expiry[s].len() > MAX_PENDING;
+                let overdue = te < t.saturating_sub(w) || expiry[s].len() > MAX_PENDING;
                 if !overdue {
                     break;
                 }
@@ -290,7 +302,7 @@ pub fn localise_pair(
                     }
                     // Before the other capture began (with a window's margin) it could not
                     // have seen the packet.
-                    if first_t[o].is_some_and(|f| te >= f + w) {
+                    if first_t[o].is_some_and(|f| te >= f.saturating_add(w)) {
                         dirs.entry((ke.0, ke.1))
                             .or_default()
                             .unmatched(s, frame, te);
@@ -304,7 +316,9 @@ pub fn localise_pair(
         let o = 1 - s;
         for (ke, q) in std::mem::take(w_s) {
             for (te, frame) in q {
-                if first_t[o].is_some_and(|f| te >= f + w) && te + w <= last_t[o] {
+                if first_t[o].is_some_and(|f| te >= f.saturating_add(w))
+                    && te.saturating_add(w) <= last_t[o]
+                {
                     dirs.entry((ke.0, ke.1))
                         .or_default()
                         .unmatched(s, frame, te);
@@ -320,16 +334,19 @@ pub fn localise_pair(
             // x is upstream when packets reach y later.
             let x_up = d.delays.quantile(0.5) >= 0;
             let (up, down) = if x_up { (0, 1) } else { (1, 0) };
-            let sign = if x_up { 1 } else { -1 };
+            let sign: i64 = if x_up { 1 } else { -1 };
             let (p50, p99) = if x_up {
                 (d.delays.quantile(0.5), d.delays.quantile(0.99))
             } else {
-                (-d.delays.quantile(0.5), -d.delays.quantile(0.01))
+                (
+                    d.delays.quantile(0.5).saturating_neg(),
+                    d.delays.quantile(0.01).saturating_neg(),
+                )
             };
             let names = [x.to_string(), y.to_string()];
             // Back on `from`'s own clock (the common clock is x's).
             let back = if up == 0 { 0 } else { offset };
-            let lost_at = d.times[up].iter().map(|t| t + back).collect();
+            let lost_at = d.times[up].iter().map(|t| t.saturating_add(back)).collect();
             Localisation {
                 from: names[up].clone(),
                 to: names[down].clone(),
@@ -338,7 +355,7 @@ pub fn localise_pair(
                 matched: d.matched,
                 lost_between: d.only[up],
                 only_downstream: d.only[down],
-                clock_offset_ns: sign * offset,
+                clock_offset_ns: offset.saturating_mul(sign),
                 offset_one_way: one_way,
                 delay_ns: (p50, p99),
                 frames: std::mem::take(&mut d.frames[up]),
@@ -496,7 +513,7 @@ pub(super) fn ladder_svg(l: &Localisation) -> String {
             o,
             "<text x=\"350\" y=\"{}\" text-anchor=\"middle\">and {} more lost</text>",
             height - 14.0,
-            l.lost_between - SHOWN as u64
+            l.lost_between.saturating_sub(SHOWN as u64)
         );
     }
     o.push_str("</svg>");

@@ -228,14 +228,15 @@ impl PfcState {
             let to = live.map(|s| s.last_t).max().unwrap_or(0);
             let times = &self.xoff_times[i];
             let xoffs = |a: u64, b: u64| {
-                (times.partition_point(|&t| t <= b) - times.partition_point(|&t| t < a)) as u64
+                (times.partition_point(|&t| t <= b))
+                    .saturating_sub(times.partition_point(|&t| t < a)) as u64
             };
             let mut events = Vec::new();
             let mut covered = 0;
             for (side, s) in c.sides.iter().enumerate() {
                 for &(a, b) in &s.stall_spans {
                     let paused = u.within(a, b);
-                    if b <= a || paused * 2 < b - a {
+                    if b <= a || paused.saturating_mul(2) < b - a {
                         continue;
                     }
                     covered += 1;
@@ -321,18 +322,18 @@ impl Union {
             }
         }
         let mut before = Vec::with_capacity(spans.len());
-        let mut sum = 0;
+        let mut sum = 0u64;
         for s in &spans {
             before.push(sum);
-            sum += s.1 - s.0;
+            sum = sum.saturating_add(s.1 - s.0);
         }
         Self { spans, before }
     }
 
     fn total(&self) -> u64 {
-        self.spans
-            .last()
-            .map_or(0, |l| self.before[self.before.len() - 1] + l.1 - l.0)
+        self.spans.last().map_or(0, |l| {
+            self.before[self.before.len() - 1].saturating_add(l.1 - l.0)
+        })
     }
 
     /// Paused time before `t`.
@@ -342,7 +343,7 @@ impl Union {
             return 0;
         }
         let s = self.spans[i - 1];
-        self.before[i - 1] + t.min(s.1) - s.0
+        self.before[i - 1].saturating_add(t.min(s.1) - s.0)
     }
 
     /// The first span overlapping [a, b].
