@@ -75,7 +75,7 @@ pub struct PriorityPfc {
     pub stalls_covered: u64,
     /// Connections on it that it paused with no sign of congestion of their own.
     pub victims: u64,
-    /// Paused intervals not kept ([`MAX_INTERVALS`] reached): `paused_ns` misses them.
+    /// Paused intervals not kept (past the 1,048,576 kept in all): `paused_ns` misses them.
     pub intervals_dropped: u64,
 }
 
