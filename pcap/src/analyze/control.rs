@@ -8,17 +8,12 @@ use std::net::IpAddr;
 use super::emit::{push_event, Event, EventKind};
 use super::{Connection, HashMap};
 
-/// A TCP segment that ends its connection (FIN or RST).
+/// A TCP segment that ends its connection (FIN or RST), at frame `frame`, time `t`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TcpEnd {
     pub(crate) frame: u64,
     pub(crate) t: u64,
-    pub(crate) src: IpAddr,
-    pub(crate) dst: IpAddr,
-    pub(crate) sport: u16,
-    pub(crate) dport: u16,
-    /// RST (else FIN).
-    pub(crate) rst: bool,
+    pub(crate) end: crate::link::TcpEnd,
 }
 
 /// Ends kept per sending host pair (the first ones: a process ends once).
@@ -36,11 +31,11 @@ impl ControlState {
     /// Notes one FIN or RST.
     pub(super) fn note(&mut self, e: TcpEnd) {
         let full = self.ends.len() >= MAX_PAIRS;
-        match self.ends.get_mut(&(e.src, e.dst)) {
+        match self.ends.get_mut(&(e.end.src, e.end.dst)) {
             Some(v) if v.len() < PER_PAIR => v.push(e),
             Some(_) => {}
             None if !full => {
-                self.ends.insert((e.src, e.dst), vec![e]);
+                self.ends.insert((e.end.src, e.end.dst), vec![e]);
             }
             None => {}
         }
@@ -74,11 +69,11 @@ impl ControlState {
                 };
                 let detail = format!(
                     "TCP {} from {}:{} to {}:{} at {:.6} s (the control channel); this side's requests after it drew no response: the peer process ended, its requests are not lost to the network",
-                    if e.rst { "RST" } else { "FIN" },
-                    e.src,
-                    e.sport,
-                    e.dst,
-                    e.dport,
+                    if e.end.rst { "RST" } else { "FIN" },
+                    e.end.src,
+                    e.end.sport,
+                    e.end.dst,
+                    e.end.dport,
                     e.t as f64 / 1e9
                 );
                 let ev = Event {

@@ -246,15 +246,11 @@ impl Item {
         if let Some((src, r)) = link::mac_control(link_type, data) {
             return pfc::Pause::of(frame, t, src, r).map(|p| Self::Other(Other::Pause(p)));
         }
-        let e = link::tcp_end(link_type, data)?;
+        let end = link::tcp_end(link_type, data)?;
         Some(Self::Other(Other::TcpEnd(control::TcpEnd {
             frame,
             t,
-            src: e.src,
-            dst: e.dst,
-            sport: e.sport,
-            dport: e.dport,
-            rst: e.rst,
+            end,
         })))
     }
 }
