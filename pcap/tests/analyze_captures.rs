@@ -140,3 +140,49 @@ fn what_the_captures_did() {
     assert_eq!(total(&a, |s| s.ecn_ce), 0);
     assert_eq!(a.connections[0].paired_by, "cm");
 }
+
+/// The JSON lines are written straight from the analysis (serde's `Serialize`, not
+/// `serde_json::Value` trees): every line must be byte for byte what its `Value` form writes
+/// (keys in sorted order, the numbers formatted alike), as the reports always were, and every
+/// connection and event must be there, in order.
+#[test]
+fn json_lines_are_their_values_byte_for_byte() {
+    let (mut lines_checked, mut events) = (0, 0);
+    for path in all_captures() {
+        let a = analyze::analyze_path(path.to_str().unwrap(), Options::default(), &mut |_| {})
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut out = Vec::new();
+        analyze::write_json_lines(&a, true, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let mut lines = text.lines();
+        let mut expect = |v: serde_json::Value| {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("{}: lines missing", path.display()));
+            assert_eq!(
+                line,
+                serde_json::to_string(&v).unwrap(),
+                "{}",
+                path.display()
+            );
+            lines_checked += 1;
+        };
+        for c in &a.connections {
+            expect(analyze::connection_json(c));
+        }
+        for p in &a.pfc {
+            expect(analyze::pfc_json(p));
+        }
+        for c in &a.connections {
+            for e in &c.events {
+                expect(analyze::event_json(e));
+                events += 1;
+            }
+        }
+        assert_eq!(lines.next(), None, "{}: lines left over", path.display());
+    }
+    assert!(
+        lines_checked >= 40 && events >= 1,
+        "{lines_checked} lines, {events} events"
+    );
+}

@@ -22,6 +22,7 @@
 //! (Perfetto).
 mod control;
 mod emit;
+mod json;
 mod localise;
 mod pairing;
 mod pfc;

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::side::endpoint;
 use super::stats::Dist;
@@ -13,7 +13,7 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
 }
 
-fn goodput_gbps(s: &Side) -> f64 {
+pub(super) fn goodput_gbps(s: &Side) -> f64 {
     let bytes: u64 = s.message_bytes.iter().sum();
     let dt = s.last_t.saturating_sub(s.first_t);
     if dt == 0 {
@@ -392,7 +392,7 @@ pub fn write_json_lines<W: Write + ?Sized>(
 ) -> std::io::Result<()> {
     in_parallel(&a.connections, out, |o, conns| {
         for c in conns {
-            line(o, &connection_json(c));
+            super::json::connection_line(o, c);
         }
     })?;
     let mut o = Vec::new();
@@ -408,7 +408,7 @@ pub fn write_json_lines<W: Write + ?Sized>(
         for c in &a.connections {
             o.clear();
             for e in &c.events {
-                line(&mut o, &event_json(e));
+                super::json::event_line(&mut o, e);
             }
             out.write_all(&o)?;
         }
@@ -429,170 +429,9 @@ fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
     ]
 }
 
-fn dist_json(d: &Dist) -> Value {
-    json!({
-        "p50": us(d.quantile(0.5)),
-        "p99": us(d.quantile(0.99)),
-        "max": us(d.max()),
-        "count": d.count(),
-    })
-}
-
-fn side_json(s: &Side) -> Value {
-    let mut m = Map::new();
-    m.insert("addr".into(), json!(s.addr.map(|a| a.to_string())));
-    m.insert("qpn".into(), json!(s.qpn));
-    m.insert("packets".into(), json!(s.packets));
-    m.insert("bytes".into(), json!(s.bytes));
-    m.insert("requests".into(), json!(s.requests));
-    m.insert("responses".into(), json!(s.responses));
-    let mut msgs = Map::new();
-    for (i, k) in OPS.iter().enumerate() {
-        if s.messages[i] > 0 {
-            msgs.insert(
-                (*k).into(),
-                json!({"count": s.messages[i], "bytes": s.message_bytes[i]}),
-            );
-        }
-    }
-    m.insert("messages".into(), Value::Object(msgs));
-    m.insert("first_s".into(), json!(s.first_t as f64 / 1e9));
-    m.insert("last_s".into(), json!(s.last_t as f64 / 1e9));
-    m.insert("goodput_gbps".into(), json!(goodput_gbps(s)));
-    m.insert("psn_first".into(), json!(s.psn_first));
-    m.insert("psn_last".into(), json!(s.psn_last));
-    m.insert("psn_wraps".into(), json!(s.psn_wraps));
-    m.insert(
-        "retransmitted_packets".into(),
-        json!(s.retransmitted_packets),
-    );
-    let mut ep = Map::new();
-    for (c, n) in Cause::ALL.iter().zip(s.episodes) {
-        ep.insert(c.name().into(), json!(n));
-    }
-    m.insert("retransmission_episodes".into(), Value::Object(ep));
-    let mut naks = Map::new();
-    for (k, n) in NAK_KINDS.iter().zip(s.naks) {
-        naks.insert((*k).into(), json!(n));
-    }
-    m.insert("naks".into(), Value::Object(naks));
-    for (k, v) in [
-        ("psn_gaps", s.psn_gaps),
-        ("never_seen_psns", s.never_seen_psns),
-        ("out_of_order", s.out_of_order),
-        ("duplicates", s.duplicates),
-        ("ghost_acks", s.ghost_acks),
-        ("stale_acks", s.stale_acks),
-        ("cnps", s.cnps),
-        ("ecn_ce", s.ecn_ce),
-        ("icrc_bad", s.icrc_bad),
-        ("stalls", s.stalls),
-        ("read_response_mismatches", s.read_response_mismatches),
-    ] {
-        m.insert(k.into(), json!(v));
-    }
-    let mut lat = Map::new();
-    for (name, d) in measures(s) {
-        if d.count() > 0 {
-            lat.insert(name.into(), dist_json(d));
-        }
-    }
-    m.insert("latency_us".into(), Value::Object(lat));
-    let r = &s.rate_after_cnp_pct;
-    if r.count() > 0 {
-        m.insert(
-            "rate_after_cnp_pct".into(),
-            json!({"p50": r.quantile(0.5), "p99": r.quantile(0.99), "max": r.max(), "count": r.count()}),
-        );
-    }
-    Value::Object(m)
-}
-
 /// The JSON object of a connection (`type: connection`).
 pub fn connection_json(c: &Connection) -> Value {
-    let [x, y] = &c.sides;
-    let sum = |f: &dyn Fn(&Side) -> u64| f(x) + f(y);
-    let mut episodes = Map::new();
-    for (i, cause) in Cause::ALL.iter().enumerate() {
-        episodes.insert(cause.name().into(), json!(x.episodes[i] + y.episodes[i]));
-    }
-    let mut naks = Map::new();
-    for (i, k) in NAK_KINDS.iter().enumerate() {
-        naks.insert((*k).into(), json!(x.naks[i] + y.naks[i]));
-    }
-    let verdicts: Vec<Value> = c
-        .verdicts()
-        .into_iter()
-        .map(
-            |v| json!({"rule": v.rule, "result": v.result, "frames": v.frames, "detail": v.detail}),
-        )
-        .collect();
-    let mut messages = Map::new();
-    for (i, op) in OPS.iter().enumerate() {
-        messages.insert(
-            (*op).into(),
-            json!({
-                "count": x.messages[i] + y.messages[i],
-                "bytes": x.message_bytes[i] + y.message_bytes[i],
-            }),
-        );
-    }
-    let message_count: u64 = x.messages.iter().chain(&y.messages).sum();
-    let mut lat = Map::new();
-    for (name, _) in measures(x) {
-        let (dx, dy) = (
-            measures(x).into_iter().find(|m| m.0 == name).map(|m| m.1),
-            measures(y).into_iter().find(|m| m.0 == name).map(|m| m.1),
-        );
-        let d = match (dx, dy) {
-            (Some(a), Some(b)) if a.count() >= b.count() => a,
-            (Some(_), Some(b)) => b,
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-            (None, None) => continue,
-        };
-        if d.count() > 0 {
-            lat.insert(name.into(), dist_json(d));
-        }
-    }
-    json!({
-        "type": "connection",
-        "id": c.id,
-        "endpoints": [endpoint(x), endpoint(y)],
-        "paired_by": c.paired_by,
-        "packets": sum(&|s| s.packets),
-        "bytes": sum(&|s| s.bytes),
-        "messages": messages,
-        "message_count": message_count,
-        "retransmitted_packets": sum(&|s| s.retransmitted_packets),
-        "retransmission_episodes": episodes,
-        "naks": naks,
-        "psn_gaps": sum(&|s| s.psn_gaps),
-        "never_seen_psns": sum(&|s| s.never_seen_psns),
-        "out_of_order": sum(&|s| s.out_of_order),
-        "duplicates": sum(&|s| s.duplicates),
-        "ghost_acks": sum(&|s| s.ghost_acks),
-        "stale_acks": sum(&|s| s.stale_acks),
-        "cnps": sum(&|s| s.cnps),
-        "ecn_ce": sum(&|s| s.ecn_ce),
-        "icrc_bad": sum(&|s| s.icrc_bad),
-        "stalls": sum(&|s| s.stalls),
-        "read_response_mismatches": sum(&|s| s.read_response_mismatches),
-        "latency_us": lat,
-        "verdicts": verdicts,
-        "events_dropped": c.events_dropped,
-        "naks_followed_by_cnp": c.naks_and_cnps.1,
-        "pfc": {
-            "priority": c.pfc.priority,
-            "pauses": c.pfc.pauses,
-            "paused_us": us(c.pfc.paused_ns),
-            "stalls_covered": c.pfc.stalls_covered,
-            "storms": c.pfc.storms,
-            "victim": c.pfc.victim,
-        },
-        "peer_process_ended": c.peer_ended.map(|t| t as f64 / 1e9),
-        "sides": [side_json(x), side_json(y)],
-    })
+    super::json::connection_value(c)
 }
 
 /// The JSON object of one priority's PAUSE and PFC frames (`type: pfc`).
@@ -619,17 +458,7 @@ pub fn pfc_json(p: &PriorityPfc) -> Value {
 
 /// The JSON object of an event (`type: event`).
 pub fn event_json(e: &Event) -> Value {
-    json!({
-        "type": "event",
-        "frame": e.frame,
-        "t": e.t as f64 / 1e9,
-        "connection": e.connection + 1,
-        "side": e.side,
-        "kind": e.kind.name(),
-        "psn": e.psn,
-        "cause": e.cause.map(Cause::name),
-        "detail": e.detail,
-    })
+    super::json::event_value(e)
 }
 
 /// The JSON of an event as a packet flag (`roce decode --analyze`): `event`, and `cause`
