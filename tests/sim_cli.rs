@@ -287,6 +287,18 @@ fn sim_fabric_captures_pfc_frames_and_draws_figures() {
     let (code, _, err) = roce(&["sim", "fabric", "--cc", "dcqcn/none", "--pcap", "x.pcap"]);
     assert_ne!(code, 0);
     assert!(err.contains("--pcap takes one --cc"), "{err}");
+    let at = dir.join("at.pcap");
+    let (code, _, err) = roce(&[
+        "sim",
+        "fabric",
+        "--cc",
+        "dcqcn/none",
+        "--pcap-at",
+        &format!("10.0.0.1={}", at.display()),
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--pcap-at takes one --cc"), "{err}");
+    assert!(!at.exists(), "nothing is written for a run refused");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -657,4 +669,241 @@ fn analyze_ties_the_simulated_victims_stall_to_the_pfc_frames() {
     }
     assert!(covered[0] > 0 && covered[1] == 0, "{covered:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Seeds of [`capture_points_localise_every_simulated_loss`] (`ROCE_SIM_SEEDS` for more).
+fn localisation_seeds() -> u64 {
+    std::env::var("ROCE_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
+}
+
+/// `roce sim fabric --pcap-at` captures one run at the receiver's NIC and at each sender's,
+/// every capture with its own clock offset (up to ±1 s) and time-stamping noise, and says
+/// what was lost after each captured sender (the truth). `roce analyze` of the captures must
+/// place every loss between the sender's capture and the receiver's: the count (all of them,
+/// less at most those within two match windows of a capture's ends, which it may not judge),
+/// the very frames it lists, nothing seen downstream only, no loss on the ACK paths that drop
+/// nothing, and each pair's clock offset within what an NTP-style estimate guarantees (half
+/// the largest asymmetry of queueing, plus the noise).
+#[test]
+fn capture_points_localise_every_simulated_loss() {
+    let dir = std::env::temp_dir().join(format!("roce-sim-points-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = 0x5eed_u64;
+    let mut next = move || {
+        // SplitMix64: the scenario's parameters from the seed loop, printed on failure.
+        rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let (mut total_lost, mut pairs) = (0u64, 0);
+    for seed in 1..=localisation_seeds() {
+        let load = 0.7 + (next() % 26) as f64 / 100.0;
+        let buffer_k = 150 + next() % 250;
+        let window_us = 200;
+        let senders = 2 + next() % 3;
+        let mut specs = Vec::new();
+        let mut offsets = std::collections::HashMap::new();
+        let mut max_jitter = 0;
+        for h in 0..=senders {
+            let addr = if h == 0 {
+                "10.0.0.1".to_string()
+            } else {
+                format!("10.0.1.{h}")
+            };
+            let off_us = (next() % 2_000_001) as i64 - 1_000_000;
+            let jitter = next() % 300;
+            max_jitter = max_jitter.max(jitter);
+            let file = dir.join(format!("s{seed}-h{h}.pcap"));
+            offsets.insert(file.to_str().unwrap().to_string(), off_us);
+            specs.push(format!("{addr}={}@{off_us}:{jitter}", file.display()));
+        }
+        let what = format!(
+            "seed {seed}: load {load}, buffer {buffer_k}K, {senders} senders, captures {specs:?}"
+        );
+        let mut args: Vec<String> = [
+            "sim",
+            "fabric",
+            "--json",
+            "--duration",
+            "4",
+            "--pfc",
+            "off",
+            "--hosts",
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        args.push(senders.to_string());
+        args.extend(["--load".into(), load.to_string()]);
+        args.extend(["--buffer".into(), format!("{buffer_k}K")]);
+        args.extend(["--seed".into(), seed.to_string()]);
+        for s in &specs {
+            args.extend(["--pcap-at".into(), s.clone()]);
+        }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = roce(&argv);
+        assert_eq!(code, 0, "{what}: {err}");
+        let sim: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let caps = &sim["captures"];
+        let points = caps["points"].as_array().unwrap();
+        assert_eq!(points.len() as u64, senders + 1, "{what}");
+        // A sender with no flow in this seed has an empty capture (said on stderr).
+        let active = points[1..].iter().filter(|p| p["records"] != 0).count() as u64;
+        assert_eq!(
+            err.matches("sent and received nothing").count() as u64,
+            senders - active,
+            "{what}: {err}"
+        );
+        let span = |file: &str| {
+            let p = points.iter().find(|p| p["file"] == file).unwrap();
+            (
+                p["first_ns"].as_i64().unwrap(),
+                p["last_ns"].as_i64().unwrap(),
+            )
+        };
+        let trace = dir.join(format!("s{seed}-trace.json"));
+        let mut argv = vec!["analyze", "--json", "--match-window", "200us"];
+        argv.extend(["--trace", trace.to_str().unwrap()]);
+        let files: Vec<String> = points
+            .iter()
+            .map(|p| p["file"].as_str().unwrap().to_string())
+            .collect();
+        argv.extend(files.iter().map(String::as_str));
+        let (code, out, err) = roce(&argv);
+        assert_eq!(code, 0, "{what}: {err}");
+        let trace: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+        let trace = trace["traceEvents"].as_array().unwrap();
+        // (process, frame) -> time of each loss instant.
+        let instants: std::collections::HashMap<(u64, u64), f64> = trace
+            .iter()
+            .filter(|e| e["name"] == "lost_between")
+            .map(|e| {
+                let k = (
+                    e["pid"].as_u64().unwrap(),
+                    e["args"]["frame"].as_u64().unwrap(),
+                );
+                (k, e["ts"].as_f64().unwrap())
+            })
+            .collect();
+        let locs: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["type"] == "loss_localisation")
+            .collect();
+        // Every sender talks to the receiver both ways; senders never to each other.
+        assert_eq!(locs.len() as u64, 2 * active, "{what}: {out}");
+        // Half the largest queueing delay (the switch buffer at 100 Gb/s), the noise of both
+        // ends, and a microsecond of serialisation asymmetry.
+        let offset_bound_us = buffer_k as f64 * 1024.0 * 8.0 / 100e9 * 1e6 / 2.0
+            + 2.0 * max_jitter as f64 / 1e3
+            + 1.0;
+        for l in &locs {
+            let dir_s = l["direction"].as_str().unwrap();
+            let (from, to) = (l["from"].as_str().unwrap(), l["to"].as_str().unwrap());
+            let ctx = format!("{what}: {dir_s} {from} -> {to}: {l}");
+            assert_eq!(l["only_downstream"], 0, "{ctx}");
+            let truth_offset = (offsets[to] - offsets[from]) as f64;
+            let est = l["clock_offset_us"].as_f64().unwrap();
+            assert!(
+                (est - truth_offset).abs() <= offset_bound_us,
+                "{ctx}: offset {est} us, truth {truth_offset} us (bound {offset_bound_us})"
+            );
+            let truth = caps["lost"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["direction"] == dir_s);
+            let lost = l["lost_between"].as_u64().unwrap();
+            let Some(t) = truth else {
+                assert_eq!(lost, 0, "{ctx}: nothing was lost that way");
+                continue;
+            };
+            assert_eq!(t["from"], from, "{ctx}: the sender's capture is upstream");
+            assert_eq!(t["to"], to, "{ctx}");
+            let all = t["lost"].as_u64().unwrap();
+            let frames: Vec<u64> = t["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                frames.len() as u64,
+                all,
+                "{ctx}: the truth lists every loss"
+            );
+            let (first, last) = span(from);
+            let margin = 2 * window_us * 1000;
+            let core = t["lost_at_ns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_i64().unwrap())
+                .filter(|&x| x >= first + margin && x + margin <= last)
+                .count() as u64;
+            assert!(
+                core <= lost && lost <= all,
+                "{ctx}: {lost} placed, truth {all} ({core} away from the ends)"
+            );
+            for f in l["frames"].as_array().unwrap() {
+                let f = f.as_u64().unwrap();
+                assert!(frames.contains(&f), "{ctx}: frame {f} was not lost");
+            }
+            // The trace: the sender's capture is a process whose track shows each listed
+            // loss when it passed there, on the receiver's (the first capture's) clock.
+            let pid = trace
+                .iter()
+                .find(|e| {
+                    e["name"] == "process_name" && e["args"]["name"] == format!("capture {from}")
+                })
+                .unwrap_or_else(|| panic!("{ctx}: no process for {from}"))["pid"]
+                .as_u64()
+                .unwrap();
+            let (rx_first, _) = span(&files[0]);
+            let mut shown = 0;
+            for (f, at) in frames.iter().zip(t["lost_at_ns"].as_array().unwrap()) {
+                let Some(&ts) = instants.get(&(pid, *f)) else {
+                    continue;
+                };
+                shown += 1;
+                // Simulation time of the loss, less that of the receiver capture's first
+                // record: each on its own clock less that clock's offset.
+                let want_us = ((at.as_i64().unwrap() - offsets[from] * 1000)
+                    - (rx_first - offsets[&files[0]] * 1000)) as f64
+                    / 1e3;
+                assert!(
+                    (ts - want_us).abs() <= offset_bound_us,
+                    "{ctx}: frame {f} in the trace at {ts} us, passed at {want_us} us"
+                );
+            }
+            assert_eq!(shown, l["frames"].as_array().unwrap().len(), "{ctx}: trace");
+            total_lost += lost;
+            pairs += 1;
+        }
+    }
+    assert!(total_lost > 0 && pairs > 0, "no loss in any seed");
+    // An address that is no host of the run: one line naming the hosts, exit 1.
+    let bad = dir.join("bad.pcap");
+    let (code, _, err) = roce(&[
+        "sim",
+        "fabric",
+        "--duration",
+        "1",
+        "--pcap-at",
+        &format!("10.9.9.9={}", bad.display()),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("10.9.9.9: no host of this run") && err.contains("10.0.0.1"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    eprintln!("{pairs} directions with losses, {total_lost} losses placed");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -33,6 +33,13 @@ pub struct Timestamp {
 }
 
 impl Timestamp {
+    /// Nanoseconds since the Unix epoch (saturating).
+    pub fn as_ns(self) -> i64 {
+        self.secs
+            .saturating_mul(1_000_000_000)
+            .saturating_add(i64::from(self.nanos))
+    }
+
     /// `self - earlier`, saturating at zero.
     pub fn since(self, earlier: Self) -> Self {
         let mut secs = self.secs.saturating_sub(earlier.secs);

@@ -179,6 +179,9 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give a capture file, `-`, or --interface"),
     };
     analysis.localised = localised;
+    if a.files.len() > 1 {
+        analysis.captures.clone_from(&a.files);
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let printed = if a.json {
         analyze::write_json_lines(&analysis, a.events, &mut out)

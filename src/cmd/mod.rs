@@ -7,5 +7,6 @@ pub(crate) mod perf;
 pub(crate) mod pingpong;
 pub(crate) mod rping;
 pub(crate) mod sim;
+mod sim_capture;
 pub(crate) mod udaddy;
 pub(crate) mod workload;

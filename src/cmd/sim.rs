@@ -65,6 +65,14 @@ pub(crate) struct FabricArgs {
     /// switch's PFC frames; one congestion control only). Every packet: large for long runs.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Capture at one host's NIC: what ADDR sends as it leaves, what it receives as it
+    /// arrives, stamped by a clock OFFSET_US off the simulation's (negative: behind) with up
+    /// to JITTER_NS of noise either way (seeded; the stamps stay in order). Repeat for several
+    /// points (at most 8; one congestion control), then `roce analyze A.pcap B.pcap` places
+    /// each loss; with --json, `captures.lost` lists what was lost after each captured sender
+    /// (frame numbers in its capture): the truth to compare.
+    #[arg(long, value_name = "ADDR=FILE[@OFFSET_US[:JITTER_NS]]")]
+    pcap_at: Vec<String>,
     /// Add a victim flow of SIZE bytes (K = 1024) from the first sender to a second receiver
     /// whose link does not cross the congested switch port, 50 us in: with PFC, the pauses
     /// of its sender block it too (head-of-line blocking). Reported apart.
@@ -228,40 +236,6 @@ fn ccs(s: &str) -> anyhow::Result<Vec<roce_stack::CcConfig>> {
         bail!("--cc: one to four congestion controls");
     }
     Ok(v)
-}
-
-/// A simulator tap writing what reaches each receiver, and the switch's PFC frames, to a pcap
-/// file, and the file to finish after the run.
-fn capture_tap(
-    path: &std::path::Path,
-) -> anyhow::Result<(Box<dyn roce_stack::sim::Tap>, crate::output::PcapFile)> {
-    use roce_stack::sim::{TapEvent, TapKind};
-    use std::sync::{Arc, Mutex, PoisonError};
-    struct Capture(Arc<Mutex<roce_pcap::tap::DatagramCapture>>);
-    fn at(t: roce_stack::Instant) -> std::time::SystemTime {
-        std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanos())
-    }
-    impl roce_stack::sim::Tap for Capture {
-        fn on_datagram(&mut self, ev: &TapEvent<'_>) {
-            if ev.kind == TapKind::Delivered {
-                let src = std::net::SocketAddr::new(ev.src, ev.src_port);
-                let dst = std::net::SocketAddr::new(ev.dst, ev.dst_port);
-                let mut cap = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-                let _ = cap.record(at(ev.time), src, dst, ev.ecn, ev.datagram);
-            }
-        }
-        fn on_frame(&mut self, time: roce_stack::Instant, frame: &[u8]) {
-            let mut cap = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            let _ = cap.record_frame(at(time), frame);
-        }
-    }
-    let (file, cap) = crate::output::PcapFile::create(path)?;
-    // The simulated fabrics carry RoCE on one priority, the one their PFC frames pause: its
-    // DSCP (26, mapped to priority 3 as RoCE NICs do) says so to a reader of the capture.
-    cap.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .set_dscp(roce_stack::sim::PFC_PRIORITY << 3 | 2);
-    Ok((Box::new(Capture(cap)), file))
 }
 
 /// Writes figure `name` into `dir` (created if missing).
@@ -570,14 +544,25 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         spec.validate()?;
         specs.push(spec);
     }
+    let points = a
+        .pcap_at
+        .iter()
+        .map(|p| super::sim_capture::parse_point(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if specs.len() > 1 && (a.pcap.is_some() || !points.is_empty()) {
+        let flag = if a.pcap.is_some() {
+            "--pcap"
+        } else {
+            "--pcap-at"
+        };
+        bail!("{flag} takes one --cc");
+    }
     let clock = Clock::start();
-    let runs = match &a.pcap {
-        Some(_) if specs.len() > 1 => bail!("--pcap takes one --cc"),
-        Some(p) => {
-            let (tap, file) = capture_tap(p)?;
+    let mut captured = None;
+    let runs = match super::sim_capture::Captures::create(a.pcap.as_deref(), &points, a.seed)? {
+        Some((captures, tap)) => {
             let r = congestion::fct::run_tapped(&specs[0], Some(tap));
-            file.finish()?;
-            eprintln!("roce sim fabric: wrote {}", p.display());
+            captured = Some(captures.finish()?);
             vec![r]
         }
         // Each congestion control on its own core.
@@ -585,10 +570,18 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
     };
     clock.report(runs.iter());
     if a.json {
-        // One congestion control: its report; several: an array of them.
-        match runs.as_slice() {
-            [r] => outln!("{}", serde_json::to_string(r)?)?,
-            rs => outln!("{}", serde_json::to_string(rs)?)?,
+        // One congestion control: its report (with what its captures hold); several: an
+        // array of them.
+        match (runs.as_slice(), captured) {
+            ([r], Some(c)) => {
+                let mut v = serde_json::to_value(r)?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("captures".into(), c);
+                }
+                outln!("{}", serde_json::to_string(&v)?)?;
+            }
+            ([r], None) => outln!("{}", serde_json::to_string(r)?)?,
+            (rs, _) => outln!("{}", serde_json::to_string(rs)?)?,
         }
     } else {
         for r in &runs {

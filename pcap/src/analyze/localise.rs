@@ -31,6 +31,10 @@ pub(super) const MAX_PENDING: usize = 1 << 20;
 pub const MAX_LOCALISED: usize = 1 << 16;
 /// Frame numbers listed per direction.
 const FRAMES_LISTED: usize = 100;
+/// Destination QPs per direction whose last match is kept for [`take_likeliest`].
+const FLOWS: usize = 4096;
+/// Waiting copies of one packet weighed against each other for a match (the latest).
+const CANDIDATES: usize = 64;
 /// Delay samples kept per direction (every k-th, k doubling as it fills).
 const SAMPLES: usize = 1 << 14;
 
@@ -93,9 +97,7 @@ fn key(p: &Pkt) -> Key {
 }
 
 fn ns(ts: Timestamp) -> i64 {
-    ts.secs
-        .saturating_mul(1_000_000_000)
-        .saturating_add(i64::from(ts.nanos))
+    ts.as_ns()
 }
 
 /// Reads the RoCE packets of a capture: (absolute time ns, frame number, packet).
@@ -174,6 +176,12 @@ struct DirTally {
     times: [Vec<i64>; 2],
     /// `t_y - t_x - offset` of matched packets.
     delays: Samples,
+    /// Its upstream capture (0: x, 1: y).
+    up: Option<usize>,
+    /// The last copy matched, (its upstream time, its delay), of the direction and of each
+    /// of its first [`FLOWS`] destination QPs.
+    last: Option<(i64, i64)>,
+    flows: HashMap<u32, (i64, i64)>,
 }
 
 impl DirTally {
@@ -186,9 +194,135 @@ impl DirTally {
     }
 }
 
-/// The clock offset of `y` against `x` (ns) from the first records of both, and whether it
-/// rests on one direction only.
-fn estimate_offset(x: &str, y: &str) -> Result<(i64, bool), DecodeError> {
+/// Takes from `q` (the upstream copies of one packet waiting, in time order) the copy that
+/// its downstream packet at `td` is. Resends of the same bytes (go-back-N rounds, timeouts)
+/// put several in the window, and only one of them got through for each downstream copy.
+/// Copies up to `slack` after `td` count (the offset's error may put the right one there).
+/// `prev` is the last copy matched of the same flow (or direction): its upstream time and
+/// delay. Along one path packets queue behind each other: a later downstream packet is a
+/// later upstream copy, and the delay changes between two packets by little more than the
+/// time between their sends (it can fall by at most that, or the later would overtake the
+/// earlier). So the likeliest copy is one sent after `prev` whose change of delay is
+/// smallest for the time since `prev`. With nothing matched before, the latest copy sent
+/// before `td` (an original lost, its resend arrived).
+fn take_likeliest(
+    q: &mut VecDeque<(i64, u64)>,
+    td: i64,
+    slack: i64,
+    prev: Option<(i64, i64)>,
+) -> Option<(i64, u64)> {
+    // Copies in reach; of those, the latest few only (a capture may repeat one packet
+    // without end). Those sent before the packet arrived come first; one after it (by less
+    // than the slack) only when there is none: the offset's error put it there.
+    let end = q.partition_point(|c| c.0 <= td.saturating_add(slack));
+    let start = end.saturating_sub(CANDIDATES);
+    let mid = q.partition_point(|c| c.0 <= td).clamp(start, end);
+    if start == end {
+        return None;
+    }
+    if start == mid {
+        return q.remove(mid);
+    }
+    let i = match prev {
+        None => mid - 1,
+        Some((pu, pd)) => {
+            let after = q.range(start..mid).position(|c| c.0 >= pu);
+            let from = after.map_or(start, |i| start + i);
+            let score = |c: i64| {
+                let change = td.saturating_sub(c).abs_diff(pd) as f64;
+                change / (c.abs_diff(pu) as f64 + 1_000.0)
+            };
+            (from..mid)
+                .min_by(|&i, &j| score(q[i].0).total_cmp(&score(q[j].0)))
+                .unwrap_or(from)
+        }
+    };
+    q.remove(i)
+}
+
+/// Decides a downstream packet: matched with the likeliest upstream copy, or seen
+/// downstream only (when the upstream capture `covers` its time).
+fn decide(
+    waiting: &mut Waiting,
+    dirs: &mut HashMap<(IpAddr, IpAddr), DirTally>,
+    (td, frame, k): Deferred,
+    slack: i64,
+    covers: impl Fn(usize, i64) -> bool,
+) {
+    let Some(d) = dirs.get_mut(&(k.0, k.1)) else {
+        return;
+    };
+    let up = d.up.unwrap_or(0);
+    let prev = d.flows.get(&k.2).copied().or(d.last);
+    let found = waiting
+        .get_mut(&k)
+        .and_then(|q| take_likeliest(q, td, slack, prev));
+    if waiting.get(&k).is_some_and(VecDeque::is_empty) {
+        waiting.remove(&k);
+    }
+    let Some((tu, _)) = found else {
+        if covers(1 - up, td) {
+            d.unmatched(1 - up, frame, td);
+        }
+        return;
+    };
+    d.matched += 1;
+    let delay = td.saturating_sub(tu);
+    d.delays.add(if up == 0 {
+        delay
+    } else {
+        delay.saturating_neg()
+    });
+    d.last = Some((tu, delay));
+    if d.flows.len() < FLOWS || d.flows.contains_key(&k.2) {
+        d.flows.insert(k.2, (tu, delay));
+    }
+}
+
+/// Gives up on the upstream copy of `ke` at `te` if no downstream packet took it: lost
+/// between (when the downstream capture `covers` its time).
+fn give_up(
+    waiting: &mut Waiting,
+    dirs: &mut HashMap<(IpAddr, IpAddr), DirTally>,
+    te: i64,
+    ke: Key,
+    covers: impl Fn(usize, i64) -> bool,
+) {
+    let Some(q) = waiting.get_mut(&ke) else {
+        return;
+    };
+    // The oldest copy waiting is this one unless a downstream packet took it.
+    if q.front().is_none_or(|e| e.0 != te) {
+        return;
+    }
+    let frame = q.pop_front().map_or(0, |e| e.1);
+    if q.is_empty() {
+        waiting.remove(&ke);
+    }
+    if let Some(d) = dirs.get_mut(&(ke.0, ke.1)) {
+        let up = d.up.unwrap_or(0);
+        if covers(up, te) {
+            d.unmatched(up, frame, te);
+        }
+    }
+}
+
+/// What the first pass found: the clock offset of `y` against `x` (ns), whether it rests
+/// on one direction only, and each direction's upstream capture (0: x, 1: y).
+struct FirstPass {
+    offset: i64,
+    one_way: bool,
+    upstream: HashMap<(IpAddr, IpAddr), usize>,
+}
+
+/// Estimates the clock offset from the first records of both captures. Each packet's first
+/// copy in `x` is paired with its first copy in `y`: for a direction that `x` sees first,
+/// `t_y - t_x` is the offset plus its one-way delay, for one `y` sees first the offset less
+/// it. As NTP's clock filter does, the estimate takes the packets that queued least in each
+/// direction (the 10th percentile of the first, the 90th of the second: queues only add
+/// delay) and their mean, so that queueing on one direction only (data one way, ACKs the
+/// other) does not bias it; pairs spoilt by a lost first copy fall in the tails it ignores.
+fn first_pass(x: &str, y: &str) -> Result<FirstPass, DecodeError> {
     let (mut sx, mut sy) = (open(x)?, open(y)?);
     let mut first: HashMap<Key, i64> = HashMap::default();
     for _ in 0..PREFIX {
@@ -198,7 +332,8 @@ fn estimate_offset(x: &str, y: &str) -> Result<(i64, bool), DecodeError> {
     let mut diffs: HashMap<(IpAddr, IpAddr), Samples> = HashMap::default();
     for _ in 0..PREFIX {
         let Some((t, p)) = sy.next()? else { break };
-        if let Some(&tx) = first.get(&key(&p)) {
+        // Each key once: its first copy in y.
+        if let Some(tx) = first.remove(&key(&p)) {
             diffs
                 .entry((p.src, p.dst))
                 .or_default()
@@ -207,29 +342,65 @@ fn estimate_offset(x: &str, y: &str) -> Result<(i64, bool), DecodeError> {
     }
     let medians: HashMap<(IpAddr, IpAddr), i64> =
         diffs.iter().map(|(k, s)| (*k, s.quantile(0.5))).collect();
-    let mut both: Vec<i64> = medians
+    let mut both: Vec<i64> = diffs
         .iter()
-        .filter_map(|(&(a, b), &m)| medians.get(&(b, a)).map(|&r| m / 2 + r / 2))
+        .filter_map(|(&(a, b), s)| {
+            let r = diffs.get(&(b, a))?;
+            // Each host pair once, from the direction with the larger median (x sees it
+            // first: its differences are offset + delay).
+            if (medians[&(a, b)], (a, b)) < (medians[&(b, a)], (b, a)) {
+                return None;
+            }
+            Some(s.quantile(0.1) / 2 + r.quantile(0.9) / 2)
+        })
         .collect();
-    if !both.is_empty() {
+    let (offset, one_way) = if both.is_empty() {
+        (medians.values().copied().min().unwrap_or(0), true)
+    } else {
         both.sort_unstable();
-        return Ok((both[both.len() / 2], false));
-    }
-    Ok((medians.values().copied().min().unwrap_or(0), true))
+        (both[both.len() / 2], false)
+    };
+    let upstream = medians
+        .iter()
+        .map(|(&k, &m)| (k, usize::from(m < offset)))
+        .collect();
+    Ok(FirstPass {
+        offset,
+        one_way,
+        upstream,
+    })
 }
 
-/// A packet waiting for its match: (common-clock time, frame).
+/// Upstream copies waiting for their downstream match: (common-clock time, frame), in time
+/// order, per packet.
 type Waiting = HashMap<Key, VecDeque<(i64, u64)>>;
+
+/// A downstream packet waiting for its decision: (common-clock time, frame, its key).
+type Deferred = (i64, u64, Key);
 
 /// Matches the captures `x` and `y` (paths; names as given) and places every unmatched
 /// packet, per direction with traffic.
+///
+/// Each direction's upstream capture comes from the first pass (a direction first seen
+/// later: the capture that shows its first packet first). Upstream copies wait; each
+/// downstream packet is decided a slack after its time (an eighth of the window), so that
+/// an upstream copy the offset's error puts just after it still counts, and takes the
+/// likeliest of the copies waiting ([`take_likeliest`]). A downstream packet that finds none
+/// was missed by the upstream capture; an upstream copy that no packet took within the
+/// window (and the slack) was lost between. Near either capture's ends, where the other
+/// could not have seen it, nothing is counted.
 pub fn localise_pair(
     x: &str,
     y: &str,
     opts: LocaliseOptions,
 ) -> Result<Vec<Localisation>, DecodeError> {
-    let (offset, one_way) = estimate_offset(x, y)?;
+    let FirstPass {
+        offset,
+        one_way,
+        upstream,
+    } = first_pass(x, y)?;
     let w = i64::try_from(opts.window_ns).unwrap_or(i64::MAX);
+    let slack = w / 8;
     let mut srcs = [open(x)?, open(y)?];
     let mut next = [srcs[0].next()?, srcs[1].next()?];
     // Common clock: x's.
@@ -242,10 +413,20 @@ pub fn localise_pair(
     };
     let mut first_t = [None::<i64>; 2];
     let mut last_t = [i64::MIN; 2];
-    let mut waiting: [Waiting; 2] = [HashMap::default(), HashMap::default()];
-    let mut expiry: [VecDeque<(i64, Key)>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut ended = [next[0].is_none(), next[1].is_none()];
+    let mut waiting: Waiting = HashMap::default();
+    let mut expiry: VecDeque<(i64, Key)> = VecDeque::new();
+    let mut deferred: VecDeque<Deferred> = VecDeque::new();
     let mut dirs: HashMap<(IpAddr, IpAddr), DirTally> = HashMap::default();
     let mut untracked = 0u64;
+    // Whether the capture other than `s` covers time `t` with a window's margin (it could
+    // have seen a packet there).
+    let covers =
+        |s: usize, t: i64, first_t: &[Option<i64>; 2], last_t: &[i64; 2], ended: &[bool; 2]| {
+            let o = 1 - s;
+            first_t[o].is_some_and(|f| t >= f.saturating_add(w))
+                && (!ended[o] || t.saturating_add(w) <= last_t[o])
+        };
     loop {
         let side = match (&next[0], &next[1]) {
             (None, None) => break,
@@ -257,82 +438,65 @@ pub fn localise_pair(
             break;
         };
         next[side] = srcs[side].next()?;
+        ended[side] = next[side].is_none();
         if dirs.len() >= MAX_LOCALISED && !dirs.contains_key(&(p.src, p.dst)) {
             untracked += 1;
             continue;
         }
-        dirs.entry((p.src, p.dst)).or_default();
         let t = common(side, t_raw);
         first_t[side].get_or_insert(t);
         last_t[side] = last_t[side].max(t);
+        let d = dirs.entry((p.src, p.dst)).or_default();
+        let up = *d
+            .up
+            .get_or_insert_with(|| upstream.get(&(p.src, p.dst)).copied().unwrap_or(side));
         let k = key(&p);
-        let other = 1 - side;
-        let found = waiting[other].get_mut(&k).and_then(|q| q.pop_front());
-        if let Some((t_other, _)) = found {
-            if waiting[other].get(&k).is_some_and(VecDeque::is_empty) {
-                waiting[other].remove(&k);
-            }
-            let d = dirs.entry((p.src, p.dst)).or_default();
-            d.matched += 1;
-            d.delays.add(if side == 1 {
-                t.saturating_sub(t_other)
-            } else {
-                t_other.saturating_sub(t)
-            });
+        if side == up {
+            waiting.entry(k).or_default().push_back((t, p.frame));
+            expiry.push_back((t, k));
         } else {
-            waiting[side].entry(k).or_default().push_back((t, p.frame));
-            expiry[side].push_back((t, k));
+            deferred.push_back((t, p.frame, k));
         }
-        // Give up on packets the other capture should have shown by now.
-        for s in 0..2 {
-            let o = 1 - s;
-            while let Some(&(te, ke)) = expiry[s].front() {
-                let overdue = te < t.saturating_sub(w) || expiry[s].len() > MAX_PENDING;
-                if !overdue {
-                    break;
-                }
-                expiry[s].pop_front();
-                let Some(q) = waiting[s].get_mut(&ke) else {
-                    continue;
-                };
-                if q.front().is_some_and(|e| e.0 == te) {
-                    let (_, frame) = q.pop_front().unwrap_or_default();
-                    if q.is_empty() {
-                        waiting[s].remove(&ke);
-                    }
-                    // Before the other capture began (with a window's margin) it could not
-                    // have seen the packet.
-                    if first_t[o].is_some_and(|f| te >= f.saturating_add(w)) {
-                        dirs.entry((ke.0, ke.1))
-                            .or_default()
-                            .unmatched(s, frame, te);
-                    }
-                }
+        // Decide the downstream packets whose slack has passed.
+        while let Some(&(td, frame, kd)) = deferred.front() {
+            if td.saturating_add(slack) > t && deferred.len() <= MAX_PENDING {
+                break;
             }
+            deferred.pop_front();
+            decide(&mut waiting, &mut dirs, (td, frame, kd), slack, |s, t| {
+                covers(s, t, &first_t, &last_t, &ended)
+            });
+        }
+        // Give up on upstream copies no downstream packet took.
+        while let Some(&(te, ke)) = expiry.front() {
+            let overdue =
+                te < t.saturating_sub(w).saturating_sub(slack) || expiry.len() > MAX_PENDING;
+            if !overdue {
+                break;
+            }
+            expiry.pop_front();
+            give_up(&mut waiting, &mut dirs, te, ke, |s, t| {
+                covers(s, t, &first_t, &last_t, &ended)
+            });
         }
     }
-    // What still waits at the end: unmatched unless the other capture ended too soon after.
-    for (s, w_s) in waiting.iter_mut().enumerate() {
-        let o = 1 - s;
-        for (ke, q) in std::mem::take(w_s) {
-            for (te, frame) in q {
-                if first_t[o].is_some_and(|f| te >= f.saturating_add(w))
-                    && te.saturating_add(w) <= last_t[o]
-                {
-                    dirs.entry((ke.0, ke.1))
-                        .or_default()
-                        .unmatched(s, frame, te);
-                }
-            }
-        }
+    ended = [true; 2];
+    for dd in std::mem::take(&mut deferred) {
+        decide(&mut waiting, &mut dirs, dd, slack, |s, t| {
+            covers(s, t, &first_t, &last_t, &ended)
+        });
+    }
+    for (te, ke) in std::mem::take(&mut expiry) {
+        give_up(&mut waiting, &mut dirs, te, ke, |s, t| {
+            covers(s, t, &first_t, &last_t, &ended)
+        });
     }
     let mut out: Vec<Localisation> = dirs
         .into_iter()
         // A direction only one capture holds does not pass the other capture's point.
         .filter(|(_, d)| d.matched > 0)
         .map(|((src, dst), mut d)| {
-            // x is upstream when packets reach y later.
-            let x_up = d.delays.quantile(0.5) >= 0;
+            let x_up = d.up != Some(1);
             let (up, down) = if x_up { (0, 1) } else { (1, 0) };
             let sign: i64 = if x_up { 1 } else { -1 };
             let (p50, p99) = if x_up {

@@ -168,6 +168,12 @@ pub struct Analysis {
     /// With several captures of the same traffic: each pair's localisation per direction
     /// ([`localise`]; the caller sets it, the reports show it).
     pub localised: Vec<Localisation>,
+    /// The captures [`Analysis::localised`] matched, as named, in the order given (the first
+    /// is the one analyzed).
+    pub captures: Vec<String>,
+    /// When the first record was captured, ns since the Unix epoch (`None`: no record): the
+    /// origin of every time of the analysis.
+    pub first_ns: Option<i64>,
     /// The read error that ended the input early (what was read before it is analyzed).
     pub error: Option<DecodeError>,
 }
@@ -560,11 +566,14 @@ impl Analyzer {
     pub fn into_analysis(self, on_event: &mut dyn FnMut(&Event)) -> Analysis {
         let (packets, roce, untracked, datagrams) =
             (self.packets, self.roce, self.untracked, self.datagrams);
+        let first_ns = self.prep.first_ts.map(|t| t.as_ns());
         let (connections, pfc) = self.finish_all(on_event);
         Analysis {
             connections,
             pfc,
             localised: Vec::new(),
+            captures: Vec::new(),
+            first_ns,
             packets,
             roce,
             untracked,
@@ -630,7 +639,7 @@ pub fn analyze<R: Read + Send>(
 ) -> Analysis {
     let mut a = Analyzer::new(opts);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(4);
-    let (records, error) = std::thread::scope(|scope| {
+    let (records, error, first_ts) = std::thread::scope(|scope| {
         let producer = scope.spawn(move || {
             let mut prep = Prep::new(opts);
             let new = || Batch {
@@ -662,7 +671,7 @@ pub fn analyze<R: Read + Send>(
             if !batch.pkts.is_empty() || !batch.others.is_empty() {
                 let _ = tx.send(batch);
             }
-            (n, error)
+            (n, error, prep.first_ts)
         });
         for batch in rx {
             a.batch(&batch, on_event);
@@ -675,6 +684,7 @@ pub fn analyze<R: Read + Send>(
     a.packets = records;
     Analysis {
         error,
+        first_ns: first_ts.map(Timestamp::as_ns),
         ..a.into_analysis(on_event)
     }
 }

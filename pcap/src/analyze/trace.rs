@@ -1,7 +1,9 @@
 //! The analysis as a Chrome/Perfetto trace-event JSON (the "JSON Array/Object Format" that
 //! `ui.perfetto.dev` and `chrome://tracing` open): one process per connection, one track
 //! (thread) per QP, messages as complete slices, events as instants, the sender's rate as
-//! a counter.
+//! a counter. With several captures (`roce analyze A B ...`), one process more per capture:
+//! a track per direction it is upstream of, each packet lost between it and the next capture
+//! point an instant when it passed, on the first capture's clock.
 use std::io::Write;
 
 use serde_json::{json, Value};
@@ -56,7 +58,64 @@ pub(crate) fn write<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Re
             );
         }
     }
+    captures(a, &mut ev);
     let doc = json!({"traceEvents": ev, "displayTimeUnit": "ns"});
     serde_json::to_writer(&mut *out, &doc)?;
     writeln!(out)
+}
+
+/// The process numbers of the captures start here (connections count from 1).
+const CAPTURE_PID: usize = 1 << 24;
+
+/// The processes of [`Analysis::captures`]: one per capture, one track per direction it is
+/// upstream of (named with what the pair's matching found), every packet of
+/// [`Localisation::frames`](super::Localisation) an instant `lost_between` at the time it
+/// passed that capture. Times are on the first capture's clock (the analysis's), through
+/// the offset of the pair each capture forms with it; a capture that shares no traffic with
+/// the first keeps its own clock (`clock: own` in its process's name).
+fn captures(a: &Analysis, ev: &mut Vec<Value>) {
+    let Some(first) = a.captures.first() else {
+        return;
+    };
+    let origin = a.first_ns.unwrap_or(0);
+    for (i, name) in a.captures.iter().enumerate() {
+        let pid = CAPTURE_PID + i;
+        // This capture's clock minus the first's.
+        let offset = if i == 0 {
+            Some(0)
+        } else {
+            a.localised.iter().find_map(|l| {
+                if l.from == *first && l.to == *name {
+                    Some(l.clock_offset_ns)
+                } else if l.from == *name && l.to == *first {
+                    Some(l.clock_offset_ns.saturating_neg())
+                } else {
+                    None
+                }
+            })
+        };
+        let clock = if offset.is_some() { "" } else { ", clock: own" };
+        ev.push(json!({"ph": "M", "name": "process_name", "pid": pid,
+            "args": {"name": format!("capture {name}{clock}")}}));
+        let upstream = a.localised.iter().filter(|l| l.from == *name);
+        for (tid, l) in upstream.enumerate() {
+            ev.push(
+                json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                "args": {"name": format!(
+                    "{} -> {} to {}: {} matched, {} lost between, {} only downstream",
+                    l.src, l.dst, l.to, l.matched, l.lost_between, l.only_downstream
+                )}}),
+            );
+            for (&frame, &at) in l.frames.iter().zip(&l.lost_at) {
+                let t = at
+                    .saturating_sub(offset.unwrap_or(0))
+                    .saturating_sub(origin);
+                ev.push(
+                    json!({"ph": "i", "s": "t", "name": "lost_between", "cat": "loss",
+                    "pid": pid, "tid": tid, "ts": t as f64 / 1e3,
+                    "args": {"frame": frame, "to": l.to}}),
+                );
+            }
+        }
+    }
 }

@@ -134,6 +134,9 @@ pub struct TapEvent<'a> {
     pub time: Instant,
     /// What happened.
     pub kind: TapKind,
+    /// The datagram's number, from 1 in the order the devices sent them: its send, and its
+    /// delivery or loss, carry the same (a duplicate too).
+    pub id: u64,
     /// Sending endpoint index.
     pub from: usize,
     /// Receiving endpoint index.
@@ -162,6 +165,12 @@ pub trait Tap {
     /// unless implemented.
     fn on_frame(&mut self, time: Instant, frame: &[u8]) {
         let _ = (time, frame);
+    }
+
+    /// Called for each host added after the tap was installed (its index and address).
+    /// Ignored unless implemented.
+    fn on_host(&mut self, index: usize, addr: IpAddr) {
+        let _ = (index, addr);
     }
 }
 
@@ -213,6 +222,8 @@ pub struct Endpoint {
 struct Arrival {
     at: Instant,
     seq: u64,
+    /// The datagram's number, from 1 in the order the devices sent them (copies keep it).
+    id: u64,
     from: usize,
     to: usize,
     src: IpAddr,
@@ -272,6 +283,8 @@ pub struct Sim {
     links: HashMap<(usize, usize), (LinkConfig, Instant)>,
     queue: BinaryHeap<Arrival>,
     seq: u64,
+    /// Datagrams the devices sent ([`TapEvent::id`]).
+    sent_ids: u64,
     tap: Option<Box<dyn Tap>>,
     buf: Vec<u8>,
     stats: SimStats,
@@ -313,6 +326,7 @@ impl Sim {
             links: HashMap::new(),
             queue: BinaryHeap::new(),
             seq: 0,
+            sent_ids: 0,
             tap: None,
             buf: Vec::with_capacity(8192),
             stats: SimStats::default(),
@@ -344,6 +358,9 @@ impl Sim {
     pub fn add_endpoint(&mut self, ip: IpAddr) -> usize {
         let i = self.endpoints.len();
         self.by_ip.entry(ip).or_insert(i);
+        if let Some(t) = self.tap.as_mut() {
+            t.on_host(i, ip);
+        }
         self.is_dirty.push(false);
         self.armed.push(None);
         self.endpoints.push(Endpoint {
@@ -541,6 +558,7 @@ impl Sim {
             t.on_datagram(&TapEvent {
                 time,
                 kind,
+                id: a.id,
                 from: a.from,
                 to: a.to,
                 src: a.src,
@@ -602,9 +620,11 @@ impl Sim {
                 self.stats.unroutable += 1;
                 continue;
             };
+            self.sent_ids += 1;
             let arrival = Arrival {
                 at: now,
                 seq: 0,
+                id: self.sent_ids,
                 from,
                 to,
                 src: t.path.local,
@@ -691,6 +711,7 @@ impl Sim {
             let copy = Arrival {
                 at,
                 seq: self.seq,
+                id: a.id,
                 from: a.from,
                 to: a.to,
                 src: a.src,
