@@ -139,45 +139,58 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     if a.files.len() > 1 && a.files.iter().any(|f| f == "-") {
         bail!("several captures are read twice each: give files, not `-`");
     }
-    let localised = if a.files.len() > 1 {
-        let paths: Vec<&str> = a.files.iter().map(String::as_str).collect();
-        let lo = analyze::LocaliseOptions {
-            window_ns: a.match_window.as_nanos().min(u128::from(u64::MAX)) as u64,
-        };
-        analyze::localise(&paths, lo)?
-    } else {
-        Vec::new()
+    let lo = analyze::LocaliseOptions {
+        window_ns: a.match_window.as_nanos().min(u128::from(u64::MAX)) as u64,
     };
-    let mut analysis: Analysis = match (&a.interface, a.files.first()) {
-        (Some(iface), _) => {
-            let live_opts = live::LiveOptions {
-                interface: iface.clone(),
-                duration: a.duration.map(std::time::Duration::from_secs_f64),
-                write: None,
-                stop: Some(interrupt_flag()?),
-                one_copy_on_loopback: true,
-            };
-            let dec_opts = roce_pcap::Options {
-                quiet: true,
-                analyze: true,
-                ..Default::default()
-            };
-            let mut dec = roce_pcap::Decoder::new(dec_opts);
-            dec.set_analysis_options(opts);
-            let r = live::run(&live_opts, &mut dec, &mut std::io::sink());
-            let mut an = dec.take_analysis().context("no analysis")?;
-            if let Err(e) = r {
-                // Nothing captured can be reported when the interface never opened.
-                if an.packets == 0 {
-                    bail!("{e}");
+    let analyze_first = || -> anyhow::Result<Analysis> {
+        Ok(match (&a.interface, a.files.first()) {
+            (Some(iface), _) => {
+                let live_opts = live::LiveOptions {
+                    interface: iface.clone(),
+                    duration: a.duration.map(std::time::Duration::from_secs_f64),
+                    write: None,
+                    stop: Some(interrupt_flag()?),
+                    one_copy_on_loopback: true,
+                };
+                let dec_opts = roce_pcap::Options {
+                    quiet: true,
+                    analyze: true,
+                    ..Default::default()
+                };
+                let mut dec = roce_pcap::Decoder::new(dec_opts);
+                dec.set_analysis_options(opts);
+                let r = live::run(&live_opts, &mut dec, &mut std::io::sink());
+                let mut an = dec.take_analysis().context("no analysis")?;
+                if let Err(e) = r {
+                    // Nothing captured can be reported when the interface never opened.
+                    if an.packets == 0 {
+                        bail!("{e}");
+                    }
+                    an.error = Some(e);
                 }
-                an.error = Some(e);
+                an
             }
-            an
-        }
-        (None, Some(path)) => analyze::analyze_path(path, opts, &mut |_| {})?,
-        (None, None) => bail!("give a capture file, `-`, or --interface"),
+            (None, Some(path)) => analyze::analyze_path(path, opts, &mut |_| {})?,
+            (None, None) => bail!("give a capture file, `-`, or --interface"),
+        })
     };
+    // Several captures: their matching on a thread of its own, beside the analysis of the
+    // first (both read the captures at their own pace).
+    let (localised, analysis) = std::thread::scope(|scope| {
+        let matching = (a.files.len() > 1).then(|| {
+            let paths: Vec<&str> = a.files.iter().map(String::as_str).collect();
+            scope.spawn(move || analyze::localise(&paths, lo))
+        });
+        let analysis = analyze_first();
+        let localised = match matching.map(std::thread::ScopedJoinHandle::join) {
+            None => Ok(Vec::new()),
+            Some(Ok(r)) => r,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+        };
+        (localised, analysis)
+    });
+    let localised = localised?;
+    let mut analysis = analysis?;
     analysis.localised = localised;
     if a.files.len() > 1 {
         analysis.captures.clone_from(&a.files);

@@ -31,8 +31,13 @@ pub(super) const MAX_PENDING: usize = 1 << 20;
 pub const MAX_LOCALISED: usize = 1 << 16;
 /// Frame numbers listed per direction.
 const FRAMES_LISTED: usize = 100;
-/// Destination QPs per direction whose last match is kept for [`take_likeliest`].
-const FLOWS: usize = 4096;
+/// How long after its time a downstream packet is decided at most (less with a window under
+/// 8 times this): longer than the error of the offset's estimate, which is that of the
+/// equal-delays assumption for the least-queued packets (microseconds), and short, since the
+/// packets of the slack wait in memory.
+const SLACK_NS: i64 = 50_000;
+/// Flows (direction, destination QP) whose last match is kept for [`take_likeliest`].
+const FLOWS: usize = 1 << 20;
 /// Waiting copies of one packet weighed against each other for a match (the latest).
 const CANDIDATES: usize = 64;
 /// Delay samples kept per direction (every k-th, k doubling as it fills).
@@ -168,8 +173,10 @@ impl Samples {
 }
 
 /// One direction's tallies in the second pass.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct DirTally {
+    src: IpAddr,
+    dst: IpAddr,
     matched: u64,
     only: [u64; 2],
     frames: [Vec<u64>; 2],
@@ -177,14 +184,26 @@ struct DirTally {
     /// `t_y - t_x - offset` of matched packets.
     delays: Samples,
     /// Its upstream capture (0: x, 1: y).
-    up: Option<usize>,
-    /// The last copy matched, (its upstream time, its delay), of the direction and of each
-    /// of its first [`FLOWS`] destination QPs.
+    up: usize,
+    /// The last copy matched, (its upstream time, its delay).
     last: Option<(i64, i64)>,
-    flows: HashMap<u32, (i64, i64)>,
 }
 
 impl DirTally {
+    fn new(src: IpAddr, dst: IpAddr, up: usize) -> Self {
+        Self {
+            src,
+            dst,
+            matched: 0,
+            only: [0; 2],
+            frames: [Vec::new(), Vec::new()],
+            times: [Vec::new(), Vec::new()],
+            delays: Samples::default(),
+            up,
+            last: None,
+        }
+    }
+
     fn unmatched(&mut self, side: usize, frame: u64, t: i64) {
         self.only[side] += 1;
         if self.frames[side].len() < FRAMES_LISTED {
@@ -240,69 +259,120 @@ fn take_likeliest(
     q.remove(i)
 }
 
-/// Decides a downstream packet: matched with the likeliest upstream copy, or seen
-/// downstream only (when the upstream capture `covers` its time).
-fn decide(
-    waiting: &mut Waiting,
-    dirs: &mut HashMap<(IpAddr, IpAddr), DirTally>,
-    (td, frame, k): Deferred,
-    slack: i64,
-    covers: impl Fn(usize, i64) -> bool,
-) {
-    let Some(d) = dirs.get_mut(&(k.0, k.1)) else {
-        return;
-    };
-    let up = d.up.unwrap_or(0);
-    let prev = d.flows.get(&k.2).copied().or(d.last);
-    let found = waiting
-        .get_mut(&k)
-        .and_then(|q| take_likeliest(q, td, slack, prev));
-    if waiting.get(&k).is_some_and(VecDeque::is_empty) {
-        waiting.remove(&k);
-    }
-    let Some((tu, _)) = found else {
-        if covers(1 - up, td) {
-            d.unmatched(1 - up, frame, td);
-        }
-        return;
-    };
-    d.matched += 1;
-    let delay = td.saturating_sub(tu);
-    d.delays.add(if up == 0 {
-        delay
-    } else {
-        delay.saturating_neg()
-    });
-    d.last = Some((tu, delay));
-    if d.flows.len() < FLOWS || d.flows.contains_key(&k.2) {
-        d.flows.insert(k.2, (tu, delay));
-    }
+/// What identifies a packet in the second pass: its direction's index, destination QP, PSN,
+/// opcode, and its bytes' hash.
+type Key2 = (u32, u32, u32, u8, u64);
+
+/// The upstream copies of one packet waiting for their downstream match, (common-clock time,
+/// frame) in time order: one (the usual case, kept without allocating) or several (resends).
+#[derive(Debug)]
+enum Copies {
+    One(i64, u64),
+    Many(VecDeque<(i64, u64)>),
 }
 
-/// Gives up on the upstream copy of `ke` at `te` if no downstream packet took it: lost
-/// between (when the downstream capture `covers` its time).
-fn give_up(
-    waiting: &mut Waiting,
-    dirs: &mut HashMap<(IpAddr, IpAddr), DirTally>,
-    te: i64,
-    ke: Key,
-    covers: impl Fn(usize, i64) -> bool,
-) {
-    let Some(q) = waiting.get_mut(&ke) else {
-        return;
-    };
-    // The oldest copy waiting is this one unless a downstream packet took it.
-    if q.front().is_none_or(|e| e.0 != te) {
-        return;
+/// The state of the second pass.
+struct Matching {
+    dirs: Vec<DirTally>,
+    waiting: HashMap<Key2, Copies>,
+    /// Each flow's (direction, destination QP) last copy matched, (its upstream time, its
+    /// delay), for the first [`FLOWS`].
+    flows: HashMap<(u32, u32), (i64, i64)>,
+    slack: i64,
+}
+
+impl Matching {
+    fn wait(&mut self, k: Key2, t: i64, frame: u64) {
+        match self.waiting.entry(k) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Copies::One(t, frame));
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => match o.get_mut() {
+                Copies::Many(q) => q.push_back((t, frame)),
+                one @ Copies::One(..) => {
+                    let Copies::One(a, b) = *one else {
+                        return;
+                    };
+                    *one = Copies::Many(VecDeque::from([(a, b), (t, frame)]));
+                }
+            },
+        }
     }
-    let frame = q.pop_front().map_or(0, |e| e.1);
-    if q.is_empty() {
-        waiting.remove(&ke);
+
+    /// Decides a downstream packet: matched with the likeliest upstream copy, or seen
+    /// downstream only (when the upstream capture `covers` its time).
+    fn decide(&mut self, (td, frame, k): Deferred, covers: impl Fn(usize, i64) -> bool) {
+        let reach = td.saturating_add(self.slack);
+        let found = match self.waiting.entry(k) {
+            std::collections::hash_map::Entry::Vacant(_) => None,
+            std::collections::hash_map::Entry::Occupied(mut o) => match o.get_mut() {
+                &mut Copies::One(c, f) => (c <= reach).then(|| {
+                    o.remove();
+                    (c, f)
+                }),
+                Copies::Many(q) => {
+                    let d = &self.dirs[k.0 as usize];
+                    let prev = self.flows.get(&(k.0, k.1)).copied().or(d.last);
+                    let r = take_likeliest(q, td, self.slack, prev);
+                    if q.is_empty() {
+                        o.remove();
+                    }
+                    r
+                }
+            },
+        };
+        let d = &mut self.dirs[k.0 as usize];
+        let up = d.up;
+        let Some((tu, _)) = found else {
+            if covers(1 - up, td) {
+                d.unmatched(1 - up, frame, td);
+            }
+            return;
+        };
+        d.matched += 1;
+        let delay = td.saturating_sub(tu);
+        d.delays.add(if up == 0 {
+            delay
+        } else {
+            delay.saturating_neg()
+        });
+        d.last = Some((tu, delay));
+        if self.flows.len() < FLOWS {
+            self.flows.insert((k.0, k.1), (tu, delay));
+        } else if let Some(f) = self.flows.get_mut(&(k.0, k.1)) {
+            *f = (tu, delay);
+        }
     }
-    if let Some(d) = dirs.get_mut(&(ke.0, ke.1)) {
-        let up = d.up.unwrap_or(0);
-        if covers(up, te) {
-            d.unmatched(up, frame, te);
+
+    /// Gives up on the upstream copy of `ke` at `te` if no downstream packet took it: lost
+    /// between (when the downstream capture `covers` its time).
+    fn give_up(&mut self, te: i64, ke: Key2, covers: impl Fn(usize, i64) -> bool) {
+        let std::collections::hash_map::Entry::Occupied(mut o) = self.waiting.entry(ke) else {
+            return;
+        };
+        // The oldest copy waiting is this one unless a downstream packet took it.
+        let frame = match o.get_mut() {
+            &mut Copies::One(c, f) => {
+                if c != te {
+                    return;
+                }
+                o.remove();
+                f
+            }
+            Copies::Many(q) => {
+                if q.front().is_none_or(|e| e.0 != te) {
+                    return;
+                }
+                let f = q.pop_front().map_or(0, |e| e.1);
+                if q.is_empty() {
+                    o.remove();
+                }
+                f
+            }
+        };
+        let d = &mut self.dirs[ke.0 as usize];
+        if covers(d.up, te) {
+            d.unmatched(d.up, frame, te);
         }
     }
 }
@@ -371,19 +441,16 @@ fn first_pass(x: &str, y: &str) -> Result<FirstPass, DecodeError> {
     })
 }
 
-/// Upstream copies waiting for their downstream match: (common-clock time, frame), in time
-/// order, per packet.
-type Waiting = HashMap<Key, VecDeque<(i64, u64)>>;
-
 /// A downstream packet waiting for its decision: (common-clock time, frame, its key).
-type Deferred = (i64, u64, Key);
+type Deferred = (i64, u64, Key2);
 
 /// Matches the captures `x` and `y` (paths; names as given) and places every unmatched
 /// packet, per direction with traffic.
 ///
 /// Each direction's upstream capture comes from the first pass (a direction first seen
 /// later: the capture that shows its first packet first). Upstream copies wait; each
-/// downstream packet is decided a slack after its time (an eighth of the window), so that
+/// downstream packet is decided a slack after its time ([`SLACK_NS`], or an eighth of a
+/// shorter window), so that
 /// an upstream copy the offset's error puts just after it still counts, and takes the
 /// likeliest of the copies waiting ([`take_likeliest`]). A downstream packet that finds none
 /// was missed by the upstream capture; an upstream copy that no packet took within the
@@ -400,7 +467,7 @@ pub fn localise_pair(
         upstream,
     } = first_pass(x, y)?;
     let w = i64::try_from(opts.window_ns).unwrap_or(i64::MAX);
-    let slack = w / 8;
+    let slack = (w / 8).min(SLACK_NS);
     let mut srcs = [open(x)?, open(y)?];
     let mut next = [srcs[0].next()?, srcs[1].next()?];
     // Common clock: x's.
@@ -414,10 +481,15 @@ pub fn localise_pair(
     let mut first_t = [None::<i64>; 2];
     let mut last_t = [i64::MIN; 2];
     let mut ended = [next[0].is_none(), next[1].is_none()];
-    let mut waiting: Waiting = HashMap::default();
-    let mut expiry: VecDeque<(i64, Key)> = VecDeque::new();
+    let mut m = Matching {
+        dirs: Vec::new(),
+        waiting: HashMap::default(),
+        flows: HashMap::default(),
+        slack,
+    };
+    let mut index: HashMap<(IpAddr, IpAddr), u32> = HashMap::default();
+    let mut expiry: VecDeque<(i64, Key2)> = VecDeque::new();
     let mut deferred: VecDeque<Deferred> = VecDeque::new();
-    let mut dirs: HashMap<(IpAddr, IpAddr), DirTally> = HashMap::default();
     let mut untracked = 0u64;
     // Whether the capture other than `s` covers time `t` with a window's margin (it could
     // have seen a packet there).
@@ -439,33 +511,37 @@ pub fn localise_pair(
         };
         next[side] = srcs[side].next()?;
         ended[side] = next[side].is_none();
-        if dirs.len() >= MAX_LOCALISED && !dirs.contains_key(&(p.src, p.dst)) {
-            untracked += 1;
-            continue;
-        }
+        let di = match index.get(&(p.src, p.dst)) {
+            Some(&i) => i,
+            None if m.dirs.len() >= MAX_LOCALISED => {
+                untracked += 1;
+                continue;
+            }
+            None => {
+                let up = upstream.get(&(p.src, p.dst)).copied().unwrap_or(side);
+                m.dirs.push(DirTally::new(p.src, p.dst, up));
+                let i = (m.dirs.len() - 1) as u32;
+                index.insert((p.src, p.dst), i);
+                i
+            }
+        };
         let t = common(side, t_raw);
         first_t[side].get_or_insert(t);
         last_t[side] = last_t[side].max(t);
-        let d = dirs.entry((p.src, p.dst)).or_default();
-        let up = *d
-            .up
-            .get_or_insert_with(|| upstream.get(&(p.src, p.dst)).copied().unwrap_or(side));
-        let k = key(&p);
-        if side == up {
-            waiting.entry(k).or_default().push_back((t, p.frame));
+        let k = (di, p.dest_qp, p.psn, p.opcode.0, p.hash);
+        if side == m.dirs[di as usize].up {
+            m.wait(k, t, p.frame);
             expiry.push_back((t, k));
         } else {
             deferred.push_back((t, p.frame, k));
         }
         // Decide the downstream packets whose slack has passed.
-        while let Some(&(td, frame, kd)) = deferred.front() {
-            if td.saturating_add(slack) > t && deferred.len() <= MAX_PENDING {
+        while let Some(&dd) = deferred.front() {
+            if dd.0.saturating_add(slack) > t && deferred.len() <= MAX_PENDING {
                 break;
             }
             deferred.pop_front();
-            decide(&mut waiting, &mut dirs, (td, frame, kd), slack, |s, t| {
-                covers(s, t, &first_t, &last_t, &ended)
-            });
+            m.decide(dd, |s, t| covers(s, t, &first_t, &last_t, &ended));
         }
         // Give up on upstream copies no downstream packet took.
         while let Some(&(te, ke)) = expiry.front() {
@@ -475,28 +551,24 @@ pub fn localise_pair(
                 break;
             }
             expiry.pop_front();
-            give_up(&mut waiting, &mut dirs, te, ke, |s, t| {
-                covers(s, t, &first_t, &last_t, &ended)
-            });
+            m.give_up(te, ke, |s, t| covers(s, t, &first_t, &last_t, &ended));
         }
     }
     ended = [true; 2];
     for dd in std::mem::take(&mut deferred) {
-        decide(&mut waiting, &mut dirs, dd, slack, |s, t| {
-            covers(s, t, &first_t, &last_t, &ended)
-        });
+        m.decide(dd, |s, t| covers(s, t, &first_t, &last_t, &ended));
     }
     for (te, ke) in std::mem::take(&mut expiry) {
-        give_up(&mut waiting, &mut dirs, te, ke, |s, t| {
-            covers(s, t, &first_t, &last_t, &ended)
-        });
+        m.give_up(te, ke, |s, t| covers(s, t, &first_t, &last_t, &ended));
     }
-    let mut out: Vec<Localisation> = dirs
+    let mut out: Vec<Localisation> = m
+        .dirs
         .into_iter()
         // A direction only one capture holds does not pass the other capture's point.
-        .filter(|(_, d)| d.matched > 0)
-        .map(|((src, dst), mut d)| {
-            let x_up = d.up != Some(1);
+        .filter(|d| d.matched > 0)
+        .map(|mut d| {
+            let (src, dst) = (d.src, d.dst);
+            let x_up = d.up == 0;
             let (up, down) = if x_up { (0, 1) } else { (1, 0) };
             let sign: i64 = if x_up { 1 } else { -1 };
             let (p50, p99) = if x_up {
