@@ -700,7 +700,7 @@ fn capture_points_localise_every_simulated_loss() {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     };
-    let (mut total_lost, mut pairs) = (0u64, 0);
+    let (mut total_lost, mut total_missed, mut confused, mut pairs) = (0u64, 0u64, 0u64, 0);
     for seed in 1..=localisation_seeds() {
         let load = 0.7 + (next() % 26) as f64 / 100.0;
         let buffer_k = 150 + next() % 250;
@@ -718,9 +718,18 @@ fn capture_points_localise_every_simulated_loss() {
             let off_us = (next() % 2_000_001) as i64 - 1_000_000;
             let jitter = next() % 300;
             max_jitter = max_jitter.max(jitter);
+            // One seed in four: captures that miss up to 0.3 % of the packets.
+            let miss = if seed % 4 == 0 {
+                (next() % 4) as f64 / 1000.0
+            } else {
+                0.0
+            };
             let file = dir.join(format!("s{seed}-h{h}.pcap"));
             offsets.insert(file.to_str().unwrap().to_string(), off_us);
-            specs.push(format!("{addr}={}@{off_us}:{jitter}", file.display()));
+            specs.push(format!(
+                "{addr}={}@{off_us}:{jitter}:{miss}",
+                file.display()
+            ));
         }
         let what = format!(
             "seed {seed}: load {load}, buffer {buffer_k}K, {senders} senders, captures {specs:?}"
@@ -807,54 +816,117 @@ fn capture_points_localise_every_simulated_loss() {
             let dir_s = l["direction"].as_str().unwrap();
             let (from, to) = (l["from"].as_str().unwrap(), l["to"].as_str().unwrap());
             let ctx = format!("{what}: {dir_s} {from} -> {to}: {l}");
-            assert_eq!(l["only_downstream"], 0, "{ctx}");
             let truth_offset = (offsets[to] - offsets[from]) as f64;
             let est = l["clock_offset_us"].as_f64().unwrap();
             assert!(
                 (est - truth_offset).abs() <= offset_bound_us,
                 "{ctx}: offset {est} us, truth {truth_offset} us (bound {offset_bound_us})"
             );
-            let truth = caps["lost"]
+            let lost = l["lost_between"].as_u64().unwrap();
+            let only_down = l["only_downstream"].as_u64().unwrap();
+            let Some(t) = caps["directions"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|t| t["direction"] == dir_s);
-            let lost = l["lost_between"].as_u64().unwrap();
-            let Some(t) = truth else {
-                assert_eq!(lost, 0, "{ctx}: nothing was lost that way");
+                .find(|t| t["direction"] == dir_s)
+            else {
+                assert_eq!(
+                    (lost, only_down),
+                    (0, 0),
+                    "{ctx}: nothing was lost or missed"
+                );
                 continue;
             };
             assert_eq!(t["from"], from, "{ctx}: the sender's capture is upstream");
             assert_eq!(t["to"], to, "{ctx}");
-            let all = t["lost"].as_u64().unwrap();
-            let frames: Vec<u64> = t["frames"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| f.as_u64().unwrap())
-                .collect();
-            assert_eq!(
-                frames.len() as u64,
-                all,
-                "{ctx}: the truth lists every loss"
-            );
-            let (first, last) = span(from);
+            // (frame, stamp) of what the truth lists under `keys`, and their count.
+            let listed = |keys: &[&str]| {
+                let mut v = Vec::new();
+                let mut n = 0;
+                for k in keys {
+                    let frames = t[k]["frames"].as_array().unwrap();
+                    let at = t[k]["at_ns"].as_array().unwrap();
+                    assert_eq!(
+                        frames.len() as u64,
+                        t[k]["count"].as_u64().unwrap(),
+                        "{ctx}: the truth lists every one"
+                    );
+                    n += frames.len() as u64;
+                    v.extend(
+                        frames
+                            .iter()
+                            .zip(at)
+                            .map(|(f, a)| (f.as_u64().unwrap(), a.as_i64().unwrap())),
+                    );
+                }
+                (v, n)
+            };
             let margin = 2 * window_us * 1000;
-            let core = t["lost_at_ns"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_i64().unwrap())
-                .filter(|&x| x >= first + margin && x + margin <= last)
-                .count() as u64;
-            assert!(
-                core <= lost && lost <= all,
-                "{ctx}: {lost} placed, truth {all} ({core} away from the ends)"
+            // What is placed must be all of the truth less at most what lies within two
+            // windows of the ends of the other capture (which may not have been running
+            // then), and every frame listed in it. `truth` is stamped on `has`'s clock.
+            // Returns how many short it is of that.
+            let check = |what: &str,
+                         got: u64,
+                         got_frames: &serde_json::Value,
+                         truth: &[(u64, i64)],
+                         n: u64,
+                         (has, other): (&str, &str)| {
+                let (first, last) = span(other);
+                let to_other = (offsets[other] - offsets[has]) * 1000;
+                let core = truth
+                    .iter()
+                    .map(|&(_, x)| x + to_other)
+                    .filter(|&x| x >= first + margin && x + margin <= last)
+                    .count() as u64;
+                assert!(got <= n, "{ctx}: {got} {what}, truth {n}");
+                let wrong: Vec<u64> = got_frames
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.as_u64().unwrap())
+                    .filter(|f| !truth.iter().any(|x| x.0 == *f))
+                    .collect();
+                (core.saturating_sub(got), wrong)
+            };
+            // A loss in the network and a packet the receiver's capture missed look alike
+            // from the two captures: both are upstream only.
+            let (between, n_between) = listed(&["lost", "missed_downstream"]);
+            let (short_lost, wrong_lost) = check(
+                "lost between",
+                lost,
+                &l["frames"],
+                &between,
+                n_between,
+                (from, to),
             );
-            for f in l["frames"].as_array().unwrap() {
-                let f = f.as_u64().unwrap();
-                assert!(frames.contains(&f), "{ctx}: frame {f} was not lost");
-            }
+            let (missed, n_missed) = listed(&["missed_upstream"]);
+            let (short_missed, wrong_missed) = check(
+                "seen downstream only",
+                only_down,
+                &l["frames_downstream"],
+                &missed,
+                n_missed,
+                (to, from),
+            );
+            // Exact, except where a capture missed a packet that was resent: the sender's
+            // capture missed the copy that arrived of a packet whose other copy it saw was
+            // lost, and the two captures show one copy each, a match to all appearances
+            // (docs/analyze.md). Half the packets the captures missed at most.
+            let (_, n_unseen) = listed(&["missed_downstream"]);
+            let confusable = (n_missed + n_unseen).div_ceil(2);
+            assert!(
+                short_lost <= confusable && short_missed <= confusable,
+                "{ctx}: {lost} lost between and {only_down} seen downstream only are {short_lost} and {short_missed} short of the truth's {n_between} and {n_missed}"
+            );
+            assert!(
+                wrong_lost.len() as u64 <= confusable && wrong_missed.len() as u64 <= confusable,
+                "{ctx}: frames {wrong_lost:?} are not lost between, {wrong_missed:?} not missed upstream"
+            );
+            confused += short_lost.max(short_missed) + wrong_lost.len() as u64;
+            total_missed += only_down;
+            let frames: Vec<u64> = between.iter().map(|x| x.0).collect();
+            let stamps: Vec<i64> = between.iter().map(|x| x.1).collect();
             // The trace: the sender's capture is a process whose track shows each listed
             // loss when it passed there, on the receiver's (the first capture's) clock.
             let pid = trace
@@ -867,27 +939,34 @@ fn capture_points_localise_every_simulated_loss() {
                 .unwrap();
             let (rx_first, _) = span(&files[0]);
             let mut shown = 0;
-            for (f, at) in frames.iter().zip(t["lost_at_ns"].as_array().unwrap()) {
+            for (f, at) in frames.iter().zip(&stamps) {
                 let Some(&ts) = instants.get(&(pid, *f)) else {
                     continue;
                 };
                 shown += 1;
                 // Simulation time of the loss, less that of the receiver capture's first
                 // record: each on its own clock less that clock's offset.
-                let want_us = ((at.as_i64().unwrap() - offsets[from] * 1000)
-                    - (rx_first - offsets[&files[0]] * 1000)) as f64
+                let want_us = ((at - offsets[from] * 1000) - (rx_first - offsets[&files[0]] * 1000))
+                    as f64
                     / 1e3;
                 assert!(
                     (ts - want_us).abs() <= offset_bound_us,
                     "{ctx}: frame {f} in the trace at {ts} us, passed at {want_us} us"
                 );
             }
-            assert_eq!(shown, l["frames"].as_array().unwrap().len(), "{ctx}: trace");
+            let listed_frames = l["frames"].as_array().unwrap();
+            let in_trace = listed_frames
+                .iter()
+                .filter(|f| instants.contains_key(&(pid, f.as_u64().unwrap())))
+                .count();
+            assert_eq!(in_trace, listed_frames.len(), "{ctx}: trace");
+            assert!(shown + wrong_lost.len() >= in_trace, "{ctx}: trace");
             total_lost += lost;
             pairs += 1;
         }
     }
     assert!(total_lost > 0 && pairs > 0, "no loss in any seed");
+    assert!(total_missed > 0, "no capture missed a packet in any seed");
     // An address that is no host of the run: one line naming the hosts, exit 1.
     let bad = dir.join("bad.pcap");
     let (code, _, err) = roce(&[
@@ -904,6 +983,8 @@ fn capture_points_localise_every_simulated_loss() {
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    eprintln!("{pairs} directions with losses, {total_lost} losses placed");
+    eprintln!(
+        "{pairs} directions with losses or misses, {total_lost} losses placed, {total_missed} packets seen downstream only, {confused} confused with a resend"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

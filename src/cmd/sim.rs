@@ -67,11 +67,13 @@ pub(crate) struct FabricArgs {
     pcap: Option<PathBuf>,
     /// Capture at one host's NIC: what ADDR sends as it leaves, what it receives as it
     /// arrives, stamped by a clock OFFSET_US off the simulation's (negative: behind) with up
-    /// to JITTER_NS of noise either way (seeded; the stamps stay in order). Repeat for several
-    /// points (at most 8; one congestion control), then `roce analyze A.pcap B.pcap` places
-    /// each loss; with --json, `captures.lost` lists what was lost after each captured sender
-    /// (frame numbers in its capture): the truth to compare.
-    #[arg(long, value_name = "ADDR=FILE[@OFFSET_US[:JITTER_NS]]")]
+    /// to JITTER_NS of noise either way (seeded; the stamps stay in order), missing a share
+    /// MISS (0 to below 1) of the datagrams as an overflowing capture would. Repeat for
+    /// several points (at most 8; one congestion control), then `roce analyze A.pcap B.pcap`
+    /// places each loss; with --json, `captures.directions` lists per direction what was lost
+    /// after the sender's capture saw it and what either capture missed (frame numbers): the
+    /// truth to compare.
+    #[arg(long, value_name = "ADDR=FILE[@OFFSET_US[:JITTER_NS[:MISS]]]")]
     pcap_at: Vec<String>,
     /// Add a victim flow of SIZE bytes (K = 1024) from the first sender to a second receiver
     /// whose link does not cross the congested switch port, 50 us in: with PFC, the pauses

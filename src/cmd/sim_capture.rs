@@ -1,10 +1,12 @@
 //! The simulators' captures: `--pcap` (what reaches each receiver, with the switches' PFC
 //! frames) and `--pcap-at ADDR=FILE[@OFFSET_US[:JITTER_NS]]`, a capture at one host's NIC
 //! (what it sends as it leaves, what it receives as it arrives) whose clock may be off the
-//! simulation's and noisy, as two real capture hosts' clocks are. Several `--pcap-at` give
-//! the captures of one run at several points, and the run knows what `roce analyze A B`
-//! should find between them: every datagram lost after one captured host sent it, with its
-//! frame number and stamp in that host's capture ([`Truth`], in `--json` as `captures`).
+//! simulation's and noisy, as two real capture hosts' clocks are, and that may miss a share of
+//! the datagrams (a capture ring that overflows). Several `--pcap-at` give the captures of one
+//! run at several points, and the run knows what `roce analyze A B` should find between
+//! them: every datagram lost after one captured host sent it, and every one a capture missed,
+//! with its frame number and stamp in the capture that has it ([`Truth`], in `--json` as
+//! `captures`).
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -41,11 +43,13 @@ pub(crate) struct PointSpec {
     pub(crate) offset_ns: i64,
     /// Each stamp off by up to this much either way, ns (kept in order).
     pub(crate) jitter_ns: u64,
+    /// The share of datagrams it misses (as a capture ring or a mirror port that overflows).
+    pub(crate) miss: f64,
 }
 
-/// Parses `ADDR=FILE[@OFFSET_US[:JITTER_NS]]`.
+/// Parses `ADDR=FILE[@OFFSET_US[:JITTER_NS[:MISS]]]`.
 pub(crate) fn parse_point(s: &str) -> anyhow::Result<PointSpec> {
-    let usage = "ADDR=FILE[@OFFSET_US[:JITTER_NS]]";
+    let usage = "ADDR=FILE[@OFFSET_US[:JITTER_NS[:MISS]]]";
     let (addr, rest) = s
         .split_once('=')
         .with_context(|| format!("--pcap-at {s}: expected {usage}"))?;
@@ -54,10 +58,13 @@ pub(crate) fn parse_point(s: &str) -> anyhow::Result<PointSpec> {
         .with_context(|| format!("--pcap-at {s}: {addr} is not an IP address"))?;
     // A FILE may hold '@': the suffix counts only when it reads as a clock.
     let clock = rest.rsplit_once('@').and_then(|(path, c)| {
-        let (off, jit) = c.split_once(':').unwrap_or((c, "0"));
-        Some((path, off.parse::<f64>().ok()?, jit.parse::<u64>().ok()?))
+        let mut it = c.splitn(3, ':');
+        let off = it.next()?.parse::<f64>().ok()?;
+        let jit = it.next().unwrap_or("0").parse::<u64>().ok()?;
+        let miss = it.next().unwrap_or("0").parse::<f64>().ok()?;
+        Some((path, off, jit, miss))
     });
-    let (path, offset_us, jitter_ns) = clock.unwrap_or((rest, 0.0, 0));
+    let (path, offset_us, jitter_ns, miss) = clock.unwrap_or((rest, 0.0, 0, 0.0));
     if path.is_empty() {
         bail!("--pcap-at {s}: no file (expected {usage})");
     }
@@ -67,11 +74,15 @@ pub(crate) fn parse_point(s: &str) -> anyhow::Result<PointSpec> {
     if jitter_ns > MAX_JITTER_NS {
         bail!("--pcap-at {s}: the jitter must be at most {MAX_JITTER_NS} ns");
     }
+    if !(0.0..1.0).contains(&miss) {
+        bail!("--pcap-at {s}: the share missed must be at least 0 and below 1");
+    }
     Ok(PointSpec {
         addr,
         path: PathBuf::from(path),
         offset_ns: (offset_us * 1e3).round() as i64,
         jitter_ns,
+        miss,
     })
 }
 
@@ -94,13 +105,17 @@ struct Point {
     last_stamp: i64,
     frames: u64,
     /// What this host sent that has not arrived nor been lost, by the simulator's number of
-    /// the datagram: (its frame, its stamp).
-    in_flight: HashMap<u64, (u64, i64)>,
+    /// the datagram: its frame and stamp, or `None` when this capture missed it.
+    in_flight: HashMap<u64, Option<(u64, i64)>>,
 }
 
 impl Point {
-    /// Writes the datagram at simulation time `t`; its frame number and stamp.
-    fn record(&mut self, t: u64, ev: &TapEvent<'_>) -> (u64, i64) {
+    /// Writes the datagram at simulation time `t`: its frame number and stamp, or `None`
+    /// when the capture misses it ([`PointSpec::miss`]).
+    fn record(&mut self, t: u64, ev: &TapEvent<'_>) -> Option<(u64, i64)> {
+        if self.spec.miss > 0.0 && self.rng.unit() < self.spec.miss {
+            return None;
+        }
         let j = self.spec.jitter_ns as i64;
         let noise = if j > 0 {
             (self.rng.next_u64() % (2 * j as u64 + 1)) as i64 - j
@@ -119,24 +134,52 @@ impl Point {
         // A failed write is kept by the capture and said when it is finished.
         let _ = self.cap.record(stamp(ns), src, dst, ev.ecn, ev.datagram);
         self.frames += 1;
-        (self.frames, ns)
+        Some((self.frames, ns))
     }
 }
 
-/// What the captures of a run should show: per direction (sender, receiver) of a captured
-/// sender, the datagrams lost after its capture saw them.
+/// What the captures of a run should show, per direction (sender, receiver).
 #[derive(Debug, Default)]
 pub(crate) struct Truth {
-    lost: BTreeMap<(IpAddr, IpAddr), Lost>,
+    dirs: BTreeMap<(IpAddr, IpAddr), DirTruth>,
 }
 
+/// One direction's truth: datagrams as (frame, stamp: ns since the simulation's time zero
+/// on that capture's clock).
 #[derive(Debug, Default)]
-struct Lost {
+struct DirTruth {
+    /// Lost in the network after the sender's capture saw them (frames in it).
+    lost: Listed,
+    /// Delivered, seen by the receiver's capture, missed by the sender's (frames in the
+    /// receiver's): what a comparison calls seen downstream only.
+    missed_upstream: Listed,
+    /// Delivered, seen by the sender's capture, missed by the receiver's (frames in the
+    /// sender's): what a comparison cannot tell from a loss between.
+    missed_downstream: Listed,
+}
+
+/// A count, and the first [`LISTED`] of what it counts.
+#[derive(Debug, Default)]
+struct Listed {
     count: u64,
-    /// (frame in the sender's capture, its stamp there, ns since the simulation's time zero
-    /// on that capture's clock), the first
-    /// [`LISTED`].
     listed: Vec<(u64, i64)>,
+}
+
+impl Listed {
+    fn add(&mut self, x: (u64, i64)) {
+        self.count += 1;
+        if self.listed.len() < LISTED {
+            self.listed.push(x);
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "count": self.count,
+            "frames": self.listed.iter().map(|x| x.0).collect::<Vec<_>>(),
+            "at_ns": self.listed.iter().map(|x| x.1).collect::<Vec<_>>(),
+        })
+    }
 }
 
 struct State {
@@ -164,21 +207,19 @@ impl Tap for Shared {
         match ev.kind {
             TapKind::Sent => {
                 if let Some(p) = s.point_of(ev.src) {
-                    let (frame, ns) = p.record(t, ev);
+                    let seen = p.record(t, ev);
                     if p.in_flight.len() < MAX_IN_FLIGHT {
-                        p.in_flight.insert(ev.id, (frame, ns));
+                        p.in_flight.insert(ev.id, seen);
                     }
                 }
             }
             TapKind::Delivered | TapKind::Lost => {
+                // Some(seen by the sender's capture or not) when the sender is captured.
                 let sent = s.point_of(ev.src).and_then(|p| p.in_flight.remove(&ev.id));
                 if ev.kind == TapKind::Lost {
-                    if let Some(sent) = sent {
-                        let l = s.truth.lost.entry((ev.src, ev.dst)).or_default();
-                        l.count += 1;
-                        if l.listed.len() < LISTED {
-                            l.listed.push(sent);
-                        }
+                    if let Some(Some(sent)) = sent {
+                        let d = s.truth.dirs.entry((ev.src, ev.dst)).or_default();
+                        d.lost.add(sent);
                     }
                     return;
                 }
@@ -188,7 +229,13 @@ impl Tap for Shared {
                     let _ = cap.record(stamp(t as i64), src, dst, ev.ecn, ev.datagram);
                 }
                 if let Some(p) = s.point_of(ev.dst) {
-                    p.record(t, ev);
+                    let got = p.record(t, ev);
+                    let d = s.truth.dirs.entry((ev.src, ev.dst)).or_default();
+                    match (sent, got) {
+                        (Some(None), Some(got)) => d.missed_upstream.add(got),
+                        (Some(Some(sent)), None) => d.missed_downstream.add(sent),
+                        _ => {}
+                    }
                 }
             }
         }
@@ -345,22 +392,23 @@ impl Captures {
                 .find(|p| p.spec.addr == a)
                 .map(|p| p.spec.path.display().to_string())
         };
-        let lost: Vec<Value> = s
+        let directions: Vec<Value> = s
             .truth
-            .lost
+            .dirs
             .iter()
-            .map(|(&(src, dst), l)| {
+            .filter(|(_, d)| d.lost.count + d.missed_upstream.count + d.missed_downstream.count > 0)
+            .map(|(&(src, dst), d)| {
                 json!({
                     "direction": format!("{src} -> {dst}"),
                     "from": file_of(src),
                     "to": file_of(dst),
-                    "lost": l.count,
-                    "frames": l.listed.iter().map(|x| x.0).collect::<Vec<_>>(),
-                    "lost_at_ns": l.listed.iter().map(|x| x.1).collect::<Vec<_>>(),
+                    "lost": d.lost.json(),
+                    "missed_upstream": d.missed_upstream.json(),
+                    "missed_downstream": d.missed_downstream.json(),
                 })
             })
             .collect();
-        Ok(json!({ "points": points, "lost": lost }))
+        Ok(json!({ "points": points, "directions": directions }))
     }
 }
 
@@ -378,7 +426,9 @@ mod tests {
         );
         let p = parse_point("10.0.0.1=dir/b@c.pcap@-250.5:300").unwrap();
         assert_eq!(p.path.to_str().unwrap(), "dir/b@c.pcap");
-        assert_eq!((p.offset_ns, p.jitter_ns), (-250_500, 300));
+        assert_eq!((p.offset_ns, p.jitter_ns, p.miss), (-250_500, 300, 0.0));
+        let p = parse_point("10.0.0.1=c.pcap@0:0:0.01").unwrap();
+        assert_eq!((p.offset_ns, p.jitter_ns, p.miss), (0, 0, 0.01));
         let p = parse_point("10.0.0.1=x@y").unwrap();
         assert_eq!((p.path.to_str().unwrap(), p.offset_ns), ("x@y", 0));
         for bad in [
@@ -389,6 +439,9 @@ mod tests {
             "10.0.0.1=a@NaN",
             "10.0.0.1=a@1e12",
             "10.0.0.1=a@0:2000000",
+            "10.0.0.1=a@0:0:1",
+            "10.0.0.1=a@0:0:-0.1",
+            "10.0.0.1=a@0:0:NaN",
         ] {
             assert!(parse_point(bad).is_err(), "{bad}");
         }

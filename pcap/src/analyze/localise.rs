@@ -31,11 +31,12 @@ pub(super) const MAX_PENDING: usize = 1 << 20;
 pub const MAX_LOCALISED: usize = 1 << 16;
 /// Frame numbers listed per direction.
 const FRAMES_LISTED: usize = 100;
-/// How long after its time a downstream packet is decided at most (less with a window under
-/// 8 times this): longer than the error of the offset's estimate, which is that of the
-/// equal-delays assumption for the least-queued packets (microseconds), and short, since the
-/// packets of the slack wait in memory.
-const SLACK_NS: i64 = 50_000;
+/// How far after a downstream packet (on the common clock) an upstream copy may be and still
+/// be its copy: the error allowed to the offset's estimate, which is that of the
+/// equal-delays assumption for the least-queued packets. A copy later than that was sent
+/// after the packet arrived (a resend of what the upstream capture missed): not its copy.
+/// Each downstream packet is decided this long after its time.
+const OFFSET_ERROR_NS: i64 = 1_000;
 /// Flows (direction, destination QP) whose last match is kept for [`take_likeliest`].
 const FLOWS: usize = 1 << 20;
 /// Waiting copies of one packet weighed against each other for a match (the latest).
@@ -231,14 +232,14 @@ fn take_likeliest(
     prev: Option<(i64, i64)>,
 ) -> Option<(i64, u64)> {
     // Copies in reach; of those, the latest few only (a capture may repeat one packet
-    // without end). Those sent before the packet arrived come first; one after it (by less
-    // than the slack) only when there is none: the offset's error put it there.
+    // without end). Those sent before the packet arrived come first; one after it (by at
+    // most the slack) only when there is none: the offset's error put it there.
     let end = q.partition_point(|c| c.0 <= td.saturating_add(slack));
     let start = end.saturating_sub(CANDIDATES);
-    let mid = q.partition_point(|c| c.0 <= td).clamp(start, end);
     if start == end {
         return None;
     }
+    let mid = q.partition_point(|c| c.0 <= td).clamp(start, end);
     if start == mid {
         return q.remove(mid);
     }
@@ -303,6 +304,7 @@ impl Matching {
     /// downstream only (when the upstream capture `covers` its time).
     fn decide(&mut self, (td, frame, k): Deferred, covers: impl Fn(usize, i64) -> bool) {
         let reach = td.saturating_add(self.slack);
+        let flow = self.flows.get(&(k.0, k.1)).copied();
         let found = match self.waiting.entry(k) {
             std::collections::hash_map::Entry::Vacant(_) => None,
             std::collections::hash_map::Entry::Occupied(mut o) => match o.get_mut() {
@@ -311,8 +313,7 @@ impl Matching {
                     (c, f)
                 }),
                 Copies::Many(q) => {
-                    let d = &self.dirs[k.0 as usize];
-                    let prev = self.flows.get(&(k.0, k.1)).copied().or(d.last);
+                    let prev = flow.or(self.dirs[k.0 as usize].last);
                     let r = take_likeliest(q, td, self.slack, prev);
                     if q.is_empty() {
                         o.remove();
@@ -449,8 +450,7 @@ type Deferred = (i64, u64, Key2);
 ///
 /// Each direction's upstream capture comes from the first pass (a direction first seen
 /// later: the capture that shows its first packet first). Upstream copies wait; each
-/// downstream packet is decided a slack after its time ([`SLACK_NS`], or an eighth of a
-/// shorter window), so that
+/// downstream packet is decided a slack after its time ([`OFFSET_ERROR_NS`]), so that
 /// an upstream copy the offset's error puts just after it still counts, and takes the
 /// likeliest of the copies waiting ([`take_likeliest`]). A downstream packet that finds none
 /// was missed by the upstream capture; an upstream copy that no packet took within the
@@ -467,7 +467,7 @@ pub fn localise_pair(
         upstream,
     } = first_pass(x, y)?;
     let w = i64::try_from(opts.window_ns).unwrap_or(i64::MAX);
-    let slack = (w / 8).min(SLACK_NS);
+    let slack = OFFSET_ERROR_NS.min(w);
     let mut srcs = [open(x)?, open(y)?];
     let mut next = [srcs[0].next()?, srcs[1].next()?];
     // Common clock: x's.
