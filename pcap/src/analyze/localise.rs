@@ -390,9 +390,10 @@ struct FirstPass {
 /// copy in `x` is paired with its first copy in `y`: for a direction that `x` sees first,
 /// `t_y - t_x` is the offset plus its one-way delay, for one `y` sees first the offset less
 /// it. As NTP's clock filter does, the estimate takes the packets that queued least in each
-/// direction (the 10th percentile of the first, the 90th of the second: queues only add
+/// direction (the 1st percentile of the first, the 99th of the second: queues only add
 /// delay) and their mean, so that queueing on one direction only (data one way, ACKs the
-/// other) does not bias it; pairs spoilt by a lost first copy fall in the tails it ignores.
+/// other) does not bias it, nor do the few pairs a lost or missed first copy spoils (a resend
+/// paired with the original).
 fn first_pass(x: &str, y: &str) -> Result<FirstPass, DecodeError> {
     let (mut sx, mut sy) = (open(x)?, open(y)?);
     let mut first: HashMap<Key, i64> = HashMap::default();
@@ -422,7 +423,7 @@ fn first_pass(x: &str, y: &str) -> Result<FirstPass, DecodeError> {
             if (medians[&(a, b)], (a, b)) < (medians[&(b, a)], (b, a)) {
                 return None;
             }
-            Some(s.quantile(0.1) / 2 + r.quantile(0.9) / 2)
+            Some(s.quantile(0.01) / 2 + r.quantile(0.99) / 2)
         })
         .collect();
     let (offset, one_way) = if both.is_empty() {
