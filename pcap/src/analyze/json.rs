@@ -66,16 +66,9 @@ macro_rules! view {
 
 /// The latency measures of a side, in sorted order of their names.
 fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
-    [
-        ("ack_rtt", &s.ack_rtt),
-        ("ce_to_cnp", &s.ce_to_cnp),
-        ("cnp_interval", &s.cnp_interval),
-        ("nak_generation", &s.nak_generation),
-        ("nak_response", &s.nak_response),
-        ("read", &s.read_latency),
-        ("retransmission_timeout", &s.retransmission_timeout),
-        ("rnr_wait", &s.rnr_wait),
-    ]
+    let mut m = super::report::measures(s);
+    m.sort_unstable_by_key(|x| x.0);
+    m
 }
 
 object!(

@@ -416,7 +416,8 @@ pub fn write_json_lines<W: Write + ?Sized>(
     Ok(())
 }
 
-fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
+/// The latency measures of a side, in the reports' order.
+pub(super) fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
     [
         ("ack_rtt", &s.ack_rtt),
         ("read", &s.read_latency),
