@@ -451,12 +451,13 @@ type Deferred = (i64, u64, Key2);
 ///
 /// Each direction's upstream capture comes from the first pass (a direction first seen
 /// later: the capture that shows its first packet first). Upstream copies wait; each
-/// downstream packet is decided a slack after its time ([`OFFSET_ERROR_NS`]), so that
-/// an upstream copy the offset's error puts just after it still counts, and takes the
-/// likeliest of the copies waiting ([`take_likeliest`]). A downstream packet that finds none
-/// was missed by the upstream capture; an upstream copy that no packet took within the
-/// window (and the slack) was lost between. Near either capture's ends, where the other
-/// could not have seen it, nothing is counted.
+/// downstream packet is decided a slack after its time (1 µs, the error allowed to the
+/// offset's estimate), so that an upstream copy the offset's error puts just after it still
+/// counts, and takes the likeliest of the copies waiting (sent after the flow's last match,
+/// its delay nearest to that match's for the time between them). A downstream packet that
+/// finds none was missed by the upstream capture; an upstream copy that no packet took
+/// within the window (and the slack) was lost between. Near either capture's ends, where the
+/// other could not have seen it, nothing is counted.
 pub fn localise_pair(
     x: &str,
     y: &str,
