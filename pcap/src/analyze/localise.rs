@@ -789,3 +789,79 @@ pub(super) fn html_section(ls: &[Localisation]) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copies(ts: &[i64]) -> VecDeque<(i64, u64)> {
+        ts.iter()
+            .enumerate()
+            .map(|(i, &t)| (t, i as u64 + 1))
+            .collect()
+    }
+
+    #[test]
+    fn one_copy_before_the_packet_is_its_copy() {
+        let mut q = copies(&[1_000]);
+        assert_eq!(take_likeliest(&mut q, 3_000, 1_000, None), Some((1_000, 1)));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn with_nothing_matched_before_the_latest_copy_sent_before_the_packet() {
+        // The original (frame 1) was lost; its resend (frame 2) arrived 2 us later.
+        let mut q = copies(&[1_000, 30_000]);
+        assert_eq!(
+            take_likeliest(&mut q, 32_000, 1_000, None),
+            Some((30_000, 2))
+        );
+        assert_eq!(q, copies(&[1_000]));
+    }
+
+    #[test]
+    fn the_copy_whose_delay_fits_the_flows_last_match() {
+        // The flow's last packet left at 100 us and took 23.5 us (a full queue); the
+        // packet arrives at 120.56 us. Copy 1 (left at 100.3 us) would have taken 20.3 us,
+        // copy 2 (at 119.4 us) 1.2 us. The queue drained in the 19 us between: from the
+        // last match, copy 1 changes the delay by 3.2 us in 0.3 us, copy 2 by 22.3 us in
+        // 19.4 us, the rate at which a queue drains.
+        let mut q = copies(&[100_300, 119_400]);
+        let prev = Some((100_000, 23_500));
+        assert_eq!(
+            take_likeliest(&mut q, 120_560, 1_000, prev),
+            Some((119_400, 2))
+        );
+        // The same copies, the packet at 123.8 us: copy 1's 23.5 us is the queue unchanged.
+        let mut q = copies(&[100_300, 119_400]);
+        assert_eq!(
+            take_likeliest(&mut q, 123_800, 1_000, prev),
+            Some((100_300, 1))
+        );
+    }
+
+    #[test]
+    fn a_copy_sent_after_the_packet_arrived_counts_only_within_the_slack() {
+        let mut q = copies(&[5_800]);
+        assert_eq!(take_likeliest(&mut q, 5_000, 1_000, None), Some((5_800, 1)));
+        let mut q = copies(&[6_200]);
+        assert_eq!(take_likeliest(&mut q, 5_000, 1_000, None), None);
+        assert_eq!(q.len(), 1);
+        // One before the packet is preferred to one after it.
+        let mut q = copies(&[4_000, 5_500]);
+        assert_eq!(
+            take_likeliest(&mut q, 5_000, 1_000, Some((5_400, 100))),
+            Some((4_000, 1))
+        );
+    }
+
+    #[test]
+    fn only_the_latest_copies_are_weighed() {
+        // A capture repeating one packet without end: the choice looks at the last few.
+        let ts: Vec<i64> = (0..10_000).map(|i| i * 10).collect();
+        let mut q = copies(&ts);
+        let got = take_likeliest(&mut q, 100_000, 1_000, Some((0, 0))).unwrap();
+        assert!(got.1 > (10_000 - CANDIDATES) as u64, "{got:?}");
+        assert_eq!(q.len(), 9_999);
+    }
+}
