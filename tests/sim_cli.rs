@@ -780,6 +780,8 @@ fn capture_points_localise_every_simulated_loss() {
         let trace_path = dir.join(format!("s{seed}-trace.json"));
         let mut argv = vec!["analyze", "--json", "--match-window", "200us"];
         argv.extend(["--trace", trace_path.to_str().unwrap()]);
+        let html_path = dir.join(format!("s{seed}.html"));
+        argv.extend(["--html", html_path.to_str().unwrap()]);
         let files: Vec<String> = points
             .iter()
             .map(|p| p["file"].as_str().unwrap().to_string())
@@ -809,6 +811,13 @@ fn capture_points_localise_every_simulated_loss() {
             .collect();
         // Every sender talks to the receiver both ways; senders never to each other.
         assert_eq!(locs.len() as u64, 2 * active, "{what}: {out}");
+        // The HTML page: a section per pair of captures that share traffic.
+        let html = std::fs::read_to_string(&html_path).unwrap();
+        assert_eq!(
+            html.matches("<h3>").count() as u64,
+            active,
+            "{what}: HTML sections"
+        );
         // Half the largest queueing delay (the switch buffer at 100 Gb/s), the noise of both
         // ends, and a microsecond of serialisation asymmetry.
         let offset_bound_us = buffer_k as f64 * 1024.0 * 8.0 / 100e9 * 1e6 / 2.0
@@ -970,7 +979,10 @@ fn capture_points_localise_every_simulated_loss() {
             pairs += 1;
         }
         // Each seed's captures go once checked (hundreds of seeds hold gigabytes).
-        for f in files.iter().chain([&trace_path.display().to_string()]) {
+        for f in files.iter().chain([
+            &trace_path.display().to_string(),
+            &html_path.display().to_string(),
+        ]) {
             let _ = std::fs::remove_file(f);
         }
     }

@@ -758,34 +758,59 @@ pub(super) fn ladder_svg(l: &Localisation) -> String {
     o
 }
 
-/// The HTML section of the localisations: a table per capture pair and direction, and the
-/// ladder of each direction that lost packets.
+/// The HTML section of the localisations: one part per pair of captures, with a table of its
+/// directions and the ladder of each direction that lost packets.
 pub(super) fn html_section(ls: &[Localisation]) -> String {
     use std::fmt::Write as _;
     if ls.is_empty() {
         return String::new();
     }
-    let mut o = String::from("<h2>Loss localisation</h2><table><tr><th>from (upstream)</th><th>to</th><th>direction</th><th>matched</th><th>lost between</th><th>downstream only</th><th>clock offset</th><th>one-way delay p50 / p99</th></tr>");
+    let mut o = String::from("<h2>Loss localisation</h2>");
+    // One section per pair of captures (in the order the pairs first come), each with its
+    // directions' table and the ladder of each direction that lost packets.
+    let pair = |l: &Localisation| {
+        if l.from <= l.to {
+            (l.from.clone(), l.to.clone())
+        } else {
+            (l.to.clone(), l.from.clone())
+        }
+    };
+    let mut pairs: Vec<(String, String)> = Vec::new();
     for l in ls {
+        let p = pair(l);
+        if !pairs.contains(&p) {
+            pairs.push(p);
+        }
+    }
+    for p in &pairs {
+        let of_pair: Vec<&Localisation> = ls.iter().filter(|l| pair(l) == *p).collect();
         let _ = write!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{} -&gt; {}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3} us{}</td><td>{:.3} / {:.3} us</td></tr>",
-            escape(&l.from),
-            escape(&l.to),
-            l.src,
-            l.dst,
-            l.matched,
-            l.lost_between,
-            l.only_downstream,
-            l.clock_offset_ns as f64 / 1e3,
-            if l.offset_one_way { " (one way: holds the delay)" } else { "" },
-            l.delay_ns.0 as f64 / 1e3,
-            l.delay_ns.1 as f64 / 1e3
+            "<h3>{} &#8596; {}</h3><table><tr><th>from (upstream)</th><th>to</th><th>direction</th><th>matched</th><th>lost between</th><th>downstream only</th><th>clock offset</th><th>one-way delay p50 / p99</th></tr>",
+            escape(&p.0),
+            escape(&p.1)
         );
-    }
-    o.push_str("</table>");
-    for l in ls.iter().filter(|l| !l.frames.is_empty()) {
-        o.push_str(&ladder_svg(l));
+        for l in &of_pair {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{} -&gt; {}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3} us{}</td><td>{:.3} / {:.3} us</td></tr>",
+                escape(&l.from),
+                escape(&l.to),
+                l.src,
+                l.dst,
+                l.matched,
+                l.lost_between,
+                l.only_downstream,
+                l.clock_offset_ns as f64 / 1e3,
+                if l.offset_one_way { " (one way: holds the delay)" } else { "" },
+                l.delay_ns.0 as f64 / 1e3,
+                l.delay_ns.1 as f64 / 1e3
+            );
+        }
+        o.push_str("</table>");
+        for l in of_pair.iter().filter(|l| !l.frames.is_empty()) {
+            o.push_str(&ladder_svg(l));
+        }
     }
     o
 }
