@@ -814,7 +814,7 @@ fn capture_points_localise_every_simulated_loss() {
         // The HTML page: a section per pair of captures that share traffic.
         let html = std::fs::read_to_string(&html_path).unwrap();
         assert_eq!(
-            html.matches("&#8596;").count() as u64,
+            html.matches("</h3><table><tr><th>from (upstream)").count() as u64,
             active,
             "{what}: HTML sections"
         );
