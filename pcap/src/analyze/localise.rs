@@ -19,7 +19,7 @@ use std::net::IpAddr;
 
 use super::pkt::Pkt;
 use super::HashMap;
-use crate::reader::{CaptureReader, Timestamp};
+use crate::reader::CaptureReader;
 use crate::{link, DecodeError};
 
 /// Records of each capture read to estimate the clock offset.
@@ -102,10 +102,6 @@ fn key(p: &Pkt) -> Key {
     (p.src, p.dst, p.dest_qp, p.psn, p.opcode.0, p.hash)
 }
 
-fn ns(ts: Timestamp) -> i64 {
-    ts.as_ns()
-}
-
 /// Reads the RoCE packets of a capture: (absolute time ns, frame number, packet).
 struct Source<R: std::io::Read> {
     reader: CaptureReader<R>,
@@ -119,7 +115,7 @@ impl<R: std::io::Read> Source<R> {
                 return Ok(None);
             };
             self.frame += 1;
-            let t = ns(rec.ts);
+            let t = rec.ts.as_ns();
             if let Ok(f) = link::parse(rec.link_type, rec.data) {
                 if let Some(p) = Pkt::of(self.frame, 0, &f) {
                     return Ok(Some((t, p)));
@@ -290,11 +286,8 @@ impl Matching {
             }
             std::collections::hash_map::Entry::Occupied(mut o) => match o.get_mut() {
                 Copies::Many(q) => q.push_back((t, frame)),
-                one @ Copies::One(..) => {
-                    let Copies::One(a, b) = *one else {
-                        return;
-                    };
-                    *one = Copies::Many(VecDeque::from([(a, b), (t, frame)]));
+                &mut Copies::One(a, b) => {
+                    o.insert(Copies::Many(VecDeque::from([(a, b), (t, frame)])));
                 }
             },
         }
@@ -304,7 +297,6 @@ impl Matching {
     /// downstream only (when the upstream capture `covers` its time).
     fn decide(&mut self, (td, frame, k): Deferred, covers: impl Fn(usize, i64) -> bool) {
         let reach = td.saturating_add(self.slack);
-        let flow = self.flows.get(&(k.0, k.1)).copied();
         let found = match self.waiting.entry(k) {
             std::collections::hash_map::Entry::Vacant(_) => None,
             std::collections::hash_map::Entry::Occupied(mut o) => match o.get_mut() {
@@ -313,7 +305,9 @@ impl Matching {
                     (c, f)
                 }),
                 Copies::Many(q) => {
-                    let prev = flow.or(self.dirs[k.0 as usize].last);
+                    // Only resends need the flow's history.
+                    let prev = self.flows.get(&(k.0, k.1)).copied();
+                    let prev = prev.or(self.dirs[k.0 as usize].last);
                     let r = take_likeliest(q, td, self.slack, prev);
                     if q.is_empty() {
                         o.remove();
