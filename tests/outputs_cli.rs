@@ -69,6 +69,22 @@ fn a_capture_that_cannot_be_written_fails_the_run() {
     assert_ne!(code, 0, "{out}{err}");
     one_line_naming(&err, "--pcap /dev/full");
     assert!(!err.contains("wrote /dev/full"), "{err}");
+
+    // A capture at a host's NIC too.
+    let at = format!("10.0.0.1={FULL}");
+    let (code, out, err) = roce(&[
+        "sim",
+        "fabric",
+        "--duration",
+        "1",
+        "--hosts",
+        "4",
+        "--pcap-at",
+        &at,
+    ]);
+    assert_ne!(code, 0, "{out}{err}");
+    one_line_naming(&err, "--pcap-at /dev/full");
+    assert!(!err.contains("wrote /dev/full"), "{err}");
 }
 
 #[test]
