@@ -192,9 +192,13 @@ fn events_plots_html_and_trace() {
             assert!(e.get(key).is_some(), "no {key} in {e}");
         }
     }
-    // Text: the table, then each connection with its verdicts.
+    // Text: the table, then each connection with its verdicts (every rule named, checked
+    // or on the `not applicable` line).
     let (_, text, _) = roce(&["analyze", p]);
-    assert!(text.contains("paired") && text.contains("verdict gbn_restart_at_naked_psn"));
+    assert!(text.contains("paired") && text.contains("  verdict "));
+    for rule in roce_pcap::analyze::RULES {
+        assert!(text.contains(rule), "rule {rule} not in the text report");
+    }
 
     let dir = tmp("plots");
     let html = tmp("report.html");

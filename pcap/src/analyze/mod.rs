@@ -136,6 +136,8 @@ pub struct Connection {
     /// When the peer host ended a TCP connection to it and its requests went unanswered
     /// after ([`EventKind::PeerProcessEnded`]), ns.
     pub peer_ended: Option<u64>,
+    /// The frame that made it (connections are numbered in this order).
+    first_frame: u64,
 }
 
 impl Connection {
@@ -287,6 +289,8 @@ pub struct Analyzer {
     cm_peer: HashMap<(IpAddr, u32), (IpAddr, u32)>,
     cm_req: HashMap<u32, (IpAddr, u32)>,
     conns: Vec<Connection>,
+    /// Slots of `conns` that merges freed.
+    free_conns: Vec<usize>,
     prep: Prep,
     last_t: u64,
     /// Packets read, RoCE packets analyzed.
@@ -322,6 +326,7 @@ impl Analyzer {
             pfc: pfc::PfcState::default(),
             control: control::ControlState::default(),
             conns: Vec::new(),
+            free_conns: Vec::new(),
             prep: Prep::new(opts),
             last_t: 0,
             packets: 0,
@@ -402,37 +407,37 @@ impl Analyzer {
     /// after another (the result is the same as [`Analyzer::packet`] on each in turn).
     fn packets(&mut self, pkts: &[Pkt], on_event: &mut dyn FnMut(&Event)) {
         for chunk in pkts.chunks(AHEAD) {
-            let mut known = [None; AHEAD];
-            for (k, p) in known.iter_mut().zip(chunk) {
-                *k = self.by_key.get(&(p.src, p.dst, p.dest_qp)).copied();
-                if let Some(d) = *k {
-                    let dir = &self.dirs[d];
-                    let c = &self.conns[dir.conn];
-                    let side = &c.sides[dir.side];
-                    let req = match dir.peer {
-                        Some(r) if p.opcode.is_response() => &self.dirs[r].req,
-                        _ => &dir.req,
-                    };
-                    std::hint::black_box((
-                        req.touch(p.psn),
-                        side.packets,
-                        side.messages[0],
-                        c.rules.touch(),
-                    ));
+            for p in chunk {
+                if let Some(&d) = self.by_key.get(&(p.src, p.dst, p.dest_qp)) {
+                    self.touch(d, p);
                 }
             }
-            for (p, d) in chunk.iter().zip(known) {
-                self.packet_of(p, d, on_event);
+            for p in chunk {
+                self.packet(p, on_event);
             }
         }
     }
 
-    pub(crate) fn packet(&mut self, p: &Pkt, on_event: &mut dyn FnMut(&Event)) {
-        self.packet_of(p, None, on_event);
+    /// Reads what analyzing `p` in direction `d` reads first (see [`Analyzer::packets`]).
+    fn touch(&self, d: usize, p: &Pkt) {
+        let Some(dir) = self.dirs.get(d) else {
+            return;
+        };
+        let c = &self.conns[dir.conn];
+        let side = &c.sides[dir.side];
+        let req = match dir.peer {
+            Some(r) if p.opcode.is_response() => self.dirs[r].req(),
+            _ => dir.req(),
+        };
+        std::hint::black_box((
+            req.touch(p.psn),
+            side.packets,
+            side.messages[0],
+            c.rules.touch(),
+        ));
     }
 
-    /// [`Analyzer::packet`] with its direction when already looked up.
-    fn packet_of(&mut self, p: &Pkt, known: Option<usize>, on_event: &mut dyn FnMut(&Event)) {
+    pub(crate) fn packet(&mut self, p: &Pkt, on_event: &mut dyn FnMut(&Event)) {
         self.roce += 1;
         self.last_t = self.last_t.max(p.t);
         if let Some(cm) = p.cm {
@@ -443,7 +448,7 @@ impl Analyzer {
             self.datagrams += 1;
             return;
         }
-        let Some(d) = known.or_else(|| self.dir(p)) else {
+        let Some(d) = self.dir(p) else {
             self.untracked += 1;
             return;
         };
@@ -478,14 +483,14 @@ impl Analyzer {
         if p.ecn == roce_proto::Ecn::Ce {
             ev.conns[conn].sides[side].ecn_ce += 1;
             ev.emit(p, EventKind::EcnCe, None, String::new());
-            let r = &mut dirs[d].req;
+            let r = dirs[d].req_mut();
             r.first_ce_since_cnp.get_or_insert(p.t);
         }
         if p.opcode == Opcode::CNP {
             let (resp, requests) = pairing::answering(dirs, d);
             responder::cnp(resp, requests, &opts, p, &mut ev);
         } else if p.opcode.is_request() {
-            requester::request(&mut dirs[d].req, &opts, p, &mut ev);
+            requester::request(dirs[d].req_mut(), &opts, p, &mut ev);
         } else if p.opcode.is_response() {
             let (resp, requests) = pairing::answering(dirs, d);
             responder::response(requests, resp, p, &mut ev);
@@ -505,7 +510,7 @@ impl Analyzer {
         let end = self.last_t;
         for d in 0..self.dirs.len() {
             let (conn, side) = (self.dirs[d].conn, self.dirs[d].side);
-            let r = &self.dirs[d].req;
+            let r = self.dirs[d].req();
             let never: u64 = r.gaps.iter().map(|g| g.1 - g.0 + 1).sum();
             let stall = !r.outstanding.is_empty()
                 && end.saturating_sub(r.last_progress_t) > self.opts.stall_ns;
@@ -539,6 +544,10 @@ impl Analyzer {
             .into_iter()
             .filter(|c| c.paired_by != "merged")
             .collect();
+        // In order of first packet (merges reuse slots; each connection's first packet is
+        // its own, so the order is total). The events say which connection by slot until
+        // they are renumbered below.
+        conns.sort_unstable_by_key(|c| c.first_frame);
         let pfc = std::mem::take(&mut self.pfc).finish(
             end,
             &self.opts,

@@ -26,10 +26,25 @@ pub(super) struct Dir {
     pub(super) side: usize,
     /// The reverse direction, once paired (never the direction itself).
     pub(super) peer: Option<usize>,
-    /// Its requests.
-    pub(super) req: ReqState,
+    /// Its requests (on the heap once it sent one or was answered: half the directions of
+    /// a capture carry only responses).
+    req: Option<Box<ReqState>>,
     /// Its responses (to the peer's requests).
     pub(super) resp: RespState,
+}
+
+/// The requests of a direction that has sent none.
+static NO_REQUESTS: std::sync::LazyLock<ReqState> = std::sync::LazyLock::new(ReqState::default);
+
+impl Dir {
+    /// Its requests.
+    pub(super) fn req(&self) -> &ReqState {
+        self.req.as_deref().unwrap_or(&NO_REQUESTS)
+    }
+    /// Its requests, mutably (made on first use).
+    pub(super) fn req_mut(&mut self) -> &mut ReqState {
+        self.req.get_or_insert_with(Box::default)
+    }
 }
 
 /// Two distinct directions, mutably: (requests of `req`, responses of `resp`).
@@ -50,7 +65,7 @@ pub(super) fn answering(dirs: &mut [Dir], d: usize) -> (&mut RespState, Option<&
         None => (&mut dirs[d].resp, None),
         Some(pr) => {
             let (req_dir, resp_dir) = pair_mut(dirs, pr, d);
-            (&mut resp_dir.resp, Some(&mut req_dir.req))
+            (&mut resp_dir.resp, Some(req_dir.req_mut()))
         }
     }
 }
@@ -119,13 +134,24 @@ impl Analyzer {
                 (c, 1 - self.dirs[r].side)
             }
             None => {
-                let c = self.conns.len();
-                self.conns.push(Connection {
-                    id: c + 1,
+                let fresh = Connection {
                     paired_by: "none",
                     rules: Tallies::all(),
+                    first_frame: p.frame,
                     ..Connection::default()
-                });
+                };
+                // A slot a merge freed, else a new one (the reports order connections by
+                // their first packet, not by slot).
+                let c = match self.free_conns.pop() {
+                    Some(c) => {
+                        self.conns[c] = fresh;
+                        c
+                    }
+                    None => {
+                        self.conns.push(fresh);
+                        self.conns.len() - 1
+                    }
+                };
                 (c, 0)
             }
         };
@@ -139,7 +165,7 @@ impl Analyzer {
             conn,
             side,
             peer,
-            req: ReqState::default(),
+            req: None,
             resp: RespState::default(),
         });
         self.by_key.insert((p.src, p.dst, p.dest_qp), d);
@@ -176,12 +202,13 @@ impl Analyzer {
         // hosts must not make every response a scan.
         let cand = back.iter().copied().take(64).find(|&r| {
             let x = &self.dirs[r];
-            if r == d || x.peer.is_some() || !x.req.started {
+            let req = x.req();
+            if r == d || x.peer.is_some() || !req.started {
                 return false;
             }
-            let u = x.req.unwrap(psn);
-            let lo = x.req.outstanding.front().map_or(x.req.highest, |o| o.psn);
-            u >= lo.saturating_sub(1) && u <= x.req.highest
+            let u = req.unwrap(psn);
+            let lo = req.outstanding.front().map_or(req.highest, |o| o.psn);
+            u >= lo.saturating_sub(1) && u <= req.highest
         });
         let Some(r) = cand else {
             return;
@@ -202,7 +229,12 @@ impl Analyzer {
                 e.side = side;
                 e
             }));
-        self.conns[old].paired_by = "merged";
+        // The merged connection's slot is free for the next new direction.
+        self.conns[old] = Connection {
+            paired_by: "merged",
+            ..Connection::default()
+        };
+        self.free_conns.push(old);
         self.dirs[d].conn = new;
         self.dirs[d].side = side;
         self.dirs[d].peer = Some(r);

@@ -75,8 +75,8 @@ fn endpoint_into(o: &mut String, s: &Side) {
     }
 }
 
-/// The text report.
-fn table(a: &Analysis) -> String {
+/// The text report's head: the capture's counts, PAUSE and PFC, and the table's header.
+fn table_head(a: &Analysis) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -125,8 +125,13 @@ fn table(a: &Analysis) -> String {
         "p99 RTT",
         "verdict"
     );
+    o
+}
+
+/// The table's rows of `conns`, a line each.
+fn table_rows(o: &mut String, conns: &[Connection]) {
     let mut ends = String::new();
-    for c in &a.connections {
+    for c in conns {
         let [x, y] = &c.sides;
         let retx = x.retransmitted_packets + y.retransmitted_packets;
         let episodes: [u64; 5] = std::array::from_fn(|i| x.episodes[i] + y.episodes[i]);
@@ -169,7 +174,46 @@ fn table(a: &Analysis) -> String {
         }
         o.push('\n');
     }
-    o
+}
+
+/// A side's line of what went wrong (retransmissions, NAKs, gaps, ...): the counts that are
+/// not zero, or no line when all are.
+fn anomalies_into(o: &mut String, s: &Side) {
+    let start = o.len();
+    let item = |o: &mut String, name: &str, n: u64| {
+        if n > 0 {
+            o.push_str(if o.len() == start { "    " } else { ", " });
+            let _ = write!(o, "{name} {n}");
+        }
+    };
+    if s.retransmitted_packets > 0 {
+        o.push_str(if o.len() == start { "    " } else { ", " });
+        let _ = write!(
+            o,
+            "retransmitted {} packets in episodes ",
+            s.retransmitted_packets
+        );
+        counts_into(o, Cause::ALL.iter().map(|c| c.name()), &s.episodes);
+    }
+    if s.naks.iter().any(|&n| n > 0) {
+        o.push_str(if o.len() == start { "    " } else { ", " });
+        o.push_str("NAKs sent ");
+        counts_into(o, NAK_KINDS.iter().copied(), &s.naks);
+    }
+    item(o, "gaps", s.psn_gaps);
+    item(o, "never seen PSNs", s.never_seen_psns);
+    item(o, "out of order", s.out_of_order);
+    item(o, "duplicates", s.duplicates);
+    item(o, "ghost ACKs", s.ghost_acks);
+    item(o, "stale ACKs", s.stale_acks);
+    item(o, "CNPs", s.cnps);
+    item(o, "CE", s.ecn_ce);
+    item(o, "bad ICRC", s.icrc_bad);
+    item(o, "stalls", s.stalls);
+    item(o, "READ mismatches", s.read_response_mismatches);
+    if o.len() > start {
+        o.push('\n');
+    }
 }
 
 /// One connection's section of the text report.
@@ -205,29 +249,8 @@ fn section(o: &mut String, c: &Connection, events: bool) {
         if o.len() == start {
             o.push('-');
         }
-        let _ = write!(
-            o,
-            "\n    retransmitted {} packets in episodes ",
-            s.retransmitted_packets
-        );
-        counts_into(o, Cause::ALL.iter().map(|c| c.name()), &s.episodes);
-        o.push_str("; NAKs sent ");
-        counts_into(o, NAK_KINDS.iter().copied(), &s.naks);
-        let _ = writeln!(
-            o,
-            "; gaps {} (never seen {}), out of order {}, duplicates {}, ghost ACKs {}, stale ACKs {}, CNPs {}, CE {}, bad ICRC {}, stalls {}, READ mismatches {}",
-            s.psn_gaps,
-            s.never_seen_psns,
-            s.out_of_order,
-            s.duplicates,
-            s.ghost_acks,
-            s.stale_acks,
-            s.cnps,
-            s.ecn_ce,
-            s.icrc_bad,
-            s.stalls,
-            s.read_response_mismatches
-        );
+        o.push('\n');
+        anomalies_into(o, s);
         for (name, d) in measures(s) {
             if d.count() > 0 {
                 let _ = writeln!(
@@ -321,8 +344,14 @@ pub fn write_text<W: Write + ?Sized>(
     events: bool,
     out: &mut W,
 ) -> std::io::Result<()> {
-    out.write_all(table(a).as_bytes())?;
+    out.write_all(table_head(a).as_bytes())?;
     let mut s = String::new();
+    let mut rows = s.clone();
+    in_parallel(&a.connections, out, move |o, conns| {
+        rows.clear();
+        table_rows(&mut rows, conns);
+        o.extend_from_slice(rows.as_bytes());
+    })?;
     in_parallel(&a.connections, out, move |o, conns| {
         s.clear();
         for c in conns {

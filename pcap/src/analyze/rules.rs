@@ -115,6 +115,13 @@ struct TallyMore {
     first: String,
 }
 
+impl TallyMore {
+    /// Nothing kept.
+    fn is_empty(&self) -> bool {
+        self.frames.is_empty() && self.note.is_empty() && self.first.is_empty()
+    }
+}
+
 impl Tally {
     /// One check of the rule at `frame`: passed when `ok`.
     pub(super) fn check(&mut self, ok: bool, frame: u64) {
@@ -227,14 +234,27 @@ impl Tallies {
             .filter(|(_, t)| t.violations > 0)
             .map(|(&r, _)| r)
     }
-    /// Writes the text report's verdict lines, one per rule in report order.
+    /// Writes the text report's verdict lines, one per rule in report order, except that
+    /// the rules with nothing to check and nothing to say share one `not applicable` line.
     pub(super) fn write_verdicts(&self, o: &mut String) {
-        for (&rule, t) in Rule::ALL.iter().zip(&self.0) {
+        let plain = |t: &Tally| {
+            t.checked == 0 && t.early == 0 && t.more.as_ref().is_none_or(|m| m.is_empty())
+        };
+        for (&rule, t) in Rule::ALL.iter().zip(&self.0).filter(|(_, t)| !plain(t)) {
             let _ = write!(o, "  verdict {:<46} {:<14} ", rule.name(), t.result());
             t.detail_into(o);
             if !t.frames().is_empty() {
                 let _ = write!(o, " frames {:?}", t.frames());
             }
+            o.push('\n');
+        }
+        let mut first = true;
+        for (&rule, _) in Rule::ALL.iter().zip(&self.0).filter(|(_, t)| plain(t)) {
+            o.push_str(if first { "  not applicable: " } else { ", " });
+            o.push_str(rule.name());
+            first = false;
+        }
+        if !first {
             o.push('\n');
         }
     }

@@ -187,6 +187,7 @@ impl Side {
             }
         }
         if self.trace.len() >= TRACE_MAX {
+            let full = self.trace.len();
             let mut keep = false;
             self.trace.retain(|p| {
                 if p.2 == 0 || p.2 == 2 {
@@ -196,7 +197,11 @@ impl Side {
                     true
                 }
             });
-            self.trace_stride = self.trace_stride.max(1) * 2;
+            // Thinner only when thinning took points out (a trace of marks only stays as
+            // it is: its stride must not double on every further mark).
+            if self.trace.len() < full {
+                self.trace_stride = self.trace_stride.max(1).saturating_mul(2);
+            }
             if self.trace.len() >= TRACE_MAX {
                 return;
             }
@@ -222,5 +227,38 @@ pub(super) fn endpoint(s: &Side) -> String {
     match s.qpn {
         Some(q) => format!("{a} qp {q:#x}"),
         None => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_of_marks_only_stays_bounded_and_its_stride_does_not_run_away() {
+        let mut s = Side::default();
+        // Retransmission marks only (kept, never thinned): far more than fit.
+        for i in 0..(TRACE_MAX as u64 + 1000) {
+            s.add_trace_point(i, i as u32, 1);
+        }
+        assert_eq!(s.trace.len(), TRACE_MAX);
+        assert!(s.trace_stride <= 1, "stride {}", s.trace_stride);
+        // Requests after that are thinned, not lost for good.
+        for i in 0..10_000u64 {
+            s.add_trace_point(i, i as u32, 0);
+        }
+        assert_eq!(s.trace.len(), TRACE_MAX);
+    }
+
+    #[test]
+    fn requests_and_acks_are_thinned_when_the_trace_fills() {
+        let mut s = Side::default();
+        for i in 0..(4 * TRACE_MAX as u64) {
+            s.add_trace_point(i, i as u32, if i % 2 == 0 { 0 } else { 2 });
+        }
+        assert!(s.trace.len() < TRACE_MAX);
+        assert!(s.trace_stride >= 4, "stride {}", s.trace_stride);
+        // The whole span is still drawn.
+        assert!(s.trace.last().unwrap().0 > 3 * TRACE_MAX as u64);
     }
 }
