@@ -233,12 +233,17 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    if a.check && analysis.violated() {
+    let code = if a.check && analysis.violated() {
         let n = analysis.connections.iter().filter(|c| c.violated()).count();
         eprintln!("roce analyze: {n} connection(s) violate a rule");
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(ExitCode::SUCCESS)
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
+    // The process ends here: its memory goes back with it, where freeing the connections one
+    // by one costs a tenth of the analysis on a capture of 100,000 QPs.
+    std::mem::forget(analysis);
+    Ok(code)
 }
 
 /// The DCQCN fit of every sender that received CNPs (`--fit-dcqcn`).

@@ -407,13 +407,15 @@ impl Analyzer {
     /// after another (the result is the same as [`Analyzer::packet`] on each in turn).
     fn packets(&mut self, pkts: &[Pkt], on_event: &mut dyn FnMut(&Event)) {
         for chunk in pkts.chunks(AHEAD) {
-            for p in chunk {
-                if let Some(&d) = self.by_key.get(&(p.src, p.dst, p.dest_qp)) {
+            let mut known = [None; AHEAD];
+            for (k, p) in known.iter_mut().zip(chunk) {
+                *k = self.by_key.get(&(p.src, p.dst, p.dest_qp)).copied();
+                if let Some(d) = *k {
                     self.touch(d, p);
                 }
             }
-            for p in chunk {
-                self.packet(p, on_event);
+            for (p, d) in chunk.iter().zip(known) {
+                self.packet_of(p, d, on_event);
             }
         }
     }
@@ -438,6 +440,11 @@ impl Analyzer {
     }
 
     pub(crate) fn packet(&mut self, p: &Pkt, on_event: &mut dyn FnMut(&Event)) {
+        self.packet_of(p, None, on_event);
+    }
+
+    /// [`Analyzer::packet`] with its direction when already looked up.
+    fn packet_of(&mut self, p: &Pkt, known: Option<usize>, on_event: &mut dyn FnMut(&Event)) {
         self.roce += 1;
         self.last_t = self.last_t.max(p.t);
         if let Some(cm) = p.cm {
@@ -448,7 +455,7 @@ impl Analyzer {
             self.datagrams += 1;
             return;
         }
-        let Some(d) = self.dir(p) else {
+        let Some(d) = known.or_else(|| self.dir(p)) else {
             self.untracked += 1;
             return;
         };
