@@ -1,0 +1,32 @@
+//! # roce for Python
+//!
+//! The `roce._roce` extension module: the Rust half of the `roce` Python package, whose
+//! Python half (`python/pysrc/roce`) turns the JSON lines made here into dicts and adds the
+//! scapy conversions. See `python/README.md`.
+//!
+//! * `capture`: `decode` and `analyze` of captures (paths, bytes or file objects).
+//! * `codec`: `build`, `parse` and the ICRC of single frames.
+//! * `device`: the sans-IO transport (`roce_stack::Device`) as a golden model.
+#![deny(unsafe_code)]
+
+mod capture;
+mod codec;
+mod device;
+mod pyjson;
+
+use pyo3::prelude::*;
+
+/// The extension module.
+#[pymodule]
+fn _roce(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<capture::DecodeBatches>()?;
+    m.add_function(wrap_pyfunction!(capture::analyze_json, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::build, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::parse_json, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::icrc, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::icrc_ok, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::with_icrc, m)?)?;
+    device::register(m)?;
+    Ok(())
+}
