@@ -275,7 +275,7 @@ struct Batch {
 /// Packets handed from the reading thread to the analyzing one at a time.
 const BATCH: usize = 2048;
 /// Packets whose state is looked up ahead of their analysis ([`Analyzer::packets`]).
-const AHEAD: usize = 16;
+const AHEAD: usize = 128;
 
 /// The streaming analyzer.
 #[derive(Debug)]
