@@ -27,8 +27,7 @@ use pyo3::PyTypeInfo;
 
 use roce_proto::{Ecn, Psn, QKey, Qpn, RKey};
 use roce_stack::srq::{AsyncEvent, SrqHandle};
-use roce_stack::stats::{Drops, Naks};
-use roce_stack::ud::{AddressHandle, UdSend, UdStats};
+use roce_stack::ud::{AddressHandle, UdSend};
 use roce_stack::{
     Access, Completion, ConnectParams, CqHandle, Delivery, DeviceConfig, Instant, Ipv4Seen,
     MrHandle, MwType, PathConfig, PdHandle, QpAttr, QpCaps, QpState, QpStats, RecvRequest, Refusal,
@@ -227,73 +226,19 @@ fn completion_dict<'py>(py: Python<'py>, c: &Completion) -> PyResult<Bound<'py, 
     Ok(d)
 }
 
-/// Drop counters as a dict.
-fn drops_dict<'py>(py: Python<'py>, s: &Drops) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("malformed", s.malformed)?;
-    d.set_item("bad_icrc", s.bad_icrc)?;
-    d.set_item("unknown_qp", s.unknown_qp)?;
-    d.set_item("wrong_state", s.wrong_state)?;
-    d.set_item("bad_opcode", s.bad_opcode)?;
-    d.set_item("bad_pkey", s.bad_pkey)?;
-    d.set_item("ghost_response", s.ghost_response)?;
-    d.set_item("stale_response", s.stale_response)?;
-    d.set_item("out_of_sequence", s.out_of_sequence)?;
-    d.set_item("no_resource", s.no_resource)?;
-    d.set_item("response_queue_full", s.response_queue_full)?;
-    d.set_item("wrong_address", s.wrong_address)?;
-    d.set_item("total", s.total())?;
-    Ok(d)
-}
-
-/// NAK counters as a dict.
-fn naks_dict<'py>(py: Python<'py>, s: &Naks) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("seq_err", s.seq_err)?;
-    d.set_item("rnr", s.rnr)?;
-    d.set_item("invalid_request", s.invalid_request)?;
-    d.set_item("remote_access", s.remote_access)?;
-    d.set_item("remote_op", s.remote_op)?;
-    Ok(d)
+/// Counters (`QpStats`, `UdStats`: the stack's own `serde` names) as a dict; a QP's `drops`
+/// also get their `total`.
+fn counters_dict<'py, T: serde::Serialize>(py: Python<'py>, s: &T) -> PyResult<Bound<'py, PyDict>> {
+    let json = serde_json::to_vec(s).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(crate::pyjson::value(py, &json, &mut crate::pyjson::Keys::default())?.cast_into()?)
 }
 
 /// QP (or device) counters as a dict.
 fn stats_dict<'py>(py: Python<'py>, s: &QpStats) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("tx_packets", s.tx_packets)?;
-    d.set_item("tx_bytes", s.tx_bytes)?;
-    d.set_item("rx_packets", s.rx_packets)?;
-    d.set_item("rx_bytes", s.rx_bytes)?;
-    d.set_item("retransmitted_packets", s.retransmitted_packets)?;
-    d.set_item("timeouts", s.timeouts)?;
-    d.set_item("rewinds", s.rewinds)?;
-    d.set_item("implied_naks", s.implied_naks)?;
-    d.set_item("naks_sent", naks_dict(py, &s.naks_sent)?)?;
-    d.set_item("naks_received", naks_dict(py, &s.naks_received)?)?;
-    d.set_item("duplicate_requests", s.duplicate_requests)?;
-    d.set_item("out_of_sequence_requests", s.out_of_sequence_requests)?;
-    d.set_item("acks_sent", s.acks_sent)?;
-    d.set_item("ce_received", s.ce_received)?;
-    d.set_item("cnps_sent", s.cnps_sent)?;
-    d.set_item("cnps_received", s.cnps_received)?;
-    d.set_item("rate_cuts", s.rate_cuts)?;
-    d.set_item("min_rate_bps", s.min_rate_bps)?;
-    d.set_item("drops", drops_dict(py, &s.drops)?)?;
-    d.set_item("icrc_full", s.icrc_full)?;
-    d.set_item("icrc_solved", s.icrc_solved)?;
-    Ok(d)
-}
-
-/// UD QP counters as a dict.
-fn ud_stats_dict<'py>(py: Python<'py>, s: &UdStats) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("sent", s.sent)?;
-    d.set_item("received", s.received)?;
-    d.set_item("bad_qkey", s.bad_qkey)?;
-    d.set_item("bad_icrc", s.bad_icrc)?;
-    d.set_item("malformed", s.malformed)?;
-    d.set_item("no_receive", s.no_receive)?;
-    d.set_item("too_long", s.too_long)?;
+    let d = counters_dict(py, s)?;
+    if let Some(drops) = d.get_item("drops")? {
+        drops.set_item("total", s.drops.total())?;
+    }
     Ok(d)
 }
 
@@ -1338,7 +1283,7 @@ impl PyDevice {
     /// A UD QP's counters (`UdStats` as a dict), or `None` for an unknown UD QPN.
     fn ud_stats<'py>(&mut self, py: Python<'py>, qpn: u32) -> PyResult<Option<Bound<'py, PyDict>>> {
         match self.dev().ud_qp(Qpn(qpn)) {
-            Some(q) => Ok(Some(ud_stats_dict(py, &q.stats())?)),
+            Some(q) => Ok(Some(counters_dict(py, &q.stats())?)),
             None => Ok(None),
         }
     }

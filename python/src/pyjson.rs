@@ -97,6 +97,18 @@ impl<'de, 'py> Visitor<'de> for Value<'_, 'py> {
     }
 }
 
+/// One JSON value, as a Python object.
+pub(crate) fn value<'py>(
+    py: Python<'py>,
+    text: &[u8],
+    keys: &mut Keys,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    Value { py, keys }
+        .deserialize(&mut de)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("JSON: {e}")))
+}
+
 /// The JSON lines of `text` (one value per line), as a list of Python objects.
 ///
 /// The cyclic garbage collector is paused while they are built: they hold no cycles, and
@@ -122,14 +134,7 @@ pub(crate) fn lines<'py>(
 fn build_lines<'py>(py: Python<'py>, text: &[u8], keys: &mut Keys) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let mut de = serde_json::Deserializer::from_slice(line);
-        let v = Value {
-            py,
-            keys: &mut *keys,
-        }
-        .deserialize(&mut de)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("JSON: {e}")))?;
-        out.append(v)?;
+        out.append(value(py, line, keys)?)?;
     }
     Ok(out)
 }
