@@ -21,6 +21,9 @@ pub enum OutputFormat {
     Verbose,
     /// One JSON object per line.
     Json,
+    /// Rows of a table ([`crate::columns`]): nothing is written to the output; the rows
+    /// collect in [`Decoder::columns`] for the caller to take.
+    Columns,
 }
 
 /// What to print and what to count.
@@ -160,6 +163,8 @@ pub struct Decoder {
     analyzer: Option<Box<crate::analyze::Analyzer>>,
     /// The current packet's events.
     flags: Vec<crate::analyze::Event>,
+    /// The rows, with [`OutputFormat::Columns`].
+    columns: crate::columns::Columns,
 }
 
 impl Decoder {
@@ -177,7 +182,14 @@ impl Decoder {
                 .analyze
                 .then(|| Box::new(crate::analyze::Analyzer::new(Default::default()))),
             flags: Vec::new(),
+            columns: crate::columns::Columns::default(),
         }
+    }
+
+    /// The rows decoded so far and not taken (with [`OutputFormat::Columns`]): take them
+    /// with [`crate::columns::Columns::take`] when [`crate::columns::Columns::full`].
+    pub fn columns(&mut self) -> &mut crate::columns::Columns {
+        &mut self.columns
     }
 
     /// A decoder for a batch of records in the middle of an input: frame numbers continue
@@ -292,6 +304,8 @@ impl Decoder {
                     self.line.extend_from_slice(b"}\n");
                 }
             }
+            // The table has no column for events.
+            OutputFormat::Columns => {}
             OutputFormat::Verbose => {
                 let blank = self.line.ends_with(b"\n\n");
                 if blank {
@@ -359,6 +373,9 @@ impl Decoder {
                                 src,
                                 &mc,
                             ),
+                            OutputFormat::Columns => {
+                                self.columns.mac_control(frame_no, rec.ts, src, &mc)
+                            }
                             _ => format::summary_mac_control(
                                 &mut self.line,
                                 frame_no,
@@ -383,6 +400,7 @@ impl Decoder {
                         OutputFormat::Json => {
                             format::json_other(&mut self.line, frame_no, rec.ts, rec.ts_digits, e)
                         }
+                        OutputFormat::Columns => self.columns.other(frame_no, rec.ts, e),
                         _ => format::summary_other(
                             &mut self.line,
                             frame_no,
@@ -452,6 +470,7 @@ impl Decoder {
             OutputFormat::Summary => format::summary(&mut self.line, &d, &mut self.endpoints),
             OutputFormat::Verbose => format::verbose(&mut self.line, &d),
             OutputFormat::Json => format::json(&mut self.line, &d, &mut self.endpoints),
+            OutputFormat::Columns => self.columns.packet(&d, &mut self.endpoints),
         }
         self.add_flags(start);
         self.emitted(out)

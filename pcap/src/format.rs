@@ -80,7 +80,7 @@ impl<'a> Decoded<'a> {
     }
 
     /// The payload bytes that were captured (all of them for a whole packet).
-    fn captured_payload(&self) -> Option<&'a [u8]> {
+    pub(crate) fn captured_payload(&self) -> Option<&'a [u8]> {
         match &self.packet {
             Ok(p) => Some(p.payload_ref()),
             Err(_) => {
@@ -99,7 +99,7 @@ impl<'a> Decoded<'a> {
     }
 
     /// The MAD this packet carries (QP0/QP1), as much of it as was captured.
-    fn mad(&self) -> Option<crate::madfmt::Mad<'a>> {
+    pub(crate) fn mad(&self) -> Option<crate::madfmt::Mad<'a>> {
         let p = header_view(self)?;
         let bytes = crate::madfmt::mad_bytes(&p, self.captured_payload()?)?;
         crate::madfmt::Mad::parse(bytes)
@@ -180,7 +180,7 @@ struct CachedEndpoints {
 
 impl EndpointCache {
     /// Writes the source (`src = true`) or destination endpoint of `f`.
-    fn write(&mut self, out: &mut Vec<u8>, f: &Frame<'_>, src: bool) {
+    pub(crate) fn write(&mut self, out: &mut Vec<u8>, f: &Frame<'_>, src: bool) {
         let (Some(ip), Some(udp)) = (&f.ip, &f.udp) else {
             endpoint(out, f, src);
             return;
@@ -215,7 +215,7 @@ impl EndpointCache {
 }
 
 /// Writes the opcode name (`RC_SEND_FIRST`, `CNP`, `UNKNOWN_0x18`).
-fn opcode_name(out: &mut Vec<u8>, op: Opcode, dc: bool) {
+pub(crate) fn opcode_name(out: &mut Vec<u8>, op: Opcode, dc: bool) {
     if op == Opcode::CNP {
         out.extend_from_slice(b"CNP");
         return;
@@ -234,13 +234,13 @@ fn opcode_name(out: &mut Vec<u8>, op: Opcode, dc: bool) {
     }
 }
 
-fn error_text(out: &mut Vec<u8>, e: &Error) {
+pub(crate) fn error_text(out: &mut Vec<u8>, e: &Error) {
     let _ = write!(out, "{e}");
 }
 
 /// The headers of a transport packet whose headers are all present, even if the payload was
 /// cut: the view to read extended headers from.
-fn header_view<'a>(d: &Decoded<'a>) -> Option<RocePacket<&'a [u8]>> {
+pub(crate) fn header_view<'a>(d: &Decoded<'a>) -> Option<RocePacket<&'a [u8]>> {
     match d.packet {
         Ok(p) => Some(p),
         Err(_) => {
@@ -420,13 +420,13 @@ pub fn summary_other(
 
 // ---------------------------------------------------------------- JSON
 
-struct Obj<'o> {
+pub(crate) struct Obj<'o> {
     out: &'o mut Vec<u8>,
     first: bool,
 }
 
 impl<'o> Obj<'o> {
-    fn open(out: &'o mut Vec<u8>) -> Self {
+    pub(crate) fn open(out: &'o mut Vec<u8>) -> Self {
         out.push(b'{');
         Self { out, first: true }
     }
@@ -457,7 +457,7 @@ impl<'o> Obj<'o> {
         let o = self.key(k);
         Obj::open(o)
     }
-    fn close(self) {
+    pub(crate) fn close(self) {
         self.out.push(b'}');
     }
 }
@@ -623,7 +623,7 @@ pub fn json(out: &mut Vec<u8>, d: &Decoded<'_>, cache: &mut EndpointCache) {
 }
 
 /// A MAC address in the usual colon form.
-fn mac(out: &mut Vec<u8>, m: [u8; 6]) {
+pub(crate) fn mac(out: &mut Vec<u8>, m: [u8; 6]) {
     for (i, b) in m.iter().enumerate() {
         if i > 0 {
             out.push(b':');

@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod analyze;
+pub mod columns;
 pub mod decode;
 mod digits;
 pub mod error;
@@ -34,6 +35,8 @@ pub mod link;
 pub mod live;
 mod madfmt;
 pub mod parallel;
+#[cfg(feature = "parquet")]
+pub mod parquet_file;
 mod progress;
 pub mod reader;
 pub mod source;

@@ -23,12 +23,20 @@ pub(crate) struct DecodeArgs {
     /// Live capture: also save every packet seen to this pcap file.
     #[arg(short, long, requires = "interface")]
     write: Option<String>,
-    /// Every field of every header as a tree.
-    #[arg(short, long, conflicts_with = "json")]
+    /// Every field of every header as a tree (`--format verbose`).
+    #[arg(short, long, conflicts_with_all = ["json", "format"])]
     verbose: bool,
-    /// One JSON object per packet per line.
-    #[arg(long)]
+    /// One JSON object per packet per line (`--format json`).
+    #[arg(long, conflicts_with = "format")]
     json: bool,
+    /// Output format: summary (one line per packet), verbose (a tree), json (a line per
+    /// packet), or parquet (a table, one column per JSON key, nested keys dotted: needs
+    /// -o; see docs/decode.md for the schema).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    format: Option<Format>,
+    /// Write the output to FILE instead of stdout (`-` for stdout).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<String>,
     /// Only packets to this destination QP (decimal or 0x hex).
     #[arg(long, value_parser = units::number_u32)]
     qp: Option<u32>,
@@ -67,6 +75,15 @@ pub(crate) struct DecodeArgs {
     threads: Option<usize>,
 }
 
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Summary,
+    Verbose,
+    Json,
+    Parquet,
+}
+
 pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
     let opcode = match &a.opcode {
         Some(n) => {
@@ -74,13 +91,18 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let format = match (a.format, a.json, a.verbose) {
+        (Some(f), _, _) => f,
+        (None, true, _) => Format::Json,
+        (None, _, true) => Format::Verbose,
+        _ => Format::Summary,
+    };
     let opts = Options {
-        format: if a.json {
-            OutputFormat::Json
-        } else if a.verbose {
-            OutputFormat::Verbose
-        } else {
-            OutputFormat::Summary
+        format: match format {
+            Format::Summary => OutputFormat::Summary,
+            Format::Verbose => OutputFormat::Verbose,
+            Format::Json => OutputFormat::Json,
+            Format::Parquet => OutputFormat::Columns,
         },
         qp: a.qp,
         opcode,
@@ -100,8 +122,16 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         rd: a.rd,
         analyze: a.analyze,
     };
+    if format == Format::Parquet {
+        return parquet(&a, opts);
+    }
     // The decoder buffers its output and writes it in large chunks: no second buffer here.
-    let mut out = std::io::stdout().lock();
+    let mut out: Box<dyn Write> = match a.output.as_deref() {
+        None | Some("-") => Box::new(std::io::stdout().lock()),
+        Some(path) => {
+            Box::new(std::fs::File::create(path).with_context(|| format!("creating {path}"))?)
+        }
+    };
     let outcome = match (&a.interface, &a.file) {
         (Some(iface), _) => {
             let live_opts = live::LiveOptions {
@@ -123,6 +153,11 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give a capture file, `-`, or --interface"),
     };
     drop(out);
+    Ok(finish(&outcome, a.check))
+}
+
+/// Prints the counters and the error, if any; the exit code.
+fn finish(outcome: &roce_pcap::Outcome, check: bool) -> ExitCode {
     eprintln!("{}", outcome.stats.line());
     match &outcome.error {
         // The reader of our output went away (`| head`): stop quietly, like other tools.
@@ -130,7 +165,61 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         Some(e) => eprintln!("roce decode: {e}"),
         None => {}
     }
-    Ok(ExitCode::from(outcome.exit_code(a.check) as u8))
+    ExitCode::from(outcome.exit_code(check) as u8)
+}
+
+/// `--format parquet`: the rows of `roce decode --json` as a Parquet file, a row group of
+/// [`roce_pcap::columns::BATCH_ROWS`] rows at a time. The file is complete (footer
+/// written) even when the capture ends in an error, with every row decoded before it.
+fn parquet(a: &DecodeArgs, opts: Options) -> anyhow::Result<ExitCode> {
+    if a.interface.is_some() {
+        bail!("--format parquet reads a capture file or stdin, not --interface (capture with -w FILE, then convert)");
+    }
+    if a.analyze {
+        bail!("--analyze adds events to summary, verbose and json output; the parquet table has no column for them");
+    }
+    let Some(output) = a.output.as_deref() else {
+        bail!("--format parquet needs -o FILE (or -o - for stdout)");
+    };
+    let Some(path) = a.file.as_deref() else {
+        bail!("give a capture file or `-`");
+    };
+    // The capture is opened before the output is created: no empty file for a bad input.
+    let (mut reader, size) = open_capture(path)?;
+    let out: Box<dyn Write + Send> = if output == "-" {
+        Box::new(std::io::stdout())
+    } else {
+        Box::new(std::fs::File::create(output).with_context(|| format!("creating {output}"))?)
+    };
+    let mut bar = Bar::new();
+    roce_pcap::Progress::start(&mut bar, size);
+    let (outcome, out) = roce_pcap::parquet_file::decode_to_parquet(
+        &mut reader,
+        opts,
+        BufWriter::with_capacity(1 << 20, out),
+        Some(&bar),
+    );
+    roce_pcap::Progress::finish(&mut bar);
+    if let Some(mut out) = out {
+        out.flush().with_context(|| format!("writing {output}"))?;
+    }
+    Ok(finish(&outcome, a.check))
+}
+
+/// Opens a capture file (`-`: stdin) for reading; its size (0 for stdin) for the progress bar.
+fn open_capture(
+    path: &str,
+) -> anyhow::Result<(roce_pcap::CaptureReader<Box<dyn std::io::Read + Send>>, u64)> {
+    let (input, size): (Box<dyn std::io::Read + Send>, u64) = if path == "-" {
+        (Box::new(std::io::stdin()), 0)
+    } else {
+        let f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(f), size)
+    };
+    let reader =
+        roce_pcap::CaptureReader::new(input, path).with_context(|| format!("reading {path}"))?;
+    Ok((reader, size))
 }
 
 /// `roce gen-capture`: a synthetic capture of `packets` RoCE packets (for benchmarks).

@@ -1,0 +1,589 @@
+//! Decoded packets as columns: the table behind `roce decode --format parquet` and the
+//! Python package's `decode_table`.
+//!
+//! One row per line `roce decode --json` writes, one column per JSON key, nested headers
+//! flattened with dotted names (`bth.psn`, `reth.rkey`): [`FIELDS`] is the schema. A row
+//! holds the same values as its JSON line, except for three columns:
+//! * `ts` is a time stamp in nanoseconds since the epoch (the JSON line's seconds),
+//! * `mad`, `cm`, `smp`, `sa` and `mac_control.quanta` hold the JSON text of the value (a
+//!   MAD's class-specific fields differ by message; PFC has eight quanta and PAUSE one).
+//!
+//! A key the JSON line leaves out is a null. [`Columns`] collects rows a batch at a time;
+//! its consumers turn a batch into Arrow arrays or a Parquet row group. Memory is bounded by
+//! the batch: callers take the columns when [`Columns::full`] says so.
+
+use roce_proto::{Error, Frame};
+
+use crate::digits::{dec, hex_bytes};
+use crate::format::{self, Decoded, EndpointCache};
+use crate::reader::Timestamp;
+
+/// A column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `true`/`false`.
+    Bool,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
+    /// Nanoseconds since the Unix epoch, UTC (signed 64-bit).
+    Timestamp,
+    /// UTF-8 text.
+    Text,
+}
+
+/// A column of the schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    /// Its name: the JSON key, dotted for a nested one.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: Kind,
+}
+
+macro_rules! schema {
+    ($($id:ident $name:literal $kind:ident,)*) => {
+        /// Column indices, in schema order.
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy)]
+        enum C { $($id,)* }
+        /// The columns, in order: every key of `roce decode --json`.
+        pub const FIELDS: &[Field] = &[$(Field { name: $name, kind: Kind::$kind },)*];
+    };
+}
+
+schema! {
+    frame "frame" U64,
+    ts "ts" Timestamp,
+    src "src" Text,
+    dst "dst" Text,
+    ecn "ecn" Text,
+    version "version" Text,
+    bth_opcode "bth.opcode" U8,
+    bth_opcode_name "bth.opcode_name" Text,
+    bth_se "bth.se" Bool,
+    bth_migreq "bth.migreq" Bool,
+    bth_pad_count "bth.pad_count" U8,
+    bth_tver "bth.tver" U8,
+    bth_pkey "bth.pkey" U16,
+    bth_fecn "bth.fecn" Bool,
+    bth_becn "bth.becn" Bool,
+    bth_dest_qp "bth.dest_qp" U32,
+    bth_ack_req "bth.ack_req" Bool,
+    bth_psn "bth.psn" U32,
+    dc_dceth "dc.dceth" Text,
+    dc_connect "dc.connect" Text,
+    rdeth_ee_context "rdeth.ee_context" U32,
+    reth_va "reth.va" U64,
+    reth_rkey "reth.rkey" U32,
+    reth_dma_len "reth.dma_len" U32,
+    aeth_syndrome "aeth.syndrome" U8,
+    aeth_kind "aeth.kind" Text,
+    aeth_value "aeth.value" U8,
+    aeth_msn "aeth.msn" U32,
+    atomic_eth_va "atomic_eth.va" U64,
+    atomic_eth_rkey "atomic_eth.rkey" U32,
+    atomic_eth_swap_add "atomic_eth.swap_add" U64,
+    atomic_eth_compare "atomic_eth.compare" U64,
+    atomic_ack_eth_orig_data "atomic_ack_eth.orig_data" U64,
+    immdt "immdt" U32,
+    ieth_rkey "ieth.rkey" U32,
+    deth_qkey "deth.qkey" U32,
+    deth_src_qp "deth.src_qp" U32,
+    mad "mad" Text,
+    smp "smp" Text,
+    sa "sa" Text,
+    cm "cm" Text,
+    payload_len "payload_len" U32,
+    captured_payload_len "captured_payload_len" U32,
+    icrc "icrc" Text,
+    icrc_ok "icrc_ok" Bool,
+    snap_truncated "snap_truncated" Bool,
+    wire_len "wire_len" U32,
+    error "error" Text,
+    src_mac "src_mac" Text,
+    mac_control_opcode "mac_control.opcode" U16,
+    mac_control_name "mac_control.name" Text,
+    mac_control_class_enable "mac_control.class_enable" U8,
+    mac_control_quanta "mac_control.quanta" Text,
+}
+
+/// A column's values. A null row holds a zero (or empty text) here and `false` in
+/// [`Column::valid`], as Arrow lays nulls out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Values {
+    /// [`Kind::Bool`].
+    Bool(Vec<bool>),
+    /// [`Kind::U8`].
+    U8(Vec<u8>),
+    /// [`Kind::U16`].
+    U16(Vec<u16>),
+    /// [`Kind::U32`].
+    U32(Vec<u32>),
+    /// [`Kind::U64`].
+    U64(Vec<u64>),
+    /// [`Kind::Timestamp`].
+    Timestamp(Vec<i64>),
+    /// [`Kind::Text`]: row `i` is `bytes[offsets[i]..offsets[i + 1]]` (Arrow's layout; the
+    /// first offset is 0).
+    Text {
+        /// One more than the rows.
+        offsets: Vec<i32>,
+        /// The texts, one after another (UTF-8).
+        bytes: Vec<u8>,
+    },
+}
+
+impl Values {
+    fn new(kind: Kind) -> Self {
+        match kind {
+            Kind::Bool => Self::Bool(Vec::new()),
+            Kind::U8 => Self::U8(Vec::new()),
+            Kind::U16 => Self::U16(Vec::new()),
+            Kind::U32 => Self::U32(Vec::new()),
+            Kind::U64 => Self::U64(Vec::new()),
+            Kind::Timestamp => Self::Timestamp(Vec::new()),
+            Kind::Text => Self::Text {
+                offsets: vec![0],
+                bytes: Vec::new(),
+            },
+        }
+    }
+    /// A number (of a numeric column; truncated to its width, which the schema makes wide
+    /// enough for every field).
+    #[inline(always)]
+    fn push_num(&mut self, v: u64) {
+        match self {
+            Self::Bool(x) => x.push(v != 0),
+            Self::U8(x) => x.push(v as u8),
+            Self::U16(x) => x.push(v as u16),
+            Self::U32(x) => x.push(v as u32),
+            Self::U64(x) => x.push(v),
+            Self::Timestamp(x) => x.push(v as i64),
+            Self::Text { offsets, bytes } => offsets.push(bytes.len() as i32),
+        }
+    }
+    /// Empty values with room for as many as these hold.
+    fn with_capacity_of(&self) -> Self {
+        match self {
+            Self::Bool(x) => Self::Bool(Vec::with_capacity(x.len())),
+            Self::U8(x) => Self::U8(Vec::with_capacity(x.len())),
+            Self::U16(x) => Self::U16(Vec::with_capacity(x.len())),
+            Self::U32(x) => Self::U32(Vec::with_capacity(x.len())),
+            Self::U64(x) => Self::U64(Vec::with_capacity(x.len())),
+            Self::Timestamp(x) => Self::Timestamp(Vec::with_capacity(x.len())),
+            Self::Text { offsets, bytes } => {
+                let mut o = Vec::with_capacity(offsets.len());
+                o.push(0);
+                Self::Text {
+                    offsets: o,
+                    bytes: Vec::with_capacity(bytes.len()),
+                }
+            }
+        }
+    }
+    /// Null values up to `rows` rows.
+    fn pad(&mut self, rows: usize) {
+        match self {
+            Self::Bool(x) => x.resize(rows, false),
+            Self::U8(x) => x.resize(rows, 0),
+            Self::U16(x) => x.resize(rows, 0),
+            Self::U32(x) => x.resize(rows, 0),
+            Self::U64(x) => x.resize(rows, 0),
+            Self::Timestamp(x) => x.resize(rows, 0),
+            Self::Text { offsets, bytes } => offsets.resize(rows + 1, bytes.len() as i32),
+        }
+    }
+}
+
+/// One column of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// Its values, a null's included.
+    pub values: Values,
+    /// Per row: `false` for a null.
+    pub valid: Vec<bool>,
+}
+
+impl Column {
+    /// Rows that are null.
+    pub fn nulls(&self) -> usize {
+        self.valid.iter().filter(|v| !**v).count()
+    }
+}
+
+/// Rows of decoded packets, column by column ([`FIELDS`] order), as they are taken from
+/// [`Columns`]: every column holds every row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Batch {
+    columns: Vec<Column>,
+    rows: usize,
+}
+
+impl Batch {
+    /// Its rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Its columns, in [`FIELDS`] order.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+    /// Its columns, to take their buffers.
+    pub fn into_columns(self) -> Vec<Column> {
+        self.columns
+    }
+}
+
+/// Decoded packets collected row by row, column by column ([`FIELDS`] order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Columns {
+    /// Each as long as the last row that set it: the nulls after that are added when the
+    /// batch is taken (a row sets a few of the columns, so nulls are added in runs).
+    columns: Vec<Column>,
+    rows: usize,
+    /// Text bytes in the batch.
+    text_bytes: usize,
+}
+
+impl Default for Columns {
+    fn default() -> Self {
+        Self {
+            columns: FIELDS
+                .iter()
+                .map(|f| Column {
+                    values: Values::new(f.kind),
+                    valid: Vec::new(),
+                })
+                .collect(),
+            rows: 0,
+            text_bytes: 0,
+        }
+    }
+}
+
+/// Text bytes in one batch after which [`Columns::full`] says so (Arrow's 32-bit offsets
+/// stay far from overflowing).
+const MAX_TEXT_BYTES: usize = 256 << 20;
+
+impl Columns {
+    /// Rows collected.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Takes the rows as a [`Batch`], leaving none.
+    pub fn take(&mut self) -> Batch {
+        self.pad();
+        let rows = self.rows;
+        // The next batch is likely the size of this one: its columns start that large.
+        let next = self
+            .columns
+            .iter()
+            .map(|c| Column {
+                values: c.values.with_capacity_of(),
+                valid: Vec::with_capacity(c.valid.len()),
+            })
+            .collect();
+        let columns = std::mem::replace(&mut self.columns, next);
+        self.rows = 0;
+        self.text_bytes = 0;
+        Batch { columns, rows }
+    }
+    /// `true` once the batch has `rows` rows or its texts grew large: time to hand it on.
+    pub fn full(&self, rows: usize) -> bool {
+        self.rows >= rows || self.text_bytes >= MAX_TEXT_BYTES
+    }
+
+    fn pad(&mut self) {
+        for col in &mut self.columns {
+            if col.valid.len() < self.rows {
+                col.values.pad(self.rows);
+                col.valid.resize(self.rows, false);
+            }
+        }
+    }
+    /// Column `c`, padded with nulls up to the current row.
+    #[inline(always)]
+    fn col(&mut self, c: C) -> &mut Column {
+        let rows = self.rows;
+        let col = &mut self.columns[c as usize];
+        if col.valid.len() < rows {
+            col.values.pad(rows);
+            col.valid.resize(rows, false);
+        }
+        col
+    }
+    #[inline(always)]
+    fn num(&mut self, c: C, v: u64) {
+        let col = self.col(c);
+        col.values.push_num(v);
+        col.valid.push(true);
+    }
+    fn flag(&mut self, c: C, v: bool) {
+        self.num(c, u64::from(v));
+    }
+    fn text(&mut self, c: C, s: &str) {
+        self.text_with(c, |b| b.extend_from_slice(s.as_bytes()));
+    }
+    /// A text column's value, written by `f` (ASCII or UTF-8).
+    fn text_with(&mut self, c: C, f: impl FnOnce(&mut Vec<u8>)) {
+        let col = self.col(c);
+        if let Values::Text { offsets, bytes } = &mut col.values {
+            let at = bytes.len();
+            f(bytes);
+            let added = bytes.len() - at;
+            offsets.push(bytes.len() as i32);
+            col.valid.push(true);
+            self.text_bytes += added;
+        }
+    }
+    /// Ends a row (the columns it did not set are null in it).
+    fn end_row(&mut self) {
+        self.rows += 1;
+    }
+    fn start(&mut self, frame_no: u64, ts: Timestamp) {
+        self.num(C::frame, frame_no);
+        self.num(C::ts, ts.as_ns() as u64);
+    }
+
+    /// Adds the row of a RoCE packet (what [`format::json`] writes for it).
+    pub fn packet(&mut self, d: &Decoded<'_>, cache: &mut EndpointCache) {
+        self.start(d.frame_no, d.ts);
+        if let Some(f) = d.frame {
+            self.frame_columns(d, f, cache);
+        }
+        if let Some(m) = d.mad() {
+            crate::madfmt::json(&mut MadColumns(self), &m);
+        }
+        match &d.packet {
+            Ok(p) => {
+                self.num(C::payload_len, p.payload().len() as u64);
+                self.text_with(C::icrc, |b| hex_bytes(b, &p.icrc_bytes()));
+                if let Some(ok) = d.icrc_ok {
+                    self.flag(C::icrc_ok, ok);
+                }
+            }
+            Err(_) if d.snap.is_some() => {
+                if let Some(n) = d.snap.and_then(|s| s.implied_payload_len) {
+                    self.num(C::payload_len, n as u64);
+                }
+                let captured = d.captured_payload().map_or(0, <[u8]>::len);
+                self.num(C::captured_payload_len, captured as u64);
+                self.text(C::icrc, "not_captured");
+                self.flag(C::snap_truncated, true);
+                if let Some(wire) = d.snap.and_then(|s| s.wire_len) {
+                    self.num(C::wire_len, wire as u64);
+                }
+            }
+            Err(e) => self.error(e),
+        }
+        self.end_row();
+    }
+
+    fn error(&mut self, e: &Error) {
+        self.text_with(C::error, |b| format::error_text(b, e));
+    }
+
+    fn frame_columns(&mut self, d: &Decoded<'_>, f: &Frame<'_>, cache: &mut EndpointCache) {
+        self.text_with(C::src, |b| cache.write(b, f, true));
+        self.text_with(C::dst, |b| cache.write(b, f, false));
+        self.text(C::ecn, f.ecn().name());
+        self.text(C::version, f.version.name());
+        if let Some(bth) = f.bth() {
+            self.num(C::bth_opcode, u64::from(bth.opcode.0));
+            self.text_with(C::bth_opcode_name, |b| {
+                format::opcode_name(b, bth.opcode, d.dc.is_some())
+            });
+            self.flag(C::bth_se, bth.solicited);
+            self.flag(C::bth_migreq, bth.migreq);
+            self.num(C::bth_pad_count, u64::from(bth.pad_count));
+            self.num(C::bth_tver, u64::from(bth.tver));
+            self.num(C::bth_pkey, u64::from(bth.pkey.0));
+            self.flag(C::bth_fecn, bth.fecn);
+            self.flag(C::bth_becn, bth.becn);
+            self.num(C::bth_dest_qp, u64::from(bth.dest_qp.0));
+            self.flag(C::bth_ack_req, bth.ack_req);
+            self.num(C::bth_psn, u64::from(bth.psn.value()));
+        }
+        if let Some(dc) = d.dc {
+            self.text_with(C::dc_dceth, |b| hex_bytes(b, dc.dceth));
+            if let Some(x) = dc.connect {
+                self.text_with(C::dc_connect, |b| hex_bytes(b, x));
+            }
+        }
+        let Some(p) = format::header_view(d) else {
+            return;
+        };
+        if let Some(h) = p.rdeth() {
+            self.num(C::rdeth_ee_context, u64::from(h.ee_context));
+        }
+        if let Some(h) = p.reth() {
+            self.num(C::reth_va, h.va());
+            self.num(C::reth_rkey, u64::from(h.rkey().0));
+            self.num(C::reth_dma_len, u64::from(h.dma_len()));
+        }
+        if let Some(h) = p.aeth() {
+            let s = h.syndrome();
+            self.num(C::aeth_syndrome, u64::from(s.0));
+            self.text(C::aeth_kind, s.kind().name());
+            self.num(C::aeth_value, u64::from(s.kind().value()));
+            self.num(C::aeth_msn, u64::from(h.msn().0));
+        }
+        if let Some(h) = p.atomic_eth() {
+            self.num(C::atomic_eth_va, h.va());
+            self.num(C::atomic_eth_rkey, u64::from(h.rkey().0));
+            self.num(C::atomic_eth_swap_add, h.swap_add());
+            self.num(C::atomic_eth_compare, h.compare());
+        }
+        if let Some(h) = p.atomic_ack_eth() {
+            self.num(C::atomic_ack_eth_orig_data, h.orig_data());
+        }
+        if let Some(h) = p.immdt() {
+            self.num(C::immdt, u64::from(h.0));
+        }
+        if let Some(h) = p.ieth() {
+            self.num(C::ieth_rkey, u64::from(h.rkey.0));
+        }
+        if let Some(h) = p.deth() {
+            self.num(C::deth_qkey, u64::from(h.qkey().0));
+            self.num(C::deth_src_qp, u64::from(h.src_qp().0));
+        }
+    }
+
+    /// Adds the row of a PAUSE or PFC frame (what [`format::json_mac_control`] writes).
+    pub fn mac_control(
+        &mut self,
+        frame_no: u64,
+        ts: Timestamp,
+        src: [u8; 6],
+        mc: &roce_proto::mac_control::Repr,
+    ) {
+        use roce_proto::mac_control::{Repr, OPCODE_PAUSE, OPCODE_PFC};
+        self.start(frame_no, ts);
+        self.text_with(C::src_mac, |b| format::mac(b, src));
+        match *mc {
+            Repr::Pfc { enable, quanta } => {
+                self.num(C::mac_control_opcode, u64::from(OPCODE_PFC));
+                self.text(C::mac_control_name, "PFC");
+                self.num(C::mac_control_class_enable, u64::from(enable));
+                self.text_with(C::mac_control_quanta, |b| {
+                    b.push(b'[');
+                    for (i, q) in quanta.iter().enumerate() {
+                        if i > 0 {
+                            b.push(b',');
+                        }
+                        dec(b, u64::from(*q));
+                    }
+                    b.push(b']');
+                });
+            }
+            Repr::Pause { quanta } => {
+                self.num(C::mac_control_opcode, u64::from(OPCODE_PAUSE));
+                self.text(C::mac_control_name, "PAUSE");
+                self.text_with(C::mac_control_quanta, |b| dec(b, u64::from(quanta)));
+            }
+            Repr::Other { opcode } => self.num(C::mac_control_opcode, u64::from(opcode)),
+        }
+        self.end_row();
+    }
+
+    /// Adds the row of a frame that is not RoCE (`--all`; what [`format::json_other`] writes).
+    pub fn other(&mut self, frame_no: u64, ts: Timestamp, why: &Error) {
+        self.start(frame_no, ts);
+        self.error(why);
+        self.end_row();
+    }
+}
+
+/// The MAD objects of a JSON line (`mad`, `cm`, `smp`, `sa`), each into its text column.
+struct MadColumns<'c>(&'c mut Columns);
+
+impl crate::madfmt::JsonObj for MadColumns<'_> {
+    fn object(&mut self, k: &str, f: &mut dyn FnMut(&mut dyn crate::madfmt::JsonObj)) {
+        let c = match k {
+            "mad" => C::mad,
+            "cm" => C::cm,
+            "smp" => C::smp,
+            "sa" => C::sa,
+            _ => return,
+        };
+        self.0.text_with(c, |b| {
+            let mut o = format::Obj::open(b);
+            f(&mut o);
+            o.close();
+        });
+    }
+    // A MAD's line has only objects at the top.
+    fn num(&mut self, _: &str, _: u64) {}
+    fn string(&mut self, _: &str, _: &str) {}
+    fn hex(&mut self, _: &str, _: &[u8]) {}
+    fn gid(&mut self, _: &str, _: &[u8; 16]) {}
+}
+
+/// Rows per batch that [`decode_columns`] hands on by default (a Parquet row group of
+/// `roce decode --format parquet`).
+pub const BATCH_ROWS: usize = 128 * 1024;
+
+/// Decodes a whole capture into rows ([`Options::format`](crate::Options) is taken as
+/// [`OutputFormat::Columns`](crate::OutputFormat)), handing them to `sink` a batch of at
+/// most `rows` rows at a time, in order. Every row decoded before an error reaches `sink`
+/// before the error is returned in the [`Outcome`](crate::Outcome); an error of `sink` ends
+/// the decoding ([`DecodeError::Write`](crate::DecodeError)).
+pub fn decode_columns<R: std::io::Read>(
+    reader: &mut crate::CaptureReader<R>,
+    opts: crate::Options,
+    rows: usize,
+    progress: Option<&dyn crate::source::Progress>,
+    sink: &mut dyn FnMut(Batch) -> std::io::Result<()>,
+) -> crate::Outcome {
+    use crate::DecodeError;
+    let opts = crate::Options {
+        format: crate::OutputFormat::Columns,
+        analyze: false,
+        ..opts
+    };
+    let rows = rows.max(1);
+    let mut dec = crate::Decoder::new(opts);
+    let mut error = None;
+    let mut n = 0u64;
+    let mut nothing = std::io::sink();
+    while !dec.done() {
+        match reader.next_record() {
+            Ok(Some(rec)) => {
+                // Nothing goes to the writer in this format.
+                let _ = dec.record(&rec, &mut nothing);
+                if dec.columns().full(rows) {
+                    if let Err(e) = sink(dec.columns().take()) {
+                        error = Some(DecodeError::Write(e));
+                        break;
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(DecodeError::Read(e));
+                break;
+            }
+        }
+        n += 1;
+        if let Some(p) = progress {
+            if n.is_multiple_of(4096) {
+                p.advance(reader.offset());
+            }
+        }
+    }
+    if dec.columns().rows() > 0 && !matches!(error, Some(DecodeError::Write(_))) {
+        if let Err(e) = sink(dec.columns().take()) {
+            error.get_or_insert(DecodeError::Write(e));
+        }
+    }
+    crate::Outcome {
+        stats: dec.stats(),
+        error,
+    }
+}

@@ -1,0 +1,277 @@
+//! The table of `roce decode --format parquet` (and of the Python package's `decode_table`):
+//! every row holds what the packet's `roce decode --json` line holds, key for key, on every
+//! shared capture and committed fixture, with `--all` rows and PAUSE/PFC frames; and a
+//! Parquet file read back gives the same rows.
+mod common;
+
+use roce_pcap::columns::{decode_columns, Batch, Values, FIELDS};
+use roce_pcap::{CaptureReader, Options, OutputFormat};
+use serde_json::{Map, Value};
+
+/// Text columns whose value is JSON text.
+const JSON_TEXT: &[&str] = &["mad", "cm", "smp", "sa", "mac_control.quanta"];
+
+/// A JSON line flattened as the table is: nested keys dotted, the MAD objects kept whole.
+fn flatten(v: &Value, prefix: &str, out: &mut Map<String, Value>) {
+    let Value::Object(m) = v else { return };
+    for (k, v) in m {
+        let key = format!("{prefix}{k}");
+        match v {
+            Value::Object(_) if !JSON_TEXT.contains(&key.as_str()) => {
+                flatten(v, &format!("{key}."), out);
+            }
+            _ => {
+                out.insert(key, v.clone());
+            }
+        }
+    }
+}
+
+/// Row `i` of `b` as a flat JSON object (nulls left out); `ts` as its nanoseconds.
+fn row(b: &Batch, i: usize) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (f, c) in FIELDS.iter().zip(b.columns()) {
+        if !c.valid[i] {
+            continue;
+        }
+        let v = match &c.values {
+            Values::Bool(x) => Value::from(x[i]),
+            Values::U8(x) => Value::from(x[i]),
+            Values::U16(x) => Value::from(x[i]),
+            Values::U32(x) => Value::from(x[i]),
+            Values::U64(x) => Value::from(x[i]),
+            Values::Timestamp(x) => Value::from(x[i]),
+            Values::Text { offsets, bytes } => {
+                let s = std::str::from_utf8(&bytes[offsets[i] as usize..offsets[i + 1] as usize])
+                    .expect("text columns are UTF-8");
+                if JSON_TEXT.contains(&f.name) {
+                    serde_json::from_str(s).unwrap_or_else(|e| panic!("{}: {s}: {e}", f.name))
+                } else {
+                    Value::from(s)
+                }
+            }
+        };
+        out.insert(f.name.to_string(), v);
+    }
+    out
+}
+
+/// The JSON line's `ts` (seconds, as written: not through a float) in nanoseconds.
+fn ts_ns(line: &str) -> i64 {
+    let at = line.find("\"ts\":").expect("a ts") + 5;
+    let s = &line[at..at + line[at..].find(',').expect("more keys")];
+    let (secs, frac) = s.split_once('.').expect("ts has a fraction");
+    let frac = format!("{frac:0<9}");
+    secs.parse::<i64>().unwrap() * 1_000_000_000 + frac.parse::<i64>().unwrap()
+}
+
+fn batches(bytes: &[u8], opts: Options, rows: usize) -> (Vec<Batch>, roce_pcap::Outcome) {
+    let mut r = CaptureReader::new(bytes, "capture").expect("a capture");
+    let mut got = Vec::new();
+    let outcome = decode_columns(&mut r, opts, rows, None, &mut |b| {
+        got.push(b);
+        Ok(())
+    });
+    (got, outcome)
+}
+
+/// The JSON lines, as text and parsed.
+fn json_lines(bytes: &[u8], opts: Options) -> Vec<(String, Value)> {
+    let opts = Options {
+        format: OutputFormat::Json,
+        ..opts
+    };
+    let (out, _) = roce_pcap::decode_bytes(bytes, "capture", opts);
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| (l.to_string(), serde_json::from_str(l).unwrap()))
+        .collect()
+}
+
+/// Checks the table of `bytes` against its JSON lines; the rows compared.
+fn check(name: &str, bytes: &[u8], opts: Options, rows_per_batch: usize) -> usize {
+    let lines = json_lines(bytes, opts);
+    let (got, outcome) = batches(bytes, opts, rows_per_batch);
+    let json_outcome = roce_pcap::decode_bytes(bytes, "capture", opts).1;
+    assert_eq!(outcome.stats, json_outcome.stats, "{name}: counters");
+    assert!(
+        got.iter()
+            .all(|b| b.rows() <= rows_per_batch && b.rows() > 0),
+        "{name}: batch sizes"
+    );
+    let rows: Vec<(usize, usize)> = got
+        .iter()
+        .enumerate()
+        .flat_map(|(bi, b)| (0..b.rows()).map(move |i| (bi, i)))
+        .collect();
+    assert_eq!(rows.len(), lines.len(), "{name}: rows");
+    for ((bi, i), (text, line)) in rows.into_iter().zip(&lines) {
+        let mut table = row(&got[bi], i);
+        let ts = table.remove("ts").and_then(|v| v.as_i64());
+        assert_eq!(ts, Some(ts_ns(text)), "{name}: ts of {text}");
+        let mut want = Map::new();
+        flatten(line, "", &mut want);
+        want.remove("ts");
+        assert_eq!(Value::Object(table), Value::Object(want), "{name}");
+    }
+    lines.len()
+}
+
+#[test]
+fn every_row_is_its_json_line_on_every_shared_capture_and_fixture() {
+    let mut files = common::all_captures();
+    for e in std::fs::read_dir(common::data_dir()).unwrap() {
+        let p = e.unwrap().path();
+        if matches!(
+            p.extension().and_then(|x| x.to_str()),
+            Some("pcap" | "pcapng")
+        ) {
+            files.push(p);
+        }
+    }
+    let mut rows = 0;
+    let mut mads = 0;
+    for path in &files {
+        let bytes = std::fs::read(path).unwrap();
+        let name = path.display().to_string();
+        for all in [false, true] {
+            let opts = Options {
+                all,
+                ..Options::default()
+            };
+            // Small batches on the first pass: rows cross batch boundaries.
+            rows += check(&name, &bytes, opts, if all { 1 << 17 } else { 7 });
+        }
+        mads += json_lines(&bytes, Options::default())
+            .iter()
+            .filter(|(_, l)| l.get("mad").is_some())
+            .count();
+    }
+    assert!(rows > 5_000, "only {rows} rows compared");
+    assert!(mads > 10, "only {mads} MAD rows compared");
+}
+
+#[test]
+fn filters_and_count_apply_as_to_json() {
+    let path = common::captures_dir().join("linlinw5-rdma_ib_tutorial/rdma_cm.pcap");
+    let bytes = std::fs::read(path).unwrap();
+    for opts in [
+        Options {
+            count: Some(5),
+            ..Options::default()
+        },
+        Options {
+            qp: Some(1),
+            ..Options::default()
+        },
+        Options {
+            mad_class: Some(roce_proto::mad::MgmtClass::CM),
+            ..Options::default()
+        },
+    ] {
+        let n = check("rdma_cm.pcap filtered", &bytes, opts, 3);
+        assert!(n > 0 && n < 100, "{opts:?}: {n} rows");
+    }
+}
+
+fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = roce_pcap::PcapWriter::new(&mut out, 1, true, 65535).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        let ts = roce_pcap::Timestamp {
+            secs: 1_700_000_000,
+            nanos: i as u32 * 1001,
+        };
+        w.write_packet(ts, f, f.len() as u32).unwrap();
+    }
+    w.flush().unwrap();
+    out
+}
+
+/// One RoCE frame (the benchmark capture's first).
+fn roce_frame() -> Vec<u8> {
+    let mut bench = Vec::new();
+    roce_pcap::synth::write_benchmark_capture(&mut bench, 1).unwrap();
+    let mut r = CaptureReader::new(&bench[..], "bench").unwrap();
+    r.next_record().unwrap().unwrap().data.to_vec()
+}
+
+#[test]
+fn pause_and_pfc_frames_are_rows() {
+    let mac_control = |body: &[u8]| {
+        let mut f = vec![
+            1, 0x80, 0xc2, 0, 0, 1, 2, 0x11, 0x22, 0x33, 0x44, 0x55, 0x88, 0x08,
+        ];
+        f.extend_from_slice(body);
+        f.resize(60, 0);
+        f
+    };
+    let mut pfc = vec![0x01, 0x01, 0x00, 0x09];
+    for q in [7u16, 0, 0, 0xffff, 0, 0, 0, 0] {
+        pfc.extend_from_slice(&q.to_be_bytes());
+    }
+    let frames = vec![
+        mac_control(&pfc),
+        mac_control(&[0x00, 0x01, 0x00, 0x64]),
+        roce_frame(),
+    ];
+    let bytes = pcap(&frames);
+    assert_eq!(check("pfc", &bytes, Options::default(), 2), 3);
+}
+
+#[test]
+fn a_parquet_file_reads_back_as_the_rows() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+    let path = common::captures_dir().join("linlinw5-rdma_ib_tutorial/rdma_cm.pcap");
+    let bytes = std::fs::read(path).unwrap();
+    let (batches, _) = batches(&bytes, Options::default(), usize::MAX);
+    let mut r = CaptureReader::new(&bytes[..], "rdma_cm.pcap").unwrap();
+    let (outcome, file) =
+        roce_pcap::parquet_file::decode_to_parquet(&mut r, Options::default(), Vec::new(), None);
+    assert!(outcome.error.is_none());
+    let file = bytes::Bytes::from(file.expect("the file"));
+    let reader = SerializedFileReader::new(file).expect("a Parquet file");
+    assert_eq!(
+        reader
+            .metadata()
+            .file_metadata()
+            .schema()
+            .get_fields()
+            .len(),
+        FIELDS.len()
+    );
+    let mut n = 0;
+    for (i, rec) in reader.get_row_iter(None).unwrap().enumerate() {
+        let rec = rec.unwrap();
+        let want = row(&batches[0], i);
+        let mut got = Map::new();
+        for (name, field) in rec.get_column_iter() {
+            let v = match field {
+                Field::Null => continue,
+                Field::Bool(b) => Value::from(*b),
+                Field::UByte(x) => Value::from(*x),
+                Field::UShort(x) => Value::from(*x),
+                Field::UInt(x) => Value::from(*x),
+                Field::ULong(x) => Value::from(*x),
+                Field::Long(x) => Value::from(*x),
+                Field::Str(s) if JSON_TEXT.contains(&name.as_str()) => {
+                    serde_json::from_str(s).unwrap()
+                }
+                Field::Str(s) => Value::from(s.as_str()),
+                other => panic!("{name}: unexpected {other:?}"),
+            };
+            got.insert(name.clone(), v);
+        }
+        if let (Some(Value::Number(_)), Some(w)) = (got.get("ts"), want.get("ts")) {
+            assert_eq!(got["ts"], *w);
+        }
+        got.remove("ts");
+        let mut want = want;
+        want.remove("ts");
+        assert_eq!(Value::Object(got), Value::Object(want), "row {i}");
+        n += 1;
+    }
+    assert_eq!(n, batches[0].rows());
+}
