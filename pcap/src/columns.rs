@@ -276,6 +276,22 @@ impl Columns {
     pub fn rows(&self) -> usize {
         self.rows
     }
+    /// Makes room for `rows` more rows in every column (every column gets every row: a
+    /// null is a row too).
+    pub fn reserve(&mut self, rows: usize) {
+        for col in &mut self.columns {
+            col.valid.reserve(rows);
+            match &mut col.values {
+                Values::Bool(x) => x.reserve(rows),
+                Values::U8(x) => x.reserve(rows),
+                Values::U16(x) => x.reserve(rows),
+                Values::U32(x) => x.reserve(rows),
+                Values::U64(x) => x.reserve(rows),
+                Values::Timestamp(x) => x.reserve(rows),
+                Values::Text { offsets, .. } => offsets.reserve(rows),
+            }
+        }
+    }
     /// Takes the rows as a [`Batch`], leaving none.
     pub fn take(&mut self) -> Batch {
         self.pad();
@@ -324,13 +340,16 @@ impl Columns {
         col.values.push_num(v);
         col.valid.push(true);
     }
+    #[inline(always)]
     fn flag(&mut self, c: C, v: bool) {
         self.num(c, u64::from(v));
     }
+    #[inline]
     fn text(&mut self, c: C, s: &str) {
         self.text_with(c, |b| b.extend_from_slice(s.as_bytes()));
     }
     /// A text column's value, written by `f` (ASCII or UTF-8).
+    #[inline]
     fn text_with(&mut self, c: C, f: impl FnOnce(&mut Vec<u8>)) {
         let col = self.col(c);
         if let Values::Text { offsets, bytes } = &mut col.values {
@@ -527,7 +546,7 @@ impl crate::madfmt::JsonObj for MadColumns<'_> {
 
 /// Rows per batch that [`decode_columns`] hands on by default (a Parquet row group of
 /// `roce decode --format parquet`).
-pub const BATCH_ROWS: usize = 128 * 1024;
+pub const BATCH_ROWS: usize = 64 * 1024;
 
 /// Decodes a whole capture into rows ([`Options::format`](crate::Options) is taken as
 /// [`OutputFormat::Columns`](crate::OutputFormat)), handing them to `sink` a batch of at
@@ -586,4 +605,41 @@ pub fn decode_columns<R: std::io::Read>(
         stats: dec.stats(),
         error,
     }
+}
+
+/// [`decode_columns`] on `workers` decoding threads (the records are read on one more): the
+/// same rows in the same order, in batches of the rows of at most `rows` records (a batch
+/// also closes at [`crate::parallel::BATCH_BYTES`] of records). With
+/// [`crate::Options::count`] (a count across batches) or one worker, it is
+/// [`decode_columns`].
+pub fn decode_columns_parallel<R: std::io::Read + Send>(
+    reader: &mut crate::CaptureReader<R>,
+    opts: crate::Options,
+    workers: usize,
+    rows: usize,
+    progress: Option<&dyn crate::source::Progress>,
+    sink: &mut dyn FnMut(Batch) -> std::io::Result<()>,
+) -> crate::Outcome {
+    if opts.count.is_some() || workers <= 1 {
+        return decode_columns(reader, opts, rows, progress, sink);
+    }
+    let opts = crate::Options {
+        format: crate::OutputFormat::Columns,
+        analyze: false,
+        ..opts
+    };
+    crate::parallel::in_order(
+        reader,
+        opts,
+        progress,
+        workers,
+        rows.max(1),
+        &mut |_, batch| {
+            if batch.rows() > 0 {
+                sink(batch)
+            } else {
+                Ok(())
+            }
+        },
+    )
 }

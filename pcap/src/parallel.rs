@@ -106,6 +106,8 @@ struct Done {
     seq: u64,
     cost: usize,
     out: Vec<u8>,
+    /// The rows, with [`crate::OutputFormat::Columns`].
+    columns: crate::columns::Batch,
     stats: Stats,
 }
 
@@ -198,7 +200,11 @@ fn work(opts: Options, rx: &Mutex<Receiver<Batch>>, tx: &std::sync::mpsc::SyncSe
             Err(_) => return,
         };
         let mut dec = Decoder::starting_at(opts, batch.frame_base, batch.first_ts);
-        let mut out = Vec::with_capacity(batch.recs.len() * 128);
+        let columns = opts.format == crate::OutputFormat::Columns;
+        if columns {
+            dec.columns().reserve(batch.recs.len());
+        }
+        let mut out = Vec::with_capacity(if columns { 0 } else { batch.recs.len() * 128 });
         for m in &batch.recs {
             let rec = Record {
                 ts: m.ts,
@@ -217,6 +223,7 @@ fn work(opts: Options, rx: &Mutex<Receiver<Batch>>, tx: &std::sync::mpsc::SyncSe
             seq: batch.seq,
             cost: batch.cost,
             out,
+            columns: dec.columns().take(),
             stats: dec.stats(),
         };
         if tx.send(done).is_err() {
@@ -234,6 +241,34 @@ pub fn decode_parallel<R: Read + Send, W: Write>(
     progress: Option<&dyn Progress>,
     workers: usize,
     batch_records: usize,
+) -> Outcome {
+    let mut outcome = in_order(
+        reader,
+        opts,
+        progress,
+        workers,
+        batch_records,
+        &mut |bytes, _| out.write_all(&bytes),
+    );
+    if outcome.error.is_none() {
+        if let Err(e) = out.flush() {
+            outcome.error = Some(DecodeError::Write(e));
+        }
+    }
+    outcome
+}
+
+/// Decodes the whole input with `workers` decoding threads and batches of `batch_records`
+/// records, handing each batch's output (bytes, and rows with
+/// [`crate::OutputFormat::Columns`]) to `consume` in input order. An error of `consume` stops
+/// the reading ([`DecodeError::Write`]). `opts.count` must be `None`.
+pub(crate) fn in_order<R: Read + Send>(
+    reader: &mut CaptureReader<R>,
+    opts: Options,
+    progress: Option<&dyn Progress>,
+    workers: usize,
+    batch_records: usize,
+    consume: &mut dyn FnMut(Vec<u8>, crate::columns::Batch) -> std::io::Result<()>,
 ) -> Outcome {
     debug_assert!(opts.count.is_none());
     let workers = workers.max(1);
@@ -270,7 +305,7 @@ pub fn decode_parallel<R: Read + Send, W: Write>(
             while let Some(d) = pending.remove(&next) {
                 add(&mut stats, &d.stats);
                 if write_error.is_none() {
-                    if let Err(e) = out.write_all(&d.out) {
+                    if let Err(e) = consume(d.out, d.columns) {
                         // Stop reading; keep draining so every thread can finish.
                         stop.store(true, Ordering::Relaxed);
                         write_error = Some(e);
@@ -283,11 +318,6 @@ pub fn decode_parallel<R: Read + Send, W: Write>(
         reading.join().unwrap_or(None)
     });
     let mut error = write_error.map(DecodeError::Write);
-    if error.is_none() {
-        if let Err(e) = out.flush() {
-            error = Some(DecodeError::Write(e));
-        }
-    }
     if error.is_none() {
         error = read_error.map(DecodeError::Read);
     }

@@ -275,3 +275,45 @@ fn a_parquet_file_reads_back_as_the_rows() {
     }
     assert_eq!(n, batches[0].rows());
 }
+
+#[test]
+fn the_parallel_decoder_gives_the_same_rows_in_order() {
+    let mut bench = Vec::new();
+    roce_pcap::synth::write_benchmark_capture(&mut bench, 30_000).unwrap();
+    let rows = |b: &[Batch]| -> Vec<Map<String, Value>> {
+        b.iter()
+            .flat_map(|b| (0..b.rows()).map(move |i| row(b, i)))
+            .collect()
+    };
+    let (seq, s1) = batches(&bench, Options::default(), 1 << 20);
+    let mut r = CaptureReader::new(&bench[..], "bench").unwrap();
+    let mut par = Vec::new();
+    let s2 = roce_pcap::columns::decode_columns_parallel(
+        &mut r,
+        Options::default(),
+        3,
+        1000,
+        None,
+        &mut |b| {
+            par.push(b);
+            Ok(())
+        },
+    );
+    assert!(par.len() >= 30, "{} batches", par.len());
+    assert_eq!(s1.stats, s2.stats);
+    assert_eq!(rows(&seq), rows(&par));
+}
+
+#[test]
+fn docs_decode_md_lists_every_column() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/decode.md")).unwrap();
+    let section = &doc[doc.find("## As a table").expect("the table section")..];
+    for f in FIELDS {
+        assert!(
+            section.contains(&format!("`{}`", f.name)),
+            "docs/decode.md does not list column {}",
+            f.name
+        );
+    }
+}

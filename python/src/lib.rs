@@ -5,6 +5,7 @@
 //! scapy conversions. See `python/README.md`.
 //!
 //! * `capture`: `decode` and `analyze` of captures (paths, bytes or file objects).
+//! * `table`: captures as Arrow tables (`decode_table`, `decode_arrow`).
 //! * `codec`: `build`, `parse` and the ICRC of single frames.
 //! * `device`: the sans-IO transport (`roce_stack::Device`) as a golden model.
 #![deny(unsafe_code)]
@@ -13,6 +14,7 @@ mod capture;
 mod codec;
 mod device;
 mod pyjson;
+mod table;
 
 use pyo3::prelude::*;
 
@@ -21,6 +23,8 @@ use pyo3::prelude::*;
 fn _roce(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<capture::DecodeBatches>()?;
+    m.add_class::<table::ArrowStream>()?;
+    m.add_function(wrap_pyfunction!(table::table_schema, m)?)?;
     m.add_function(wrap_pyfunction!(capture::analyze_json, m)?)?;
     m.add_function(wrap_pyfunction!(codec::build, m)?)?;
     m.add_function(wrap_pyfunction!(codec::parse_json, m)?)?;

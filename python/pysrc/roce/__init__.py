@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json as _json
 import os as _os
-from typing import IO, Any, Dict, Iterator, List, Optional, Union
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _roce
 from ._roce import __version__, build, icrc, icrc_ok, with_icrc
@@ -46,10 +46,13 @@ __all__ = [
     "analyze",
     "build",
     "decode",
+    "decode_arrow",
+    "decode_table",
     "from_scapy",
     "icrc",
     "icrc_ok",
     "parse",
+    "table_schema",
     "to_scapy",
     "with_icrc",
 ]
@@ -68,6 +71,42 @@ def decode(source: Source, *, snaplen: Optional[int] = None) -> Iterator[Dict[st
     """
     for batch in _roce.DecodeBatches(source, snaplen):
         yield from batch
+
+
+def decode_arrow(
+    source: Source, *, snaplen: Optional[int] = None, batch_rows: int = 65536
+) -> "_roce.ArrowStream":
+    """The rows of ``decode_table`` as an Arrow stream, decoded as they are read: an object
+    with ``__arrow_c_stream__`` (the Arrow PyCapsule interface) for any tool that takes one,
+    without pyarrow: ``polars.DataFrame(roce.decode_arrow(p))``,
+    ``duckdb.sql("select ... from s")`` with ``s = roce.decode_arrow(p)``, or
+    ``pyarrow.RecordBatchReader.from_stream``. A path or bytes is decoded anew for each
+    reader of the stream; a file object can be read once."""
+    return _roce.ArrowStream(source, snaplen, batch_rows)
+
+
+def decode_table(
+    source: Source, *, snaplen: Optional[int] = None, batch_rows: int = 65536
+) -> Any:
+    """Decode a capture into a ``pyarrow.Table``: one row per record (the dict ``decode``
+    yields for it), one column per key, nested headers flattened with dotted names
+    (``bth.psn``, ``reth.rkey``); a key a record does not have is a null. See
+    ``table_schema()`` for the columns; three differ from the dicts: ``ts`` is a
+    ``timestamp[ns, UTC]``, and ``mad``/``cm``/``smp``/``sa`` and ``mac_control.quanta``
+    hold the JSON text of the value.
+
+    The table is built in Rust, ``batch_rows`` rows at a time, and handed to pyarrow
+    through the Arrow C data interface (no row passes through Python objects). The same
+    columns as ``roce decode --format parquet``. Needs pyarrow."""
+    import pyarrow as pa
+
+    return pa.RecordBatchReader.from_stream(decode_arrow(source, snaplen=snaplen, batch_rows=batch_rows)).read_all()
+
+
+def table_schema() -> List[Tuple[str, str]]:
+    """The columns of ``decode_table`` (and of ``roce decode --format parquet``) in order:
+    ``(name, type)`` pairs, the types as Arrow names (``uint32``, ``string``, ...)."""
+    return _roce.table_schema()
 
 
 def analyze(
