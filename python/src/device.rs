@@ -1288,6 +1288,54 @@ impl PyDevice {
         }
     }
 
+    /// Queues a MAD (256 bytes) to send from QP1 of `local` to QP1 of `remote` (IBTA Vol 1
+    /// §13.5.1: a UD SEND ONLY with the GSI Q_Key); it goes out from `poll_transmit` before
+    /// any QP's traffic. `False` (and counted as `overflow`) when 256 MADs wait already.
+    #[pyo3(signature = (local, remote, mad, *, remote_port = 4791))]
+    fn gsi_send(
+        &mut self,
+        local: &Bound<'_, PyAny>,
+        remote: &Bound<'_, PyAny>,
+        mad: &[u8],
+        remote_port: u16,
+    ) -> PyResult<bool> {
+        let mad: [u8; roce_proto::mad::MAD_LEN] = mad.try_into().map_err(|_| {
+            PyValueError::new_err(format!(
+                "a MAD is {} bytes, not {}",
+                roce_proto::mad::MAD_LEN,
+                mad.len()
+            ))
+        })?;
+        let m = roce_stack::qp::gsi::OutgoingMad {
+            local: ip_of(local)?,
+            remote: ip_of(remote)?,
+            remote_port,
+            mad,
+        };
+        Ok(self.dev().gsi().send(m))
+    }
+
+    /// The next MAD QP1 received (checked: a UD SEND ONLY with the GSI Q_Key and a good
+    /// ICRC), oldest first: `{"from": (address, port), "to": address, "src_qp": n, "mad":
+    /// bytes}`, or `None`.
+    fn gsi_take<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(m) = self.dev().gsi().take() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("from", sockaddr_tuple(m.from.ip(), m.from.port()))?;
+        d.set_item("to", m.to.to_string())?;
+        d.set_item("src_qp", m.src_qp.0)?;
+        d.set_item("mad", PyBytes::new(py, &m.mad))?;
+        Ok(Some(d))
+    }
+
+    /// QP1's counters (`received`, `sent`, `malformed`, `bad_icrc`, `overflow`).
+    fn gsi_stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.dev().gsi().stats();
+        counters_dict(py, &s)
+    }
+
     /// Counters summed over every RC/UC QP, plus the drops of datagrams that reached no QP.
     fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.dev().stats();

@@ -434,3 +434,38 @@ def test_uc_write_and_srq_send():
     assert b.dev.srq_len(srq) == 1
     assert b.dev.poll_async_event() == {"event": "SrqLimitReached", "srq": srq}
     assert b.dev.poll_async_event() is None
+
+
+def pcap_frames(path):
+    """The frames of a little-endian microsecond pcap (enough for the shared captures)."""
+    data = path.read_bytes()
+    assert data[:4] == b"\xd4\xc3\xb2\xa1", "a little-endian microsecond pcap"
+    frames, at = [], 24
+    while at + 16 <= len(data):
+        _, _, caplen, _ = struct.unpack_from("<IIII", data, at)
+        frames.append(data[at + 16 : at + 16 + caplen])
+        at += 16 + caplen
+    return frames
+
+
+def test_gsi_carries_a_real_cm_req_between_devices(captures):
+    # The first frame of an rdma_cm capture is a CM REQ (rxe's): its MAD, the UD payload.
+    frame = pcap_frames(captures / "linlinw5-rdma_ib_tutorial/rdma_cm.pcap")[0]
+    parsed = roce.parse(frame)
+    assert parsed["cm"]["message"] == "REQ", parsed
+    mad = frame[-4 - 256 : -4]
+    a, b = Device(qpn_base=0x100), Device(qpn_base=0x200)
+    assert a.gsi_send(A_IP, B_IP, mad)
+    (d,) = lossless({A_IP: a, B_IP: b})
+    assert d["delivery"] == "Management"
+    got = b.gsi_take()
+    assert got["mad"] == mad and got["src_qp"] == 1 and got["from"][0] == A_IP and got["to"] == B_IP
+    assert b.gsi_take() is None
+    assert a.gsi_stats()["sent"] == 1 and b.gsi_stats()["received"] == 1
+    with pytest.raises(ValueError, match="256 bytes"):
+        a.gsi_send(A_IP, B_IP, mad[:100])
+    # A datagram to QP1 that is not a MAD (a UD SEND with another Q_Key) is counted malformed.
+    bad = roce.build("UD_SEND_ONLY", dest_qp=1, deth={"qkey": 0x1234, "src_qp": 1}, payload=mad, src=A_IP, dst=B_IP)
+    transport = bad[14 + 20 + 8 :]
+    d = b.handle_datagram(0, transport, (A_IP, 4791), B_IP, 0)
+    assert d["delivery"] == "Dropped" and b.gsi_stats()["malformed"] == 1
