@@ -1013,3 +1013,48 @@ fn capture_points_localise_every_simulated_loss() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn pattern_regions_give_the_same_run_as_regions_of_bytes() {
+    // Pattern regions are the default: the bytes are generated and checked as placed, never
+    // stored. The same flows over regions of bytes give the same JSON, byte for byte (every
+    // flow verified either way: `verified_bytes` counts them).
+    let run = |regions: &str| {
+        let (code, out, err) = roce(&[
+            "sim",
+            "fabric",
+            "--topology",
+            "fat-tree:4",
+            "--load",
+            "0.5",
+            "--duration",
+            "1",
+            "--seed",
+            "3",
+            "--cc",
+            "dcqcn/hpcc",
+            "--json",
+            "--regions",
+            regions,
+        ]);
+        assert_eq!(code, 0, "{regions}: {err}");
+        out
+    };
+    let (pattern, bytes) = (run("pattern"), run("bytes"));
+    assert_eq!(pattern, bytes);
+    let v: serde_json::Value = serde_json::from_str(pattern.trim()).unwrap();
+    let runs = v.as_array().expect("one object per congestion control");
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        let flows = r["flows"].as_u64().unwrap();
+        assert!(flows > 20 && r["completed"] == flows, "{r}");
+        assert!(r["verified_bytes"].as_u64().unwrap() > 1_000_000, "{r}");
+        assert_eq!(r["mismatched_flows"], 0, "{r}");
+    }
+    let (code, _, err) = roce(&["sim", "fabric", "--regions", "ram"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--regions"), "{err}");
+    let (code, _, err) = roce(&["sim", "fabric", "--memory", "1G"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--regions bytes"), "{err}");
+}

@@ -92,7 +92,13 @@ pub(crate) struct FabricArgs {
     /// Seed of arrivals, sizes and hosts.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Bytes of flows' receiver regions alive at once in each run (K/M/G suffixes): a flow
+    /// The flows' memory regions: `pattern` (the default: bytes generated when sent and
+    /// checked as each packet is placed, never stored; a flow costs its QPs and packets in
+    /// flight, not its size) or `bytes` (real regions as large as the flows, checked when each
+    /// completes, bounded by --memory). Same FCTs either way.
+    #[arg(long, value_name = "KIND", default_value = "pattern")]
+    regions: String,
+    /// With --regions bytes: bytes of flows' receiver regions alive at once in each run (K/M/G suffixes): a flow
     /// that would go beyond waits for earlier ones (counted: its FCT includes the wait).
     /// Default 1 GiB; in a fabric of more than 64 hosts up to 8 GiB, within 60 % of the
     /// memory available, shared by the runs that go at once.
@@ -541,6 +547,14 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         spec.pfc = pfc;
         spec.victim = victim;
         spec.fabric = fabric;
+        spec.regions = match a.regions.as_str() {
+            "pattern" => congestion::fct::Regions::Pattern,
+            "bytes" => congestion::fct::Regions::Bytes,
+            other => bail!("--regions {other:?}: use pattern or bytes"),
+        };
+        if a.memory.is_some() && spec.regions == congestion::fct::Regions::Pattern {
+            bail!("--memory bounds regions of bytes: give --regions bytes with it");
+        }
         spec.max_active_bytes = memory_bound(a, fabric)?;
         spec.buffer_bytes = buffer_bytes(a, fabric, spec.buffer_bytes)?;
         spec.validate()?;

@@ -218,6 +218,22 @@ impl Device {
         self.mrs.register(pd, len, access)
     }
 
+    /// Registers a pattern region of `len` bytes in `pd` with `access`: reads (local sends,
+    /// peers' READs) give the pattern's bytes, the transport's writes are checked against
+    /// them and not stored ([`MemoryRegion::pattern_check`] says what was written and how
+    /// much of it differed). It costs its bookkeeping, not its length: what a simulator
+    /// needs to move and verify every byte of large flows. `None` when the pattern's period
+    /// is 0 or runs past its bytes.
+    pub fn reg_pattern_mr(
+        &mut self,
+        pd: PdHandle,
+        len: usize,
+        access: Access,
+        pattern: crate::memory::Pattern,
+    ) -> Option<MrHandle> {
+        self.mrs.register_pattern(pd, len, access, pattern)
+    }
+
     /// Deregisters a region; later accesses through its keys fail. `false` if unknown.
     pub fn dereg_mr(&mut self, mr: MrHandle) -> bool {
         self.mrs.deregister(mr)

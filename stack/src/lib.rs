@@ -64,7 +64,8 @@ pub use cc::{CcConfig, CongestionControl, NoCc};
 pub use device::{CreateError, Delivery, Device, DeviceConfig, Refusal};
 pub use handle::{CqHandle, MrHandle, PdHandle};
 pub use memory::{
-    Access, MemoryRegion, MwError, MwType, RemoteAddr, SgList, Sge, DIRTY_PAGE, MAX_SGE,
+    Access, MemoryRegion, MwError, MwType, Pattern, PatternCheck, RemoteAddr, SgList, Sge,
+    DIRTY_PAGE, MAX_SGE,
 };
 pub use path::{IcrcVerdict, Ipv4Seen, PathConfig, RxMeta};
 /// QP1, the GSI: [`qp::gsi`], kept at the crate root where its users name it.

@@ -174,9 +174,126 @@ pub struct MemoryRegion {
     rkey: RKey,
     va: u64,
     remote_valid: bool,
+    /// The bytes (empty for a pattern region).
     data: Vec<u8>,
+    len: usize,
+    /// A pattern region's pattern and what was written to it ([`MrTable::register_pattern`]).
+    pattern: Option<Box<PatternState>>,
     /// One bit per [`DIRTY_PAGE`] bytes: set when the transport writes there.
     dirty: Vec<u64>,
+}
+
+/// What a pattern region holds: byte `i` is `pattern[start + i % period]`, generated when
+/// read, checked when written, never stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    /// The pattern's bytes (shared: many regions use one).
+    pub bytes: std::sync::Arc<[u8]>,
+    /// Where byte 0 of the region is in it.
+    pub start: usize,
+    /// The period (`start + period` at most the pattern's length).
+    pub period: usize,
+}
+
+impl Pattern {
+    /// The `len` bytes at region offset `off`, appended to `out`.
+    fn read_into(&self, off: usize, len: usize, out: &mut Vec<u8>) {
+        let mut at = off;
+        let end = off + len;
+        while at < end {
+            let pos = at % self.period;
+            let run = (self.period - pos).min(end - at);
+            out.extend_from_slice(&self.bytes[self.start + pos..self.start + pos + run]);
+            at += run;
+        }
+    }
+    /// How many of `data`'s bytes differ from the pattern's at region offset `off`.
+    fn mismatches(&self, off: usize, data: &[u8]) -> u64 {
+        let mut at = off;
+        let mut rest = data;
+        let mut bad = 0u64;
+        while !rest.is_empty() {
+            let pos = at % self.period;
+            let run = (self.period - pos).min(rest.len());
+            let want = &self.bytes[self.start + pos..self.start + pos + run];
+            if want != &rest[..run] {
+                bad += want
+                    .iter()
+                    .zip(&rest[..run])
+                    .filter(|(a, b)| a != b)
+                    .count() as u64;
+            }
+            rest = &rest[run..];
+            at += run;
+        }
+        bad
+    }
+}
+
+/// Disjoint written ranges a pattern region tracks, at most: a region written in more
+/// pieces than this (only a peer scattering single bytes would) reports itself incomplete.
+const MAX_WRITTEN_RANGES: usize = 4096;
+
+#[derive(Debug)]
+struct PatternState {
+    pattern: Pattern,
+    /// The ranges written, in order of their start once merged.
+    written: Vec<(u64, u64)>,
+    /// More disjoint ranges than [`MAX_WRITTEN_RANGES`] were written.
+    fragmented: bool,
+    mismatched: u64,
+    /// What an atomic on the region reads and writes (the pattern has no room for it).
+    word: [u8; 8],
+}
+
+impl PatternState {
+    fn note_write(&mut self, off: usize, data: &[u8]) {
+        self.mismatched += self.pattern.mismatches(off, data);
+        let (a, b) = (off as u64, (off + data.len()) as u64);
+        match self.written.last_mut() {
+            // In order, as RC places a message: one range grows.
+            Some(last) if last.1 == a => last.1 = b,
+            _ => {
+                self.written.push((a, b));
+                if self.written.len() > MAX_WRITTEN_RANGES {
+                    self.merge();
+                    if self.written.len() > MAX_WRITTEN_RANGES {
+                        self.fragmented = true;
+                        self.written.truncate(MAX_WRITTEN_RANGES);
+                    }
+                }
+            }
+        }
+    }
+    fn merge(&mut self) {
+        self.written.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(self.written.len());
+        for &(a, b) in &self.written {
+            match out.last_mut() {
+                Some(l) if a <= l.1 => l.1 = l.1.max(b),
+                _ => out.push((a, b)),
+            }
+        }
+        self.written = out;
+    }
+}
+
+/// What the transport wrote to a pattern region ([`MemoryRegion::pattern_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatternCheck {
+    /// Bytes written (each counted once, however often it was written).
+    pub written: u64,
+    /// Every byte of the region was written.
+    pub complete: bool,
+    /// Bytes written that were not the pattern's.
+    pub mismatched: u64,
+}
+
+impl PatternCheck {
+    /// Every byte written, and each as the pattern has it.
+    pub fn verified(&self) -> bool {
+        self.complete && self.mismatched == 0
+    }
 }
 
 /// Granularity of a region's dirty map ([`MemoryRegion::dirty_ranges`]).
@@ -205,23 +322,39 @@ impl MemoryRegion {
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.len
     }
     /// `true` for a zero-length region.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len == 0
     }
     /// `false` once a SEND with invalidate named this region's rkey.
     pub fn rkey_valid(&self) -> bool {
         self.remote_valid
     }
-    /// The bytes.
+    /// The bytes (none for a pattern region: see [`MemoryRegion::pattern_check`]).
     pub fn as_slice(&self) -> &[u8] {
         &self.data
     }
-    /// The bytes, writable by the application.
+    /// The bytes, writable by the application (none for a pattern region).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.data
+    }
+    /// A pattern region's pattern.
+    pub fn pattern(&self) -> Option<&Pattern> {
+        self.pattern.as_ref().map(|p| &p.pattern)
+    }
+    /// What the transport wrote to a pattern region so far (`None` for a region of bytes).
+    pub fn pattern_check(&mut self) -> Option<PatternCheck> {
+        let len = self.len as u64;
+        let p = self.pattern.as_mut()?;
+        p.merge();
+        let written = p.written.iter().map(|(a, b)| b - a).sum();
+        Some(PatternCheck {
+            written,
+            complete: !p.fragmented && (len == 0 || p.written == [(0, len)]),
+            mismatched: p.mismatched,
+        })
     }
 
     /// The byte ranges, in [`DIRTY_PAGE`] units (the last one cut at the region's end), that
@@ -231,7 +364,7 @@ impl MemoryRegion {
     /// application can check or reset just what was touched instead of a whole large region
     /// (whose untouched pages the operating system then never has to provide).
     pub fn dirty_ranges(&self) -> impl Iterator<Item = core::ops::Range<usize>> + '_ {
-        let len = self.data.len();
+        let len = self.len;
         let mut page = 0usize;
         let pages = len.div_ceil(DIRTY_PAGE);
         core::iter::from_fn(move || {
@@ -263,7 +396,9 @@ impl MemoryRegion {
     pub fn zero_dirty(&mut self) {
         let ranges: Vec<_> = self.dirty_ranges().collect();
         for r in ranges {
-            self.data[r].fill(0);
+            if let Some(d) = self.data.get_mut(r) {
+                d.fill(0);
+            }
         }
         self.clear_dirty();
     }
@@ -408,9 +543,39 @@ impl MrTable {
             va,
             remote_valid: true,
             data: vec![0; len],
+            len,
+            pattern: None,
             dirty: vec![0; len.div_ceil(DIRTY_PAGE).div_ceil(64)],
         });
         MrHandle(idx as u32)
+    }
+
+    /// Registers a pattern region of `len` bytes: reads give `pattern`'s bytes, writes are
+    /// checked against them and not stored ([`MemoryRegion::pattern_check`]), so the region
+    /// costs its bookkeeping, not its length. `None` when the pattern's period is 0 or runs
+    /// past its bytes.
+    pub(crate) fn register_pattern(
+        &mut self,
+        pd: PdHandle,
+        len: usize,
+        access: Access,
+        pattern: Pattern,
+    ) -> Option<MrHandle> {
+        if pattern.period == 0 || pattern.start + pattern.period > pattern.bytes.len() {
+            return None;
+        }
+        let h = self.register(pd, 0, access);
+        let mr = self.slots[h.0 as usize].as_mut()?;
+        mr.len = len;
+        mr.dirty = vec![0; len.div_ceil(DIRTY_PAGE).div_ceil(64)];
+        mr.pattern = Some(Box::new(PatternState {
+            pattern,
+            written: Vec::new(),
+            fragmented: false,
+            mismatched: 0,
+            word: [0; 8],
+        }));
+        Some(h)
     }
 
     pub(crate) fn deregister(&mut self, h: MrHandle) -> bool {
@@ -475,7 +640,7 @@ impl MrTable {
     ) -> Result<RKey, MwError> {
         let (mr_pd, mr_va, mr_len, mr_access) = {
             let m = self.get(mr).ok_or(MwError::NoSuchWindow)?;
-            (m.pd, m.va, m.data.len() as u64, m.access)
+            (m.pd, m.va, m.len as u64, m.access)
         };
         let w = self.mw_mut(rkey).ok_or(MwError::NoSuchWindow)?;
         match (w.kind, qp) {
@@ -594,7 +759,7 @@ impl MrTable {
         }
         let off = va.checked_sub(mr.va).ok_or(MemError::Protection)?;
         let end = off.checked_add(len).ok_or(MemError::Protection)?;
-        if end > mr.data.len() as u64 {
+        if end > mr.len as u64 {
             return Err(MemError::Protection);
         }
         Ok((idx, off as usize))
@@ -616,20 +781,43 @@ impl MrTable {
         self.check(rkey.0, true, pd, need, va, len)
     }
 
-    /// Bytes of a checked region.
-    pub(crate) fn bytes(&self, idx: usize, off: usize, len: usize) -> &[u8] {
+    /// Bytes of a checked region (generated for a pattern region).
+    pub(crate) fn bytes(&self, idx: usize, off: usize, len: usize) -> std::borrow::Cow<'_, [u8]> {
         match &self.slots[idx] {
-            Some(mr) => &mr.data[off..off + len],
-            None => &[],
+            Some(mr) => match &mr.pattern {
+                Some(p) => {
+                    let mut v = Vec::with_capacity(len);
+                    p.pattern.read_into(off, len, &mut v);
+                    std::borrow::Cow::Owned(v)
+                }
+                None => std::borrow::Cow::Borrowed(&mr.data[off..off + len]),
+            },
+            None => std::borrow::Cow::Borrowed(&[]),
         }
     }
 
-    /// Writable bytes of a checked region, for the transport to write (marked dirty).
-    pub(crate) fn bytes_mut(&mut self, idx: usize, off: usize, len: usize) -> &mut [u8] {
+    /// Writes `data` at `off` of a checked region (marked dirty; checked against the pattern
+    /// of a pattern region).
+    pub(crate) fn write(&mut self, idx: usize, off: usize, data: &[u8]) {
+        if let Some(mr) = &mut self.slots[idx] {
+            mr.mark_dirty(off, data.len());
+            match &mut mr.pattern {
+                Some(p) => p.note_write(off, data),
+                None => mr.data[off..off + data.len()].copy_from_slice(data),
+            }
+        }
+    }
+
+    /// The 8 bytes at `off` of a checked region, for an atomic to read and write (marked
+    /// dirty). A pattern region has one word of its own for atomics, wherever they land.
+    pub(crate) fn word_mut(&mut self, idx: usize, off: usize) -> &mut [u8] {
         match &mut self.slots[idx] {
             Some(mr) => {
-                mr.mark_dirty(off, len);
-                &mut mr.data[off..off + len]
+                mr.mark_dirty(off, 8);
+                match &mut mr.pattern {
+                    Some(p) => &mut p.word,
+                    None => &mut mr.data[off..off + 8],
+                }
             }
             None => &mut [],
         }
@@ -682,7 +870,25 @@ impl MrTable {
                 s.addr.wrapping_add(skip),
                 take as u64,
             )?;
-            let src = self.bytes(idx, off, take);
+            let (src, generated) = match &self.slots[idx] {
+                Some(mr) => match &mr.pattern {
+                    Some(p) => {
+                        // Generated into the scratch, never borrowed.
+                        p.pattern.read_into(off, take, scratch);
+                        (&[][..], true)
+                    }
+                    None => (&mr.data[off..off + take], false),
+                },
+                None => (&[][..], false),
+            };
+            if generated {
+                first = false;
+                skip = 0;
+                if scratch.len() == len {
+                    return Ok(scratch);
+                }
+                continue;
+            }
             if first && take == len {
                 return Ok(src);
             }
@@ -723,8 +929,7 @@ impl MrTable {
                 s.addr.wrapping_add(skip),
                 take as u64,
             )?;
-            self.bytes_mut(idx, off, take)
-                .copy_from_slice(&data[..take]);
+            self.write(idx, off, &data[..take]);
             data = &data[take..];
             skip = 0;
         }
@@ -871,8 +1076,8 @@ mod tests {
         let h = t.register(pd, 5 * DIRTY_PAGE + 100, Access::LOCAL_WRITE);
         let idx = h.0 as usize;
         assert_eq!(t.get(h).unwrap().dirty_ranges().count(), 0);
-        t.bytes_mut(idx, DIRTY_PAGE - 1, 2).fill(7);
-        t.bytes_mut(idx, 5 * DIRTY_PAGE + 10, 1).fill(7);
+        t.write(idx, DIRTY_PAGE - 1, &[7, 7]);
+        t.write(idx, 5 * DIRTY_PAGE + 10, &[7]);
         let r: Vec<_> = t.get(h).unwrap().dirty_ranges().collect();
         assert_eq!(
             r,
@@ -884,7 +1089,7 @@ mod tests {
         assert_eq!(mr.dirty_ranges().count(), 0);
         // A region of many pages with one dirty one far in.
         let big = t.register(pd, 1000 * DIRTY_PAGE, Access::LOCAL_WRITE);
-        t.bytes_mut(big.0 as usize, 777 * DIRTY_PAGE + 5, 1)[0] = 1;
+        t.write(big.0 as usize, 777 * DIRTY_PAGE + 5, &[1]);
         let r: Vec<_> = t.get(big).unwrap().dirty_ranges().collect();
         assert_eq!(r, vec![777 * DIRTY_PAGE..778 * DIRTY_PAGE]);
     }

@@ -566,10 +566,7 @@ impl Qp {
                 va,
                 u64::from(plen),
             ) {
-                Ok((idx, off)) => ctx
-                    .mrs
-                    .bytes_mut(idx, off, plen as usize)
-                    .copy_from_slice(pkt.payload),
+                Ok((idx, off)) => ctx.mrs.write(idx, off, pkt.payload),
                 Err(_) => return REMOTE_ACCESS,
             }
         }
@@ -656,9 +653,7 @@ impl Qp {
             ) else {
                 return REMOTE_ACCESS;
             };
-            ctx.mrs
-                .bytes_mut(idx, off, 8)
-                .copy_from_slice(&pkt.payload[..8]);
+            ctx.mrs.write(idx, off, &pkt.payload[..8]);
         } else {
             let Some(feth) = pkt.feth else {
                 return invalid(None);
@@ -722,7 +717,7 @@ impl Qp {
         else {
             return REMOTE_ACCESS;
         };
-        let word = ctx.mrs.bytes_mut(idx, off, 8);
+        let word = ctx.mrs.word_mut(idx, off);
         let mut b = [0u8; 8];
         b.copy_from_slice(word);
         let orig = u64::from_le_bytes(b);
@@ -788,8 +783,8 @@ impl Qp {
             first: !job.started && job.psn == job.first_psn,
             last: fits,
         });
-        let payload: &[u8] = if plen == 0 {
-            &[]
+        let payload: std::borrow::Cow<'_, [u8]> = if plen == 0 {
+            std::borrow::Cow::Borrowed(&[])
         } else {
             match ctx.mrs.remote(
                 job.rkey,
@@ -818,7 +813,7 @@ impl Qp {
                     msn: job.msn,
                 },
             ),
-            payload,
+            payload: &payload,
             ..PacketRepr::default()
         };
         let Ok(n) = build::emit(&repr, &self.attr.path, &mut self.seeds, buf) else {

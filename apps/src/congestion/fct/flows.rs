@@ -39,7 +39,7 @@ pub(super) struct Pool {
 
 /// Every host's [`Pool`], made when the host first sends or receives.
 #[derive(Debug, Default)]
-pub(super) struct Pools(Vec<Option<Pool>>);
+pub(super) struct Pools(Vec<Option<Pool>>, Option<std::sync::Arc<[u8]>>);
 
 impl Pools {
     /// Host `h`'s pool (a copy of its PD and CQ, and its free QPs taken out: give them back
@@ -63,19 +63,57 @@ impl Pools {
         out
     }
 
+    /// The run's pattern: [`PATTERN_PERIOD`] + [`PATTERN_SLACK`] random bytes, shared by
+    /// every pattern region of the run.
+    pub(super) fn shared(&mut self, seed: u64) -> std::sync::Arc<[u8]> {
+        self.1
+            .get_or_insert_with(|| {
+                let mut b = vec![0u8; (PATTERN_PERIOD + PATTERN_SLACK) as usize];
+                Rng::new(seed ^ 0x7061_7474_6572_6e00).fill(&mut b);
+                b.into()
+            })
+            .clone()
+    }
+
     /// Host `h`'s pattern region (made on first use): [`PATTERN_PERIOD`] +
-    /// [`PATTERN_SLACK`] random bytes every flow it sends is cut from.
-    pub(super) fn pattern(&mut self, sim: &mut Sim, h: usize, seed: u64) -> MrHandle {
+    /// [`PATTERN_SLACK`] random bytes every flow it sends is cut from; with
+    /// [`Regions::Pattern`] the run's shared pattern, generated as it is sent, else bytes of
+    /// the host's own.
+    pub(super) fn pattern(
+        &mut self,
+        sim: &mut Sim,
+        h: usize,
+        seed: u64,
+        regions: Regions,
+    ) -> MrHandle {
         let _ = self.of(sim, h);
         let pd = self.0[h].as_ref().map(|p| p.pd).expect("made above");
         if let Some(m) = self.0[h].as_ref().and_then(|p| p.pattern) {
             return m;
         }
-        let d = sim.device(h);
-        let mr = d.reg_mr(pd, (PATTERN_PERIOD + PATTERN_SLACK) as usize, Access::ALL);
-        if let Some(m) = d.mr_mut(mr) {
-            Rng::new(seed ^ (h as u64).wrapping_mul(0xa076_1d64_78bd_642f)).fill(m.as_mut_slice());
-        }
+        let len = (PATTERN_PERIOD + PATTERN_SLACK) as usize;
+        let mr = match regions {
+            Regions::Pattern => {
+                let bytes = self.shared(seed);
+                let p = roce_stack::Pattern {
+                    bytes,
+                    start: 0,
+                    period: len,
+                };
+                sim.device(h)
+                    .reg_pattern_mr(pd, len, Access::ALL, p)
+                    .expect("a valid pattern")
+            }
+            Regions::Bytes => {
+                let d = sim.device(h);
+                let mr = d.reg_mr(pd, len, Access::ALL);
+                if let Some(m) = d.mr_mut(mr) {
+                    Rng::new(seed ^ (h as u64).wrapping_mul(0xa076_1d64_78bd_642f))
+                        .fill(m.as_mut_slice());
+                }
+                mr
+            }
+        };
         if let Some(p) = self.0[h].as_mut() {
             p.pattern = Some(mr);
         }

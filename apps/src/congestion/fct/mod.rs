@@ -190,10 +190,10 @@ pub struct FctSpec {
     pub seed: u64,
     /// PFC at the switch port (pause the senders instead of dropping).
     pub pfc: bool,
-    /// Bytes of receiver regions of flows alive at once, at most ([`MAX_ACTIVE_BYTES`] by
-    /// default): a flow that would go beyond waits for earlier ones to finish (counted in
-    /// [`FctReport::postponed`]). Senders send from one pattern region each (1 MiB + 64 KiB
-    /// per host), not counted here.
+    /// With [`Regions::Bytes`]: bytes of receiver regions of flows alive at once, at most
+    /// ([`MAX_ACTIVE_BYTES`] by default): a flow that would go beyond waits for earlier ones
+    /// to finish (counted in [`FctReport::postponed`]). Senders send from one pattern region
+    /// each (1 MiB + 64 KiB per host), not counted here.
     pub max_active_bytes: u64,
     /// A victim flow of this many bytes: from the first sender, 50 µs into the run, to a
     /// second receiver whose link does not cross the switch port the workload congests (PFC's
@@ -201,6 +201,23 @@ pub struct FctSpec {
     pub victim: Option<u64>,
     /// A multi-switch fabric (`None`: the one-switch model, every flow toward one receiver).
     pub fabric: Option<FabricSpec>,
+    /// What the flows' memory regions are.
+    pub regions: Regions,
+}
+
+/// The memory regions flows are written from and to. Either way every byte of every flow is
+/// verified at its receiver, and the FCTs are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Regions {
+    /// Pattern regions ([`roce_stack::Device::reg_pattern_mr`]): the bytes are generated when
+    /// sent and checked as each packet is placed, never stored, so a flow costs its QPs and
+    /// its packets in flight, not its size.
+    #[default]
+    Pattern,
+    /// Regions of bytes: each receiver region is as large as its flow, checked when the flow
+    /// completes; the bytes of flows alive at once are bounded by
+    /// [`FctSpec::max_active_bytes`].
+    Bytes,
 }
 
 /// With HPCC, the requester asks for an ACK every this many packets (each ACK echoes the
@@ -438,6 +455,7 @@ impl FctSpec {
             max_active_bytes: MAX_ACTIVE_BYTES,
             victim: None,
             fabric: None,
+            regions: Regions::Pattern,
         }
     }
 

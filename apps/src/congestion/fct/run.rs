@@ -277,7 +277,10 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         // the wait is in its FCT.
         while next < arrivals.len() && arrivals[next].0 <= now {
             let (start, _, _, size, _) = arrivals[next];
-            if active_bytes > 0 && active_bytes + size > spec.max_active_bytes {
+            if spec.regions == Regions::Bytes
+                && active_bytes > 0
+                && active_bytes + size > spec.max_active_bytes
+            {
                 break;
             }
             // Flows start at their arrival unless they waited here.
@@ -365,22 +368,38 @@ fn start_flow(
     setup: &FlowSetup<'_>,
 ) -> Flow {
     let (start, h, dst, size, is_victim) = arrival;
+    // The flow's bytes: its sender's pattern from an offset of its own, repeated
+    // every PATTERN_PERIOD bytes; checked at the receiver as each packet is placed (pattern
+    // regions) or in place when the flow completes (regions of bytes).
+    let offset = (setup.spec.seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) % PATTERN_SLACK;
+    let shared = match setup.spec.regions {
+        Regions::Pattern => Some(pools.shared(setup.spec.seed)),
+        Regions::Bytes => None,
+    };
     let (rq, rmr) = {
         let mut pool = pools.of(sim, dst);
         let d = sim.device(dst);
-        let mr = d.reg_mr(pool.pd, size as usize, Access::ALL);
+        let mr = match shared {
+            Some(bytes) => {
+                let p = roce_stack::Pattern {
+                    bytes,
+                    start: offset as usize,
+                    period: PATTERN_PERIOD as usize,
+                };
+                d.reg_pattern_mr(pool.pd, size as usize, Access::ALL, p)
+                    .expect("a valid pattern")
+            }
+            None => d.reg_mr(pool.pd, size as usize, Access::ALL),
+        };
         let qp = pool.free.pop().unwrap_or_else(|| {
             d.create_qp(pool.pd, pool.cq, pool.cq, setup.caps)
                 .expect("receiver QP")
         });
         (qp, mr)
     };
-    // The flow's bytes: its sender's pattern from an offset of its own, repeated
-    // every PATTERN_PERIOD bytes; checked in place at the receiver when it completes.
-    let offset = (setup.spec.seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) % PATTERN_SLACK;
     let (sq, smr) = {
         let mut pool = pools.of(sim, h);
-        let smr = pools.pattern(sim, h, setup.spec.seed);
+        let smr = pools.pattern(sim, h, setup.spec.seed, setup.spec.regions);
         let d = sim.device(h);
         let qp = pool.free.pop().unwrap_or_else(|| {
             d.create_qp(pool.pd, pool.cq, pool.cq, setup.caps)
@@ -487,9 +506,14 @@ fn end_flow(sim: &mut Sim, pools: &mut Pools, f: &mut Flow, ok: bool) -> FlowEnd
     let (sh, sq, rq) = f.qps;
     let end = if ok {
         f.done = Some(sim.now());
+        let checked = sim
+            .device(f.dst)
+            .mr_mut(rmr)
+            .and_then(|m| m.pattern_check());
         let e = sim.endpoints();
-        let landed = match (e[sh].device.mr(smr), e[f.dst].device.mr(rmr)) {
-            (Some(p), Some(m)) => holds_pattern(m.as_slice(), p.as_slice(), f.pattern),
+        let landed = match (checked, e[sh].device.mr(smr), e[f.dst].device.mr(rmr)) {
+            (Some(c), ..) => c.verified() && c.written == f.size,
+            (None, Some(p), Some(m)) => holds_pattern(m.as_slice(), p.as_slice(), f.pattern),
             _ => false,
         };
         if landed {
