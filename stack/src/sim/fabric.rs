@@ -418,11 +418,13 @@ enum Ev {
     Refresh(u32),
 }
 
+/// A pending event's place in the heap: its time, its order among events of that time, and
+/// the slot of [`Fabric::slab`] holding it (the heap moves 24 bytes per sift, not a frame).
 #[derive(Debug)]
 struct Event {
     at: Instant,
     seq: u64,
-    ev: Ev,
+    slot: u32,
 }
 
 impl PartialEq for Event {
@@ -472,6 +474,9 @@ pub struct Fabric {
     routes: Vec<(u32, u32)>,
     route_ports: Vec<u32>,
     events: BinaryHeap<Event>,
+    /// The pending events' payloads, by [`Event::slot`], and the free slots.
+    slab: Vec<Option<Ev>>,
+    free_slots: Vec<u32>,
     seq: u64,
     hops: u64,
     drops: u64,
@@ -534,6 +539,8 @@ impl Fabric {
             routes: Vec::new(),
             route_ports: Vec::new(),
             events: BinaryHeap::new(),
+            slab: Vec::new(),
+            free_slots: Vec::new(),
             seq: 0,
             hops: 0,
             drops: 0,
@@ -731,10 +738,20 @@ impl Fabric {
 
     fn push(&mut self, at: Instant, ev: Ev) {
         self.seq += 1;
+        let slot = match self.free_slots.pop() {
+            Some(i) => {
+                self.slab[i as usize] = Some(ev);
+                i
+            }
+            None => {
+                self.slab.push(Some(ev));
+                (self.slab.len() - 1) as u32
+            }
+        };
         self.events.push(Event {
             at,
             seq: self.seq,
-            ev,
+            slot,
         });
     }
 
@@ -791,9 +808,13 @@ impl Fabric {
         if self.events.peek().is_none_or(|e| e.at > now) {
             return false;
         }
-        let Some(Event { at, ev, .. }) = self.events.pop() else {
+        let Some(Event { at, slot, .. }) = self.events.pop() else {
             return false;
         };
+        let Some(ev) = self.slab.get_mut(slot as usize).and_then(Option::take) else {
+            return false;
+        };
+        self.free_slots.push(slot);
         match ev {
             Ev::Depart(p) => self.depart(p, at, out),
             Ev::Arrive(p, a) => self.arrive(p, a, at, rng, out),

@@ -12,7 +12,6 @@
 //! bottleneck bandwidth, a buffer limit and RED ECN marking, for congestion experiments.
 use core::cmp::Ordering;
 use core::time::Duration;
-use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 
@@ -28,6 +27,7 @@ pub use crate::rng::Rng;
 
 mod fabric;
 mod switch;
+mod wakeups;
 pub use fabric::{ecmp_hash, Fabric, FabricConfig, PortKind, PortStats, Topology};
 pub use switch::{
     FlowKey, PfcConfig, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD,
@@ -274,7 +274,7 @@ pub struct Sim {
     /// Each endpoint's next wake-up (device deadline or end of serialisation), and the heap
     /// of them; an entry that differs from `armed` is stale and skipped.
     armed: Vec<Option<Instant>>,
-    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    timers: wakeups::Wakeups,
     fabric: Option<Fabric>,
     fabric_out: Vec<fabric::Out>,
     /// One UDP source port for every connection instead of each QP pair's own.
@@ -318,7 +318,7 @@ impl Sim {
             dirty: Vec::new(),
             is_dirty: Vec::new(),
             armed: Vec::new(),
-            timers: BinaryHeap::new(),
+            timers: wakeups::Wakeups::default(),
             fabric: None,
             fabric_out: Vec::new(),
             entropy_port: None,
@@ -427,19 +427,7 @@ impl Sim {
         let t = min_opt(e.device.poll_timeout(), e.blocked.then_some(e.egress_busy));
         if t != self.armed[i] {
             self.armed[i] = t;
-            if let Some(t) = t {
-                self.timers.push(Reverse((t, i)));
-            }
-        }
-    }
-
-    /// Drops stale wake-ups from the top of the heap.
-    fn clean_timers(&mut self) {
-        while let Some(&Reverse((t, i))) = self.timers.peek() {
-            if self.armed[i] == Some(t) {
-                break;
-            }
-            self.timers.pop();
+            self.timers.set(i, t);
         }
     }
 
@@ -587,7 +575,6 @@ impl Sim {
         }
         list.clear();
         self.dirty = list;
-        self.clean_timers();
     }
 
     fn pump_one(&mut self, from: usize) {
@@ -739,7 +726,7 @@ impl Sim {
             self.switch.as_ref().and_then(Switch::next_departure),
         );
         let arrival = min_opt(arrival, self.fabric.as_ref().and_then(Fabric::next_event));
-        let timer = self.timers.peek().map(|r| r.0 .0);
+        let timer = self.timers.peek().map(|(t, _)| t);
         min_opt(arrival, timer)
     }
 
@@ -841,15 +828,13 @@ impl Sim {
         }
         // The wake-ups that are due: device deadlines and NICs done serialising.
         let mut due = Vec::new();
-        while let Some(&Reverse((t, i))) = self.timers.peek() {
+        while let Some((t, i)) = self.timers.peek() {
             if t > now {
                 break;
             }
             self.timers.pop();
-            if self.armed[i] == Some(t) {
-                self.armed[i] = None;
-                due.push(i);
-            }
+            self.armed[i] = None;
+            due.push(i);
         }
         due.sort_unstable();
         for i in due {
