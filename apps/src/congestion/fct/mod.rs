@@ -822,6 +822,7 @@ mod tests {
         };
         let free = FctSpec {
             pfc: true,
+            regions: Regions::Bytes,
             ..FctSpec::new(work.clone(), CcConfig::None, Duration::from_millis(5), 1)
         };
         let tight = FctSpec {
@@ -836,6 +837,14 @@ mod tests {
         // Two at a time share the link less than eight: the tail flows' wait shows.
         assert!(b.all.p99 > a.all.p99, "{} vs {}", b.all.p99, a.all.p99);
         assert!(table(&b).contains("6 flows waited"), "{}", table(&b));
+        // Pattern regions store nothing: the bound does not apply, and the run is the
+        // unbounded one.
+        let pattern = run(&FctSpec {
+            regions: Regions::Pattern,
+            ..tight.clone()
+        });
+        assert_eq!(pattern.postponed, 0);
+        assert_eq!(pattern.all, a.all);
     }
 
     #[test]
