@@ -568,34 +568,14 @@ pub fn decode_columns<R: std::io::Read>(
     };
     let rows = rows.max(1);
     let mut dec = crate::Decoder::new(opts);
-    let mut error = None;
-    let mut n = 0u64;
-    let mut nothing = std::io::sink();
-    while !dec.done() {
-        match reader.next_record() {
-            Ok(Some(rec)) => {
-                // Nothing goes to the writer in this format.
-                let _ = dec.record(&rec, &mut nothing);
-                if dec.columns().full(rows) {
-                    if let Err(e) = sink(dec.columns().take()) {
-                        error = Some(DecodeError::Write(e));
-                        break;
-                    }
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                error = Some(DecodeError::Read(e));
-                break;
-            }
+    let mut error = crate::decode::each_record(reader, &mut dec, progress, &mut |dec, rec| {
+        // Nothing goes to the writer in this format.
+        let _ = dec.record(rec, &mut std::io::sink());
+        if dec.columns().full(rows) {
+            sink(dec.columns().take())?;
         }
-        n += 1;
-        if let Some(p) = progress {
-            if n.is_multiple_of(4096) {
-                p.advance(reader.offset());
-            }
-        }
-    }
+        Ok(())
+    });
     if dec.columns().rows() > 0 && !matches!(error, Some(DecodeError::Write(_))) {
         if let Err(e) = sink(dec.columns().take()) {
             error.get_or_insert(DecodeError::Write(e));

@@ -163,8 +163,9 @@ pub struct Decoder {
     analyzer: Option<Box<crate::analyze::Analyzer>>,
     /// The current packet's events.
     flags: Vec<crate::analyze::Event>,
-    /// The rows, with [`OutputFormat::Columns`].
-    columns: crate::columns::Columns,
+    /// The rows, with [`OutputFormat::Columns`] (made on first use: the other formats never
+    /// touch them).
+    columns: Option<Box<crate::columns::Columns>>,
 }
 
 impl Decoder {
@@ -182,14 +183,14 @@ impl Decoder {
                 .analyze
                 .then(|| Box::new(crate::analyze::Analyzer::new(Default::default()))),
             flags: Vec::new(),
-            columns: crate::columns::Columns::default(),
+            columns: None,
         }
     }
 
     /// The rows decoded so far and not taken (with [`OutputFormat::Columns`]): take them
     /// with [`crate::columns::Columns::take`] when [`crate::columns::Columns::full`].
     pub fn columns(&mut self) -> &mut crate::columns::Columns {
-        &mut self.columns
+        self.columns.get_or_insert_with(Box::default)
     }
 
     /// A decoder for a batch of records in the middle of an input: frame numbers continue
@@ -374,7 +375,7 @@ impl Decoder {
                                 &mc,
                             ),
                             OutputFormat::Columns => {
-                                self.columns.mac_control(frame_no, rec.ts, src, &mc)
+                                self.columns().mac_control(frame_no, rec.ts, src, &mc)
                             }
                             _ => format::summary_mac_control(
                                 &mut self.line,
@@ -400,7 +401,7 @@ impl Decoder {
                         OutputFormat::Json => {
                             format::json_other(&mut self.line, frame_no, rec.ts, rec.ts_digits, e)
                         }
-                        OutputFormat::Columns => self.columns.other(frame_no, rec.ts, e),
+                        OutputFormat::Columns => self.columns().other(frame_no, rec.ts, e),
                         _ => format::summary_other(
                             &mut self.line,
                             frame_no,
@@ -470,7 +471,10 @@ impl Decoder {
             OutputFormat::Summary => format::summary(&mut self.line, &d, &mut self.endpoints),
             OutputFormat::Verbose => format::verbose(&mut self.line, &d),
             OutputFormat::Json => format::json(&mut self.line, &d, &mut self.endpoints),
-            OutputFormat::Columns => self.columns.packet(&d, &mut self.endpoints),
+            OutputFormat::Columns => self
+                .columns
+                .get_or_insert_with(Box::default)
+                .packet(&d, &mut self.endpoints),
         }
         self.add_flags(start);
         self.emitted(out)
@@ -547,6 +551,37 @@ fn snap_cut(f: &Frame<'_>, rec: &Record<'_>) -> Option<format::SnapCut> {
     })
 }
 
+/// Hands every record of `reader` to `on` with the decoder, until the input ends, the decoder
+/// is [`Decoder::done`], `on` fails ([`DecodeError::Write`]) or the reader does
+/// ([`DecodeError::Read`]); reports progress every 4,096 records. The one record loop of the
+/// sequential decoders ([`decode()`], [`crate::columns::decode_columns`]).
+pub(crate) fn each_record<R: Read>(
+    reader: &mut CaptureReader<R>,
+    dec: &mut Decoder,
+    progress: Option<&dyn Progress>,
+    on: &mut dyn FnMut(&mut Decoder, &Record<'_>) -> io::Result<()>,
+) -> Option<DecodeError> {
+    let mut n = 0u64;
+    while !dec.done() {
+        match reader.next_record() {
+            Ok(Some(rec)) => {
+                if let Err(e) = on(dec, &rec) {
+                    return Some(DecodeError::Write(e));
+                }
+            }
+            Ok(None) => return None,
+            Err(e) => return Some(DecodeError::Read(e)),
+        }
+        n += 1;
+        if let Some(p) = progress {
+            if n.is_multiple_of(4096) {
+                p.advance(reader.offset());
+            }
+        }
+    }
+    None
+}
+
 /// Decodes a whole capture from `reader` into `out`; the output of every record read before an
 /// error is written (and flushed) before the error is returned in the [`Outcome`].
 pub fn decode<R: Read, W: Write>(
@@ -556,32 +591,9 @@ pub fn decode<R: Read, W: Write>(
     progress: Option<&dyn Progress>,
 ) -> Outcome {
     let mut dec = Decoder::new(opts);
-    let mut error = None;
-    let mut n = 0u64;
-    loop {
-        if dec.done() {
-            break;
-        }
-        match reader.next_record() {
-            Ok(Some(rec)) => {
-                if let Err(e) = dec.record(&rec, out) {
-                    error = Some(DecodeError::Write(e));
-                    break;
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                error = Some(DecodeError::Read(e));
-                break;
-            }
-        }
-        n += 1;
-        if let Some(p) = progress {
-            if n.is_multiple_of(4096) {
-                p.advance(reader.offset());
-            }
-        }
-    }
+    let mut error = each_record(reader, &mut dec, progress, &mut |dec, rec| {
+        dec.record(rec, &mut *out)
+    });
     if let Err(e) = dec.flush(out) {
         error.get_or_insert(DecodeError::Write(e));
     }

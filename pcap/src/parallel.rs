@@ -223,7 +223,11 @@ fn work(opts: Options, rx: &Mutex<Receiver<Batch>>, tx: &std::sync::mpsc::SyncSe
             seq: batch.seq,
             cost: batch.cost,
             out,
-            columns: dec.columns().take(),
+            columns: if columns {
+                dec.columns().take()
+            } else {
+                crate::columns::Batch::default()
+            },
             stats: dec.stats(),
         };
         if tx.send(done).is_err() {

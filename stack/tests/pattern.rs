@@ -3,15 +3,14 @@
 //! one pattern region to another over a lossy, duplicating, reordering link is verified byte
 //! for byte without either side holding the bytes; a WRITE of other bytes, or one cut short,
 //! is not. A failing case prints its seed.
-use std::net::{IpAddr, Ipv4Addr};
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use roce_proto::Psn;
 use roce_stack::sim::{LinkConfig, Sim};
-use roce_stack::{
-    Access, ConnectParams, MrHandle, Pattern, QpCaps, SgList, WcStatus, WorkRequest, WrOp,
-};
+use roce_stack::{Access, ConnectParams, MrHandle, Pattern, SgList, WcStatus, WorkRequest, WrOp};
 
 const PERIOD: usize = (1 << 16) - 1;
 
@@ -53,25 +52,14 @@ fn write(
         reorder_delay: Duration::from_micros(5),
         ..LinkConfig::default()
     });
-    let a = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-    let b = sim.add_endpoint(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
-    let (pa, pb) = (sim.device(a).alloc_pd(), sim.device(b).alloc_pd());
-    let (sa, ra) = (sim.device(a).create_cq(), sim.device(a).create_cq());
-    let (sb, rb) = (sim.device(b).create_cq(), sim.device(b).create_cq());
-    let x = sim
-        .device(a)
-        .create_qp(pa, sa, ra, QpCaps::default())
-        .unwrap();
-    let y = sim
-        .device(b)
-        .create_qp(pb, sb, rb, QpCaps::default())
-        .unwrap();
     let c = ConnectParams {
         rq_psn: Psn::new(5),
         sq_psn: Psn::new(9),
         ..ConnectParams::default()
     };
-    sim.connect(a, x, b, y, &c).unwrap();
+    let pair = common::connect_pairs(&mut sim, 1, |_| c);
+    let (a, b, (pa, pb)) = (pair.a, pair.b, pair.pd);
+    let (x, sa) = pair.send[0];
     let smr: MrHandle = match (src, plain) {
         (Some(p), _) => sim
             .device(a)
