@@ -133,3 +133,16 @@ fn analysis_pages_that_cannot_be_written_fail() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_decoded_table_or_listing_that_cannot_be_written_fails_the_run() {
+    let cap = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/captures/linlinw5-rdma_ib_tutorial/rdma_write_bw.pcap"
+    );
+    for format in ["parquet", "json", "summary"] {
+        let (code, _, err) = roce(&["decode", "--format", format, "-o", FULL, cap]);
+        assert_eq!(code, 1, "--format {format}: {err}");
+        one_line_naming(&err, "writing /dev/full");
+    }
+}

@@ -210,7 +210,11 @@ pub fn decode_to_parquet<R: std::io::Read, W: Write + Send>(
     progress: Option<&dyn crate::Progress>,
 ) -> (crate::Outcome, Option<W>) {
     use crate::DecodeError;
-    let as_io = |e: ParquetError| std::io::Error::other(e.to_string());
+    // The output's own error as it was, else the Parquet one.
+    let as_io = |e: ParquetError| match e {
+        ParquetError::External(inner) => std::io::Error::other(inner),
+        e => std::io::Error::other(e.to_string()),
+    };
     let mut writer = match ParquetWriter::new(out) {
         Ok(w) => w,
         Err(e) => {

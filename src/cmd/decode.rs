@@ -153,19 +153,23 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give a capture file, `-`, or --interface"),
     };
     drop(out);
-    Ok(finish(&outcome, a.check))
+    Ok(finish(&outcome, &a))
 }
 
-/// Prints the counters and the error, if any; the exit code.
-fn finish(outcome: &roce_pcap::Outcome, check: bool) -> ExitCode {
+/// Prints the counters and the error, if any (a write error names `-o`'s file); the exit
+/// code.
+fn finish(outcome: &roce_pcap::Outcome, a: &DecodeArgs) -> ExitCode {
     eprintln!("{}", outcome.stats.line());
-    match &outcome.error {
+    match (&outcome.error, a.output.as_deref()) {
         // The reader of our output went away (`| head`): stop quietly, like other tools.
-        Some(DecodeError::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        Some(e) => eprintln!("roce decode: {e}"),
-        None => {}
+        (Some(DecodeError::Write(e)), _) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        (Some(DecodeError::Write(e)), Some(file)) if file != "-" => {
+            eprintln!("roce decode: writing {file}: {e}")
+        }
+        (Some(e), _) => eprintln!("roce decode: {e}"),
+        (None, _) => {}
     }
-    ExitCode::from(outcome.exit_code(check) as u8)
+    ExitCode::from(outcome.exit_code(a.check) as u8)
 }
 
 /// `--format parquet`: the rows of `roce decode --json` as a Parquet file, a row group of
@@ -203,7 +207,7 @@ fn parquet(a: &DecodeArgs, opts: Options) -> anyhow::Result<ExitCode> {
     if let Some(mut out) = out {
         out.flush().with_context(|| format!("writing {output}"))?;
     }
-    Ok(finish(&outcome, a.check))
+    Ok(finish(&outcome, a))
 }
 
 /// Opens a capture file (`-`: stdin) for reading; its size (0 for stdin) for the progress bar.

@@ -1069,6 +1069,49 @@ mod tests {
         }
     }
 
+    /// A peer scattering single bytes over a pattern region cannot grow its bookkeeping
+    /// without bound: past MAX_WRITTEN_RANGES disjoint ranges the region says it is not
+    /// complete, and keeps at most that many; wrong bytes are counted wherever they land.
+    #[test]
+    fn pattern_region_bookkeeping_is_bounded_under_scattered_writes() {
+        let bytes: std::sync::Arc<[u8]> = (0..=255u8).cycle().take(1000).collect();
+        let pattern = Pattern {
+            bytes: bytes.clone(),
+            start: 3,
+            period: 997,
+        };
+        let mut t = MrTable::default();
+        let len = 4 * MAX_WRITTEN_RANGES;
+        let h = t
+            .register_pattern(PdHandle(0), len, Access::LOCAL_WRITE, pattern.clone())
+            .unwrap();
+        let idx = h.0 as usize;
+        // Every other byte, right values, backwards (no range ever grows in place).
+        for off in (0..len).step_by(2).rev() {
+            let want = bytes[3 + off % 997];
+            t.write(idx, off, &[want]);
+        }
+        let mr = t.get_mut(h).unwrap();
+        let check = mr.pattern_check().unwrap();
+        assert!(!check.complete && check.mismatched == 0, "{check:?}");
+        let state = mr.pattern.as_ref().unwrap();
+        assert!(state.fragmented && state.written.len() <= MAX_WRITTEN_RANGES);
+        // A wrong byte anywhere is counted; reads give the pattern, wrapping at the period.
+        t.write(idx, 1, &[bytes[3 + 1].wrapping_add(1)]);
+        assert_eq!(t.get_mut(h).unwrap().pattern_check().unwrap().mismatched, 1);
+        let read = t.bytes(idx, 990, 20);
+        let want: Vec<u8> = (990..1010).map(|i| bytes[3 + i % 997]).collect();
+        assert_eq!(&read[..], &want[..]);
+        // A pattern that runs past its bytes is refused.
+        let bad = Pattern {
+            start: 10,
+            ..pattern
+        };
+        assert!(t
+            .register_pattern(PdHandle(0), 8, Access::NONE, bad)
+            .is_none());
+    }
+
     #[test]
     fn transport_writes_mark_pages_dirty() {
         let mut t = MrTable::default();
