@@ -41,13 +41,13 @@
 //! [`Topology::FatTree`] (pods of ToR and aggregation switches, every ToR to every
 //! aggregation switch of its pod, aggregation switch `j` of every pod to core group `j`), with
 //! [`Topology::k_ary`] and the HPCC paper's fabric ([`Topology::HPCC`]) as presets.
-use core::cmp::Ordering;
 use core::time::Duration;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use roce_proto::Ecn;
 
+use super::radix::RadixQueue;
 use super::switch::{PfcConfig, RedConfig, FRAME_OVERHEAD};
 use super::{Arrival, PFC_PRIORITY, PFC_REFRESH_NS, PFC_XOFF_QUANTA};
 use crate::cc::hpcc::IntHop;
@@ -418,32 +418,6 @@ enum Ev {
     Refresh(u32),
 }
 
-/// A pending event's place in the heap: its time, its order among events of that time, and
-/// the slot of [`Fabric::slab`] holding it (the heap moves 24 bytes per sift, not a frame).
-#[derive(Debug)]
-struct Event {
-    at: Instant,
-    seq: u64,
-    slot: u32,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Event {
-    fn cmp(&self, o: &Self) -> Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
-}
-
 /// What processing a fabric event gave the simulator.
 #[derive(Debug)]
 pub(super) enum Out {
@@ -469,12 +443,17 @@ pub struct Fabric {
     tiers: Vec<u8>,
     /// Buffer in use per node (switches).
     buffer: Vec<u64>,
-    /// Egress candidates of switch `s` to host `d`: `routes[(s - hosts) * hosts + d]` is a
-    /// range into `route_ports`.
-    routes: Vec<(u32, u32)>,
+    /// Egress candidates of switch `s` to host `d`: `routes[(s - hosts) * hosts + d]` is an
+    /// index of `route_lists`, a range of `route_ports`. Equal lists are stored once (a
+    /// fat tree's switch has a handful: up, or down to one of its pods or hosts), so that
+    /// looking up a hop reads a small table that stays in the cache.
+    routes: Vec<u32>,
+    route_lists: Vec<(u32, u32)>,
     route_ports: Vec<u32>,
-    events: BinaryHeap<Event>,
-    /// The pending events' payloads, by [`Event::slot`], and the free slots.
+    /// Pending events by (time, order of scheduling): slots of `slab`, so that the queue
+    /// moves a few bytes per item, not a frame.
+    events: RadixQueue<u32>,
+    /// The pending events' payloads, and the free slots.
     slab: Vec<Option<Ev>>,
     free_slots: Vec<u32>,
     seq: u64,
@@ -537,8 +516,9 @@ impl Fabric {
             tiers,
             buffer: vec![0; nodes],
             routes: Vec::new(),
+            route_lists: Vec::new(),
             route_ports: Vec::new(),
-            events: BinaryHeap::new(),
+            events: RadixQueue::default(),
             slab: Vec::new(),
             free_slots: Vec::new(),
             seq: 0,
@@ -554,9 +534,11 @@ impl Fabric {
     fn build_routes(&mut self) {
         let nodes = self.node_ports.len();
         let switches = nodes - self.hosts;
-        self.routes = vec![(0, 0); switches * self.hosts];
+        self.routes = vec![0; switches * self.hosts];
         let mut dist = vec![u32::MAX; nodes];
         let mut q = VecDeque::new();
+        let mut interned: std::collections::HashMap<Vec<u32>, u32> = Default::default();
+        let mut list = Vec::new();
         for d in 0..self.hosts {
             dist.fill(u32::MAX);
             dist[d] = 0;
@@ -575,16 +557,27 @@ impl Fabric {
                 }
             }
             for s in self.hosts..nodes {
-                let start = self.route_ports.len() as u32;
+                list.clear();
                 for &p in &self.node_ports[s] {
                     let m = self.ports[p as usize].peer as usize;
                     let via_host = m < self.hosts && m != d;
                     if !via_host && dist[m] != u32::MAX && dist[m] + 1 == dist[s] {
-                        self.route_ports.push(p);
+                        list.push(p);
                     }
                 }
-                let end = self.route_ports.len() as u32;
-                self.routes[(s - self.hosts) * self.hosts + d] = (start, end);
+                let id = match interned.get(&list) {
+                    Some(&id) => id,
+                    None => {
+                        let start = self.route_ports.len() as u32;
+                        self.route_ports.extend_from_slice(&list);
+                        let id = self.route_lists.len() as u32;
+                        self.route_lists
+                            .push((start, self.route_ports.len() as u32));
+                        interned.insert(list.clone(), id);
+                        id
+                    }
+                };
+                self.routes[(s - self.hosts) * self.hosts + d] = id;
             }
         }
     }
@@ -674,7 +667,7 @@ impl Fabric {
         if s < self.hosts || d >= self.hosts {
             return &[];
         }
-        let (a, b) = self.routes[(s - self.hosts) * self.hosts + d];
+        let (a, b) = self.route_lists[self.routes[(s - self.hosts) * self.hosts + d] as usize];
         &self.route_ports[a as usize..b as usize]
     }
 
@@ -733,7 +726,7 @@ impl Fabric {
 
     /// The earliest pending event.
     pub(super) fn next_event(&self) -> Option<Instant> {
-        self.events.peek().map(|e| e.at)
+        self.events.peek_time()
     }
 
     fn push(&mut self, at: Instant, ev: Ev) {
@@ -748,11 +741,7 @@ impl Fabric {
                 (self.slab.len() - 1) as u32
             }
         };
-        self.events.push(Event {
-            at,
-            seq: self.seq,
-            slot,
-        });
+        self.events.push(at, self.seq, slot);
     }
 
     fn tx_ns(bytes: u64, rate: u64) -> u64 {
@@ -805,10 +794,10 @@ impl Fabric {
     /// Processes the earliest event if it is due at `now`, appending what it gave to `out`.
     /// `false` when nothing was due.
     pub(super) fn process(&mut self, now: Instant, rng: &mut Rng, out: &mut Vec<Out>) -> bool {
-        if self.events.peek().is_none_or(|e| e.at > now) {
+        if self.events.peek_time().is_none_or(|at| at > now) {
             return false;
         }
-        let Some(Event { at, slot, .. }) = self.events.pop() else {
+        let Some((at, _, slot)) = self.events.pop() else {
             return false;
         };
         let Some(ev) = self.slab.get_mut(slot as usize).and_then(Option::take) else {

@@ -26,6 +26,7 @@ use crate::time::Instant;
 pub use crate::rng::Rng;
 
 mod fabric;
+mod radix;
 mod switch;
 mod wakeups;
 pub use fabric::{ecmp_hash, Fabric, FabricConfig, PortKind, PortStats, Topology};
@@ -740,8 +741,10 @@ impl Sim {
         self.endpoints[a.to]
             .device
             .handle_datagram_int(now, &meta, &a.data, a.int.as_deref());
+        // Its wake-up is set again when the step ends ([`Sim::pump`] re-arms every device it
+        // asked); a wake-up made stale by the datagram meanwhile is checked against the
+        // device's own deadline before it runs anything.
         self.touch(a.to);
-        self.rearm(a.to);
     }
 
     /// Processes the earliest fabric event (due by now) and what it gave.
