@@ -394,7 +394,7 @@ struct Port {
     kind: PortKind,
     rate_bps: u64,
     red: Option<RedConfig>,
-    queue: VecDeque<Arrival>,
+    queue: VecDeque<Box<Arrival>>,
     queue_bytes: u64,
     /// Sending the head frame (its departure event is pending).
     busy: bool,
@@ -411,7 +411,7 @@ enum Ev {
     /// The port finished sending its head frame.
     Depart(u32),
     /// A frame sent on the port reached the port's peer.
-    Arrive(u32, Arrival),
+    Arrive(u32, Box<Arrival>),
     /// A PFC frame reached the port: pause (`true`) or resume it.
     Pause(u32, bool),
     /// Repeat the XOFF of the ingress port while it pauses.
@@ -422,9 +422,9 @@ enum Ev {
 #[derive(Debug)]
 pub(super) enum Out {
     /// A frame reached its host.
-    Deliver(Arrival),
+    Deliver(Box<Arrival>),
     /// A switch dropped a frame (buffer full).
-    Drop(Arrival),
+    Drop(Box<Arrival>),
     /// A switch sent a PFC frame (the whole Ethernet frame, no FCS).
     Pfc([u8; roce_proto::mac_control::MIN_FRAME]),
     /// A host's port was resumed: its device may send again.
@@ -762,7 +762,7 @@ impl Fabric {
         port.stats.tx_bytes += len;
         self.hops += 1;
         let at = done + self.cfg.link_delay;
-        self.push(at, Ev::Arrive(p, a));
+        self.push(at, Ev::Arrive(p, Box::new(a)));
         done
     }
 
@@ -878,7 +878,14 @@ impl Fabric {
         self.kick(p, now);
     }
 
-    fn arrive(&mut self, p: u32, mut a: Arrival, now: Instant, rng: &mut Rng, out: &mut Vec<Out>) {
+    fn arrive(
+        &mut self,
+        p: u32,
+        mut a: Box<Arrival>,
+        now: Instant,
+        rng: &mut Rng,
+        out: &mut Vec<Out>,
+    ) {
         let node = self.ports[p as usize].peer as usize;
         if node < self.hosts {
             out.push(Out::Deliver(a));
