@@ -156,6 +156,13 @@ pub struct Device {
     in_active: Vec<bool>,
     /// Datagrams the front QP of `active` has sent in its current turn.
     served: u32,
+    /// Each QP's next deadline ([`Qp::poll_timeout`]) as of its last change, unless it is in
+    /// `stale`: the device's deadline is the least of a short array, not a call into every
+    /// QP and its congestion controller (asked after every datagram in a simulation).
+    deadlines: Vec<Option<Instant>>,
+    /// QPs changed since their `deadlines` entry was taken, each once (`is_stale`).
+    stale: Vec<usize>,
+    is_stale: Vec<bool>,
     /// Drops of datagrams that reached no QP.
     drops: QpStats,
     /// Datagrams accepted by a QP.
@@ -191,6 +198,9 @@ impl Device {
             active: VecDeque::new(),
             in_active: Vec::new(),
             served: 0,
+            deadlines: Vec::new(),
+            stale: Vec::new(),
+            is_stale: Vec::new(),
             drops: QpStats::default(),
             accepted: 0,
             accepted_connected: 0,
@@ -282,6 +292,9 @@ impl Device {
         let qpn = Qpn(self.config.qpn_base + self.qps.len() as u32);
         self.qps.push(Qp::new(qpn, pd, send_cq, recv_cq, caps));
         self.in_active.push(false);
+        self.deadlines.push(None);
+        self.is_stale.push(false);
+        self.mark(self.qps.len() - 1);
         Ok(qpn)
     }
 
@@ -534,10 +547,29 @@ impl Device {
         self.qps.iter()
     }
 
+    /// QP `i` may have changed: it may have something to send, and its deadline is taken
+    /// again.
     fn mark(&mut self, i: usize) {
         if !self.in_active[i] {
             self.in_active[i] = true;
             self.active.push_back(i);
+        }
+        self.mark_stale(i);
+    }
+
+    /// QP `i`'s entry of `deadlines` is to be taken again.
+    fn mark_stale(&mut self, i: usize) {
+        if !self.is_stale[i] {
+            self.is_stale[i] = true;
+            self.stale.push(i);
+        }
+    }
+
+    /// Brings `deadlines` up to date.
+    fn refresh_deadlines(&mut self) {
+        for i in self.stale.drain(..) {
+            self.is_stale[i] = false;
+            self.deadlines[i] = self.qps[i].poll_timeout();
         }
     }
 
@@ -720,8 +752,9 @@ impl Device {
 
     /// Runs expired timers. Call once `now >= poll_timeout()`; early calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.refresh_deadlines();
         for i in 0..self.qps.len() {
-            if self.qps[i].poll_timeout().is_some_and(|t| t <= now) {
+            if self.deadlines[i].is_some_and(|t| t <= now) {
                 let mut ctx = Ctx {
                     mrs: &mut self.mrs,
                     cqs: &mut self.cqs,
@@ -786,6 +819,10 @@ impl Device {
                     events: &mut self.events,
                 },
             };
+            if !self.is_stale[i] {
+                self.is_stale[i] = true;
+                self.stale.push(i);
+            }
             let qp = &mut self.qps[i];
             match qp.poll_transmit(now, &mut ctx, buf) {
                 Some(len) => {
@@ -811,7 +848,22 @@ impl Device {
     /// The earliest deadline of any QP (retransmit, RNR, pacing, congestion control).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.iter().filter_map(Qp::poll_timeout).min()
+        let kept = self
+            .deadlines
+            .iter()
+            .zip(&self.is_stale)
+            .filter_map(|(&d, &stale)| if stale { None } else { d });
+        let changed = self
+            .stale
+            .iter()
+            .filter_map(|&i| self.qps[i].poll_timeout());
+        let t = kept.chain(changed).min();
+        debug_assert_eq!(
+            t,
+            self.qps.iter().filter_map(Qp::poll_timeout).min(),
+            "the deadline cache missed a change"
+        );
+        t
     }
 
     /// Counters summed over every QP, plus the drops that reached no QP.
