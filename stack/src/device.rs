@@ -292,9 +292,9 @@ impl Device {
         let qpn = Qpn(self.config.qpn_base + self.qps.len() as u32);
         self.qps.push(Qp::new(qpn, pd, send_cq, recv_cq, caps));
         self.in_active.push(false);
+        // In RESET: no deadline.
         self.deadlines.push(None);
         self.is_stale.push(false);
-        self.mark(self.qps.len() - 1);
         Ok(qpn)
     }
 
@@ -811,6 +811,7 @@ impl Device {
                 self.served = 0;
                 continue;
             }
+            self.mark_stale(i);
             let mut ctx = Ctx {
                 mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
@@ -819,10 +820,6 @@ impl Device {
                     events: &mut self.events,
                 },
             };
-            if !self.is_stale[i] {
-                self.is_stale[i] = true;
-                self.stale.push(i);
-            }
             let qp = &mut self.qps[i];
             match qp.poll_transmit(now, &mut ctx, buf) {
                 Some(len) => {
