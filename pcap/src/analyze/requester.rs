@@ -158,13 +158,17 @@ impl ReqState {
         }
         self.ring = full;
     }
-    /// Reads what a request at the 24-bit `psn` reads first (its ring slot: the unwrapped
-    /// PSN's residue is the wire PSN's, the ring's length dividing 2^24), so that it is in
-    /// the cache when the request comes to be analyzed.
-    pub(super) fn touch(&self, psn: u32) -> u64 {
+    /// Reads the state a packet of these requests reads first (for the analyzer's
+    /// lookahead), returning something of it so that the reads are made.
+    pub(super) fn touch(&self) -> u64 {
+        self.count ^ self.highest ^ self.outstanding.len() as u64 ^ self.ring.len() as u64
+    }
+    /// Reads the ring slot of the 24-bit `psn` (the unwrapped PSN's residue is the wire
+    /// PSN's, the ring's length dividing 2^24), so that it is in the cache when the packet
+    /// comes to be analyzed.
+    pub(super) fn touch_slot(&self, psn: u32) -> u64 {
         let n = self.ring.len().max(1);
-        let slot = self.ring.get(psn as usize % n).map_or(0, |e| e.0);
-        slot ^ self.count ^ self.highest ^ self.outstanding.len() as u64
+        self.ring.get(psn as usize % n).map_or(0, |e| e.0)
     }
     /// What the ring holds for `psn`, when it does.
     fn find(&self, psn: u64) -> Option<(u64, u64, u64, u16, u32)> {
