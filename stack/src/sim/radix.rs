@@ -29,6 +29,9 @@ pub(super) struct RadixQueue<V> {
     /// The last key removed (0 at first): a lower bound of every key in the queue.
     last: u128,
     buckets: Vec<Vec<(u128, V)>>,
+    /// Bit `b` set when bucket `b` is not empty: the lowest non-empty bucket is found by
+    /// counting trailing zeros, not by reading the buckets in turn.
+    nonempty: [u64; 3],
     len: usize,
     /// The smallest key in the queue, when it is not empty.
     min: Option<u128>,
@@ -39,6 +42,7 @@ impl<V> Default for RadixQueue<V> {
         Self {
             last: 0,
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            nonempty: [0; 3],
             len: 0,
             min: None,
         }
@@ -57,6 +61,23 @@ impl<V> RadixQueue<V> {
     /// The bucket of key `k`.
     fn bucket(&self, k: u128) -> usize {
         (128 - (k ^ self.last).leading_zeros()) as usize
+    }
+
+    fn mark(&mut self, b: usize) {
+        self.nonempty[b / 64] |= 1 << (b % 64);
+    }
+
+    fn unmark(&mut self, b: usize) {
+        self.nonempty[b / 64] &= !(1 << (b % 64));
+    }
+
+    /// The lowest non-empty bucket.
+    fn lowest(&self) -> Option<usize> {
+        self.nonempty
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
     }
 
     /// Items waiting.
@@ -79,6 +100,7 @@ impl<V> RadixQueue<V> {
         // and comes out next (in release builds, where the assertion is off).
         let b = if k < self.last { 0 } else { self.bucket(k) };
         self.buckets[b].push((k, v));
+        self.mark(b);
         self.len += 1;
         self.min = Some(self.min.map_or(k, |m| m.min(k)));
     }
@@ -88,13 +110,14 @@ impl<V> RadixQueue<V> {
         let m = self.min?;
         if self.buckets[0].is_empty() {
             // The lowest non-empty bucket holds the minimum: spread it out around it.
-            let i = self.buckets.iter().position(|b| !b.is_empty())?;
+            let i = self.lowest()?;
             self.last = m;
-            let items = std::mem::take(&mut self.buckets[i]);
-            let mut items = items;
+            let mut items = std::mem::take(&mut self.buckets[i]);
+            self.unmark(i);
             for (k, v) in items.drain(..) {
                 let b = self.bucket(k);
                 self.buckets[b].push((k, v));
+                self.mark(b);
             }
             // Hand the emptied vector back to keep its capacity.
             self.buckets[i] = items;
@@ -108,6 +131,9 @@ impl<V> RadixQueue<V> {
             .min_by_key(|(_, (k, _))| *k)
             .map(|(j, _)| j)?;
         let (k, v) = zero.swap_remove(j);
+        if zero.is_empty() {
+            self.unmark(0);
+        }
         self.len -= 1;
         self.min = self.find_min();
         Some((time_of(k), k as u64, v))
@@ -115,8 +141,7 @@ impl<V> RadixQueue<V> {
 
     /// The smallest key left: in bucket 0 if any, else the lowest non-empty bucket's least.
     fn find_min(&self) -> Option<u128> {
-        let b = self.buckets.iter().find(|b| !b.is_empty())?;
-        b.iter().map(|(k, _)| *k).min()
+        self.buckets[self.lowest()?].iter().map(|(k, _)| *k).min()
     }
 }
 
@@ -166,6 +191,14 @@ mod tests {
                     }
                 }
                 assert_eq!(q.len(), h.len(), "seed {seed}");
+                for (b, items) in q.buckets.iter().enumerate() {
+                    let marked = q.nonempty[b / 64] >> (b % 64) & 1 == 1;
+                    assert_eq!(
+                        marked,
+                        !items.is_empty(),
+                        "seed {seed} step {step} bucket {b}"
+                    );
+                }
             }
             while let Some(Reverse(want)) = h.pop() {
                 assert_eq!(q.pop(), Some(want), "seed {seed} draining");
