@@ -384,6 +384,20 @@ pub struct PortStats {
     pub paused_ns: u64,
 }
 
+/// A frame in an egress queue, with what its departure reads of it: the departure then
+/// leaves the frame itself alone (by the time a frame leaves, its line is long out of the
+/// cache, and so is the next head's, whose length the next departure's time needs).
+#[derive(Debug)]
+struct Queued {
+    /// Its length on the wire, bytes.
+    len: u64,
+    /// The port it came in through.
+    ingress: u32,
+    /// Collecting telemetry ([`Arrival::stamp`]).
+    stamp: bool,
+    frame: Box<Arrival>,
+}
+
 /// One directed port.
 #[derive(Debug)]
 struct Port {
@@ -394,7 +408,7 @@ struct Port {
     kind: PortKind,
     rate_bps: u64,
     red: Option<RedConfig>,
-    queue: VecDeque<Box<Arrival>>,
+    queue: VecDeque<Queued>,
     queue_bytes: u64,
     /// Sending the head frame (its departure event is pending).
     busy: bool,
@@ -775,7 +789,7 @@ impl Fabric {
         let Some(head) = port.queue.front() else {
             return;
         };
-        let ns = Self::tx_ns(Self::frame_len(head), port.rate_bps);
+        let ns = Self::tx_ns(head.len, port.rate_bps);
         port.busy = true;
         self.push(now.add_nanos(ns), Ev::Depart(p));
     }
@@ -841,16 +855,15 @@ impl Fabric {
     fn depart(&mut self, p: u32, now: Instant, out: &mut Vec<Out>) {
         let port = &mut self.ports[p as usize];
         port.busy = false;
-        let Some(mut a) = port.queue.pop_front() else {
+        let Some(q) = port.queue.pop_front() else {
             return;
         };
-        let len = Self::frame_len(&a);
+        let (len, ingress, mut a) = (q.len, q.ingress, q.frame);
         port.queue_bytes -= len;
         port.stats.tx_frames += 1;
         port.stats.tx_bytes += len;
         let node = port.node as usize;
-        let ingress = a.ingress;
-        if a.stamp {
+        if q.stamp {
             if let Some(int) = a.int.as_mut() {
                 int.push(IntHop {
                     qlen_bytes: port.queue_bytes,
@@ -917,7 +930,12 @@ impl Fabric {
         a.ingress = ingress;
         eg.queue_bytes += len;
         eg.stats.max_queue_bytes = eg.stats.max_queue_bytes.max(eg.queue_bytes);
-        eg.queue.push_back(a);
+        eg.queue.push_back(Queued {
+            len,
+            ingress,
+            stamp: a.stamp,
+            frame: a,
+        });
         self.buffer[node] += len;
         self.kick(e as u32, now);
         if let Some(pfc) = self.cfg.pfc {
