@@ -474,39 +474,28 @@ fn perftest(
             return (String::new(), common::rxe::Analysis::default());
         }
     };
-    let cap = Capture::start();
     // perftest's -R is roce's --cm.
     let fl: Vec<&str> = flags
         .split_whitespace()
         .map(|f| if f == "-R" { "--cm" } else { f })
         .collect();
-    let (rc, out, code, rout, rerr) = if kernel_server {
-        let mut guest = peer.start(&format!("ib_{tool} {PT} {flags}"));
-        assert!(
-            guest.wait_for("Waiting for client", 90),
-            "{}",
-            guest.output()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        let mut args = roce.to_vec();
-        args.extend(["--perftest", "--client", VM, "--bind", HOST]);
-        args.extend(&fl);
-        let (code, rout, rerr) = Host::start(&args).finish(120);
-        let (rc, out) = guest.finish(60);
-        (rc, out, code, rout, rerr)
-    } else {
-        let mut args = roce.to_vec();
-        args.extend(["--perftest", "--server", "--bind", HOST]);
-        args.extend(&fl);
-        let host = Host::start(&args);
-        host_listening(&host.args());
-        let (rc, out) = peer
-            .start(&format!("ib_{tool} {PT} {flags} {HOST}"))
-            .finish(120);
-        let (code, rout, rerr) = host.finish(30);
-        (rc, out, code, rout, rerr)
-    };
     let what = format!("ib_{tool} {flags} (kernel server: {kernel_server})");
+    // perftest turns CPU cycles into times with a clock rate it measures first; in a guest
+    // starved of CPU (the VM beside a loaded host) that measurement can fail its own
+    // linearity check, and the tool then exits without a report ("Correlation coefficient
+    // r^2 ... < 0.9", "Can't produce a report"). That is the tool's clock, not the exchange:
+    // the run is made again, at most twice, and said so.
+    let mut attempt = 0;
+    let (cap, rc, out, code, rout, rerr) = loop {
+        attempt += 1;
+        let r = perftest_run(&peer, tool, roce, &fl, flags, kernel_server);
+        let clock_failed = r.1 != Some(0) && r.2.contains("Correlation coefficient r^2");
+        if clock_failed && attempt < 3 {
+            eprintln!("{what}: perftest could not measure its CPU clock (attempt {attempt}); running it again");
+            continue;
+        }
+        break r;
+    };
     assert_eq!(rc, Some(0), "{what}: the tool:\n{out}\nroce:\n{rout}{rerr}");
     assert_eq!(
         code,
@@ -531,6 +520,45 @@ fn perftest(
         assert_eq!(a.retransmitted_by(HOST), 0, "{what}: {a:?}");
     }
     (rout, a)
+}
+
+/// One run of perftest's `ib_{tool}` against roce's `perf` (see [`perftest`]): the capture
+/// of it, the tool's exit code and output, roce's exit code, stdout and stderr.
+fn perftest_run(
+    peer: &Peer,
+    tool: &str,
+    roce: &[&str],
+    fl: &[&str],
+    flags: &str,
+    kernel_server: bool,
+) -> (Capture, Option<i32>, String, Option<i32>, String, String) {
+    let cap = Capture::start();
+    if kernel_server {
+        let mut guest = peer.start(&format!("ib_{tool} {PT} {flags}"));
+        assert!(
+            guest.wait_for("Waiting for client", 90),
+            "{}",
+            guest.output()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let mut args = roce.to_vec();
+        args.extend(["--perftest", "--client", VM, "--bind", HOST]);
+        args.extend_from_slice(fl);
+        let (code, rout, rerr) = Host::start(&args).finish(120);
+        let (rc, out) = guest.finish(60);
+        (cap, rc, out, code, rout, rerr)
+    } else {
+        let mut args = roce.to_vec();
+        args.extend(["--perftest", "--server", "--bind", HOST]);
+        args.extend_from_slice(fl);
+        let host = Host::start(&args);
+        host_listening(&host.args());
+        let (rc, out) = peer
+            .start(&format!("ib_{tool} {PT} {flags} {HOST}"))
+            .finish(120);
+        let (code, rout, rerr) = host.finish(30);
+        (cap, rc, out, code, rout, rerr)
+    }
 }
 
 #[test]
