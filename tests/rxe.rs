@@ -7,7 +7,7 @@
 //! The tests of this file share one tap and run one at a time (see `common::rxe`).
 mod common;
 
-use common::rxe::{skipped, Capture, Host, Peer, HOST, VM};
+use common::rxe::{skipped, Capture, Guest, Host, Peer, HOST, VM};
 
 /// The guest's perftest device flags: rxe0, GID index 1 (the IPv4-mapped GID).
 const PT: &str = "-d rxe0 -x 1";
@@ -20,6 +20,19 @@ macro_rules! peer {
             Err(why) => return skipped(&why),
         }
     };
+}
+
+/// Starts a kernel-side perftest server (`cmd`) and returns once it waits for its client,
+/// plus half a second for its listening socket.
+fn start_kernel_server(peer: &Peer, cmd: &str) -> Guest {
+    let mut guest = peer.start(cmd);
+    assert!(
+        guest.wait_for("Waiting for client", 90),
+        "{}",
+        guest.output()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    guest
 }
 
 /// Waits for `host` to print `what` on stderr's first lines, up to 10 s (a roce server
@@ -99,13 +112,7 @@ fn kernel_client_roce_server(test: &str) {
 fn roce_client_kernel_server(test: &str) {
     let peer = peer!();
     let cap = Capture::start();
-    let mut guest = peer.start(&format!("ib_{test}_bw {PT} -s 65536 -n 500"));
-    assert!(
-        guest.wait_for("Waiting for client", 90),
-        "{}",
-        guest.output()
-    );
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let guest = start_kernel_server(&peer, &format!("ib_{test}_bw {PT} -s 65536 -n 500"));
     let (code, rout, rerr) = Host::start(&[
         "perf",
         test,
@@ -534,13 +541,7 @@ fn perftest_run(
 ) -> (Capture, Option<i32>, String, Option<i32>, String, String) {
     let cap = Capture::start();
     if kernel_server {
-        let mut guest = peer.start(&format!("ib_{tool} {PT} {flags}"));
-        assert!(
-            guest.wait_for("Waiting for client", 90),
-            "{}",
-            guest.output()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
+        let guest = start_kernel_server(peer, &format!("ib_{tool} {PT} {flags}"));
         let mut args = roce.to_vec();
         args.extend(["--perftest", "--client", VM, "--bind", HOST]);
         args.extend_from_slice(fl);
@@ -648,13 +649,7 @@ fn ib_send_bw_uc_and_ud_both_roles() {
 fn an_unusable_rep_is_answered_with_a_rej() {
     let peer = peer!();
     let cap = Capture::start();
-    let mut guest = peer.start(&format!("ib_write_bw {PT} -R -n 100"));
-    assert!(
-        guest.wait_for("Waiting for client", 90),
-        "{}",
-        guest.output()
-    );
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let guest = start_kernel_server(&peer, &format!("ib_write_bw {PT} -R -n 100"));
     let (code, out, err) = Host::start(&[
         "perf", "write", "--cm", "--client", VM, "--bind", HOST, "-n", "100",
     ])

@@ -927,7 +927,6 @@ impl Fabric {
                 eg.stats.marked += 1;
             }
         }
-        a.ingress = ingress;
         eg.queue_bytes += len;
         eg.stats.max_queue_bytes = eg.stats.max_queue_bytes.max(eg.queue_bytes);
         eg.queue.push_back(Queued {

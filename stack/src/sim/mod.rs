@@ -234,8 +234,6 @@ struct Arrival {
     data: Vec<u8>,
     /// Arrives at the switch (not yet at `to`).
     to_switch: bool,
-    /// In a fabric: the port of the switch it is queued at that it came in through.
-    ingress: u32,
     /// In-network telemetry: collected on the way (`stamp`), or an ACK's echo (carried).
     int: Option<Box<IntStack>>,
     /// The fabric's switches stamp `int` as the frame leaves each egress port.
@@ -621,7 +619,6 @@ impl Sim {
                 ecn: t.ecn,
                 data: self.buf[..t.len].to_vec(),
                 to_switch: false,
-                ingress: 0,
                 int: None,
                 stamp: false,
             };
@@ -712,7 +709,6 @@ impl Sim {
                     a.data.clone()
                 },
                 to_switch,
-                ingress: 0,
                 int: None,
                 stamp: false,
             };
