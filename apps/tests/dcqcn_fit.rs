@@ -90,7 +90,7 @@ fn the_fit_names_the_preset_the_sender_ran() {
                 pictures: true,
                 ..Options::default()
             };
-            let a = analyze::analyze_path(path.to_str().unwrap(), opts, &mut |_| {}).unwrap();
+            let a = analyze::analyze_path(path.to_str().unwrap(), opts).unwrap();
             let _ = std::fs::remove_file(&path);
             let c = &a.connections[0];
             let s = c.sides.iter().find(|s| s.requests > 0).unwrap();

@@ -7,7 +7,7 @@ use roce_pcap::analyze::{self, Analysis, Connection, Options};
 
 fn analyze_capture(rel: &str) -> Analysis {
     let path = captures_dir().join(rel);
-    let a = analyze::analyze_path(path.to_str().unwrap(), Options::default(), &mut |_| {})
+    let a = analyze::analyze_path(path.to_str().unwrap(), Options::default())
         .unwrap_or_else(|e| panic!("{rel}: {e}"));
     assert!(a.error.is_none(), "{rel}: {:?}", a.error);
     a
@@ -149,7 +149,7 @@ fn what_the_captures_did() {
 fn json_lines_are_their_values_byte_for_byte() {
     let (mut lines_checked, mut events) = (0, 0);
     for path in all_captures() {
-        let a = analyze::analyze_path(path.to_str().unwrap(), Options::default(), &mut |_| {})
+        let a = analyze::analyze_path(path.to_str().unwrap(), Options::default())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let mut out = Vec::new();
         analyze::write_json_lines(&a, true, &mut out).unwrap();
@@ -185,4 +185,67 @@ fn json_lines_are_their_values_byte_for_byte() {
         lines_checked >= 40 && events >= 1,
         "{lines_checked} lines, {events} events"
     );
+}
+
+/// The analysis of `bytes` by one [`analyze::Analyzer`] given every record in turn (what
+/// `decode --analyze` runs), and by [`analyze::analyze`] (its packets split over threads by
+/// host pair).
+fn sequential_and_sharded(bytes: &[u8], opts: Options) -> (Analysis, Analysis) {
+    let mut r = roce_pcap::CaptureReader::new(bytes, "capture").unwrap();
+    let mut one = analyze::Analyzer::new(opts);
+    let mut n = 0;
+    while let Some(rec) = r.next_record().unwrap() {
+        n += 1;
+        one.record(n, rec.ts, rec.link_type, rec.data, &mut |_| {});
+    }
+    let mut r = roce_pcap::CaptureReader::new(bytes, "capture").unwrap();
+    (
+        one.into_analysis(&mut |_| {}),
+        analyze::analyze(&mut r, opts),
+    )
+}
+
+/// Every report of `a` and `b` is the same, byte for byte.
+fn same_reports(what: &str, a: &Analysis, b: &Analysis) {
+    assert_eq!(a.packets, b.packets, "{what}");
+    assert_eq!(
+        analyze::json_lines(a, true),
+        analyze::json_lines(b, true),
+        "{what}: JSON"
+    );
+    assert_eq!(
+        analyze::text(a, true),
+        analyze::text(b, true),
+        "{what}: text"
+    );
+}
+
+#[test]
+fn analysis_split_by_host_pair_is_the_one_threads_analysis() {
+    for path in all_captures() {
+        let bytes = std::fs::read(&path).unwrap();
+        let (one, split) = sequential_and_sharded(&bytes, Options::default());
+        same_reports(&path.display().to_string(), &one, &split);
+    }
+    // 400 connections (400 host pairs: both threads have some), every other request lost,
+    // and every stall reported at the end: more events than are kept, so that which ones
+    // are kept (the first in capture order, then the stalls at the end in the order of
+    // their directions) shows.
+    let mut lossy = Vec::new();
+    roce_pcap::synth::write_rc_capture(&mut lossy, 300_000, 400, 2).unwrap();
+    let opts = Options {
+        stall_ns: 1,
+        ..Options::default()
+    };
+    let (one, split) = sequential_and_sharded(&lossy, opts);
+    let kept: usize = split.connections.iter().map(|c| c.events.len()).sum();
+    let dropped: u64 = split.connections.iter().map(|c| c.events_dropped).sum();
+    assert_eq!(kept, analyze::MAX_EVENTS_TOTAL, "{dropped} dropped");
+    assert!(dropped > 50_000, "{dropped} dropped");
+    same_reports("300,000 packets of 400 lossy connections", &one, &split);
+    // Hostile PSNs on one connection.
+    let mut jumps = Vec::new();
+    roce_pcap::synth::write_psn_jumps_capture(&mut jumps, 200_000).unwrap();
+    let (one, split) = sequential_and_sharded(&jumps, Options::default());
+    same_reports("PSN jumps", &one, &split);
 }

@@ -196,7 +196,7 @@ impl Script {
     fn analyze_with(&self, opts: Options) -> Analysis {
         let bytes = self.pcap();
         let mut r = CaptureReader::new(&bytes[..], "scripted").unwrap();
-        let a = analyze::analyze(&mut r, opts, &mut |_| {});
+        let a = analyze::analyze(&mut r, opts);
         assert!(a.error.is_none(), "{:?}", a.error);
         a
     }

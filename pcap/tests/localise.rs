@@ -246,8 +246,7 @@ fn one_direction_only_says_its_offset_holds_the_delay_and_localise_takes_every_p
     assert_eq!(l.clock_offset_ns, 5_003_000, "offset and delay together");
     // The reports show it: a text paragraph, a JSON line, an HTML table and a ladder with
     // the two lost packets.
-    let mut an =
-        roce_pcap::analyze::analyze_path(&paths[0], Default::default(), &mut |_| {}).unwrap();
+    let mut an = roce_pcap::analyze::analyze_path(&paths[0], Default::default()).unwrap();
     an.localised = ls.clone();
     let text = roce_pcap::analyze::text(&an, false);
     assert!(

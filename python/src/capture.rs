@@ -274,7 +274,7 @@ pub(crate) fn analyze_json<'py>(
                 };
                 scope.spawn(move || analyze::localise(&p, lo))
             });
-            let a = analyze::analyze(&mut reader, o.opts, &mut |_| {});
+            let a = analyze::analyze(&mut reader, o.opts);
             let l = matching.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
             (a, l)
         })

@@ -170,7 +170,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 }
                 an
             }
-            (None, Some(path)) => analyze::analyze_path(path, opts, &mut |_| {})?,
+            (None, Some(path)) => analyze::analyze_path(path, opts)?,
             (None, None) => bail!("give a capture file, `-`, or --interface"),
         })
     };

@@ -151,7 +151,7 @@ fn finish(r: &mut Run, seed: u64) {
 }
 
 fn analyze_file(path: &std::path::Path) -> Analysis {
-    let a = analyze::analyze_path(path.to_str().unwrap(), Options::default(), &mut |_| {})
+    let a = analyze::analyze_path(path.to_str().unwrap(), Options::default())
         .expect("the capture opens");
     assert!(a.error.is_none(), "{:?}", a.error);
     a

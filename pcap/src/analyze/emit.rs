@@ -186,6 +186,39 @@ pub(super) fn push_event(c: &mut Connection, e: Event, kept: &mut usize) {
     }
 }
 
+/// Keeps the first `total` events of `conns` in the order they were raised (by frame, and
+/// in a connection's order within a frame: a frame's events are all its connection's), the
+/// rest counted as dropped; returns how many are kept. Analyzers that each kept up to
+/// `total` of their own share of the connections' events ([`super::analyze`]) then keep
+/// what one analyzer of them all would have.
+pub(super) fn keep_first_events(conns: &mut [Connection], total: usize) -> usize {
+    let n: usize = conns.iter().map(|c| c.events.len()).sum();
+    if n <= total {
+        return n;
+    }
+    let mut order: Vec<(u64, usize, usize)> = conns
+        .iter()
+        .enumerate()
+        .flat_map(|(c, conn)| {
+            conn.events
+                .iter()
+                .enumerate()
+                .map(move |(i, e)| (e.frame, c, i))
+        })
+        .collect();
+    let (_, &mut first_dropped, _) = order.select_nth_unstable(total);
+    for (c, conn) in conns.iter_mut().enumerate() {
+        let before = conn.events.len();
+        let mut i = 0;
+        conn.events.retain(|e| {
+            i += 1;
+            (e.frame, c, i - 1) < first_dropped
+        });
+        conn.events_dropped += (before - conn.events.len()) as u64;
+    }
+    total
+}
+
 impl Emitter<'_, '_> {
     /// The side that sent the packet.
     pub(super) fn side_mut(&mut self) -> &mut Side {

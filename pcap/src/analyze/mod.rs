@@ -264,18 +264,19 @@ impl Item {
     }
 }
 
-/// A batch from the reading thread: RoCE packets, and the other records with the number of
-/// packets before each (so that the order is kept).
-#[derive(Debug, Default)]
-struct Batch {
-    pkts: Vec<Pkt>,
-    others: Vec<(usize, Other)>,
-}
-
-/// Packets handed from the reading thread to the analyzing one at a time.
+/// Packets handed from the reading thread to an analyzing one at a time.
 const BATCH: usize = 2048;
+/// Analyzing threads of [`analyze`], each the connections of its share of the host pairs
+/// (by a fixed hash of the two addresses). A constant, not the machine's cores: what an
+/// analysis follows within its limits ([`MAX_DIRECTIONS`] directions and CM requests, per
+/// share) must not depend on the machine it ran on.
+pub const SHARDS: usize = 2;
 /// Packets whose state is looked up ahead of their analysis ([`Analyzer::packets`]).
 const AHEAD: usize = 128;
+
+/// A stall open at the end of a share of the analysis ([`Analyzer::close_shard`]): the
+/// first frames of its direction and of its connection, and the event.
+type EndStall = (u64, u64, Event);
 
 /// The streaming analyzer.
 #[derive(Debug)]
@@ -306,8 +307,10 @@ pub struct Analyzer {
     control: control::ControlState,
 }
 
-/// Directions (sender, receiver, destination QP) followed; a capture naming more gets the
-/// rest counted as untracked: memory is bounded by this, not by the capture.
+/// Directions (sender, receiver, destination QP) one analyzer follows; a capture naming more
+/// gets the rest counted as untracked: memory is bounded by this, not by the capture.
+/// [`analyze`] has [`SHARDS`] analyzers, each following this many of its share of the
+/// host pairs.
 pub const MAX_DIRECTIONS: usize = 1 << 18;
 
 impl Analyzer {
@@ -360,17 +363,6 @@ impl Analyzer {
             }
             Other::TcpEnd(e) => self.control.note(e),
         }
-    }
-
-    /// Analyzes a batch in order.
-    fn batch(&mut self, b: &Batch, on_event: &mut dyn FnMut(&Event)) {
-        let mut from = 0;
-        for &(at, o) in &b.others {
-            self.packets(&b.pkts[from..at], on_event);
-            self.other(o);
-            from = at;
-        }
-        self.packets(&b.pkts[from..], on_event);
     }
 
     /// [`Analyzer::record`] for a record its caller already parsed (`None`: not a frame the
@@ -531,6 +523,19 @@ impl Analyzer {
         on_event: &mut dyn FnMut(&Event),
     ) -> (Vec<Connection>, Vec<PriorityPfc>) {
         let end = self.last_t;
+        for (_, conn, e) in self.close_dirs(end) {
+            on_event(&e);
+            push_event(&mut self.conns[conn], e, &mut self.events_kept);
+        }
+        self.finish_connections(end)
+    }
+
+    /// What the end of the capture (at `end`) tells about every direction: PSNs never seen,
+    /// the peer-responds rule, and the stalls still open, returned as events in the order
+    /// of their directions' first frames (with each one's frame and connection slot) for the
+    /// caller to keep.
+    fn close_dirs(&mut self, end: u64) -> Vec<(u64, usize, Event)> {
+        let mut stalls = Vec::new();
         for d in 0..self.dirs.len() {
             let (conn, side) = (self.dirs[d].conn, self.dirs[d].side);
             let r = self.dirs[d].req();
@@ -558,10 +563,71 @@ impl Analyzer {
                         (end - last) as f64 / 1e6
                     ),
                 };
-                on_event(&e);
-                push_event(&mut self.conns[conn], e, &mut self.events_kept);
+                stalls.push((self.dirs[d].first_frame, conn, e));
             }
         }
+        stalls
+    }
+
+    /// [`Analyzer::close_dirs`] for one share of a capture ([`analyze`], at the capture's
+    /// `end`), on its own thread: its connections left in order of first frame, merged ones
+    /// out, and its stalls at the end returned with their directions' and connections' first
+    /// frames (which name them across shares).
+    fn close_shard(&mut self, end: u64) -> Vec<EndStall> {
+        let stalls: Vec<_> = self
+            .close_dirs(end)
+            .into_iter()
+            .map(|(first, c, e)| (first, self.conns[c].first_frame, e))
+            .collect();
+        self.conns.retain(|c| c.paired_by != "merged");
+        self.conns.sort_unstable_by_key(|c| c.first_frame);
+        stalls
+    }
+
+    /// Takes in the connections of analyzers that each analyzed a share of the capture's
+    /// host pairs and closed it ([`Analyzer::close_shard`]; this one had the records that
+    /// are not RoCE): the result is the one analyzer that had every record would have, as
+    /// long as no share reached a limit one analyzer has for all ([`MAX_DIRECTIONS`], CM
+    /// requests). Events are kept as one analyzer keeps them: the first
+    /// [`MAX_EVENTS_TOTAL`] in capture order, then the stalls at the end in the order of
+    /// their directions.
+    fn absorb(&mut self, shards: Vec<(Self, Vec<EndStall>)>) {
+        let mut stalls = Vec::new();
+        let mut lists = Vec::with_capacity(shards.len());
+        for (s, st) in shards {
+            self.last_t = self.last_t.max(s.last_t);
+            self.roce += s.roce;
+            self.untracked += s.untracked;
+            self.datagrams += s.datagrams;
+            stalls.extend(st);
+            lists.push(s.conns.into_iter().peekable());
+        }
+        // Each list is in order of first frame: merged, they are.
+        let n = lists.iter().map(|l| l.len()).sum();
+        let mut conns = Vec::with_capacity(n);
+        loop {
+            let next = lists
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, l)| l.peek().map(|c| (c.first_frame, i)))
+                .min();
+            let Some((_, i)) = next else { break };
+            conns.extend(lists[i].next());
+        }
+        self.events_kept = emit::keep_first_events(&mut conns, MAX_EVENTS_TOTAL);
+        // Directions are numbered by their first frame, and no two share one.
+        stalls.sort_unstable_by_key(|s| s.0);
+        for (_, conn, e) in stalls {
+            if let Ok(c) = conns.binary_search_by_key(&conn, |c| c.first_frame) {
+                push_event(&mut conns[c], e, &mut self.events_kept);
+            }
+        }
+        self.conns = conns;
+    }
+
+    /// The end of the analysis that is not per direction: merged connections left out, the
+    /// rest numbered by first packet, pauses and TCP ends, the `--qp` filter, the CNP rules.
+    fn finish_connections(&mut self, end: u64) -> (Vec<Connection>, Vec<PriorityPfc>) {
         // Kept in place: moving every connection (over a kilobyte each) took a seventh of
         // this step on a capture of 100,000 connections.
         let mut conns = std::mem::take(&mut self.conns);
@@ -659,84 +725,132 @@ fn check_peer_responds(c: &mut Connection, side: usize, r: &requester::ReqState,
         .check_why(!unanswered, r.first_frame, why);
 }
 
-/// Analyzes a capture read from `reader`; every event also goes to `on_event`. A read error
-/// ends the input: the records before it are analyzed and the error is in
-/// [`Analysis::error`]. Reading and parsing run on a second thread, the analysis on this one
-/// (the order of packets is kept: batches go through a bounded channel).
-pub fn analyze<R: Read + Send>(
-    reader: &mut CaptureReader<R>,
-    opts: Options,
-    on_event: &mut dyn FnMut(&Event),
-) -> Analysis {
+/// Analyzes a capture read from `reader`. A read error ends the input: the records before it
+/// are analyzed and the error is in [`Analysis::error`].
+///
+/// This thread reads and parses the records (and follows the PAUSE and PFC frames and TCP
+/// ends); [`SHARDS`] threads analyze the RoCE packets, each those of its share of the host
+/// pairs (a fixed hash of the two addresses: every pairing rule and every event stays
+/// between two hosts), in capture order, through bounded channels; their connections are
+/// merged at the end in order of first frame. The result is what one [`Analyzer`] given
+/// every record in turn finds, byte for byte in every report, unless a share passes a limit
+/// ([`MAX_DIRECTIONS`] directions, CM requests) that one analyzer would count for all.
+pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> Analysis {
     let mut a = Analyzer::new(opts);
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(4);
-    let (records, error, first_ts) = std::thread::scope(|scope| {
-        let producer = scope.spawn(move || {
-            let mut prep = Prep::new(opts);
-            let new = || Batch {
-                pkts: Vec::with_capacity(BATCH),
-                others: Vec::new(),
-            };
-            let mut batch = new();
-            let mut n = 0u64;
-            let error = loop {
-                match reader.next_record() {
-                    Ok(Some(rec)) => {
-                        n += 1;
-                        match prep.prepare(n, rec.ts, rec.link_type, rec.data) {
-                            Some(Item::Roce(p)) => batch.pkts.push(p),
-                            Some(Item::Other(o)) => batch.others.push((batch.pkts.len(), o)),
-                            None => continue,
-                        }
-                        if batch.pkts.len() + batch.others.len() >= BATCH {
-                            let full = std::mem::replace(&mut batch, new());
-                            if tx.send(full).is_err() {
-                                break None;
+    let (records, error, shards) = std::thread::scope(|scope| {
+        let mut txs = Vec::with_capacity(SHARDS);
+        let mut ends = Vec::with_capacity(SHARDS);
+        let mut workers = Vec::with_capacity(SHARDS);
+        for _ in 0..SHARDS {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Pkt>>(4);
+            txs.push(tx);
+            let (last_tx, last_rx) = std::sync::mpsc::sync_channel::<u64>(1);
+            let (end_tx, end_rx) = std::sync::mpsc::sync_channel::<u64>(1);
+            ends.push((last_rx, end_tx));
+            workers.push(scope.spawn(move || {
+                let mut shard = Analyzer::new(opts);
+                for pkts in rx {
+                    shard.packets(&pkts, &mut |_| {});
+                }
+                // The capture ends at the latest time any thread saw.
+                let _ = last_tx.send(shard.last_t);
+                let end = end_rx.recv().unwrap_or(shard.last_t);
+                shard.last_t = end;
+                let stalls = shard.close_shard(end);
+                (shard, stalls)
+            }));
+        }
+        let mut batches: Vec<Vec<Pkt>> = (0..SHARDS).map(|_| Vec::with_capacity(BATCH)).collect();
+        let mut n = 0u64;
+        let error = 'read: loop {
+            match reader.next_record() {
+                Ok(Some(rec)) => {
+                    n += 1;
+                    match a.prep.prepare(n, rec.ts, rec.link_type, rec.data) {
+                        Some(Item::Roce(p)) => {
+                            let k = shard_of(p.src, p.dst);
+                            batches[k].push(p);
+                            if batches[k].len() >= BATCH {
+                                let full =
+                                    std::mem::replace(&mut batches[k], Vec::with_capacity(BATCH));
+                                if txs[k].send(full).is_err() {
+                                    // The analyzing thread panicked: its join says why.
+                                    break 'read None;
+                                }
                             }
                         }
+                        Some(Item::Other(o)) => a.other(o),
+                        None => {}
                     }
-                    Ok(None) => break None,
-                    Err(e) => break Some(DecodeError::Read(e)),
                 }
-            };
-            if !batch.pkts.is_empty() || !batch.others.is_empty() {
+                Ok(None) => break None,
+                Err(e) => break Some(DecodeError::Read(e)),
+            }
+        };
+        for (tx, batch) in txs.into_iter().zip(batches) {
+            if !batch.is_empty() {
                 let _ = tx.send(batch);
             }
-            (n, error, prep.first_ts)
-        });
-        for batch in rx {
-            a.batch(&batch, on_event);
         }
-        match producer.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
+        // A thread that panicked sends nothing; its join below says why.
+        let end = ends
+            .iter()
+            .filter_map(|(last, _)| last.recv().ok())
+            .fold(a.last_t, u64::max);
+        for (_, tx) in &ends {
+            let _ = tx.send(end);
         }
+        let shards: Vec<_> = workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect();
+        (n, error, shards)
     });
+    a.absorb(shards);
     a.packets = records;
     Analysis {
         error,
-        first_ns: first_ts.map(Timestamp::as_ns),
-        ..a.into_analysis(on_event)
+        ..a.into_analysis(&mut |_| {})
     }
+}
+
+/// The share of the analysis (of [`SHARDS`]) that the packets between hosts `a` and `b`
+/// go to: the same both ways, and fixed (not seeded), so that an analysis is the same on
+/// every run.
+fn shard_of(a: IpAddr, b: IpAddr) -> usize {
+    fn fold(ip: IpAddr) -> u64 {
+        match ip {
+            IpAddr::V4(v) => u64::from(u32::from(v)),
+            IpAddr::V6(v) => {
+                let x = u128::from(v);
+                (x as u64) ^ (x >> 64) as u64
+            }
+        }
+    }
+    // A sum, not an exclusive or: hosts numbered alike on two subnets (10.1.x.y and
+    // 10.2.x.y) would all have the same exclusive or.
+    let x = fold(a)
+        .wrapping_add(fold(b))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((x >> 32) as usize) % SHARDS
 }
 
 /// Analyzes the capture at `path` (`-` for stdin); `Err` when it cannot be opened or is not
 /// a capture.
-pub fn analyze_path(
-    path: &str,
-    opts: Options,
-    on_event: &mut dyn FnMut(&Event),
-) -> Result<Analysis, DecodeError> {
+pub fn analyze_path(path: &str, opts: Options) -> Result<Analysis, DecodeError> {
     if path == "-" {
         let mut r = CaptureReader::new(std::io::stdin(), "-")?;
-        return Ok(analyze(&mut r, opts, on_event));
+        return Ok(analyze(&mut r, opts));
     }
     let f = std::fs::File::open(path).map_err(|source| DecodeError::Open {
         name: path.to_string(),
         source,
     })?;
     let mut r = CaptureReader::new(std::io::BufReader::new(f), path)?;
-    Ok(analyze(&mut r, opts, on_event))
+    Ok(analyze(&mut r, opts))
 }
 
 /// Writes the per-connection PSN and rate plots of `a` into `dir` (SVG); the analysis must

@@ -20,6 +20,8 @@ pub(super) struct Dir {
     src: IpAddr,
     dst: IpAddr,
     sport: u16,
+    /// The frame of its first packet (directions are made in this order).
+    pub(super) first_frame: u64,
     /// Its connection (an index of the analyzer's connections).
     pub(super) conn: usize,
     /// Its side of the connection (0 or 1).
@@ -162,6 +164,7 @@ impl Analyzer {
             src: p.src,
             dst: p.dst,
             sport: p.sport,
+            first_frame: p.frame,
             conn,
             side,
             peer,
@@ -218,6 +221,7 @@ impl Analyzer {
         let side = 1 - self.dirs[r].side;
         let moved = std::mem::take(&mut self.conns[old].sides[0]);
         let events = std::mem::take(&mut self.conns[old].events);
+        let dropped = self.conns[old].events_dropped;
         let s = &mut self.conns[new].sides[side];
         let qpn = s.qpn.or(moved.qpn);
         *s = moved;
@@ -229,6 +233,7 @@ impl Analyzer {
                 e.side = side;
                 e
             }));
+        self.conns[new].events_dropped += dropped;
         // The merged connection's slot is free for the next new direction.
         self.conns[old] = Connection {
             paired_by: "merged",

@@ -104,7 +104,7 @@ fn table_head(a: &Analysis) -> String {
     if a.untracked > 0 {
         let _ = writeln!(
             o,
-            "{} packets of directions past the first {} not analyzed",
+            "{} packets of directions past the first {} of their share of the host pairs not analyzed",
             a.untracked,
             super::MAX_DIRECTIONS
         );
