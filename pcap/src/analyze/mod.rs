@@ -397,7 +397,7 @@ impl Analyzer {
     /// ([`Analyzer::look_ahead`]) before the first of them is analyzed, so that the memory
     /// reads of a capture with many connections overlap instead of waiting one after
     /// another (the result is the same as [`Analyzer::packet`] on each in turn).
-    fn packets(&mut self, pkts: &[Pkt], on_event: &mut dyn FnMut(&Event)) {
+    fn packets(&mut self, pkts: &[&Pkt], on_event: &mut dyn FnMut(&Event)) {
         for chunk in pkts.chunks(AHEAD) {
             let known = self.look_ahead(chunk);
             for (p, d) in chunk.iter().zip(known) {
@@ -412,7 +412,7 @@ impl Analyzer {
     /// PSN slots and the tallies. Within a stage no read waits for another, so the
     /// processor has many cache misses in flight at once; one packet's chain of dependent
     /// reads (entry, direction, request state, slot) would have them one at a time.
-    fn look_ahead(&self, chunk: &[Pkt]) -> [Option<usize>; AHEAD] {
+    fn look_ahead(&self, chunk: &[&Pkt]) -> [Option<usize>; AHEAD] {
         let mut known = [None; AHEAD];
         for (k, p) in known.iter_mut().zip(chunk) {
             *k = self.by_key.get(&(p.src, p.dst, p.dest_qp)).copied();
@@ -731,8 +731,9 @@ fn check_peer_responds(c: &mut Connection, side: usize, r: &requester::ReqState,
 /// This thread reads and parses the records (and follows the PAUSE and PFC frames and TCP
 /// ends); [`SHARDS`] threads analyze the RoCE packets, each those of its share of the host
 /// pairs (a fixed hash of the two addresses: every pairing rule and every event stays
-/// between two hosts), in capture order, through bounded channels; their connections are
-/// merged at the end in order of first frame. The result is what one [`Analyzer`] given
+/// between two hosts), in capture order: each gets every batch of packets through a bounded
+/// channel and takes its share. Their connections are merged at the end in order of first
+/// frame. The result is what one [`Analyzer`] given
 /// every record in turn finds, byte for byte in every report, unless a share passes a limit
 /// ([`MAX_DIRECTIONS`] directions, CM requests) that one analyzer would count for all.
 pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> Analysis {
@@ -741,16 +742,20 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
         let mut txs = Vec::with_capacity(SHARDS);
         let mut ends = Vec::with_capacity(SHARDS);
         let mut workers = Vec::with_capacity(SHARDS);
-        for _ in 0..SHARDS {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Pkt>>(4);
+        for share in 0..SHARDS {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<Vec<Pkt>>>(4);
             txs.push(tx);
             let (last_tx, last_rx) = std::sync::mpsc::sync_channel::<u64>(1);
             let (end_tx, end_rx) = std::sync::mpsc::sync_channel::<u64>(1);
             ends.push((last_rx, end_tx));
             workers.push(scope.spawn(move || {
                 let mut shard = Analyzer::new(opts);
-                for pkts in rx {
-                    shard.packets(&pkts, &mut |_| {});
+                for batch in rx {
+                    let mine: Vec<&Pkt> = batch
+                        .iter()
+                        .filter(|p| shard_of(p.src, p.dst) == share)
+                        .collect();
+                    shard.packets(&mine, &mut |_| {});
                 }
                 // The capture ends at the latest time any thread saw.
                 let _ = last_tx.send(shard.last_t);
@@ -760,23 +765,27 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
                 (shard, stalls)
             }));
         }
-        let mut batches: Vec<Vec<Pkt>> = (0..SHARDS).map(|_| Vec::with_capacity(BATCH)).collect();
+        // Every analyzing thread gets every batch and takes its share of it: the reading
+        // thread only reads and parses (routing each packet here cost it more than the
+        // analyzing threads' filter costs them).
+        let mut batch = Vec::with_capacity(BATCH);
         let mut n = 0u64;
-        let error = 'read: loop {
+        let send = |batch: Vec<Pkt>| {
+            let batch = std::sync::Arc::new(batch);
+            // An analyzing thread that panicked takes nothing: its join says why.
+            txs.iter().all(|tx| tx.send(batch.clone()).is_ok())
+        };
+        let error = loop {
             match reader.next_record() {
                 Ok(Some(rec)) => {
                     n += 1;
                     match a.prep.prepare(n, rec.ts, rec.link_type, rec.data) {
                         Some(Item::Roce(p)) => {
-                            let k = shard_of(p.src, p.dst);
-                            batches[k].push(p);
-                            if batches[k].len() >= BATCH {
-                                let full =
-                                    std::mem::replace(&mut batches[k], Vec::with_capacity(BATCH));
-                                if txs[k].send(full).is_err() {
-                                    // The analyzing thread panicked: its join says why.
-                                    break 'read None;
-                                }
+                            batch.push(p);
+                            if batch.len() >= BATCH
+                                && !send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                            {
+                                break None;
                             }
                         }
                         Some(Item::Other(o)) => a.other(o),
@@ -787,11 +796,10 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
                 Err(e) => break Some(DecodeError::Read(e)),
             }
         };
-        for (tx, batch) in txs.into_iter().zip(batches) {
-            if !batch.is_empty() {
-                let _ = tx.send(batch);
-            }
+        if !batch.is_empty() {
+            send(batch);
         }
+        drop(txs);
         // A thread that panicked sends nothing; its join below says why.
         let end = ends
             .iter()
