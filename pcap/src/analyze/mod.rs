@@ -879,3 +879,50 @@ pub fn write_html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Resu
 pub fn write_trace<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Result<()> {
     trace::write(a, out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{shard_of, SHARDS};
+    use std::net::IpAddr;
+
+    /// Both directions of a host pair go to one share, and the host pairs of the usual
+    /// address plans (hosts numbered alike on two subnets, IPv4 and IPv6) spread over all
+    /// shares about evenly.
+    #[test]
+    fn host_pairs_spread_over_the_shares_and_both_ways_meet() {
+        type Plan = fn(u32) -> (IpAddr, IpAddr);
+        let plans: [(&str, Plan); 3] = [
+            ("10.1.x.y to 10.2.x.y", |q| {
+                let (h, l) = ((q >> 8) as u8, q as u8);
+                (IpAddr::from([10, 1, h, l]), IpAddr::from([10, 2, h, l]))
+            }),
+            ("one client to many servers", |q| {
+                (
+                    IpAddr::from([192, 168, 0, 1]),
+                    IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + q)),
+                )
+            }),
+            ("IPv6 hosts on one prefix", |q| {
+                let a = 0xfd00_u128 << 112;
+                (
+                    IpAddr::from(std::net::Ipv6Addr::from(a + 1)),
+                    IpAddr::from(std::net::Ipv6Addr::from(a + u128::from(q) + 2)),
+                )
+            }),
+        ];
+        for (what, pair) in plans {
+            let mut count = [0usize; SHARDS];
+            for q in 0..4096 {
+                let (a, b) = pair(q);
+                assert_eq!(shard_of(a, b), shard_of(b, a), "{what}: {a} and {b}");
+                count[shard_of(a, b)] += 1;
+            }
+            for c in count {
+                assert!(
+                    (4096 / SHARDS * 8 / 10..=4096 / SHARDS * 12 / 10).contains(&c),
+                    "{what}: {count:?}"
+                );
+            }
+        }
+    }
+}
