@@ -85,13 +85,7 @@ pub fn analysis(data: &[u8]) {
     let Ok(mut r) = CaptureReader::new(capture, "fuzz") else {
         unreachable!("it opened once");
     };
-    let mut one = analyze::Analyzer::new(opts);
-    let mut n = 0u64;
-    while let Ok(Some(rec)) = r.next_record() {
-        n += 1;
-        one.record(n, rec.ts, rec.link_type, rec.data, &mut |_| {});
-    }
-    let one = one.into_analysis(&mut |_| {});
+    let one = analyze::analyze_in_turn(&mut r, opts);
     assert_eq!(
         analyze::json_lines(&a, true),
         analyze::json_lines(&one, true),

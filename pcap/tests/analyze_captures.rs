@@ -187,22 +187,15 @@ fn json_lines_are_their_values_byte_for_byte() {
     );
 }
 
-/// The analysis of `bytes` by one [`analyze::Analyzer`] given every record in turn (what
-/// `decode --analyze` runs), and by [`analyze::analyze`] (its packets split over threads by
-/// host pair).
+/// The analysis of `bytes` by one analyzer given every record in turn
+/// ([`analyze::analyze_in_turn`]), and by [`analyze::analyze`] (its packets split over
+/// threads by host pair).
 fn sequential_and_sharded(bytes: &[u8], opts: Options) -> (Analysis, Analysis) {
     let mut r = roce_pcap::CaptureReader::new(bytes, "capture").unwrap();
-    let mut one = analyze::Analyzer::new(opts);
-    let mut n = 0;
-    while let Some(rec) = r.next_record().unwrap() {
-        n += 1;
-        one.record(n, rec.ts, rec.link_type, rec.data, &mut |_| {});
-    }
+    let one = analyze::analyze_in_turn(&mut r, opts);
+    assert!(one.error.is_none(), "{:?}", one.error);
     let mut r = roce_pcap::CaptureReader::new(bytes, "capture").unwrap();
-    (
-        one.into_analysis(&mut |_| {}),
-        analyze::analyze(&mut r, opts),
-    )
+    (one, analyze::analyze(&mut r, opts))
 }
 
 /// Every report of `a` and `b` is the same, byte for byte.

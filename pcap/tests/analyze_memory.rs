@@ -1,7 +1,7 @@
 //! What the analysis holds per connection: a capture of many short RC conversations (the
 //! shape of a job with a QP per peer and per rail) must cost a bounded, small number of
 //! bytes per connection, not the full-size tables of a busy one.
-use roce_pcap::analyze::Analyzer;
+use roce_pcap::analyze::analyze_in_turn;
 use roce_pcap::CaptureReader;
 
 /// Peak heap bytes of analyzing `qps` QPs taking turns, 30 packets each (8-packet WRITEs,
@@ -12,13 +12,8 @@ fn peak(qps: u32) -> u64 {
     roce_pcap::synth::write_rc_capture(&mut capture, u64::from(qps) * 30, qps, 200).unwrap();
     let info = allocation_counter::measure(|| {
         let mut r = CaptureReader::new(capture.as_slice(), "rc").unwrap();
-        let mut one = Analyzer::new(Default::default());
-        let mut n = 0;
-        while let Some(rec) = r.next_record().unwrap() {
-            n += 1;
-            one.record(n, rec.ts, rec.link_type, rec.data, &mut |_| {});
-        }
-        let a = one.into_analysis(&mut |_| {});
+        let a = analyze_in_turn(&mut r, Default::default());
+        assert!(a.error.is_none(), "{:?}", a.error);
         assert_eq!(a.connections.len(), qps as usize, "one connection per QP");
         assert_eq!(a.untracked, 0, "every direction analyzed");
     });

@@ -825,6 +825,29 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
     }
 }
 
+/// [`analyze`] by one [`Analyzer`] on the calling thread, given every record in turn (as
+/// `decode --analyze` runs it): the reference the split analysis is checked against, and
+/// the analysis to measure with a counter that sees one thread's allocations. A read error
+/// ends the input, as in [`analyze`].
+pub fn analyze_in_turn<R: Read>(reader: &mut CaptureReader<R>, opts: Options) -> Analysis {
+    let mut one = Analyzer::new(opts);
+    let mut n = 0u64;
+    let error = loop {
+        match reader.next_record() {
+            Ok(Some(rec)) => {
+                n += 1;
+                one.record(n, rec.ts, rec.link_type, rec.data, &mut |_| {});
+            }
+            Ok(None) => break None,
+            Err(e) => break Some(DecodeError::Read(e)),
+        }
+    };
+    Analysis {
+        error,
+        ..one.into_analysis(&mut |_| {})
+    }
+}
+
 /// The share of the analysis (of [`SHARDS`]) that the packets between hosts `a` and `b`
 /// go to: the same both ways, and fixed (not seeded), so that an analysis is the same on
 /// every run.
