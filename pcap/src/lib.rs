@@ -24,6 +24,8 @@
 #![warn(missing_docs)]
 
 pub mod analyze;
+#[cfg(feature = "arrow")]
+pub mod arrow_table;
 pub mod columns;
 pub mod decode;
 mod digits;

@@ -229,7 +229,7 @@ fn a_parquet_file_reads_back_as_the_rows() {
     let (batches, _) = batches(&bytes, Options::default(), usize::MAX);
     let mut r = CaptureReader::new(&bytes[..], "rdma_cm.pcap").unwrap();
     let (outcome, file) =
-        roce_pcap::parquet_file::decode_to_parquet(&mut r, Options::default(), Vec::new(), None);
+        roce_pcap::parquet_file::decode_to_parquet(&mut r, Options::default(), Vec::new(), 2, None);
     assert!(outcome.error.is_none());
     let file = bytes::Bytes::from(file.expect("the file"));
     let reader = SerializedFileReader::new(file).expect("a Parquet file");
@@ -274,6 +274,60 @@ fn a_parquet_file_reads_back_as_the_rows() {
         n += 1;
     }
     assert_eq!(n, batches[0].rows());
+}
+
+/// A Parquet file does not depend on the threads that made it: decoded on 1, 2 or 3
+/// threads (batches of different lengths) it is the same bytes, in row groups of exactly
+/// `BATCH_ROWS` rows (the last fewer), holding every row in order.
+#[test]
+fn a_parquet_file_is_the_same_on_any_number_of_threads() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let packets = roce_pcap::columns::BATCH_ROWS * 2 + 1234;
+    let mut bench = Vec::new();
+    roce_pcap::synth::write_benchmark_capture(&mut bench, packets as u64).unwrap();
+    let file = |workers: usize| {
+        let mut r = CaptureReader::new(&bench[..], "bench").unwrap();
+        let (outcome, file) = roce_pcap::parquet_file::decode_to_parquet(
+            &mut r,
+            Options::default(),
+            Vec::new(),
+            workers,
+            None,
+        );
+        assert!(
+            outcome.error.is_none(),
+            "{workers} threads: {:?}",
+            outcome.error
+        );
+        file.expect("the file")
+    };
+    let one = file(1);
+    for workers in [2, 3] {
+        assert!(one == file(workers), "{workers} threads made another file");
+    }
+    let reader = SerializedFileReader::new(bytes::Bytes::from(one)).expect("a Parquet file");
+    let groups: Vec<i64> = reader
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.num_rows())
+        .collect();
+    let full = roce_pcap::columns::BATCH_ROWS as i64;
+    assert_eq!(groups, [full, full, 1234]);
+    // The frame numbers run 1, 2, 3, ... across the row groups.
+    let frames: Vec<u64> = reader
+        .get_row_iter(None)
+        .unwrap()
+        .map(|r| match r.unwrap().get_column_iter().next() {
+            Some((_, parquet::record::Field::ULong(f))) => *f,
+            other => panic!("frame: {other:?}"),
+        })
+        .collect();
+    assert_eq!(frames.len(), packets);
+    assert!(
+        frames.iter().zip(1..).all(|(&f, i)| f == i),
+        "frames out of order"
+    );
 }
 
 #[test]

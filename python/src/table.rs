@@ -4,80 +4,24 @@
 //! in Rust a batch at a time and handed over as an Arrow C stream (the Arrow PyCapsule
 //! interface, `__arrow_c_stream__`): pyarrow, polars and DuckDB import it without a row
 //! passing through Python objects. A batch's buffers become the Arrow arrays' buffers
-//! without a copy.
+//! without a copy ([`roce_pcap::arrow_table`], the conversion the Parquet writer encodes).
 use std::ffi::CString;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
-use arrow_array::{
-    ArrayRef, BooleanArray, RecordBatch, RecordBatchReader, StringArray, TimestampNanosecondArray,
-    UInt16Array, UInt32Array, UInt64Array, UInt8Array,
-};
-use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::ffi::FFI_ArrowSchema;
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{ArrowError, SchemaRef};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyCapsule};
-use roce_pcap::columns::{Batch, Column, Kind, Values, FIELDS};
+use roce_pcap::columns::{Batch, Kind, FIELDS};
 use roce_pcap::{CaptureReader, Decoder, OutputFormat};
 
 use crate::capture::{open, Input};
 
-/// The Arrow schema of [`FIELDS`].
-fn schema() -> SchemaRef {
-    let fields: Vec<Field> = FIELDS
-        .iter()
-        .map(|f| {
-            let t = match f.kind {
-                Kind::Bool => DataType::Boolean,
-                Kind::U8 => DataType::UInt8,
-                Kind::U16 => DataType::UInt16,
-                Kind::U32 => DataType::UInt32,
-                Kind::U64 => DataType::UInt64,
-                Kind::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
-                Kind::Text => DataType::Utf8,
-            };
-            Field::new(f.name, t, true)
-        })
-        .collect();
-    Arc::new(Schema::new(fields))
-}
-
-/// One column as an Arrow array (its buffers moved, not copied).
-fn array(col: Column) -> Result<ArrayRef, ArrowError> {
-    let nulls = if col.valid.iter().all(|&v| v) {
-        None
-    } else {
-        Some(NullBuffer::from(col.valid))
-    };
-    Ok(match col.values {
-        Values::Bool(v) => Arc::new(BooleanArray::new(BooleanBuffer::from(v), nulls)),
-        Values::U8(v) => Arc::new(UInt8Array::new(ScalarBuffer::from(v), nulls)),
-        Values::U16(v) => Arc::new(UInt16Array::new(ScalarBuffer::from(v), nulls)),
-        Values::U32(v) => Arc::new(UInt32Array::new(ScalarBuffer::from(v), nulls)),
-        Values::U64(v) => Arc::new(UInt64Array::new(ScalarBuffer::from(v), nulls)),
-        Values::Timestamp(v) => Arc::new(
-            TimestampNanosecondArray::new(ScalarBuffer::from(v), nulls).with_timezone("UTC"),
-        ),
-        Values::Text { offsets, bytes } => Arc::new(StringArray::try_new(
-            OffsetBuffer::new(ScalarBuffer::from(offsets)),
-            Buffer::from_vec(bytes),
-            nulls,
-        )?),
-    })
-}
-
-/// A batch of rows as an Arrow record batch.
-fn record_batch(schema: &SchemaRef, b: Batch) -> Result<RecordBatch, ArrowError> {
-    let arrays = b
-        .into_columns()
-        .into_iter()
-        .map(array)
-        .collect::<Result<Vec<_>, _>>()?;
-    RecordBatch::try_new(schema.clone(), arrays)
-}
+use roce_pcap::arrow_table::{record_batch, schema};
 
 /// Where a stream's rows come from.
 enum Source {

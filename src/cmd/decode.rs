@@ -201,6 +201,7 @@ fn parquet(a: &DecodeArgs, opts: Options) -> anyhow::Result<ExitCode> {
         &mut reader,
         opts,
         BufWriter::with_capacity(1 << 20, out),
+        a.threads.unwrap_or_else(roce_pcap::default_workers),
         Some(&bar),
     );
     roce_pcap::Progress::finish(&mut bar);
