@@ -31,6 +31,7 @@ fn _roce(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::icrc, m)?)?;
     m.add_function(wrap_pyfunction!(codec::icrc_ok, m)?)?;
     m.add_function(wrap_pyfunction!(codec::with_icrc, m)?)?;
+    m.add_function(wrap_pyfunction!(pyjson::json_loads, m)?)?;
     device::register(m)?;
     Ok(())
 }
