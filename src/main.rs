@@ -136,6 +136,20 @@ impl Command {
         }
     }
 
+    /// `false` for the commands that never take a peer's connection (a capture, a
+    /// simulation, a workload client): `--allow` there would be ignored, so it is refused.
+    fn takes_peers(&self) -> bool {
+        !matches!(
+            self,
+            Self::Decode(_)
+                | Self::Analyze(_)
+                | Self::Sim(_)
+                | Self::GenCapture { .. }
+                | Self::Client(_)
+                | Self::RdmaClient(_)
+        )
+    }
+
     fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             Self::Loopback(a) => cmd::workload::loopback(a),
@@ -174,6 +188,12 @@ impl Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = cli.command.name();
+    if !cli.allow.is_empty() && !cli.command.takes_peers() {
+        eprintln!(
+            "roce {name}: --allow names the peers a server accepts; `roce {name}` accepts none"
+        );
+        return ExitCode::FAILURE;
+    }
     roce_driver::allow::set_allowed(cli.allow);
     match cli.command.run() {
         Ok(code) => code,

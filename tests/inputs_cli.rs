@@ -190,3 +190,30 @@ fn a_refused_pool_states_both_sizes_exactly() {
         "{err}"
     );
 }
+
+/// `--allow` on a command that accepts no peer (a capture, a simulation, a client) would be
+/// ignored: it is refused in one line instead, and a server still takes it.
+#[test]
+fn allow_is_refused_where_no_peer_connects() {
+    for args in [
+        &["decode", "--allow", "10.0.0.1", "x.pcap"][..],
+        &["analyze", "--allow", "10.0.0.0/8", "x.pcap"],
+        &["sim", "--allow", "10.0.0.1", "fabric"],
+        &["client", "--allow", "10.0.0.1", "127.0.0.1"],
+    ] {
+        let (code, err, _) = bounded(args, Duration::from_secs(20));
+        assert_ne!(code, 0, "{args:?}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(
+            lines[0].contains("--allow") && lines[0].contains("accepts none"),
+            "{args:?}: {err}"
+        );
+    }
+    // A server's `--help` with --allow parses (the flag is the server's).
+    let (code, err, _) = bounded(
+        &["server", "--allow", "10.0.0.1", "--help"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, 0, "{err}");
+}
