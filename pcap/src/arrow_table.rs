@@ -40,6 +40,41 @@ pub fn schema() -> SchemaRef {
 /// One column as an Arrow array (its buffers moved, not copied). `Err` only for text that
 /// is not UTF-8 or offsets out of order, which [`crate::columns`] never makes.
 pub fn array(col: Column) -> Result<ArrayRef, ArrowError> {
+    let rows = col.valid.len();
+    array_of(col, &mut Zeros::new(rows))
+}
+
+/// Zeroed bytes shared by the columns of a batch that no row set (a capture's rows set a
+/// few of the columns each: the headers their packets have): their values, offsets and
+/// validity all point into one buffer instead of one each, so the table's memory is that of
+/// the columns that hold something.
+struct Zeros {
+    rows: usize,
+    buf: Option<Buffer>,
+}
+
+impl Zeros {
+    fn new(rows: usize) -> Self {
+        Self { rows, buf: None }
+    }
+    /// The shared buffer: 8 bytes a row and one more row (room for the widest values, and
+    /// for a text column's one more offset).
+    fn buffer(&mut self) -> Buffer {
+        let rows = self.rows;
+        self.buf
+            .get_or_insert_with(|| Buffer::from_vec(vec![0u64; rows + 1]))
+            .clone()
+    }
+    fn scalars<T: arrow_buffer::ArrowNativeType>(&mut self, len: usize) -> ScalarBuffer<T> {
+        ScalarBuffer::new(self.buffer(), 0, len)
+    }
+}
+
+fn array_of(col: Column, zeros: &mut Zeros) -> Result<ArrayRef, ArrowError> {
+    let rows = col.valid.len();
+    if rows > 0 && !col.valid.iter().any(|&v| v) {
+        return Ok(all_null(&col.values, rows, zeros));
+    }
     let nulls = if col.valid.iter().all(|&v| v) {
         None
     } else {
@@ -62,12 +97,93 @@ pub fn array(col: Column) -> Result<ArrayRef, ArrowError> {
     })
 }
 
+/// A column of `rows` nulls of the kind of `values`, its buffers the shared zeros.
+fn all_null(values: &Values, rows: usize, zeros: &mut Zeros) -> ArrayRef {
+    let nulls = Some(NullBuffer::new(BooleanBuffer::new(zeros.buffer(), 0, rows)));
+    match values {
+        Values::Bool(_) => Arc::new(BooleanArray::new(
+            BooleanBuffer::new(zeros.buffer(), 0, rows),
+            nulls,
+        )),
+        Values::U8(_) => Arc::new(UInt8Array::new(zeros.scalars(rows), nulls)),
+        Values::U16(_) => Arc::new(UInt16Array::new(zeros.scalars(rows), nulls)),
+        Values::U32(_) => Arc::new(UInt32Array::new(zeros.scalars(rows), nulls)),
+        Values::U64(_) => Arc::new(UInt64Array::new(zeros.scalars(rows), nulls)),
+        Values::Timestamp(_) => {
+            Arc::new(TimestampNanosecondArray::new(zeros.scalars(rows), nulls).with_timezone("UTC"))
+        }
+        Values::Text { .. } => Arc::new(StringArray::new(
+            // Every offset 0: every row empty (and null).
+            OffsetBuffer::new(zeros.scalars(rows + 1)),
+            Buffer::from_vec(Vec::<u8>::new()),
+            nulls,
+        )),
+    }
+}
+
 /// A batch of rows as an Arrow record batch of `schema` (which must be [`schema()`]).
 pub fn record_batch(schema: &SchemaRef, b: Batch) -> Result<RecordBatch, ArrowError> {
+    let mut zeros = Zeros::new(b.rows());
     let arrays = b
         .into_columns()
         .into_iter()
-        .map(array)
+        .map(|c| array_of(c, &mut zeros))
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema.clone(), arrays)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::Array;
+
+    use super::{record_batch, schema};
+    use crate::columns::{decode_columns, Batch, FIELDS};
+
+    /// The rows of the benchmark capture's first 500 packets, as one batch.
+    fn batch() -> Batch {
+        let mut bytes = Vec::new();
+        crate::synth::write_benchmark_capture(&mut bytes, 500).unwrap();
+        let mut r = crate::CaptureReader::new(&bytes[..], "bench").unwrap();
+        let mut out = Vec::new();
+        let outcome = decode_columns(&mut r, crate::Options::default(), 1 << 20, None, &mut |b| {
+            out.push(b);
+            Ok(())
+        });
+        assert!(outcome.error.is_none());
+        assert_eq!(out.len(), 1);
+        out.remove(0)
+    }
+
+    /// Columns no row set are all null, of their own type, and share one zeroed buffer;
+    /// the others keep every value and null of the batch.
+    #[test]
+    fn unset_columns_share_one_buffer_and_the_rest_keep_their_values() {
+        let b = batch();
+        let rows = b.rows();
+        let unset: Vec<bool> = b
+            .columns()
+            .iter()
+            .map(|c| !c.valid.iter().any(|&v| v))
+            .collect();
+        let nulls: Vec<usize> = b.columns().iter().map(|c| c.nulls()).collect();
+        assert!(unset.iter().filter(|&&u| u).count() >= 2, "{unset:?}");
+        assert!(unset.iter().any(|&u| !u));
+        let rb = record_batch(&schema(), b).unwrap();
+        let mut shared = None;
+        for (i, f) in FIELDS.iter().enumerate() {
+            let a = rb.column(i);
+            assert_eq!(a.len(), rows, "{}", f.name);
+            assert_eq!(a.null_count(), nulls[i], "{}", f.name);
+            if unset[i] {
+                assert_eq!(a.null_count(), rows, "{}", f.name);
+                // Its first buffer: the values (a text column's: its offsets).
+                let data = a.to_data();
+                let first = data.buffers().first().map(|b| b.data_ptr());
+                let ptr = first.or_else(|| data.nulls().map(|n| n.buffer().data_ptr()));
+                let ptr = ptr.expect("a buffer");
+                let base = *shared.get_or_insert(ptr);
+                assert_eq!(ptr, base, "{}: its own buffer", f.name);
+            }
+        }
+    }
 }
