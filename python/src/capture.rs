@@ -1,12 +1,14 @@
-//! Captures from Python: `decode` (the JSON lines of `roce decode --json`, a batch at a time)
-//! and `analyze` (those of `roce analyze --json`). The bytes are the CLI's own, from the same
-//! code: the Python layer (`roce/__init__.py`) turns each line into a dict.
+//! Captures from Python: `decode` (the dicts of `roce decode --json`'s lines, a batch at a
+//! time, made from the decoder's typed columns) and `analyze` (`roce analyze --json`'s lines,
+//! read into dicts by [`crate::pyjson`]). Both come from the CLI's own code.
 use std::io::Read;
 
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyList};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyList, PyString};
 use roce_pcap::analyze;
+use roce_pcap::columns::{Batch, Values, FIELDS};
+use roce_pcap::Timestamp;
 use roce_pcap::{CaptureReader, Decoder, OutputFormat};
 
 /// Records decoded per batch handed to Python.
@@ -81,7 +83,13 @@ pub(crate) fn open(source: &Bound<'_, PyAny>) -> PyResult<(Input, String)> {
     ))
 }
 
-/// The records of a capture as `roce decode --json` lines, a batch at a time.
+/// The records of a capture as the dicts of `roce decode --json`'s lines, a batch at a time.
+///
+/// The records are decoded into the table's typed columns ([`roce_pcap::columns`], the rows
+/// of `decode_table` and `--format parquet`), and each row is made a dict from them: no JSON
+/// text is written or read, except for the MAD objects and the PFC quanta, which the table
+/// holds as their JSON text. A row's nulls are the keys its JSON line does not have; a
+/// dotted column is a key of the nested object its prefix names.
 #[pyclass(module = "roce._roce")]
 pub(crate) struct DecodeBatches {
     reader: CaptureReader<Input>,
@@ -91,6 +99,147 @@ pub(crate) struct DecodeBatches {
     /// A read error met after records the last batch handed over: raised next.
     error: Option<String>,
     keys: crate::pyjson::Keys,
+    /// The columns' keys as Python strings (made on the first batch).
+    names: Option<Names>,
+    /// The time stamps of the batch's records, in order, and their digits (the rows' `ts`
+    /// as the JSON line writes them).
+    times: Vec<Timestamp>,
+    digits: Vec<u8>,
+}
+
+/// Each column's key, and the key of the object it is in (`bth` for `bth.psn`).
+struct Names {
+    cols: Vec<(Py<PyString>, Option<usize>)>,
+    parents: Vec<Py<PyString>>,
+    /// Columns whose text is a JSON value (the MAD objects, the PFC quanta).
+    json: Vec<bool>,
+}
+
+impl Names {
+    fn new(py: Python<'_>) -> Self {
+        let mut parents: Vec<&str> = Vec::new();
+        let mut cols = Vec::with_capacity(FIELDS.len());
+        for f in FIELDS {
+            let (parent, key) = match f.name.split_once('.') {
+                Some((p, k)) => {
+                    let i = parents.iter().position(|&x| x == p).unwrap_or_else(|| {
+                        parents.push(p);
+                        parents.len() - 1
+                    });
+                    (Some(i), k)
+                }
+                None => (None, f.name),
+            };
+            cols.push((PyString::intern(py, key).unbind(), parent));
+        }
+        Self {
+            cols,
+            parents: parents
+                .iter()
+                .map(|p| PyString::intern(py, p).unbind())
+                .collect(),
+            json: FIELDS.iter().map(|f| JSON_TEXT.contains(&f.name)).collect(),
+        }
+    }
+}
+
+/// Text columns whose value is JSON text (an object or a list in the JSON line).
+const JSON_TEXT: &[&str] = &["mad", "cm", "smp", "sa", "mac_control.quanta"];
+
+/// `ts` as the JSON line writes it (the seconds as recorded, `-` before negative ones, then
+/// 6 or 9 fractional digits) and `json.loads` reads it: a float.
+fn ts_float(t: Timestamp, digits: u8) -> f64 {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(32);
+    if t.secs < 0 {
+        s.push('-');
+    }
+    let _ = if digits >= 9 {
+        write!(s, "{}.{:09}", t.secs.unsigned_abs(), t.nanos)
+    } else {
+        write!(s, "{}.{:06}", t.secs.unsigned_abs(), t.nanos / 1000)
+    };
+    // Rust's parse is correctly rounded, as Python's float() is.
+    s.parse().unwrap_or(f64::NAN)
+}
+
+impl DecodeBatches {
+    /// The rows of `batch` as dicts; `first` is the frame number of the batch's first
+    /// record.
+    fn dicts<'py>(
+        &mut self,
+        py: Python<'py>,
+        batch: Batch,
+        first: u64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let names = self.names.get_or_insert_with(|| Names::new(py));
+        let cols = batch.columns();
+        let out = PyList::empty(py);
+        let frames = match cols.first().map(|c| &c.values) {
+            Some(Values::U64(f)) => f.as_slice(),
+            _ => &[],
+        };
+        for i in 0..batch.rows() {
+            let row = PyDict::new(py);
+            let mut open: Option<(usize, Bound<'py, PyDict>)> = None;
+            for (c, col) in cols.iter().enumerate() {
+                if !col.valid.get(i).copied().unwrap_or(false) {
+                    continue;
+                }
+                let v: Bound<'py, PyAny> = match &col.values {
+                    Values::Bool(x) => PyBool::new(py, x[i]).to_owned().into_any(),
+                    Values::U8(x) => x[i].into_pyobject(py)?.into_any(),
+                    Values::U16(x) => x[i].into_pyobject(py)?.into_any(),
+                    Values::U32(x) => x[i].into_pyobject(py)?.into_any(),
+                    Values::U64(x) => x[i].into_pyobject(py)?.into_any(),
+                    Values::Timestamp(x) => {
+                        // The record's own time stamp, as recorded (the column is
+                        // nanoseconds, saturated for times beyond 2262).
+                        let k = frames
+                            .get(i)
+                            .and_then(|f| f.checked_sub(first))
+                            .and_then(|k| usize::try_from(k).ok());
+                        let t = k.and_then(|k| Some((*self.times.get(k)?, *self.digits.get(k)?)));
+                        let (t, digits) = t.unwrap_or((
+                            Timestamp {
+                                secs: x[i].div_euclid(1_000_000_000),
+                                nanos: x[i].rem_euclid(1_000_000_000) as u32,
+                            },
+                            9,
+                        ));
+                        ts_float(t, digits).into_pyobject(py)?.into_any()
+                    }
+                    Values::Text { offsets, bytes } => {
+                        let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+                        let text = bytes.get(a..b).unwrap_or_default();
+                        if names.json[c] {
+                            crate::pyjson::value(py, text, &mut self.keys)?
+                        } else {
+                            self.keys.value(py, text)?.into_any()
+                        }
+                    }
+                };
+                let (key, parent) = &names.cols[c];
+                match parent {
+                    None => row.set_item(key.bind(py), v)?,
+                    Some(p) => {
+                        let child = match &open {
+                            Some((q, d)) if q == p => d.clone(),
+                            _ => {
+                                let d = PyDict::new(py);
+                                row.set_item(names.parents[*p].bind(py), &d)?;
+                                open = Some((*p, d.clone()));
+                                d
+                            }
+                        };
+                        child.set_item(key.bind(py), v)?;
+                    }
+                }
+            }
+            out.append(row)?;
+        }
+        Ok(out)
+    }
 }
 
 #[pymethods]
@@ -104,7 +253,7 @@ impl DecodeBatches {
         let reader =
             CaptureReader::new(input, &name).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let decoder = Decoder::new(roce_pcap::Options {
-            format: OutputFormat::Json,
+            format: OutputFormat::Columns,
             ..Default::default()
         });
         Ok(Self {
@@ -114,6 +263,9 @@ impl DecodeBatches {
             done: false,
             error: None,
             keys: crate::pyjson::Keys::default(),
+            names: None,
+            times: Vec::new(),
+            digits: Vec::new(),
         })
     }
 
@@ -128,44 +280,50 @@ impl DecodeBatches {
         if let Some(e) = self.error.take() {
             return Err(PyValueError::new_err(e));
         }
-        if self.done {
-            return Ok(None);
-        }
-        let mut out = Vec::new();
-        let mut error = None;
-        for _ in 0..BATCH {
-            match self.reader.next_record() {
-                Ok(Some(mut rec)) => {
-                    if let Some(n) = self.snaplen {
-                        rec.data = &rec.data[..rec.data.len().min(n)];
+        // Batches of records none of which is a row (not RoCE) are read past.
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            let first = self.decoder.stats().packets + 1;
+            self.times.clear();
+            self.digits.clear();
+            let mut error = None;
+            for _ in 0..BATCH {
+                match self.reader.next_record() {
+                    Ok(Some(mut rec)) => {
+                        if let Some(n) = self.snaplen {
+                            rec.data = &rec.data[..rec.data.len().min(n)];
+                        }
+                        self.times.push(rec.ts);
+                        self.digits.push(rec.ts_digits);
+                        // Nothing is written in this format.
+                        self.decoder
+                            .record(&rec, &mut std::io::sink())
+                            .map_err(|e| PyOSError::new_err(e.to_string()))?;
                     }
-                    self.decoder
-                        .record(&rec, &mut out)
-                        .map_err(|e| PyOSError::new_err(e.to_string()))?;
-                }
-                Ok(None) => {
-                    self.done = true;
-                    break;
-                }
-                Err(e) => {
-                    self.done = true;
-                    error = Some(e);
-                    break;
+                    Ok(None) => {
+                        self.done = true;
+                        break;
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        error = Some(e);
+                        break;
+                    }
                 }
             }
-        }
-        self.decoder
-            .flush(&mut out)
-            .map_err(|e| PyOSError::new_err(e.to_string()))?;
-        match error {
-            Some(e) if out.is_empty() => Err(PyValueError::new_err(e.to_string())),
-            Some(e) => {
-                // Hand over what was read; the error comes with the next call.
-                self.error = Some(e.to_string());
-                crate::pyjson::lines(py, &out, &mut self.keys).map(Some)
-            }
-            None if out.is_empty() => Ok(None),
-            None => crate::pyjson::lines(py, &out, &mut self.keys).map(Some),
+            let batch = self.decoder.columns().take();
+            return match error {
+                Some(e) if batch.rows() == 0 => Err(PyValueError::new_err(e.to_string())),
+                Some(e) => {
+                    // Hand over what was read; the error comes with the next call.
+                    self.error = Some(e.to_string());
+                    self.dicts(py, batch, first).map(Some)
+                }
+                None if batch.rows() == 0 => continue,
+                None => self.dicts(py, batch, first).map(Some),
+            };
         }
     }
 

@@ -34,6 +34,22 @@ const VALUE_CACHED_MAX: usize = 48;
 /// Arrays and objects nested deeper than this are refused (the stack stays bounded).
 const MAX_DEPTH: u32 = 128;
 
+impl Keys {
+    /// A string value (not a key) as a Python string: from the value cache when it is short
+    /// and not hex digits alone, as the reader takes values.
+    pub(crate) fn value<'py>(
+        &mut self,
+        py: Python<'py>,
+        bytes: &[u8],
+    ) -> PyResult<Bound<'py, PyString>> {
+        if bytes.len() <= VALUE_CACHED_MAX && !bytes.iter().all(u8::is_ascii_hexdigit) {
+            self.values.get(py, bytes, false)
+        } else {
+            Ok(PyString::new(py, utf8(bytes)?))
+        }
+    }
+}
+
 /// A direct-mapped cache of Python strings by their UTF-8 bytes: bounded (one string per
 /// slot, a new one replaces the old), and a hit compares the bytes, so it never returns
 /// another string's object.
@@ -234,14 +250,12 @@ impl<'py> Parser<'_, '_, 'py> {
             // No escape: the bytes as they are.
             self.at = start + end + 1;
             let bytes = &rest[..end];
+            // Hex digits alone are ICRCs, transaction IDs, keys: they do not repeat, and
+            // would only push the names and addresses out of the value cache.
             return if key {
                 self.keys.keys.get(self.py, bytes, true)
-            } else if bytes.len() <= VALUE_CACHED_MAX && !bytes.iter().all(u8::is_ascii_hexdigit) {
-                // Hex digits alone are ICRCs, transaction IDs, keys: they do not repeat,
-                // and would only push the names and addresses out.
-                self.keys.values.get(self.py, bytes, false)
             } else {
-                Ok(PyString::new(self.py, utf8(bytes)?))
+                self.keys.value(self.py, bytes)
             };
         }
         let mut s = std::mem::take(&mut self.scratch);

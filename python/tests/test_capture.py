@@ -95,3 +95,61 @@ def test_analyze_options_are_checked():
         roce.analyze(b"", stall=-1)
     with pytest.raises(TypeError):
         roce.analyze()
+
+
+def every_capture(captures):
+    return sorted(p for p in captures.rglob("*") if p.suffix in (".pcap", ".pcapng"))
+
+
+def test_decode_equals_the_cli_json_on_every_shared_capture(roce_cli, captures):
+    """The dicts are made from the decoder's typed columns, not from the JSON text: on every
+    capture beside the repository (soft-RoCE, hardware, NCCL, pcapng) each must still be
+    the CLI's line, key for key and value for value."""
+    paths = every_capture(captures)
+    assert len(paths) >= 10, paths
+    for path in paths:
+        want = cli_lines(roce_cli, "decode", "--json", str(path))
+        got = list(roce.decode(str(path)))
+        assert len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert g == w, f"{path} record {i + 1}"
+
+
+def test_decode_equals_the_cli_json_on_the_benchmark_mix(roce_cli, tmp_path):
+    """Every opcode family the generator writes (RC, UD, atomics, CNPs, READs, immediates)."""
+    path = tmp_path / "mix.pcap"
+    subprocess.run([roce_cli, "gen-capture", "--packets", "20000", str(path)], check=True, capture_output=True)
+    want = cli_lines(roce_cli, "decode", "--json", str(path))
+    assert len(want) == 20000
+    assert list(roce.decode(str(path))) == want
+
+
+def cut_records(data: bytes, n: int) -> bytes:
+    """A classic pcap with every record cut to `n` bytes, its original length kept (what a
+    headers-only capture holds)."""
+    import struct
+
+    magic = data[:4]
+    end = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    out = bytearray(data[:24])
+    at = 24
+    while at + 16 <= len(data):
+        sec, frac, incl, orig = struct.unpack(end + "IIII", data[at : at + 16])
+        body = data[at + 16 : at + 16 + incl]
+        keep = body[:n]
+        out += struct.pack(end + "IIII", sec, frac, len(keep), orig) + keep
+        at += 16 + incl
+    return bytes(out)
+
+
+@pytest.mark.parametrize("snaplen", [50, 64, 100])
+def test_a_snap_length_gives_the_lines_of_a_headers_only_capture(roce_cli, captures, tmp_path, snaplen):
+    """`decode(..., snaplen=n)` is the CLI's reading of the same capture written with every
+    record cut to n bytes."""
+    for name in CAPTURES:
+        data = (captures / name).read_bytes()
+        cut = tmp_path / "cut.pcap"
+        cut.write_bytes(cut_records(data, snaplen))
+        want = cli_lines(roce_cli, "decode", "--json", str(cut))
+        assert want, name
+        assert list(roce.decode(data, snaplen=snaplen)) == want, name
