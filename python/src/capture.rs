@@ -319,10 +319,10 @@ impl DecodeBatches {
                 Some(e) => {
                     // Hand over what was read; the error comes with the next call.
                     self.error = Some(e.to_string());
-                    self.dicts(py, batch, first).map(Some)
+                    crate::pyjson::without_gc(py, || self.dicts(py, batch, first)).map(Some)
                 }
                 None if batch.rows() == 0 => continue,
-                None => self.dicts(py, batch, first).map(Some),
+                None => crate::pyjson::without_gc(py, || self.dicts(py, batch, first)).map(Some),
             };
         }
     }

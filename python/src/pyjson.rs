@@ -426,22 +426,29 @@ pub(crate) fn value<'py>(
     Ok(v)
 }
 
-/// The JSON lines of `text` (one value per line), as a list of Python objects.
-///
-/// The cyclic garbage collector is paused while they are built: they hold no cycles, and
-/// thousands of new dicts would otherwise start a collection every few hundred (an eighth
-/// of the time).
+/// The JSON lines of `text` (one value per line), as a list of Python objects, made with the
+/// cyclic garbage collector paused ([`without_gc`]).
 pub(crate) fn lines<'py>(
     py: Python<'py>,
     text: &[u8],
     keys: &mut Keys,
 ) -> PyResult<Bound<'py, PyList>> {
+    without_gc(py, || build_lines(py, text, keys))
+}
+
+/// `build()` with Python's cyclic garbage collector paused: what it makes holds no cycles,
+/// and thousands of new dicts would otherwise start a collection every few hundred (an
+/// eighth of the time). The collector is enabled again after, if it was.
+pub(crate) fn without_gc<'py, T>(
+    py: Python<'py>,
+    build: impl FnOnce() -> PyResult<T>,
+) -> PyResult<T> {
     let gc = py.import("gc")?;
     let was_enabled = gc.call_method0("isenabled")?.is_truthy()?;
     if was_enabled {
         gc.call_method0("disable")?;
     }
-    let built = build_lines(py, text, keys);
+    let built = build();
     if was_enabled {
         gc.call_method0("enable")?;
     }

@@ -153,3 +153,19 @@ def test_a_snap_length_gives_the_lines_of_a_headers_only_capture(roce_cli, captu
         want = cli_lines(roce_cli, "decode", "--json", str(cut))
         assert want, name
         assert list(roce.decode(data, snaplen=snaplen)) == want, name
+
+
+def test_decode_leaves_the_garbage_collector_as_it_found_it(captures):
+    """The dicts are made with the cyclic collector paused (they hold no cycles); whether it
+    runs after is the caller's choice, as before."""
+    import gc
+
+    path = captures / CAPTURES[0]
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert sum(1 for _ in roce.decode(path)) > 0
+            assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
