@@ -113,6 +113,10 @@ schema! {
     mac_control_quanta "mac_control.quanta" Text,
 }
 
+/// The text columns that hold the JSON text of their value (an object or a list in the
+/// JSON line), not a string.
+pub const JSON_TEXT: &[&str] = &["mad", "cm", "smp", "sa", "mac_control.quanta"];
+
 /// A column's values. A null row holds a zero (or empty text) here and `false` in
 /// [`Column::valid`], as Arrow lays nulls out.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -110,8 +110,10 @@ impl<'a> Decoded<'a> {
     }
 }
 
-/// `secs.frac` with `digits` fractional digits.
-fn time(out: &mut Vec<u8>, t: Timestamp, digits: u8) {
+/// A time stamp as every output writes it: `secs.frac` with 9 fractional digits when
+/// `digits` is 9 or more, else 6 (`-` before negative seconds, as recorded). The JSON lines'
+/// `ts`, so the Python package makes its float from the same text.
+pub fn time(out: &mut Vec<u8>, t: Timestamp, digits: u8) {
     if t.secs < 0 {
         out.push(b'-');
     }

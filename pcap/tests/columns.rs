@@ -4,12 +4,9 @@
 //! Parquet file read back gives the same rows.
 mod common;
 
-use roce_pcap::columns::{decode_columns, Batch, Values, FIELDS};
+use roce_pcap::columns::{decode_columns, Batch, Values, FIELDS, JSON_TEXT};
 use roce_pcap::{CaptureReader, Options, OutputFormat};
 use serde_json::{Map, Value};
-
-/// Text columns whose value is JSON text.
-const JSON_TEXT: &[&str] = &["mad", "cm", "smp", "sa", "mac_control.quanta"];
 
 /// A JSON line flattened as the table is: nested keys dotted, the MAD objects kept whole.
 fn flatten(v: &Value, prefix: &str, out: &mut Map<String, Value>) {

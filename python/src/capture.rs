@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyList, PyString};
 use roce_pcap::analyze;
-use roce_pcap::columns::{Batch, Values, FIELDS};
+use roce_pcap::columns::{Batch, Values, FIELDS, JSON_TEXT};
 use roce_pcap::Timestamp;
 use roce_pcap::{CaptureReader, Decoder, OutputFormat};
 
@@ -98,7 +98,7 @@ pub(crate) struct DecodeBatches {
     done: bool,
     /// A read error met after records the last batch handed over: raised next.
     error: Option<String>,
-    keys: crate::pyjson::Keys,
+    strings: crate::pyjson::Strings,
     /// The columns' keys as Python strings (made on the first batch).
     names: Option<Names>,
     /// The time stamps of the batch's records, in order, and their digits (the rows' `ts`
@@ -143,24 +143,16 @@ impl Names {
     }
 }
 
-/// Text columns whose value is JSON text (an object or a list in the JSON line).
-const JSON_TEXT: &[&str] = &["mad", "cm", "smp", "sa", "mac_control.quanta"];
-
-/// `ts` as the JSON line writes it (the seconds as recorded, `-` before negative ones, then
-/// 6 or 9 fractional digits) and `json.loads` reads it: a float.
-fn ts_float(t: Timestamp, digits: u8) -> f64 {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(32);
-    if t.secs < 0 {
-        s.push('-');
-    }
-    let _ = if digits >= 9 {
-        write!(s, "{}.{:09}", t.secs.unsigned_abs(), t.nanos)
-    } else {
-        write!(s, "{}.{:06}", t.secs.unsigned_abs(), t.nanos / 1000)
-    };
-    // Rust's parse is correctly rounded, as Python's float() is.
-    s.parse().unwrap_or(f64::NAN)
+/// `ts` as the JSON line writes it ([`roce_pcap::format::time`], into `text`) and
+/// `json.loads` reads it: a float.
+fn ts_float(t: Timestamp, digits: u8, text: &mut Vec<u8>) -> f64 {
+    text.clear();
+    roce_pcap::format::time(text, t, digits);
+    // ASCII digits; Rust's parse is correctly rounded, as Python's float() is.
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 impl DecodeBatches {
@@ -175,6 +167,7 @@ impl DecodeBatches {
         let names = self.names.get_or_insert_with(|| Names::new(py));
         let cols = batch.columns();
         let out = PyList::empty(py);
+        let mut ts_text = Vec::with_capacity(32);
         let frames = match cols.first().map(|c| &c.values) {
             Some(Values::U64(f)) => f.as_slice(),
             _ => &[],
@@ -207,15 +200,17 @@ impl DecodeBatches {
                             },
                             9,
                         ));
-                        ts_float(t, digits).into_pyobject(py)?.into_any()
+                        ts_float(t, digits, &mut ts_text)
+                            .into_pyobject(py)?
+                            .into_any()
                     }
                     Values::Text { offsets, bytes } => {
                         let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
                         let text = bytes.get(a..b).unwrap_or_default();
                         if names.json[c] {
-                            crate::pyjson::value(py, text, &mut self.keys)?
+                            crate::pyjson::value(py, text, &mut self.strings)?
                         } else {
-                            self.keys.value(py, text)?.into_any()
+                            self.strings.value(py, text)?.into_any()
                         }
                     }
                 };
@@ -262,7 +257,7 @@ impl DecodeBatches {
             snaplen,
             done: false,
             error: None,
-            keys: crate::pyjson::Keys::default(),
+            strings: crate::pyjson::Strings::default(),
             names: None,
             times: Vec::new(),
             digits: Vec::new(),
@@ -448,5 +443,5 @@ pub(crate) fn analyze_json<'py>(
     let mut out = Vec::new();
     analyze::write_json_lines(&analysis, o.events, &mut out)
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
-    crate::pyjson::lines(py, &out, &mut crate::pyjson::Keys::default())
+    crate::pyjson::lines(py, &out, &mut crate::pyjson::Strings::default())
 }

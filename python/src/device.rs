@@ -230,7 +230,7 @@ fn completion_dict<'py>(py: Python<'py>, c: &Completion) -> PyResult<Bound<'py, 
 /// also get their `total`.
 fn counters_dict<'py, T: serde::Serialize>(py: Python<'py>, s: &T) -> PyResult<Bound<'py, PyDict>> {
     let json = serde_json::to_vec(s).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(crate::pyjson::value(py, &json, &mut crate::pyjson::Keys::default())?.cast_into()?)
+    Ok(crate::pyjson::value(py, &json, &mut crate::pyjson::Strings::default())?.cast_into()?)
 }
 
 /// QP (or device) counters as a dict.

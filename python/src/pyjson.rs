@@ -11,12 +11,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 /// Python strings made so far, in two caches: keys, and short string values.
-pub(crate) struct Keys {
+pub(crate) struct Strings {
     keys: Cache,
     values: Cache,
 }
 
-impl Default for Keys {
+impl Default for Strings {
     fn default() -> Self {
         Self {
             keys: Cache::new(KEY_SLOTS),
@@ -34,7 +34,7 @@ const VALUE_CACHED_MAX: usize = 48;
 /// Arrays and objects nested deeper than this are refused (the stack stays bounded).
 const MAX_DEPTH: u32 = 128;
 
-impl Keys {
+impl Strings {
     /// A string value (not a key) as a Python string: from the value cache when it is short
     /// and not hex digits alone, as the reader takes values.
     pub(crate) fn value<'py>(
@@ -125,7 +125,7 @@ struct Parser<'t, 'k, 'py> {
     py: Python<'py>,
     text: &'t [u8],
     at: usize,
-    keys: &'k mut Keys,
+    strings: &'k mut Strings,
     /// Unescaped string bytes (reused).
     scratch: Vec<u8>,
 }
@@ -179,58 +179,56 @@ impl<'py> Parser<'_, '_, 'py> {
     }
 
     fn object(&mut self, depth: u32) -> PyResult<Bound<'py, PyAny>> {
-        if depth > MAX_DEPTH {
-            return Err(err(self.at, "nested too deep"));
-        }
-        self.at += 1;
         let dict = PyDict::new(self.py);
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            return Ok(dict.into_any());
-        }
-        loop {
-            self.ws();
-            if self.peek() != Some(b'"') {
-                return Err(err(self.at, "expected a key"));
+        self.items(depth, b'}', |p| {
+            p.ws();
+            if p.peek() != Some(b'"') {
+                return Err(err(p.at, "expected a key"));
             }
-            let k = self.string(true)?;
-            self.eat(b':')?;
-            let v = self.value(depth)?;
-            dict.set_item(k, v)?;
-            self.ws();
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(dict.into_any());
-                }
-                _ => return Err(err(self.at, "expected `,` or `}`")),
-            }
-        }
+            let k = p.string(true)?;
+            p.eat(b':')?;
+            let v = p.value(depth)?;
+            dict.set_item(k, v)
+        })?;
+        Ok(dict.into_any())
     }
 
     fn array(&mut self, depth: u32) -> PyResult<Bound<'py, PyAny>> {
+        let list = PyList::empty(self.py);
+        self.items(depth, b']', |p| list.append(p.value(depth)?))?;
+        Ok(list.into_any())
+    }
+
+    /// The items of the object or array opening at `at`, up to `close`, each read by `item`,
+    /// separated by commas; refused deeper than [`MAX_DEPTH`].
+    fn items(
+        &mut self,
+        depth: u32,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> PyResult<()>,
+    ) -> PyResult<()> {
         if depth > MAX_DEPTH {
             return Err(err(self.at, "nested too deep"));
         }
         self.at += 1;
-        let list = PyList::empty(self.py);
         self.ws();
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.at += 1;
-            return Ok(list.into_any());
+            return Ok(());
         }
         loop {
-            list.append(self.value(depth)?)?;
+            item(self)?;
             self.ws();
             match self.peek() {
                 Some(b',') => self.at += 1,
-                Some(b']') => {
+                Some(c) if c == close => {
                     self.at += 1;
-                    return Ok(list.into_any());
+                    return Ok(());
                 }
-                _ => return Err(err(self.at, "expected `,` or `]`")),
+                _ => {
+                    let what = format!("expected `,` or `{}`", close as char);
+                    return Err(err(self.at, &what));
+                }
             }
         }
     }
@@ -253,9 +251,9 @@ impl<'py> Parser<'_, '_, 'py> {
             // Hex digits alone are ICRCs, transaction IDs, keys: they do not repeat, and
             // would only push the names and addresses out of the value cache.
             return if key {
-                self.keys.keys.get(self.py, bytes, true)
+                self.strings.keys.get(self.py, bytes, true)
             } else {
-                self.keys.value(self.py, bytes)
+                self.strings.value(self.py, bytes)
             };
         }
         let mut s = std::mem::take(&mut self.scratch);
@@ -263,7 +261,7 @@ impl<'py> Parser<'_, '_, 'py> {
         let r = self.unescape(start, &mut s);
         let out = r.and_then(|()| {
             if key {
-                self.keys.keys.get(self.py, &s, true)
+                self.strings.keys.get(self.py, &s, true)
             } else {
                 Ok(PyString::new(self.py, utf8(&s)?))
             }
@@ -402,20 +400,20 @@ impl<'py> Parser<'_, '_, 'py> {
 #[pyfunction]
 #[pyo3(name = "_json_loads")]
 pub(crate) fn json_loads<'py>(py: Python<'py>, text: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    value(py, text, &mut Keys::default())
+    value(py, text, &mut Strings::default())
 }
 
 /// One JSON value, as a Python object.
 pub(crate) fn value<'py>(
     py: Python<'py>,
     text: &[u8],
-    keys: &mut Keys,
+    strings: &mut Strings,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut p = Parser {
         py,
         text,
         at: 0,
-        keys,
+        strings,
         scratch: Vec::new(),
     };
     let v = p.value(0)?;
@@ -431,9 +429,9 @@ pub(crate) fn value<'py>(
 pub(crate) fn lines<'py>(
     py: Python<'py>,
     text: &[u8],
-    keys: &mut Keys,
+    strings: &mut Strings,
 ) -> PyResult<Bound<'py, PyList>> {
-    without_gc(py, || build_lines(py, text, keys))
+    without_gc(py, || build_lines(py, text, strings))
 }
 
 /// `build()` with Python's cyclic garbage collector paused: what it makes holds no cycles,
@@ -455,10 +453,14 @@ pub(crate) fn without_gc<'py, T>(
     built
 }
 
-fn build_lines<'py>(py: Python<'py>, text: &[u8], keys: &mut Keys) -> PyResult<Bound<'py, PyList>> {
+fn build_lines<'py>(
+    py: Python<'py>,
+    text: &[u8],
+    strings: &mut Strings,
+) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        out.append(value(py, line, keys)?)?;
+        out.append(value(py, line, strings)?)?;
     }
     Ok(out)
 }
