@@ -62,7 +62,7 @@ fn connections_are_paired_the_way_the_readme_says() {
     for c in &a.connections {
         assert_eq!(c.paired_by, "cm");
     }
-    let mut pairs: Vec<_> = a.connections.iter().map(qpns).collect();
+    let mut pairs: Vec<_> = a.connections.iter().map(|c| qpns(c)).collect();
     pairs.sort();
     assert_eq!(pairs, [[Some(0x3d), Some(0x3b)], [Some(0x3e), Some(0x3c)]]);
     // ... and rping.pcap's, and the native InfiniBand capture's three (endpoints by LID).

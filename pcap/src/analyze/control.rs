@@ -43,7 +43,7 @@ impl ControlState {
 
     /// For each connection whose requester kept sending after the other host ended a TCP
     /// connection to it, and drew no response after that: an event on the requester's side.
-    pub(super) fn finish(&self, conns: &mut [Connection], kept: &mut usize) {
+    pub(super) fn finish(&self, conns: &mut [Box<Connection>], kept: &mut usize) {
         if self.ends.is_empty() {
             return;
         }

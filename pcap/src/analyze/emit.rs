@@ -170,7 +170,7 @@ pub(super) struct Emitter<'a, 'b> {
     /// Events kept so far, all connections.
     pub(super) kept: &'a mut usize,
     /// Every connection.
-    pub(super) conns: &'a mut Vec<Connection>,
+    pub(super) conns: &'a mut Vec<Box<Connection>>,
     /// The caller's callback, which gets every event.
     pub(super) on_event: &'b mut dyn FnMut(&Event),
 }
@@ -191,7 +191,7 @@ pub(super) fn push_event(c: &mut Connection, e: Event, kept: &mut usize) {
 /// rest counted as dropped; returns how many are kept. Analyzers that each kept up to
 /// `total` of their own share of the connections' events ([`super::analyze`]) then keep
 /// what one analyzer of them all would have.
-pub(super) fn keep_first_events(conns: &mut [Connection], total: usize) -> usize {
+pub(super) fn keep_first_events(conns: &mut [Box<Connection>], total: usize) -> usize {
     let n: usize = conns.iter().map(|c| c.events.len()).sum();
     if n <= total {
         return n;

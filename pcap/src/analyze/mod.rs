@@ -20,6 +20,10 @@
 //! per-direction request and response state), `pairing` (directions paired into
 //! connections), `report` (text, JSON and HTML), `plot` (SVG via plotters), `trace`
 //! (Perfetto).
+
+// Connections are boxed (`Vec<Box<Connection>>`): over a kilobyte each, they are moved when
+// the analyzing threads' shares are merged and sorted, and 100,000 of them moved took 60 ms.
+#![allow(clippy::vec_box)]
 mod control;
 mod emit;
 mod json;
@@ -155,8 +159,9 @@ impl Connection {
 /// A whole capture's analysis.
 #[derive(Debug)]
 pub struct Analysis {
-    /// The connections.
-    pub connections: Vec<Connection>,
+    /// The connections, in order of first packet (boxed: over a kilobyte each, they are
+    /// merged from the analyzing threads by moving pointers).
+    pub connections: Vec<Box<Connection>>,
     /// Records read.
     pub packets: u64,
     /// RoCE packets analyzed.
@@ -183,7 +188,7 @@ pub struct Analysis {
 impl Analysis {
     /// `true` when any connection violated a rule.
     pub fn violated(&self) -> bool {
-        self.connections.iter().any(Connection::violated)
+        self.connections.iter().any(|c| c.violated())
     }
 }
 
@@ -271,6 +276,11 @@ const BATCH: usize = 2048;
 /// analysis follows within its limits ([`MAX_DIRECTIONS`] directions and CM requests, per
 /// share) must not depend on the machine it ran on.
 pub const SHARDS: usize = 2;
+/// Batches queued for each analyzing thread at most (each batch is shared: 128 of
+/// [`BATCH`] packets of 128 bytes are 32 MiB). Deep, so that the three threads on two cores
+/// rarely wait for each other: with 4, the reading thread spent half of a 100,000-QP
+/// capture's analysis blocked on a full queue while an analyzing thread sat idle.
+const QUEUED: usize = 128;
 /// Packets whose state is looked up ahead of their analysis ([`Analyzer::packets`]).
 const AHEAD: usize = 128;
 
@@ -289,7 +299,7 @@ pub struct Analyzer {
     /// CM: (address, QPN) → the peer's (address, QPN).
     cm_peer: HashMap<(IpAddr, u32), (IpAddr, u32)>,
     cm_req: HashMap<u32, (IpAddr, u32)>,
-    conns: Vec<Connection>,
+    conns: Vec<Box<Connection>>,
     /// Slots of `conns` that merges freed.
     free_conns: Vec<usize>,
     prep: Prep,
@@ -513,7 +523,7 @@ impl Analyzer {
     }
 
     /// Ends the analysis: stalls still open, PSNs never seen; returns the connections.
-    pub fn finish(self, on_event: &mut dyn FnMut(&Event)) -> Vec<Connection> {
+    pub fn finish(self, on_event: &mut dyn FnMut(&Event)) -> Vec<Box<Connection>> {
         self.finish_all(on_event).0
     }
 
@@ -521,7 +531,7 @@ impl Analyzer {
     fn finish_all(
         mut self,
         on_event: &mut dyn FnMut(&Event),
-    ) -> (Vec<Connection>, Vec<PriorityPfc>) {
+    ) -> (Vec<Box<Connection>>, Vec<PriorityPfc>) {
         let end = self.last_t;
         for (_, conn, e) in self.close_dirs(end) {
             on_event(&e);
@@ -581,6 +591,11 @@ impl Analyzer {
             .collect();
         self.conns.retain(|c| c.paired_by != "merged");
         self.conns.sort_unstable_by_key(|c| c.first_frame);
+        // The directions and their tables are done with: freed here, beside the other
+        // shares, rather than one share after another on the merging thread.
+        self.dirs = Vec::new();
+        self.by_key = HashMap::default();
+        self.by_hosts = HashMap::default();
         stalls
     }
 
@@ -627,9 +642,7 @@ impl Analyzer {
 
     /// The end of the analysis that is not per direction: merged connections left out, the
     /// rest numbered by first packet, pauses and TCP ends, the `--qp` filter, the CNP rules.
-    fn finish_connections(&mut self, end: u64) -> (Vec<Connection>, Vec<PriorityPfc>) {
-        // Kept in place: moving every connection (over a kilobyte each) took a seventh of
-        // this step on a capture of 100,000 connections.
+    fn finish_connections(&mut self, end: u64) -> (Vec<Box<Connection>>, Vec<PriorityPfc>) {
         let mut conns = std::mem::take(&mut self.conns);
         conns.retain(|c| c.paired_by != "merged");
         // In order of first packet (merges reuse slots; each connection's first packet is
@@ -743,7 +756,7 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
         let mut ends = Vec::with_capacity(SHARDS);
         let mut workers = Vec::with_capacity(SHARDS);
         for share in 0..SHARDS {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<Vec<Pkt>>>(4);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<Vec<Pkt>>>(QUEUED);
             txs.push(tx);
             let (last_tx, last_rx) = std::sync::mpsc::sync_channel::<u64>(1);
             let (end_tx, end_rx) = std::sync::mpsc::sync_channel::<u64>(1);

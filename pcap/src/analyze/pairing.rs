@@ -146,11 +146,11 @@ impl Analyzer {
                 // their first packet, not by slot).
                 let c = match self.free_conns.pop() {
                     Some(c) => {
-                        self.conns[c] = fresh;
+                        *self.conns[c] = fresh;
                         c
                     }
                     None => {
-                        self.conns.push(fresh);
+                        self.conns.push(Box::new(fresh));
                         self.conns.len() - 1
                     }
                 };
@@ -235,7 +235,7 @@ impl Analyzer {
             }));
         self.conns[new].events_dropped += dropped;
         // The merged connection's slot is free for the next new direction.
-        self.conns[old] = Connection {
+        *self.conns[old] = Connection {
             paired_by: "merged",
             ..Connection::default()
         };

@@ -178,7 +178,7 @@ impl PfcState {
         mut self,
         end: u64,
         opts: &Options,
-        conns: &mut [Connection],
+        conns: &mut [Box<Connection>],
         kept: &mut usize,
     ) -> Vec<PriorityPfc> {
         if self.is_empty() {
@@ -388,7 +388,7 @@ mod tests {
         s.note(&pfc(100_000, 0xffff), bps); // renewed
         s.note(&pfc(200_000, 0), bps); // ended
         s.note(&pfc(1_000_000, 0xffff), bps); // runs out
-        let mut none: Vec<Connection> = Vec::new();
+        let mut none: Vec<Box<Connection>> = Vec::new();
         let opts = Options {
             storm_ns: 300_000,
             ..Options::default()

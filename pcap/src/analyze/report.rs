@@ -129,7 +129,7 @@ fn table_head(a: &Analysis) -> String {
 }
 
 /// The table's rows of `conns`, a line each.
-fn table_rows(o: &mut String, conns: &[Connection]) {
+fn table_rows(o: &mut String, conns: &[Box<Connection>]) {
     let mut ends = String::new();
     for c in conns {
         let [x, y] = &c.sides;
@@ -387,12 +387,12 @@ fn line(o: &mut Vec<u8>, v: &Value) {
 /// Writes to `out` what `fill` makes of the connections, a few thousand at a time, half of
 /// each group made on a second thread; in order.
 fn in_parallel<W: Write + ?Sized, F>(
-    conns: &[Connection],
+    conns: &[Box<Connection>],
     out: &mut W,
     fill: F,
 ) -> std::io::Result<()>
 where
-    F: FnMut(&mut Vec<u8>, &[Connection]) + Clone + Send,
+    F: FnMut(&mut Vec<u8>, &[Box<Connection>]) + Clone + Send,
 {
     let mut bufs = [Vec::new(), Vec::new()];
     for group in conns.chunks(2 * SECTIONS_AT_ONCE) {
