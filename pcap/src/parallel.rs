@@ -123,10 +123,15 @@ fn add(total: &mut Stats, s: &Stats) {
     total.printed += s.printed;
 }
 
+/// A decoded batch's emptied buffers, handed back to the reading thread for the next batch:
+/// reused, they are neither grown again (a `memmove` per doubling) nor faulted in afresh.
+type Spare = (Vec<Meta>, Vec<u8>);
+
 fn read_batches<R: Read>(
     reader: &mut CaptureReader<R>,
     batch_records: usize,
     tx: &std::sync::mpsc::SyncSender<Batch>,
+    spares: &Receiver<Spare>,
     budget: &Budget,
     progress: Option<&dyn Progress>,
     stop: &AtomicBool,
@@ -138,13 +143,16 @@ fn read_batches<R: Read>(
         if stop.load(Ordering::Relaxed) {
             return None;
         }
+        let (recs, data) = spares
+            .try_recv()
+            .unwrap_or_else(|_| (Vec::with_capacity(batch_records.min(1024)), Vec::new()));
         let mut b = Batch {
             seq,
             cost: 0,
             frame_base: frames,
             first_ts: Timestamp::default(),
-            recs: Vec::with_capacity(batch_records.min(1024)),
-            data: Vec::new(),
+            recs,
+            data,
         };
         let mut error = None;
         let mut full = false;
@@ -190,7 +198,12 @@ fn read_batches<R: Read>(
     }
 }
 
-fn work(opts: Options, rx: &Mutex<Receiver<Batch>>, tx: &std::sync::mpsc::SyncSender<Done>) {
+fn work(
+    opts: Options,
+    rx: &Mutex<Receiver<Batch>>,
+    tx: &std::sync::mpsc::SyncSender<Done>,
+    spares: &std::sync::mpsc::SyncSender<Spare>,
+) {
     loop {
         let batch = match rx.lock() {
             Ok(r) => match r.recv() {
@@ -219,6 +232,11 @@ fn work(opts: Options, rx: &Mutex<Receiver<Batch>>, tx: &std::sync::mpsc::SyncSe
             let _ = dec.record(&rec, &mut out);
         }
         let _ = dec.flush(&mut out);
+        let (mut recs, mut data) = (batch.recs, batch.data);
+        recs.clear();
+        data.clear();
+        // Never waits: with the reading thread's spares full, these are freed.
+        let _ = spares.try_send((recs, data));
         let done = Done {
             seq: batch.seq,
             cost: batch.cost,
@@ -278,6 +296,7 @@ pub(crate) fn in_order<R: Read + Send>(
     let workers = workers.max(1);
     let (batch_tx, batch_rx) = sync_channel::<Batch>(workers * 2);
     let (done_tx, done_rx) = sync_channel::<Done>(workers * 2);
+    let (spare_tx, spare_rx) = sync_channel::<Spare>(workers * 2);
     let batch_rx = Mutex::new(batch_rx);
     let mut stats = Stats::default();
     let mut write_error = None;
@@ -291,6 +310,7 @@ pub(crate) fn in_order<R: Read + Send>(
                 reader,
                 batch_records.max(1),
                 &batch_tx,
+                &spare_rx,
                 budget,
                 progress,
                 stop,
@@ -298,10 +318,12 @@ pub(crate) fn in_order<R: Read + Send>(
         });
         for _ in 0..workers {
             let tx = done_tx.clone();
+            let spares = spare_tx.clone();
             let rx = &batch_rx;
-            s.spawn(move || work(opts, rx, &tx));
+            s.spawn(move || work(opts, rx, &tx, &spares));
         }
         drop(done_tx);
+        drop(spare_tx);
         let mut pending = BTreeMap::new();
         let mut next = 0u64;
         for done in &done_rx {
