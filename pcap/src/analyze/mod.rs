@@ -293,7 +293,7 @@ type EndStall = (u64, u64, Event);
 pub struct Analyzer {
     opts: Options,
     dirs: Vec<Dir>,
-    by_key: HashMap<(IpAddr, IpAddr, u32), usize>,
+    by_key: pairing::DirIndex,
     /// (sender, receiver) → its directions not paired yet.
     by_hosts: HashMap<(IpAddr, IpAddr), Vec<usize>>,
     /// CM: (address, QPN) → the peer's (address, QPN).
@@ -329,7 +329,7 @@ impl Analyzer {
         Self {
             opts,
             dirs: Vec::new(),
-            by_key: HashMap::default(),
+            by_key: pairing::DirIndex::default(),
             by_hosts: HashMap::default(),
             cm_peer: HashMap::default(),
             cm_req: HashMap::default(),
@@ -425,7 +425,7 @@ impl Analyzer {
     fn look_ahead(&self, chunk: &[&Pkt]) -> [Option<usize>; AHEAD] {
         let mut known = [None; AHEAD];
         for (k, p) in known.iter_mut().zip(chunk) {
-            *k = self.by_key.get(&(p.src, p.dst, p.dest_qp)).copied();
+            *k = self.by_key.get(&self.dirs, (p.src, p.dst, p.dest_qp));
         }
         // The direction, and the one whose requests a response answers.
         let mut dirs: [Option<(&Dir, &Dir)>; AHEAD] = [None; AHEAD];
@@ -594,7 +594,7 @@ impl Analyzer {
         // The directions and their tables are done with: freed here, beside the other
         // shares, rather than one share after another on the merging thread.
         self.dirs = Vec::new();
-        self.by_key = HashMap::default();
+        self.by_key = pairing::DirIndex::default();
         self.by_hosts = HashMap::default();
         stalls
     }
