@@ -1,6 +1,7 @@
 //! The behaviour rules a connection is checked against: [`Rule`] (each one's wire name and
 //! what it checks, in one table), the per-connection tallies the handlers feed, and the
 //! [`Verdict`]s made of them.
+use super::report::{pad_right, push_u64};
 use std::fmt::Write as _;
 
 /// Declares [`Rule`] from one table: variant, wire name (the `rule` of the text and JSON
@@ -166,7 +167,10 @@ impl Tally {
 
     /// Writes the verdict's detail: the counts, then what else is known.
     fn detail_into(&self, d: &mut String) {
-        let _ = write!(d, "{} checked, {} violated", self.checked, self.violations);
+        push_u64(d, self.checked);
+        d.push_str(" checked, ");
+        push_u64(d, self.violations);
+        d.push_str(" violated");
         let (note, first) = self
             .more
             .as_ref()
@@ -241,7 +245,15 @@ impl Tallies {
             t.checked == 0 && t.early == 0 && t.more.as_ref().is_none_or(|m| m.is_empty())
         };
         for (&rule, t) in Rule::ALL.iter().zip(&self.0).filter(|(_, t)| !plain(t)) {
-            let _ = write!(o, "  verdict {:<46} {:<14} ", rule.name(), t.result());
+            o.push_str("  verdict ");
+            let at = o.len();
+            o.push_str(rule.name());
+            pad_right(o, at, 46);
+            o.push(' ');
+            let at = o.len();
+            o.push_str(t.result());
+            pad_right(o, at, 14);
+            o.push(' ');
             t.detail_into(o);
             if !t.frames().is_empty() {
                 let _ = write!(o, " frames {:?}", t.frames());
