@@ -123,6 +123,10 @@ fn add(total: &mut Stats, s: &Stats) {
     total.printed += s.printed;
 }
 
+/// The largest record buffer kept for reuse: a batch closes at [`BATCH_BYTES`], and its
+/// buffer grows by doubling.
+const SPARE_BYTES: usize = 2 * BATCH_BYTES;
+
 /// A decoded batch's emptied buffers, handed back to the reading thread for the next batch:
 /// reused, they are neither grown again (a `memmove` per doubling) nor faulted in afresh.
 type Spare = (Vec<Meta>, Vec<u8>);
@@ -233,10 +237,14 @@ fn work(
         }
         let _ = dec.flush(&mut out);
         let (mut recs, mut data) = (batch.recs, batch.data);
-        recs.clear();
-        data.clear();
-        // Never waits: with the reading thread's spares full, these are freed.
-        let _ = spares.try_send((recs, data));
+        // A batch grown past its usual size by one huge record is not kept: the spares stay
+        // within a few batches' worth of memory, however large the records.
+        if data.capacity() <= SPARE_BYTES {
+            recs.clear();
+            data.clear();
+            // Never waits: with the reading thread's spares full, these are freed.
+            let _ = spares.try_send((recs, data));
+        }
         let done = Done {
             seq: batch.seq,
             cost: batch.cost,
