@@ -101,10 +101,62 @@ pub(crate) struct DecodeBatches {
     strings: crate::pyjson::Strings,
     /// The columns' keys as Python strings (made on the first batch).
     names: Option<Names>,
+    /// Empty rows by the keys they have ([`Shape`]), copied for each row of that shape.
+    templates: std::collections::HashMap<Shape, Template, foldhash::fast::RandomState>,
+    /// At most this many of them ([`MAX_TEMPLATES`], or fewer when asked).
+    max_templates: usize,
     /// The time stamps of the batch's records, in order, and their digits (the rows' `ts`
     /// as the JSON line writes them).
     times: Vec<Timestamp>,
     digits: Vec<u8>,
+}
+
+/// Which columns a row sets, one bit each: the keys of its dict.
+type Shape = [u64; FIELDS.len().div_ceil(64)];
+
+/// Row shapes whose empty dicts are kept: a capture of ever new combinations of headers gets
+/// its rows made key by key past this many (each kept shape is two or three small dicts).
+const MAX_TEMPLATES: usize = 512;
+
+/// The dicts of one row shape with every key in place (in the order the JSON line has them)
+/// and every value `None`: a row of that shape is a copy with its values set, which costs
+/// CPython less than a dict grown key by key (each growth rebuilds the dict's index).
+struct Template {
+    row: Py<PyDict>,
+    /// The nested objects (by parent, an index of [`Names::parents`]), in order.
+    children: Vec<(usize, Py<PyDict>)>,
+}
+
+impl Template {
+    /// The empty dicts of rows that set the columns of `shape`, keys inserted as
+    /// [`DecodeBatches::dicts`] inserts them.
+    fn new(py: Python<'_>, names: &Names, shape: &Shape) -> PyResult<Self> {
+        let row = PyDict::new(py);
+        let mut children: Vec<(usize, Bound<'_, PyDict>)> = Vec::new();
+        let none = py.None();
+        for (c, (key, parent)) in names.cols.iter().enumerate() {
+            if shape[c / 64] >> (c % 64) & 1 == 0 {
+                continue;
+            }
+            match parent {
+                None => row.set_item(key.bind(py), &none)?,
+                Some(p) => {
+                    if children.last().is_none_or(|(q, _)| q != p) {
+                        let d = PyDict::new(py);
+                        row.set_item(names.parents[*p].bind(py), &d)?;
+                        children.push((*p, d));
+                    }
+                    if let Some((_, d)) = children.last() {
+                        d.set_item(key.bind(py), &none)?;
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            row: row.unbind(),
+            children: children.into_iter().map(|(p, d)| (p, d.unbind())).collect(),
+        })
+    }
 }
 
 /// Each column's key, and the key of the object it is in (`bth` for `bth.psn`).
@@ -172,13 +224,45 @@ impl DecodeBatches {
             Some(Values::U64(f)) => f.as_slice(),
             _ => &[],
         };
-        for i in 0..batch.rows() {
-            let row = PyDict::new(py);
-            let mut open: Option<(usize, Bound<'py, PyDict>)> = None;
-            for (c, col) in cols.iter().enumerate() {
-                if !col.valid.get(i).copied().unwrap_or(false) {
-                    continue;
+        let mut children: Vec<Option<Bound<'py, PyDict>>> = vec![None; names.parents.len()];
+        // Every row's shape, a column at a time (the validity of a column is contiguous;
+        // read a row at a time it would be a cache line per column per row).
+        let mut shapes: Vec<Shape> = vec![[0; FIELDS.len().div_ceil(64)]; batch.rows()];
+        for (c, col) in cols.iter().enumerate() {
+            let (word, bit) = (c / 64, 1u64 << (c % 64));
+            for (shape, _) in shapes.iter_mut().zip(&col.valid).filter(|(_, v)| **v) {
+                shape[word] |= bit;
+            }
+        }
+        for (i, &shape) in shapes.iter().enumerate() {
+            if self.templates.len() < self.max_templates && !self.templates.contains_key(&shape) {
+                let t = Template::new(py, names, &shape)?;
+                self.templates.insert(shape, t);
+            }
+            // The row's dicts: copies of its shape's, else made key by key.
+            children.iter_mut().for_each(|c| *c = None);
+            let row = match self.templates.get(&shape) {
+                Some(t) => {
+                    let row = t.row.bind(py).copy()?;
+                    for (p, d) in &t.children {
+                        let d = d.bind(py).copy()?;
+                        row.set_item(names.parents[*p].bind(py), &d)?;
+                        children[*p] = Some(d);
+                    }
+                    row
                 }
+                None => PyDict::new(py),
+            };
+            // The columns the row sets, in order.
+            let set = shape.iter().enumerate().flat_map(|(w, &bits)| {
+                std::iter::successors((bits != 0).then_some(bits), |b| {
+                    let rest = b & (b - 1);
+                    (rest != 0).then_some(rest)
+                })
+                .map(move |b| w * 64 + b.trailing_zeros() as usize)
+            });
+            for c in set {
+                let Some(col) = cols.get(c) else { continue };
                 let v: Bound<'py, PyAny> = match &col.values {
                     Values::Bool(x) => PyBool::new(py, x[i]).to_owned().into_any(),
                     Values::U8(x) => x[i].into_pyobject(py)?.into_any(),
@@ -218,12 +302,12 @@ impl DecodeBatches {
                 match parent {
                     None => row.set_item(key.bind(py), v)?,
                     Some(p) => {
-                        let child = match &open {
-                            Some((q, d)) if q == p => d.clone(),
-                            _ => {
+                        let child = match &children[*p] {
+                            Some(d) => d.clone(),
+                            None => {
                                 let d = PyDict::new(py);
                                 row.set_item(names.parents[*p].bind(py), &d)?;
-                                open = Some((*p, d.clone()));
+                                children[*p] = Some(d.clone());
                                 d
                             }
                         };
@@ -240,10 +324,12 @@ impl DecodeBatches {
 #[pymethods]
 impl DecodeBatches {
     /// Reads the capture `source`; with `snaplen`, every record as if captured with that
-    /// snap length (headers only, as hardware captures often are).
+    /// snap length (headers only, as hardware captures often are). `templates`: the row
+    /// shapes whose empty dicts are kept (past them, rows are made key by key; 0 for the
+    /// tests of that path).
     #[new]
-    #[pyo3(signature = (source, snaplen=None))]
-    fn new(source: &Bound<'_, PyAny>, snaplen: Option<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (source, snaplen=None, templates=MAX_TEMPLATES))]
+    fn new(source: &Bound<'_, PyAny>, snaplen: Option<usize>, templates: usize) -> PyResult<Self> {
         let (input, name) = open(source)?;
         let reader =
             CaptureReader::new(input, &name).map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -258,6 +344,8 @@ impl DecodeBatches {
             done: false,
             error: None,
             strings: crate::pyjson::Strings::default(),
+            templates: Default::default(),
+            max_templates: templates.min(MAX_TEMPLATES),
             names: None,
             times: Vec::new(),
             digits: Vec::new(),
