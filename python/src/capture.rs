@@ -92,9 +92,12 @@ pub(crate) fn open(source: &Bound<'_, PyAny>) -> PyResult<(Input, String)> {
 /// dotted column is a key of the nested object its prefix names.
 #[pyclass(module = "roce._roce")]
 pub(crate) struct DecodeBatches {
-    reader: CaptureReader<Input>,
-    decoder: Decoder,
-    snaplen: Option<usize>,
+    /// Where the batches come from: decoded here as they are asked for (a file object:
+    /// reading it needs the interpreter), or ahead on a thread of its own (a path or bytes),
+    /// beside the making of the previous batch's dicts.
+    source: BatchSource,
+    /// The decoder's counts after the last batch handed over.
+    stats: roce_pcap::Stats,
     done: bool,
     /// A read error met after records the last batch handed over: raised next.
     error: Option<String>,
@@ -109,6 +112,92 @@ pub(crate) struct DecodeBatches {
     /// as the JSON line writes them).
     times: Vec<Timestamp>,
     digits: Vec<u8>,
+}
+
+/// Where [`DecodeBatches`] gets its batches.
+enum BatchSource {
+    Here(Box<Reading>),
+    /// Batches decoded ahead, a few at most; the thread ends after the last (`done`).
+    Ahead(std::sync::Mutex<std::sync::mpsc::Receiver<Decoded>>),
+}
+
+/// A capture being read and decoded into columns, a batch at a time.
+struct Reading {
+    reader: CaptureReader<Input>,
+    decoder: Decoder,
+    snaplen: Option<usize>,
+}
+
+/// One batch of records decoded.
+struct Decoded {
+    batch: Batch,
+    /// The frame number of its first record.
+    first: u64,
+    /// Its records' time stamps and their digits.
+    times: Vec<Timestamp>,
+    digits: Vec<u8>,
+    /// The decoder's counts after it.
+    stats: roce_pcap::Stats,
+    /// The read error that ended the capture after its records.
+    error: Option<String>,
+    /// The capture ended with it.
+    done: bool,
+}
+
+impl Reading {
+    /// The next [`BATCH`] records, decoded.
+    fn next_batch(&mut self) -> Decoded {
+        let first = self.decoder.stats().packets + 1;
+        let (mut times, mut digits) = (Vec::with_capacity(BATCH), Vec::with_capacity(BATCH));
+        let (mut error, mut done) = (None, false);
+        for _ in 0..BATCH {
+            match self.reader.next_record() {
+                Ok(Some(mut rec)) => {
+                    if let Some(n) = self.snaplen {
+                        rec.data = &rec.data[..rec.data.len().min(n)];
+                    }
+                    times.push(rec.ts);
+                    digits.push(rec.ts_digits);
+                    // Nothing is written in this format: it cannot fail.
+                    let _ = self.decoder.record(&rec, &mut std::io::sink());
+                }
+                Ok(None) => {
+                    done = true;
+                    break;
+                }
+                Err(e) => {
+                    (done, error) = (true, Some(e.to_string()));
+                    break;
+                }
+            }
+        }
+        Decoded {
+            batch: self.decoder.columns().take(),
+            first,
+            times,
+            digits,
+            stats: self.decoder.stats(),
+            error,
+            done,
+        }
+    }
+}
+
+/// Decodes `reading` on a thread of its own, two batches ahead at most; the thread ends
+/// after the capture's last batch, or once the batches are no longer wanted.
+fn decode_ahead(mut reading: Reading) -> PyResult<BatchSource> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Decoded>(2);
+    std::thread::Builder::new()
+        .name("roce-decode".into())
+        .spawn(move || loop {
+            let d = reading.next_batch();
+            let done = d.done;
+            if tx.send(d).is_err() || done {
+                return;
+            }
+        })
+        .map_err(|e| PyOSError::new_err(format!("cannot start a decoding thread: {e}")))?;
+    Ok(BatchSource::Ahead(std::sync::Mutex::new(rx)))
 }
 
 /// Which columns a row sets, one bit each: the keys of its dict.
@@ -337,10 +426,19 @@ impl DecodeBatches {
             format: OutputFormat::Columns,
             ..Default::default()
         });
-        Ok(Self {
+        let reading = Reading {
             reader,
             decoder,
             snaplen,
+        };
+        let source = if source.hasattr("read")? {
+            BatchSource::Here(Box::new(reading))
+        } else {
+            decode_ahead(reading)?
+        };
+        Ok(Self {
+            source,
+            stats: roce_pcap::Stats::default(),
             done: false,
             error: None,
             strings: crate::pyjson::Strings::default(),
@@ -368,40 +466,31 @@ impl DecodeBatches {
             if self.done {
                 return Ok(None);
             }
-            let first = self.decoder.stats().packets + 1;
-            self.times.clear();
-            self.digits.clear();
-            let mut error = None;
-            for _ in 0..BATCH {
-                match self.reader.next_record() {
-                    Ok(Some(mut rec)) => {
-                        if let Some(n) = self.snaplen {
-                            rec.data = &rec.data[..rec.data.len().min(n)];
+            let d = match &mut self.source {
+                BatchSource::Here(reading) => reading.next_batch(),
+                BatchSource::Ahead(rx) => {
+                    let rx = &*rx;
+                    // The interpreter is let go while the decoding thread finishes the batch.
+                    let got = py.detach(|| rx.lock().ok().and_then(|r| r.recv().ok()));
+                    match got {
+                        Some(d) => d,
+                        None => {
+                            self.done = true;
+                            return Err(PyOSError::new_err("the decoding thread stopped"));
                         }
-                        self.times.push(rec.ts);
-                        self.digits.push(rec.ts_digits);
-                        // Nothing is written in this format.
-                        self.decoder
-                            .record(&rec, &mut std::io::sink())
-                            .map_err(|e| PyOSError::new_err(e.to_string()))?;
-                    }
-                    Ok(None) => {
-                        self.done = true;
-                        break;
-                    }
-                    Err(e) => {
-                        self.done = true;
-                        error = Some(e);
-                        break;
                     }
                 }
-            }
-            let batch = self.decoder.columns().take();
-            return match error {
-                Some(e) if batch.rows() == 0 => Err(PyValueError::new_err(e.to_string())),
+            };
+            self.stats = d.stats;
+            self.done = d.done;
+            self.times = d.times;
+            self.digits = d.digits;
+            let (batch, first) = (d.batch, d.first);
+            return match d.error {
+                Some(e) if batch.rows() == 0 => Err(PyValueError::new_err(e)),
                 Some(e) => {
                     // Hand over what was read; the error comes with the next call.
-                    self.error = Some(e.to_string());
+                    self.error = Some(e);
                     crate::pyjson::without_gc(py, || self.dicts(py, batch, first)).map(Some)
                 }
                 None if batch.rows() == 0 => continue,
@@ -410,10 +499,9 @@ impl DecodeBatches {
         }
     }
 
-    /// The run's counters (`packets`, `roce`, `icrc_failures`, `malformed`, ...), as the
-    /// summary line of `roce decode` counts them.
+    /// The decoder's counts so far (the CLI's summary line).
     fn stats(&self) -> String {
-        self.decoder.stats().line()
+        self.stats.line()
     }
 }
 
