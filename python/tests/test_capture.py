@@ -4,9 +4,12 @@ bytes, a file object)."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
+import os
 import subprocess
+import time
 
 import pytest
 
@@ -181,3 +184,24 @@ def test_decode_leaves_the_garbage_collector_as_it_found_it(captures):
             assert gc.isenabled() == enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_an_abandoned_decode_ends_its_decoding_thread(roce_cli, tmp_path):
+    """A path is decoded ahead on a thread of its own: an iterator dropped half way must not
+    leave it reading the rest of the capture."""
+    path = tmp_path / "mix.pcap"
+    subprocess.run([roce_cli, "gen-capture", "--packets", "300000", str(path)], check=True, capture_output=True)
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads()
+    it = roce.decode(str(path))
+    next(it)
+    assert threads() == before + 1, "a path is decoded on a thread of its own"
+    del it
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while threads() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threads() == before
