@@ -230,14 +230,16 @@ impl Template {
             match parent {
                 None => row.set_item(key.bind(py), &none)?,
                 Some(p) => {
-                    if children.last().is_none_or(|(q, _)| q != p) {
-                        let d = PyDict::new(py);
-                        row.set_item(names.parents[*p].bind(py), &d)?;
-                        children.push((*p, d));
-                    }
-                    if let Some((_, d)) = children.last() {
-                        d.set_item(key.bind(py), &none)?;
-                    }
+                    let at = match children.iter().position(|(q, _)| q == p) {
+                        Some(at) => at,
+                        None => {
+                            let d = PyDict::new(py);
+                            row.set_item(names.parents[*p].bind(py), &d)?;
+                            children.push((*p, d));
+                            children.len() - 1
+                        }
+                    };
+                    children[at].1.set_item(key.bind(py), &none)?;
                 }
             }
         }
