@@ -1,6 +1,7 @@
 //! Captures from Python: `decode` (the dicts of `roce decode --json`'s lines, a batch at a
 //! time, made from the decoder's typed columns) and `analyze` (`roce analyze --json`'s lines,
 //! read into dicts by [`crate::pyjson`]). Both come from the CLI's own code.
+use std::collections::hash_map::Entry;
 use std::io::Read;
 
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
@@ -221,33 +222,56 @@ impl Template {
     /// [`DecodeBatches::dicts`] inserts them.
     fn new(py: Python<'_>, names: &Names, shape: &Shape) -> PyResult<Self> {
         let row = PyDict::new(py);
-        let mut children: Vec<(usize, Bound<'_, PyDict>)> = Vec::new();
-        let none = py.None();
-        for (c, (key, parent)) in names.cols.iter().enumerate() {
-            if shape[c / 64] >> (c % 64) & 1 == 0 {
-                continue;
-            }
-            match parent {
-                None => row.set_item(key.bind(py), &none)?,
-                Some(p) => {
-                    let at = match children.iter().position(|(q, _)| q == p) {
-                        Some(at) => at,
-                        None => {
-                            let d = PyDict::new(py);
-                            row.set_item(names.parents[*p].bind(py), &d)?;
-                            children.push((*p, d));
-                            children.len() - 1
-                        }
-                    };
-                    children[at].1.set_item(key.bind(py), &none)?;
-                }
-            }
+        let mut children = vec![None; names.parents.len()];
+        let none = py.None().into_bound(py);
+        for c in columns_of(shape) {
+            put(py, names, &row, &mut children, c, none.clone())?;
         }
         Ok(Self {
             row: row.unbind(),
-            children: children.into_iter().map(|(p, d)| (p, d.unbind())).collect(),
+            children: children
+                .into_iter()
+                .enumerate()
+                .filter_map(|(p, d)| Some((p, d?.unbind())))
+                .collect(),
         })
     }
+}
+
+/// The columns `shape` sets, in order.
+fn columns_of(shape: &Shape) -> impl Iterator<Item = usize> + '_ {
+    shape.iter().enumerate().flat_map(|(w, &bits)| {
+        std::iter::successors((bits != 0).then_some(bits), |b| {
+            let rest = b & (b - 1);
+            (rest != 0).then_some(rest)
+        })
+        .map(move |b| w * 64 + b.trailing_zeros() as usize)
+    })
+}
+
+/// Sets column `c`'s key to `v` in `row`, or in the nested object its parent key names
+/// (`children`, by parent: made and put in `row` on first use).
+fn put<'py>(
+    py: Python<'py>,
+    names: &Names,
+    row: &Bound<'py, PyDict>,
+    children: &mut [Option<Bound<'py, PyDict>>],
+    c: usize,
+    v: Bound<'py, PyAny>,
+) -> PyResult<()> {
+    let (key, parent) = &names.cols[c];
+    let Some(p) = *parent else {
+        return row.set_item(key.bind(py), v);
+    };
+    let child = match &children[p] {
+        Some(d) => d,
+        None => {
+            let d = PyDict::new(py);
+            row.set_item(names.parents[p].bind(py), &d)?;
+            children[p].insert(d)
+        }
+    };
+    child.set_item(key.bind(py), v)
 }
 
 /// Each column's key, and the key of the object it is in (`bth` for `bth.psn`).
@@ -318,7 +342,7 @@ impl DecodeBatches {
         let mut children: Vec<Option<Bound<'py, PyDict>>> = vec![None; names.parents.len()];
         // Every row's shape, a column at a time (the validity of a column is contiguous;
         // read a row at a time it would be a cache line per column per row).
-        let mut shapes: Vec<Shape> = vec![[0; FIELDS.len().div_ceil(64)]; batch.rows()];
+        let mut shapes: Vec<Shape> = vec![Shape::default(); batch.rows()];
         for (c, col) in cols.iter().enumerate() {
             let (word, bit) = (c / 64, 1u64 << (c % 64));
             for (shape, _) in shapes.iter_mut().zip(&col.valid).filter(|(_, v)| **v) {
@@ -326,13 +350,17 @@ impl DecodeBatches {
             }
         }
         for (i, &shape) in shapes.iter().enumerate() {
-            if self.templates.len() < self.max_templates && !self.templates.contains_key(&shape) {
-                let t = Template::new(py, names, &shape)?;
-                self.templates.insert(shape, t);
-            }
+            let template = if self.templates.len() < self.max_templates {
+                Some(match self.templates.entry(shape) {
+                    Entry::Occupied(t) => &*t.into_mut(),
+                    Entry::Vacant(t) => &*t.insert(Template::new(py, names, &shape)?),
+                })
+            } else {
+                self.templates.get(&shape)
+            };
             // The row's dicts: copies of its shape's, else made key by key.
             children.iter_mut().for_each(|c| *c = None);
-            let row = match self.templates.get(&shape) {
+            let row = match template {
                 Some(t) => {
                     let row = t.row.bind(py).copy()?;
                     for (p, d) in &t.children {
@@ -344,15 +372,7 @@ impl DecodeBatches {
                 }
                 None => PyDict::new(py),
             };
-            // The columns the row sets, in order.
-            let set = shape.iter().enumerate().flat_map(|(w, &bits)| {
-                std::iter::successors((bits != 0).then_some(bits), |b| {
-                    let rest = b & (b - 1);
-                    (rest != 0).then_some(rest)
-                })
-                .map(move |b| w * 64 + b.trailing_zeros() as usize)
-            });
-            for c in set {
+            for c in columns_of(&shape) {
                 let Some(col) = cols.get(c) else { continue };
                 let v: Bound<'py, PyAny> = match &col.values {
                     Values::Bool(x) => PyBool::new(py, x[i]).to_owned().into_any(),
@@ -389,22 +409,7 @@ impl DecodeBatches {
                         }
                     }
                 };
-                let (key, parent) = &names.cols[c];
-                match parent {
-                    None => row.set_item(key.bind(py), v)?,
-                    Some(p) => {
-                        let child = match &children[*p] {
-                            Some(d) => d.clone(),
-                            None => {
-                                let d = PyDict::new(py);
-                                row.set_item(names.parents[*p].bind(py), &d)?;
-                                children[*p] = Some(d.clone());
-                                d
-                            }
-                        };
-                        child.set_item(key.bind(py), v)?;
-                    }
-                }
+                put(py, names, &row, &mut children, c, v)?;
             }
             out.append(row)?;
         }

@@ -97,10 +97,11 @@ fn endpoint_into(o: &mut String, s: &Side) {
     }
     if let Some(q) = s.qpn {
         o.push_str(" qp 0x");
-        let hex = b"0123456789abcdef";
         let digits = (32 - q.leading_zeros()).div_ceil(4).max(1);
         for k in (0..digits).rev() {
-            o.push(char::from(hex[(q >> (4 * k) & 0xf) as usize]));
+            o.push(char::from(
+                crate::digits::HEX[(q >> (4 * k) & 0xf) as usize],
+            ));
         }
     }
 }
