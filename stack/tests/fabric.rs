@@ -178,7 +178,7 @@ fn pfc_never_drops_and_every_port_resumes() {
             assert!(!f.host_paused(h), "seed {seed}: host {h} still paused");
         }
         let retx: u64 = (0..16)
-            .flat_map(|h| sim.endpoints()[h].device.qps().map(|q| q.stats()))
+            .flat_map(|h| sim.endpoint(h).device.qps().map(|q| q.stats()))
             .map(|s| s.retransmitted_packets)
             .sum();
         assert_eq!(retx, 0, "seed {seed}: lossless, yet retransmitted");
@@ -341,5 +341,180 @@ fn hpcc_keeps_the_bottleneck_busy_and_its_queue_near_empty() {
             "seed {seed}: HPCC queue p50 {p50} B, p99 {p99} B"
         );
         assert!(p50_none > 1_000_000, "seed {seed}: {p50_none}");
+    }
+}
+
+/// A tap call as the test keeps it: (kind, 9 for a frame; time; id; from; to; ECN; length;
+/// digest of the bytes).
+type TapCall = (u8, u64, u64, usize, usize, u8, usize, u64);
+
+/// Everything a run shows from outside: each tap call in order (datagrams with a digest of
+/// their bytes, PFC frames), each completion with its time, the link counters and every
+/// port's counters at the end.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    taps: Vec<TapCall>,
+    completions: Vec<(u64, u64, u64)>,
+    stats: roce_stack::sim::SimStats,
+    ports: Vec<roce_stack::sim::PortStats>,
+    totals: (u64, u64, u64),
+}
+
+/// A digest of `b` (FNV-1a).
+fn digest(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// `flows` over `cfg` on `threads` threads: what the run showed, and the parts it made.
+fn run_split(
+    seed: u64,
+    cfg: FabricConfig,
+    flows: &[(usize, usize, usize)],
+    threads: usize,
+) -> (Seen, usize) {
+    use std::sync::{Arc, Mutex};
+    let mut sim = fabric_sim(seed, cfg);
+    struct Log(Arc<Mutex<Vec<TapCall>>>);
+    impl roce_stack::sim::Tap for Log {
+        fn on_datagram(&mut self, ev: &roce_stack::sim::TapEvent<'_>) {
+            self.0.lock().unwrap().push((
+                ev.kind as u8,
+                ev.time.as_nanos(),
+                ev.id,
+                ev.from,
+                ev.to,
+                ev.ecn as u8,
+                ev.datagram.len(),
+                digest(ev.datagram),
+            ));
+        }
+        fn on_frame(&mut self, time: roce_stack::Instant, frame: &[u8]) {
+            self.0.lock().unwrap().push((
+                9,
+                time.as_nanos(),
+                0,
+                0,
+                0,
+                0,
+                frame.len(),
+                digest(frame),
+            ));
+        }
+    }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // The tap before the split for one run, after it for another: both are kept.
+    if threads.is_multiple_of(2) {
+        sim.set_tap(Box::new(Log(log.clone())));
+    }
+    let parts = sim.set_threads(threads);
+    if !threads.is_multiple_of(2) {
+        sim.set_tap(Box::new(Log(log.clone())));
+    }
+    let caps = QpCaps {
+        max_unacked_psns: 256,
+        infinite_retry_at_7: true,
+        ..QpCaps::default()
+    };
+    let p = ConnectParams {
+        mtu: 1024,
+        timeout: 12,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        path: PathConfig {
+            ecn: Ecn::Ect0,
+            ..PathConfig::default()
+        },
+        ..ConnectParams::default()
+    };
+    let dcqcn = Some(CcConfig::Dcqcn(Default::default()));
+    let mut senders = Vec::new();
+    for (n, &f) in flows.iter().enumerate() {
+        let (flow, _) = start_flow(&mut sim, n, f, caps, &p, dcqcn);
+        senders.push(flow.from);
+    }
+    senders.sort_unstable();
+    senders.dedup();
+    let mut completions = Vec::new();
+    // Steps of 3 µs, as a driver polls its completions.
+    let step = core::time::Duration::from_micros(3);
+    while completions.len() < flows.len() {
+        let t = sim.now() + step;
+        sim.run_until(t);
+        assert!(
+            sim.now().as_nanos() < 1_000_000_000,
+            "flows still running after 1 s"
+        );
+        for &h in &senders {
+            while let Some(c) = sim.device(h).poll_completion() {
+                completions.push((c.wr_id, c.status as u64, sim.now().as_nanos()));
+            }
+        }
+    }
+    assert!(sim.run_until_idle(), "the fabric never went idle");
+    let now = sim.now();
+    let f = sim.fabric().unwrap();
+    let ports = (0..f.port_count()).map(|p| f.port_stats(p, now)).collect();
+    let totals = (f.hops(), f.drops(), f.pfc_frames());
+    let taps = core::mem::take(&mut *log.lock().unwrap());
+    let seen = Seen {
+        taps,
+        completions,
+        stats: sim.stats(),
+        ports,
+        totals,
+    };
+    (seen, parts)
+}
+
+/// The fabric split across threads (conservative parallel simulation) gives exactly what
+/// it gives whole: every tap call in the same order, the same completions at the same
+/// times, the same counters. With PFC (pause frames crossing parts), and without on a
+/// small buffer (drops).
+#[test]
+fn a_split_fabric_runs_exactly_as_a_whole_one() {
+    for seed in seeds() {
+        let _g = SeedGuard(seed);
+        let mut rng = Rng::new(seed);
+        let flows: Vec<_> = (0..30)
+            .map(|_| {
+                let a = rng.below(16) as usize;
+                let b = (a + 1 + rng.below(15) as usize) % 16;
+                (a, b, 1 + rng.below(150_000) as usize)
+            })
+            .collect();
+        let mut pfc = FabricConfig::new(Topology::k_ary(4));
+        pfc.pfc = Some(PfcConfig {
+            xoff_bytes: 20_000,
+            xon_bytes: 10_000,
+        });
+        pfc.fabric_rate_bps = pfc.host_rate_bps;
+        let mut lossy = FabricConfig::new(Topology::k_ary(4));
+        lossy.buffer_bytes = 40_000;
+        for (name, cfg) in [("pfc", pfc), ("lossy", lossy)] {
+            let (whole, parts) = run_split(seed, cfg, &flows, 1);
+            assert_eq!(parts, 1);
+            assert_eq!(whole.completions.len(), flows.len());
+            if name == "pfc" {
+                assert!(
+                    whole.totals.2 > 0,
+                    "seed {seed}: no pause frame to cross parts"
+                );
+            } else {
+                assert!(whole.totals.1 > 0, "seed {seed}: nothing dropped");
+            }
+            for threads in [2, 3, 8] {
+                let (split, parts) = run_split(seed, cfg, &flows, threads);
+                assert_eq!(parts, threads, "a fat tree of 8 ToRs splits {threads} ways");
+                assert!(
+                    split == whole,
+                    "seed {seed}, {name}, {threads} threads: the run differs ({} and {} tap calls, first difference at {:?})",
+                    split.taps.len(),
+                    whole.taps.len(),
+                    split.taps.iter().zip(&whole.taps).position(|(a, b)| a != b)
+                );
+            }
+        }
     }
 }

@@ -6,8 +6,7 @@ use roce_stack::{
     Access, ConnectParams, CqHandle, MrHandle, QpCaps, QpState, RecvRequest, RemoteAddr, SgList,
     WcOpcode, WcStatus, WorkRequest, WrOp,
 };
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 struct Two {
     sim: Sim,
@@ -59,11 +58,11 @@ fn write_completes_once_despite_loss_reorder_dup_and_ce() {
         ..LinkConfig::default()
     };
     let mut t = two(seed, link, ConnectParams::default());
-    let seen = Rc::new(RefCell::new((0u64, 0u64, 0u64, true)));
+    let seen = Arc::new(Mutex::new((0u64, 0u64, 0u64, true)));
     let s2 = seen.clone();
     t.sim
         .set_tap(Box::new(move |ev: &roce_stack::sim::TapEvent<'_>| {
-            let mut s = s2.borrow_mut();
+            let mut s = s2.lock().unwrap();
             match ev.kind {
                 TapKind::Sent => s.0 += 1,
                 TapKind::Delivered => s.1 += 1,
@@ -104,7 +103,7 @@ fn write_completes_once_despite_loss_reorder_dup_and_ce() {
         &t.sim.device(1).mr(t.mb).unwrap().as_slice()[4096..4096 + 64 * 1024],
         &src[..]
     );
-    let (sent, delivered, lost, ok) = *seen.borrow();
+    let (sent, delivered, lost, ok) = *seen.lock().unwrap();
     assert!(ok);
     assert_eq!(sent, t.sim.stats().sent);
     assert!(

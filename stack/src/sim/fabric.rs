@@ -464,13 +464,26 @@ pub struct Fabric {
     routes: Vec<u32>,
     route_lists: Vec<(u32, u32)>,
     route_ports: Vec<u32>,
-    /// Pending events by (time, order of scheduling): slots of `slab`, so that the queue
-    /// moves a few bytes per item, not a frame.
+    /// Pending events by (time, key): slots of `slab`, so that the queue moves a few bytes
+    /// per item, not a frame. The key is the scheduling node's count of events it scheduled
+    /// and its number, so that among events at one time the order does not depend on how
+    /// the fabric is split.
     events: RadixQueue<u32>,
     /// The pending events' payloads, and the free slots.
     slab: Vec<Option<Ev>>,
     free_slots: Vec<u32>,
-    seq: u64,
+    /// Events each node has scheduled (the keys' order among events at one time).
+    node_seq: Vec<u64>,
+    /// The node whose event (or host send) is being processed: it schedules what follows.
+    actor: u32,
+    /// One random stream per node (RED's coins), so that what a switch draws does not depend
+    /// on what other switches did first.
+    rngs: Vec<Rng>,
+    /// Which part of a split fabric each node belongs to, and this fabric's part: events for
+    /// another part's nodes go to `outbox` (see [`Fabric::split`]).
+    owner: std::sync::Arc<[u8]>,
+    part: u8,
+    outbox: Vec<Pending>,
     hops: u64,
     drops: u64,
     pfc_frames: u64,
@@ -535,7 +548,12 @@ impl Fabric {
             events: RadixQueue::default(),
             slab: Vec::new(),
             free_slots: Vec::new(),
-            seq: 0,
+            node_seq: vec![0; nodes],
+            actor: 0,
+            rngs: (0..nodes).map(|n| node_rng(0, n)).collect(),
+            owner: vec![0u8; nodes].into(),
+            part: 0,
+            outbox: Vec::new(),
             hops: 0,
             drops: 0,
             pfc_frames: 0,
@@ -743,8 +761,152 @@ impl Fabric {
         self.events.peek_time()
     }
 
+    /// The part of a fabric split `n` ways that node `node` belongs to: the ToR (leaf)
+    /// switches in `n` runs of consecutive ones as even as whole switches allow, each with
+    /// its hosts (so hosts stay in consecutive runs too); the aggregation and the core
+    /// (spine) switches spread the same way, so that a pod split between two parts has
+    /// aggregation switches in both. Any split gives the same results; this one balances the
+    /// work and keeps a host's traffic to its ToR within its part. `n` is at most
+    /// [`Fabric::max_parts`].
+    fn part_of(&self, node: usize, n: usize) -> usize {
+        let hosts = self.hosts;
+        let even = |i: usize, of: usize| i * n / of.max(1);
+        match self.cfg.topology {
+            Topology::Switch { .. } => 0,
+            Topology::LeafSpine {
+                leaves,
+                hosts_per_leaf,
+                spines,
+            } => {
+                if node < hosts {
+                    even(node / hosts_per_leaf, leaves)
+                } else if node < hosts + leaves {
+                    even(node - hosts, leaves)
+                } else {
+                    even(node - hosts - leaves, spines)
+                }
+            }
+            Topology::FatTree {
+                pods,
+                tors,
+                aggs,
+                hosts_per_tor,
+                cores,
+            } => {
+                let (tor0, agg0) = (hosts, hosts + pods * tors);
+                let core0 = agg0 + pods * aggs;
+                if node < tor0 {
+                    even(node / hosts_per_tor, pods * tors)
+                } else if node < agg0 {
+                    even(node - tor0, pods * tors)
+                } else if node < core0 {
+                    even(node - agg0, pods * aggs)
+                } else {
+                    even(node - core0, cores)
+                }
+            }
+        }
+    }
+
+    /// The most parts the fabric splits into: its ToR (leaf) switches, at most 64; 1 for one
+    /// switch or links without delay (no lookahead).
+    pub fn max_parts(&self) -> usize {
+        if self.cfg.link_delay.is_zero() {
+            return 1;
+        }
+        match self.cfg.topology {
+            Topology::Switch { .. } => 1,
+            Topology::LeafSpine { leaves, .. } => leaves.clamp(1, 64),
+            Topology::FatTree { pods, tors, .. } => (pods * tors).clamp(1, 64),
+        }
+    }
+
+    /// The fabric split `n` ways (at most [`Fabric::max_parts`]) for a parallel run: each
+    /// part is this fabric with no events, that processes the events of its own nodes and
+    /// puts those it schedules for another part's in its outbox. An event crosses parts only
+    /// over a link, one link delay (the lookahead) or more after it was scheduled. Returns the
+    /// parts and each host's part.
+    pub(super) fn split(&self, n: usize) -> (Vec<Self>, Vec<usize>) {
+        let n = n.clamp(1, self.max_parts());
+        let nodes = self.node_ports.len();
+        let owner: std::sync::Arc<[u8]> = (0..nodes).map(|v| self.part_of(v, n) as u8).collect();
+        let parts = (0..n)
+            .map(|k| {
+                let mut f = Self::new(self.cfg).expect("an existing fabric's shape");
+                f.rngs.clone_from(&self.rngs);
+                f.owner = owner.clone();
+                f.part = k as u8;
+                f
+            })
+            .collect();
+        let hosts = (0..self.hosts).map(|h| owner[h] as usize).collect();
+        (parts, hosts)
+    }
+
+    /// The events this part scheduled for other parts' nodes since the last call.
+    pub(super) fn take_outbox(&mut self) -> Vec<Pending> {
+        core::mem::take(&mut self.outbox)
+    }
+
+    /// The part whose node `p` happens at.
+    pub(super) fn pending_part(&self, p: &Pending) -> usize {
+        self.owner[self.event_node(&p.ev)] as usize
+    }
+
+    /// Takes an event another part scheduled for one of this part's nodes.
+    pub(super) fn receive(&mut self, p: Pending) {
+        self.insert(p.at, p.key, p.ev);
+    }
+
+    /// The part node `n` belongs to (0 unless split).
+    pub(super) fn part_of_node(&self, n: usize) -> usize {
+        self.owner[n] as usize
+    }
+
+    /// Whether node `n` is this part's.
+    #[cfg(test)]
+    pub(super) fn owns(&self, n: usize) -> bool {
+        self.owner[n] == self.part
+    }
+
+    /// The node port `p` belongs to.
+    pub(super) fn port_node(&self, p: usize) -> usize {
+        self.ports[p].node as usize
+    }
+
+    /// Seeds the nodes' random streams (each from `seed` and its node number).
+    pub(super) fn seed(&mut self, seed: u64) {
+        for (n, r) in self.rngs.iter_mut().enumerate() {
+            *r = node_rng(seed, n);
+        }
+    }
+
+    /// The node an event happens at: the port's own for a departure, a pause or a refresh,
+    /// the port's peer for an arrival.
+    fn event_node(&self, ev: &Ev) -> usize {
+        match *ev {
+            Ev::Depart(p) | Ev::Pause(p, _) | Ev::Refresh(p) => {
+                self.ports[p as usize].node as usize
+            }
+            Ev::Arrive(p, _) => self.ports[p as usize].peer as usize,
+        }
+    }
+
+    /// Schedules `ev` at `at`, keyed by the acting node and its count of scheduled events:
+    /// among events at one time the order is the keys', the same however the fabric is split,
+    /// because every node counts its own.
     fn push(&mut self, at: Instant, ev: Ev) {
-        self.seq += 1;
+        let actor = self.actor as usize;
+        self.node_seq[actor] += 1;
+        let key = self.node_seq[actor] << NODE_BITS | actor as u64;
+        if self.owner[self.event_node(&ev)] != self.part {
+            self.outbox.push(Pending { at, key, ev });
+            return;
+        }
+        self.insert(at, key, ev);
+    }
+
+    fn insert(&mut self, at: Instant, key: u64, ev: Ev) {
         let slot = match self.free_slots.pop() {
             Some(i) => {
                 self.slab[i as usize] = Some(ev);
@@ -755,7 +917,7 @@ impl Fabric {
                 (self.slab.len() - 1) as u32
             }
         };
-        self.events.push(at, self.seq, slot);
+        self.events.push(at, key, slot);
     }
 
     fn tx_ns(bytes: u64, rate: u64) -> u64 {
@@ -769,6 +931,7 @@ impl Fabric {
     /// Host `h` puts a frame on its link at `now`; returns when its last bit has left.
     pub(super) fn host_send(&mut self, now: Instant, h: usize, a: Arrival) -> Instant {
         let p = self.node_ports[h][0];
+        self.actor = h as u32;
         let port = &mut self.ports[p as usize];
         let len = Self::frame_len(&a);
         let done = now.add_nanos(Self::tx_ns(len, port.rate_bps));
@@ -806,21 +969,18 @@ impl Fabric {
     }
 
     /// Processes the earliest event if it is due at `now`, appending what it gave to `out`.
-    /// `false` when nothing was due.
-    pub(super) fn process(&mut self, now: Instant, rng: &mut Rng, out: &mut Vec<Out>) -> bool {
+    /// Returns its key ([`Fabric::key`]), `None` when nothing was due.
+    pub(super) fn process(&mut self, now: Instant, out: &mut Vec<Out>) -> Option<u64> {
         if self.events.peek_time().is_none_or(|at| at > now) {
-            return false;
+            return None;
         }
-        let Some((at, _, slot)) = self.events.pop() else {
-            return false;
-        };
-        let Some(ev) = self.slab.get_mut(slot as usize).and_then(Option::take) else {
-            return false;
-        };
+        let (at, key, slot) = self.events.pop()?;
+        let ev = self.slab.get_mut(slot as usize).and_then(Option::take)?;
         self.free_slots.push(slot);
+        self.actor = self.event_node(&ev) as u32;
         match ev {
             Ev::Depart(p) => self.depart(p, at, out),
-            Ev::Arrive(p, a) => self.arrive(p, a, at, rng, out),
+            Ev::Arrive(p, a) => self.arrive(p, a, at, out),
             Ev::Pause(p, on) => {
                 let port = &mut self.ports[p as usize];
                 match (on, port.paused_since) {
@@ -849,7 +1009,7 @@ impl Fabric {
                 }
             }
         }
-        true
+        Some(key)
     }
 
     fn depart(&mut self, p: u32, now: Instant, out: &mut Vec<Out>) {
@@ -891,14 +1051,7 @@ impl Fabric {
         self.kick(p, now);
     }
 
-    fn arrive(
-        &mut self,
-        p: u32,
-        mut a: Box<Arrival>,
-        now: Instant,
-        rng: &mut Rng,
-        out: &mut Vec<Out>,
-    ) {
+    fn arrive(&mut self, p: u32, mut a: Box<Arrival>, now: Instant, out: &mut Vec<Out>) {
         let node = self.ports[p as usize].peer as usize;
         if node < self.hosts {
             out.push(Out::Deliver(a));
@@ -919,7 +1072,7 @@ impl Fabric {
         }
         // The ingress port at this node: the one back toward the sender.
         let ingress = self.ports[p as usize].back;
-        let coin = rng.unit();
+        let coin = self.rngs[node].unit();
         let eg = &mut self.ports[e];
         if let Some(red) = eg.red {
             if matches!(a.ecn, Ecn::Ect0 | Ecn::Ect1) && coin < red.probability(eg.queue_bytes) {
@@ -949,6 +1102,30 @@ impl Fabric {
                 self.push(now.add_nanos(PFC_REFRESH_NS), Ev::Refresh(ingress));
             }
         }
+    }
+}
+
+/// Bits of an event key that name the node (a fabric has at most 4,096 hosts and 1,024
+/// switches).
+const NODE_BITS: u32 = 13;
+
+/// Node `n`'s random stream for the run seeded `seed`.
+fn node_rng(seed: u64, n: usize) -> Rng {
+    Rng::new(seed ^ (n as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// An event scheduled for a node of another part of a split fabric.
+#[derive(Debug)]
+pub(super) struct Pending {
+    at: Instant,
+    key: u64,
+    ev: Ev,
+}
+
+impl Pending {
+    /// When it happens.
+    pub(super) fn at(&self) -> Instant {
+        self.at
     }
 }
 

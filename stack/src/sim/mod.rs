@@ -10,6 +10,10 @@
 //!
 //! [`Sim::set_switch`] puts a [`Switch`] in front of one endpoint: a shared egress queue with a
 //! bottleneck bandwidth, a buffer limit and RED ECN marking, for congestion experiments.
+//!
+//! [`Sim::set_fabric`] joins the hosts by a multi-switch [`Fabric`] instead (each switch
+//! draws from a random stream of its own), and [`Sim::set_threads`] runs it on several
+//! threads, one part of the fabric each, with the same results as on one.
 use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
@@ -22,10 +26,12 @@ use crate::device::{Device, DeviceConfig};
 use crate::path::{PathConfig, RxMeta};
 use crate::qp::{ConnectParams, ModifyError};
 use crate::time::Instant;
+use parallel::{lock, AbortOnPanic, Pool, Shared};
 
 pub use crate::rng::Rng;
 
 mod fabric;
+mod parallel;
 mod radix;
 mod switch;
 mod wakeups;
@@ -135,8 +141,10 @@ pub struct TapEvent<'a> {
     pub time: Instant,
     /// What happened.
     pub kind: TapKind,
-    /// The datagram's number, from 1 in the order the devices sent them: its send, and its
-    /// delivery or loss, carry the same (a duplicate too).
+    /// The datagram's number: its send, and its delivery or loss, carry the same (a
+    /// duplicate too). Unique in a run: the sending endpoint's index in the high 24 bits,
+    /// from 1 in the order that endpoint sent them in the low 40 (the same however a
+    /// fabric's simulation is split across threads, [`Sim::set_threads`]).
     pub id: u64,
     /// Sending endpoint index.
     pub from: usize,
@@ -217,6 +225,8 @@ pub struct Endpoint {
     egress_busy: Instant,
     /// The device was left with datagrams to send at `egress_busy`.
     blocked: bool,
+    /// Datagrams it sent (their [`TapEvent::id`]s).
+    sent: u64,
 }
 
 #[derive(Debug)]
@@ -282,9 +292,7 @@ pub struct Sim {
     links: HashMap<(usize, usize), (LinkConfig, Instant)>,
     queue: BinaryHeap<Arrival>,
     seq: u64,
-    /// Datagrams the devices sent ([`TapEvent::id`]).
-    sent_ids: u64,
-    tap: Option<Box<dyn Tap>>,
+    tap: Option<Box<dyn Tap + Send>>,
     buf: Vec<u8>,
     stats: SimStats,
     switch: Option<Switch>,
@@ -292,6 +300,177 @@ pub struct Sim {
     pfc_xoff_at: Option<Instant>,
     /// `run_until_idle` gives up past this virtual time (returns `false`).
     pub time_limit: Instant,
+    /// The first endpoint this simulation holds: 0, or a part's first host.
+    base: usize,
+    /// The parts of a fabric split across threads ([`Sim::set_threads`]); empty when not
+    /// split. The endpoints are then theirs, in consecutive ranges.
+    parts: Vec<Self>,
+    /// The threads that run the parts.
+    pool: Option<Pool>,
+    /// Each endpoint's part, when split.
+    host_part: Vec<usize>,
+    /// The shortest time an event takes to cross from one part to another (a link's delay),
+    /// ns: each part runs that far ahead of the others' earliest event between meetings.
+    lookahead_ns: u64,
+    /// Runs made ([`Sim::run_until`] calls): the first field of a [`TapKey`].
+    epoch: u64,
+    /// Where the simulation is, for ordering a part's tap calls.
+    tap_at: TapKey,
+    /// A part's tap calls, kept to be merged in the order one simulation makes them (when
+    /// split with a tap).
+    tap_log: Option<Vec<TapRecord>>,
+}
+
+/// Where in a run a tap call is made: the [`Sim::run_until`] call, the time, the round at
+/// that time (a step, or the run's first sends), what the round was doing (processing fabric
+/// events, or asking devices for datagrams), the event's key or the endpoint, and the call's
+/// number within. One simulation makes its tap calls in the order of their keys, and the
+/// parts of a split one make each of theirs with the key the whole would have given it, so
+/// sorting the parts' calls by key gives the whole's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+struct TapKey {
+    epoch: u64,
+    time: Instant,
+    round: u32,
+    phase: u8,
+    item: u64,
+    n: u32,
+}
+
+/// [`TapKey::phase`]: processing fabric events.
+const PHASE_EVENTS: u8 = 1;
+/// [`TapKey::phase`]: asking the devices for datagrams.
+const PHASE_SENDS: u8 = 2;
+
+/// A tap call a part of a split simulation keeps for the merge.
+#[derive(Debug)]
+struct TapRecord {
+    key: TapKey,
+    what: TapWhat,
+}
+
+#[derive(Debug)]
+enum TapWhat {
+    Datagram {
+        kind: TapKind,
+        id: u64,
+        from: usize,
+        to: usize,
+        src: IpAddr,
+        dst: IpAddr,
+        src_port: u16,
+        ecn: Ecn,
+        data: Vec<u8>,
+    },
+    Frame(Vec<u8>),
+}
+
+/// What a view of a fabric reads: the simulation's own, or a split one's parts.
+#[derive(Debug, Clone, Copy)]
+enum Fabrics<'a> {
+    One(&'a Fabric),
+    Split(&'a [Sim]),
+}
+
+/// A fabric as the simulation runs it, whole or split across threads
+/// ([`Sim::set_threads`]): its shape, and its counters read from the part that keeps them.
+#[derive(Debug, Clone, Copy)]
+pub struct FabricView<'a> {
+    first: &'a Fabric,
+    all: Fabrics<'a>,
+}
+
+impl<'a> FabricView<'a> {
+    fn part_fabric(s: &'a Sim) -> &'a Fabric {
+        s.fabric.as_ref().expect("a part has its fabric")
+    }
+
+    /// The fabric that keeps node `n`'s counters.
+    fn of_node(&self, n: usize) -> &'a Fabric {
+        match self.all {
+            Fabrics::One(f) => f,
+            Fabrics::Split(parts) => parts
+                .get(self.first.part_of_node(n))
+                .map_or(self.first, Self::part_fabric),
+        }
+    }
+
+    fn sum(&self, f: impl Fn(&Fabric) -> u64) -> u64 {
+        match self.all {
+            Fabrics::One(x) => f(x),
+            Fabrics::Split(parts) => parts.iter().map(|p| f(Self::part_fabric(p))).sum(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &'a FabricConfig {
+        self.first.config()
+    }
+
+    /// Number of hosts.
+    pub fn hosts(&self) -> usize {
+        self.first.hosts()
+    }
+
+    /// Number of ports (two per link).
+    pub fn port_count(&self) -> usize {
+        self.first.port_count()
+    }
+
+    /// Port `p`: (node, peer node, kind, rate in bits/s), as [`Fabric::port`].
+    pub fn port(&self, p: usize) -> (usize, usize, PortKind, u64) {
+        self.first.port(p)
+    }
+
+    /// Tier of node `n`, as [`Fabric::tier`].
+    pub fn tier(&self, n: usize) -> u8 {
+        self.first.tier(n)
+    }
+
+    /// A name for node `n`, as [`Fabric::node_name`].
+    pub fn node_name(&self, n: usize) -> String {
+        self.first.node_name(n)
+    }
+
+    /// The equal-cost egress ports of switch node `s` toward host `d`.
+    pub fn next_hops(&self, s: usize, d: usize) -> &'a [u32] {
+        self.first.next_hops(s, d)
+    }
+
+    /// The ports a datagram with this 5-tuple leaves on from host `from` to host `to`.
+    pub fn path(&self, from: usize, to: usize, src: IpAddr, dst: IpAddr, sport: u16) -> Vec<usize> {
+        self.first.path(from, to, src, dst, sport)
+    }
+
+    /// Counters of port `p` with its paused time brought up to `now`.
+    pub fn port_stats(&self, p: usize, now: Instant) -> PortStats {
+        self.of_node(self.first.port_node(p)).port_stats(p, now)
+    }
+
+    /// Bytes queued at port `p` now.
+    pub fn queue_bytes(&self, p: usize) -> u64 {
+        self.of_node(self.first.port_node(p)).queue_bytes(p)
+    }
+
+    /// `true` while PFC pauses host `h`'s port.
+    pub fn host_paused(&self, h: usize) -> bool {
+        self.of_node(h).host_paused(h)
+    }
+
+    /// Frames sent on any port so far.
+    pub fn hops(&self) -> u64 {
+        self.sum(Fabric::hops)
+    }
+
+    /// Frames dropped at any switch.
+    pub fn drops(&self) -> u64 {
+        self.sum(Fabric::drops)
+    }
+
+    /// PFC frames sent.
+    pub fn pfc_frames(&self) -> u64 {
+        self.sum(Fabric::pfc_frames)
+    }
 }
 
 impl core::fmt::Debug for Sim {
@@ -325,13 +504,20 @@ impl Sim {
             links: HashMap::new(),
             queue: BinaryHeap::new(),
             seq: 0,
-            sent_ids: 0,
             tap: None,
             buf: Vec::with_capacity(8192),
             stats: SimStats::default(),
             switch: None,
             pfc_xoff_at: None,
             time_limit: Instant::from_nanos(3_600 * 1_000_000_000),
+            base: 0,
+            parts: Vec::new(),
+            pool: None,
+            host_part: Vec::new(),
+            lookahead_ns: 0,
+            epoch: 0,
+            tap_at: TapKey::default(),
+            tap_log: None,
         }
     }
 
@@ -345,7 +531,20 @@ impl Sim {
     }
     /// Link counters.
     pub fn stats(&self) -> SimStats {
-        self.stats
+        let mut s = self.stats;
+        for p in &self.parts {
+            let x = p.stats;
+            s.sent += x.sent;
+            s.delivered += x.delivered;
+            s.lost += x.lost;
+            s.duplicated += x.duplicated;
+            s.corrupted += x.corrupted;
+            s.ce_marked += x.ce_marked;
+            s.reordered += x.reordered;
+            s.unroutable += x.unroutable;
+            s.pfc_frames += x.pfc_frames;
+        }
+        s
     }
     /// The simulator's RNG (for workload generation from the same seed).
     pub fn rng(&mut self) -> &mut Rng {
@@ -354,7 +553,11 @@ impl Sim {
 
     /// Adds a host with address `ip`; returns its index. QPNs of host `i` start at
     /// `0x11 + 0x100 * i`, so QPNs differ between hosts.
+    ///
+    /// # Panics
+    /// Once split across threads ([`Sim::set_threads`]).
     pub fn add_endpoint(&mut self, ip: IpAddr) -> usize {
+        assert!(self.parts.is_empty(), "hosts are added before the split");
         let i = self.endpoints.len();
         self.by_ip.entry(ip).or_insert(i);
         if let Some(t) = self.tap.as_mut() {
@@ -370,6 +573,7 @@ impl Sim {
             ip,
             egress_busy: Instant::ZERO,
             blocked: false,
+            sent: 0,
         });
         i
     }
@@ -379,14 +583,28 @@ impl Sim {
     /// # Panics
     /// If `i` is not a host index.
     pub fn device(&mut self, i: usize) -> &mut Device {
+        if let Some(&k) = self.host_part.get(i) {
+            return self.parts[k].device(i);
+        }
         self.touch(i);
-        &mut self.endpoints[i].device
+        &mut self.endpoints[i - self.base].device
     }
 
-    /// The hosts, indexed as [`Sim::add_endpoint`] returned (to read; change a device
+    /// Host `i`, indexed as [`Sim::add_endpoint`] returned (to read; change a device
     /// through [`Sim::device`], so that the simulator knows to look at it).
-    pub fn endpoints(&self) -> &[Endpoint] {
-        &self.endpoints
+    ///
+    /// # Panics
+    /// If `i` is not a host index.
+    pub fn endpoint(&self, i: usize) -> &Endpoint {
+        match self.host_part.get(i) {
+            Some(&k) => self.parts[k].endpoint(i),
+            None => &self.endpoints[i - self.base],
+        }
+    }
+
+    /// Number of hosts.
+    pub fn endpoint_count(&self) -> usize {
+        self.host_part.len().max(self.endpoints.len())
     }
 
     /// Every connection made from now on uses UDP source port `port` (`None`: each QP pair's
@@ -403,13 +621,85 @@ impl Sim {
         if f.hosts() != self.endpoints.len() {
             return Err("the fabric's hosts must be the simulator's endpoints");
         }
+        let mut f = f;
+        f.seed(self.seed);
         self.fabric = Some(f);
         Ok(())
     }
 
-    /// The fabric, if any.
-    pub fn fabric(&self) -> Option<&Fabric> {
-        self.fabric.as_ref()
+    /// The fabric, if any (whole or split).
+    pub fn fabric(&self) -> Option<FabricView<'_>> {
+        if let Some(p) = self.parts.first() {
+            let first = p.fabric.as_ref()?;
+            return Some(FabricView {
+                first,
+                all: Fabrics::Split(&self.parts),
+            });
+        }
+        let f = self.fabric.as_ref()?;
+        Some(FabricView {
+            first: f,
+            all: Fabrics::One(f),
+        })
+    }
+
+    /// Runs the fabric on up to `n` threads: the fabric is split into as many parts (whole
+    /// pods of a fat tree, or leaves of a leaf-spine, with their hosts; at most
+    /// [`Fabric::max_parts`]), each on a thread of its own during [`Sim::run_until`]. A part
+    /// runs ahead of the others' earliest event by at most the links' delay, which is the
+    /// least time anything takes to cross from one part to another (conservative parallel
+    /// simulation), so every part sees what the others send in time. Results are the same
+    /// as on one thread, the taps' calls included, in the same order. Returns the number of
+    /// parts: 1 (nothing done) without a fabric, before the fabric's hosts were added, after
+    /// the first run, or when `n` is 1.
+    pub fn set_threads(&mut self, n: usize) -> usize {
+        if !self.parts.is_empty() {
+            return self.parts.len();
+        }
+        let Some(fab) = self.fabric.as_ref() else {
+            return 1;
+        };
+        if n <= 1 || self.epoch > 0 || fab.next_event().is_some() {
+            return 1;
+        }
+        let (fabrics, host_part) = fab.split(n);
+        if fabrics.len() <= 1 {
+            return 1;
+        }
+        let total = self.endpoints.len();
+        let mut eps = core::mem::take(&mut self.endpoints).into_iter();
+        let mut base = 0;
+        for (k, f) in fabrics.into_iter().enumerate() {
+            let count = host_part.iter().filter(|&&p| p == k).count();
+            let mut part = Self::new(self.seed);
+            part.now = self.now;
+            part.time_limit = self.time_limit;
+            part.base = base;
+            part.endpoints = eps.by_ref().take(count).collect();
+            part.by_ip.clone_from(&self.by_ip);
+            part.is_dirty = vec![false; total];
+            part.armed = vec![None; total];
+            part.fabric = Some(f);
+            part.tap_log = self.tap.is_some().then(Vec::new);
+            for i in base..base + count {
+                if self.is_dirty[i] {
+                    part.touch(i);
+                }
+                part.rearm(i);
+            }
+            base += count;
+            self.parts.push(part);
+        }
+        self.pool = Some(Pool::new(self.parts.len()));
+        self.lookahead_ns = self
+            .fabric
+            .as_ref()
+            .map_or(1, |f| (f.config().link_delay.as_nanos() as u64).max(1));
+        self.host_part = host_part;
+        self.fabric = None;
+        self.dirty.clear();
+        self.timers = wakeups::Wakeups::default();
+        self.parts.len()
     }
 
     /// Marks endpoint `i` to be asked for datagrams at the next pump.
@@ -422,7 +712,7 @@ impl Sim {
 
     /// Records endpoint `i`'s next wake-up.
     fn rearm(&mut self, i: usize) {
-        let e = &self.endpoints[i];
+        let e = &self.endpoints[i - self.base];
         let t = min_opt(e.device.poll_timeout(), e.blocked.then_some(e.egress_busy));
         if t != self.armed[i] {
             self.armed[i] = t;
@@ -461,8 +751,11 @@ impl Sim {
     }
 
     /// Installs a tap.
-    pub fn set_tap(&mut self, tap: Box<dyn Tap>) {
+    pub fn set_tap(&mut self, tap: Box<dyn Tap + Send>) {
         self.tap = Some(tap);
+        for p in &mut self.parts {
+            p.tap_log.get_or_insert_with(Vec::new);
+        }
     }
 
     /// Brings `qa` on host `a` and `qb` on host `b` from RESET to RTS, connected to each other.
@@ -480,16 +773,14 @@ impl Sim {
         let sport = self
             .entropy_port
             .unwrap_or_else(|| PathConfig::udp_sport(qa.0, qb.0));
-        self.touch(a);
-        self.touch(b);
         let ends = [
             (a, qa, qb, b, p.rq_psn, p.sq_psn),
             (b, qb, qa, a, p.sq_psn, p.rq_psn),
         ];
         for (host, q, dest, peer, rq_psn, sq_psn) in ends {
             let path = PathConfig {
-                local: self.endpoints[host].ip,
-                remote: self.endpoints[peer].ip,
+                local: self.endpoint(host).ip,
+                remote: self.endpoint(peer).ip,
                 src_port: sport,
                 remote_src_port: sport,
                 ecn: p.path.ecn,
@@ -503,7 +794,7 @@ impl Sim {
                 path,
                 ..*p
             };
-            self.endpoints[host].device.connect_qp(q, &c)?;
+            self.device(host).connect_qp(q, &c)?;
         }
         Ok(())
     }
@@ -540,7 +831,70 @@ impl Sim {
         }
     }
 
+    /// The key of the next tap call here ([`TapKey`]).
+    fn next_tap_key(&mut self) -> TapKey {
+        let k = self.tap_at;
+        self.tap_at.n += 1;
+        k
+    }
+
+    /// A new round at `now` doing `phase`: the first at this time in this run, or the next.
+    fn round(&mut self, phase: u8) {
+        let t = &mut self.tap_at;
+        if t.epoch == self.epoch && t.time == self.now {
+            t.round += 1;
+        } else {
+            t.epoch = self.epoch;
+            t.time = self.now;
+            t.round = 0;
+        }
+        t.phase = phase;
+        t.item = 0;
+        t.n = 0;
+    }
+
+    /// The tap calls from here on are about `item` (an event's key, or an endpoint).
+    fn tap_item(&mut self, item: u64) {
+        self.tap_at.item = item;
+        self.tap_at.n = 0;
+    }
+
+    /// A link-level frame for the tap.
+    fn tap_frame(&mut self, time: Instant, frame: &[u8]) {
+        if self.tap_log.is_some() {
+            let key = self.next_tap_key();
+            if let Some(log) = self.tap_log.as_mut() {
+                log.push(TapRecord {
+                    key,
+                    what: TapWhat::Frame(frame.to_vec()),
+                });
+            }
+        } else if let Some(t) = self.tap.as_mut() {
+            t.on_frame(time, frame);
+        }
+    }
+
     fn tap(&mut self, kind: TapKind, a: &Arrival, time: Instant) {
+        if self.tap_log.is_some() {
+            let key = self.next_tap_key();
+            if let Some(log) = self.tap_log.as_mut() {
+                log.push(TapRecord {
+                    key,
+                    what: TapWhat::Datagram {
+                        kind,
+                        id: a.id,
+                        from: a.from,
+                        to: a.to,
+                        src: a.src,
+                        dst: a.dst,
+                        src_port: a.src_port,
+                        ecn: a.ecn,
+                        data: a.data.clone(),
+                    },
+                });
+            }
+            return;
+        }
         if let Some(t) = self.tap.as_mut() {
             t.on_datagram(&TapEvent {
                 time,
@@ -567,6 +921,7 @@ impl Sim {
         list.sort_unstable();
         for &i in &list {
             self.is_dirty[i] = false;
+            self.tap_item(i as u64);
             self.pump_one(i);
         }
         for &i in &list {
@@ -577,7 +932,8 @@ impl Sim {
     }
 
     fn pump_one(&mut self, from: usize) {
-        self.endpoints[from].blocked = false;
+        let e = from - self.base;
+        self.endpoints[e].blocked = false;
         // PFC: while the switch pauses, the senders upstream of its port send nothing (the
         // port's own endpoint, downstream, goes on); in a fabric, a paused host port.
         let switch_paused = self
@@ -590,14 +946,11 @@ impl Sim {
         }
         loop {
             let now = self.now;
-            if self.endpoints[from].egress_busy > now {
-                self.endpoints[from].blocked = true;
+            if self.endpoints[e].egress_busy > now {
+                self.endpoints[e].blocked = true;
                 break;
             }
-            let Some(t) = self.endpoints[from]
-                .device
-                .poll_transmit(now, &mut self.buf)
-            else {
+            let Some(t) = self.endpoints[e].device.poll_transmit(now, &mut self.buf) else {
                 break;
             };
             self.stats.sent += 1;
@@ -606,11 +959,11 @@ impl Sim {
                 self.stats.unroutable += 1;
                 continue;
             };
-            self.sent_ids += 1;
+            self.endpoints[e].sent += 1;
             let arrival = Arrival {
                 at: now,
                 seq: 0,
-                id: self.sent_ids,
+                id: (from as u64) << 40 | self.endpoints[e].sent,
                 from,
                 to,
                 src: t.path.local,
@@ -637,7 +990,7 @@ impl Sim {
             match self.fabric.as_mut() {
                 Some(f) => {
                     let done = f.host_send(now, from, arrival);
-                    self.endpoints[from].egress_busy = done;
+                    self.endpoints[e].egress_busy = done;
                     if f.host_paused(from) {
                         break;
                     }
@@ -718,6 +1071,9 @@ impl Sim {
 
     /// The next event time: an arrival or a device deadline.
     pub fn next_event(&self) -> Option<Instant> {
+        if !self.parts.is_empty() {
+            return self.parts.iter().filter_map(|p| p.next_event()).min();
+        }
         let arrival = min_opt(
             self.queue.peek().map(|a| a.at),
             self.switch.as_ref().and_then(Switch::next_departure),
@@ -734,9 +1090,12 @@ impl Sim {
         // The simulated senders write roce's own IPv4 header, and the simulator sees it.
         let meta = RxMeta::new(SocketAddr::new(a.src, a.src_port), a.dst, a.ecn)
             .with_ipv4(crate::path::Ipv4Seen::ROCE);
-        self.endpoints[a.to]
-            .device
-            .handle_datagram_int(now, &meta, &a.data, a.int.as_deref());
+        self.endpoints[a.to - self.base].device.handle_datagram_int(
+            now,
+            &meta,
+            &a.data,
+            a.int.as_deref(),
+        );
         // Its wake-up is set again when the step ends ([`Sim::pump`] re-arms every device it
         // asked); a wake-up made stale by the datagram meanwhile is checked against the
         // device's own deadline before it runs anything.
@@ -747,8 +1106,8 @@ impl Sim {
     fn fabric_event(&mut self) {
         let now = self.now;
         let mut out = core::mem::take(&mut self.fabric_out);
-        if let Some(f) = self.fabric.as_mut() {
-            f.process(now, &mut self.rng, &mut out);
+        if let Some(key) = self.fabric.as_mut().and_then(|f| f.process(now, &mut out)) {
+            self.tap_item(key);
         }
         for o in out.drain(..) {
             match o {
@@ -759,9 +1118,7 @@ impl Sim {
                 }
                 fabric::Out::Pfc(frame) => {
                     self.stats.pfc_frames += 1;
-                    if let Some(t) = self.tap.as_mut() {
-                        t.on_frame(now, &frame);
-                    }
+                    self.tap_frame(now, &frame);
                 }
                 fabric::Out::HostResumed(h) => self.touch(h),
             }
@@ -772,12 +1129,20 @@ impl Sim {
     /// Sends what is pending, then advances to the next event and processes it. `false` when
     /// there is nothing left to do.
     pub fn step(&mut self) -> bool {
+        if !self.parts.is_empty() {
+            let Some(t) = self.next_event() else {
+                return false;
+            };
+            self.run_until(t);
+            return true;
+        }
         self.pump();
         let Some(t) = self.next_event() else {
             return false;
         };
         self.now = self.now.max(t);
         let now = self.now;
+        self.round(PHASE_EVENTS);
         loop {
             // The switch's departures, the arrivals and the fabric's events, in time order.
             let dep = self
@@ -837,12 +1202,13 @@ impl Sim {
         }
         due.sort_unstable();
         for i in due {
-            let e = &mut self.endpoints[i];
+            let e = &mut self.endpoints[i - self.base];
             if e.device.poll_timeout().is_some_and(|d| d <= now) {
                 e.device.handle_timeout(now);
             }
             self.touch(i);
         }
+        self.tap_at.phase = PHASE_SENDS;
         self.pump();
         true
     }
@@ -860,6 +1226,11 @@ impl Sim {
 
     /// Runs every event up to `deadline`, then sets the clock to `deadline`.
     pub fn run_until(&mut self, deadline: Instant) {
+        if !self.parts.is_empty() {
+            return self.run_parts(deadline);
+        }
+        self.epoch += 1;
+        self.round(PHASE_SENDS);
         loop {
             self.pump();
             match self.next_event() {
@@ -867,6 +1238,114 @@ impl Sim {
                     self.step();
                 }
                 _ => break,
+            }
+        }
+        self.now = self.now.max(deadline);
+    }
+
+    /// [`Sim::run_until`] of a split simulation: every part on a thread of its own (the
+    /// first on this one), meeting every lookahead of virtual time to exchange what crossed
+    /// between them; then the tap sees the parts' calls merged.
+    fn run_parts(&mut self, deadline: Instant) {
+        let ok = match self.pool.as_ref() {
+            Some(pool) => pool.run(&mut self.parts, deadline, self.lookahead_ns),
+            None => false,
+        };
+        // A part's thread panicked (a bug): its part, and with it the run, is lost.
+        assert!(ok, "a thread of the simulation failed");
+        self.now = self.now.max(deadline);
+        self.epoch += 1;
+        let Some(tap) = self.tap.as_mut() else {
+            return;
+        };
+        let mut log: Vec<TapRecord> = Vec::new();
+        for p in &mut self.parts {
+            if let Some(l) = p.tap_log.as_mut() {
+                log.append(l);
+            }
+        }
+        log.sort_unstable_by_key(|r| r.key);
+        for r in log {
+            match r.what {
+                TapWhat::Frame(f) => tap.on_frame(r.key.time, &f),
+                TapWhat::Datagram {
+                    kind,
+                    id,
+                    from,
+                    to,
+                    src,
+                    dst,
+                    src_port,
+                    ecn,
+                    data,
+                } => tap.on_datagram(&TapEvent {
+                    time: r.key.time,
+                    kind,
+                    id,
+                    from,
+                    to,
+                    src,
+                    dst,
+                    src_port,
+                    dst_port: ROCEV2_UDP_PORT,
+                    ecn,
+                    datagram: &data,
+                }),
+            }
+        }
+    }
+
+    /// Part `k`'s share of [`Sim::run_parts`]: its first sends, then windows of virtual
+    /// time until the earliest event of all is past `deadline`. Before each window the parts
+    /// meet, each having said its earliest event (what it holds, and what it sent to others
+    /// since the last meeting); the window runs every event up to the earliest of all plus
+    /// the lookahead less a nanosecond, which nothing another part does in it can reach.
+    fn run_part(&mut self, k: usize, sh: &Shared, lookahead: u64, deadline: Instant) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _guard = AbortOnPanic(&sh.meeting);
+        self.epoch += 1;
+        self.round(PHASE_SENDS);
+        self.pump();
+        let mut outs: Vec<Vec<fabric::Pending>> = (0..sh.inbox.len()).map(|_| Vec::new()).collect();
+        let mut turn = 0;
+        loop {
+            let mut next = self.next_event().map_or(u64::MAX, Instant::as_nanos);
+            if let Some(f) = self.fabric.as_mut() {
+                for p in f.take_outbox() {
+                    next = next.min(p.at().as_nanos());
+                    let to = f.pending_part(&p);
+                    outs[to].push(p);
+                }
+            }
+            for (to, v) in outs.iter_mut().enumerate() {
+                if !v.is_empty() {
+                    lock(&sh.inbox[to]).append(v);
+                }
+            }
+            sh.next[turn][k].store(next, Relaxed);
+            if !sh.meeting.wait() {
+                return;
+            }
+            let earliest = sh.next[turn]
+                .iter()
+                .map(|x| x.load(Relaxed))
+                .min()
+                .unwrap_or(u64::MAX);
+            turn ^= 1;
+            // What others sent (it may hold some of their next window's, all later than
+            // this one's end: they wait in the queue like the rest).
+            let mine = core::mem::take(&mut *lock(&sh.inbox[k]));
+            if let Some(f) = self.fabric.as_mut() {
+                for p in mine {
+                    f.receive(p);
+                }
+            }
+            if earliest > deadline.as_nanos() {
+                break;
+            }
+            let end = deadline.min(Instant::from_nanos(earliest.saturating_add(lookahead - 1)));
+            while self.next_event().is_some_and(|t| t <= end) {
+                self.step();
             }
         }
         self.now = self.now.max(deadline);

@@ -91,3 +91,52 @@ fn refused_shapes() {
     .is_err());
     assert!(Topology::Switch { hosts: 5000 }.validate().is_err());
 }
+
+#[test]
+fn a_split_gives_every_node_one_part_and_balances_the_hosts() {
+    for (topology, n, hosts_each) in [
+        (Topology::HPCC, 2, vec![160, 160]),
+        (Topology::HPCC, 3, vec![112, 112, 96]),
+        (Topology::k_ary(4), 8, vec![2; 8]),
+        (
+            Topology::LeafSpine {
+                leaves: 4,
+                hosts_per_leaf: 16,
+                spines: 4,
+            },
+            4,
+            vec![16; 4],
+        ),
+    ] {
+        let f = Fabric::new(FabricConfig::new(topology)).unwrap();
+        let (parts, host_part) = f.split(n);
+        assert_eq!(parts.len(), n, "{topology:?}");
+        let nodes = topology.hosts() + topology.switches();
+        for v in 0..nodes {
+            let owners = parts.iter().filter(|p| p.owns(v)).count();
+            assert_eq!(owners, 1, "{topology:?}: node {v} in {owners} parts");
+        }
+        // Hosts in consecutive runs, as even as whole ToRs allow, each with its ToR.
+        assert!(host_part.windows(2).all(|w| w[0] <= w[1]));
+        let each: Vec<usize> = (0..n)
+            .map(|k| host_part.iter().filter(|&&p| p == k).count())
+            .collect();
+        assert_eq!(each, hosts_each, "{topology:?}");
+        for h in 0..topology.hosts() {
+            let (_, tor, _, _) = f.port(f.node_ports[h][0] as usize);
+            assert!(parts[host_part[h]].owns(tor), "host {h} apart from its ToR");
+        }
+    }
+    // One switch, or links without delay (no lookahead): no split.
+    let one = Fabric::new(FabricConfig::new(Topology::Switch { hosts: 8 })).unwrap();
+    assert_eq!(one.split(4).0.len(), 1);
+    let mut cfg = FabricConfig::new(Topology::k_ary(4));
+    cfg.link_delay = Duration::ZERO;
+    assert_eq!(Fabric::new(cfg).unwrap().split(4).0.len(), 1);
+    assert_eq!(
+        Fabric::new(FabricConfig::new(Topology::k_ary(4)))
+            .unwrap()
+            .max_parts(),
+        8
+    );
+}
