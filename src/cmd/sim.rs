@@ -108,6 +108,13 @@ pub(crate) struct FabricArgs {
     /// each switch's shared buffer in a fabric (default 32M).
     #[arg(long, value_name = "SIZE")]
     buffer: Option<String>,
+    /// Threads per run for a fabric (1 to 64): the fabric is split into as many parts (runs
+    /// of ToR switches with their hosts, or leaves of a leaf-spine), each simulated on its
+    /// own thread in step with the others; the results (FCTs, JSON, captures) are the same
+    /// on any number. Default: the cores, shared among the runs of several --cc, for
+    /// fabrics of at least 256 hosts (smaller ones run faster on one)
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -175,6 +182,10 @@ fn incast_sweep(
             spec.validate()?;
             specs.push(spec);
         }
+    }
+    let threads = threads_per_run(a, specs.len(), fabric)?;
+    for s in &mut specs {
+        s.threads = threads;
     }
     let clock = Clock::start();
     let reports = congestion::fct::run_many(&specs);
@@ -255,6 +266,29 @@ fn write_figure(dir: &std::path::Path, name: &str, svg: &str) -> anyhow::Result<
     Ok(())
 }
 
+/// Fabrics with fewer hosts run on one thread unless `--threads` says otherwise: their
+/// parts have too little to do between meetings for a second thread to pay (the 64-host
+/// leaf-spine ran 1.6x slower on two).
+const PARALLEL_HOSTS: usize = 256;
+
+/// `--threads`, or the cores shared among `runs` that go at once, for a fabric of at least
+/// [`PARALLEL_HOSTS`] hosts.
+fn threads_per_run(
+    a: &FabricArgs,
+    runs: usize,
+    fabric: Option<congestion::fct::FabricSpec>,
+) -> anyhow::Result<usize> {
+    match a.threads {
+        Some(n) if (1..=64).contains(&n) => Ok(n),
+        Some(n) => bail!("--threads {n}: 1 to 64"),
+        None if fabric.is_none_or(|f| f.topology.hosts() < PARALLEL_HOSTS) => Ok(1),
+        None => {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+            Ok((cores / runs.max(1)).max(1))
+        }
+    }
+}
+
 /// Wall time of the experiments, and the simulator's speed in packet-hops per second (one
 /// core: the simulator runs on the calling thread), on stderr so that the results on stdout
 /// stay the same for the same seed.
@@ -267,10 +301,12 @@ impl Clock {
 
     fn report<'a>(&self, runs: impl Iterator<Item = &'a congestion::fct::FctReport>) {
         let s = self.0.elapsed().as_secs_f64();
-        let (n, hops) = runs.fold((0, 0u64), |(n, h), r| (n + 1, h + r.packet_hops));
+        let (n, hops, threads) = runs.fold((0, 0u64, 0), |(n, h, t), r| {
+            (n + 1, h + r.packet_hops, t + r.threads.max(1))
+        });
         let cores = std::thread::available_parallelism()
             .map_or(1, std::num::NonZeroUsize::get)
-            .min(n.max(1));
+            .min(threads.max(1));
         let rss = peak_rss_mib().map_or_else(String::new, |m| format!(", peak RSS {m} MiB"));
         eprintln!(
             "roce sim fabric: {n} run(s) on {cores} core(s), {hops} packet-hops in {s:.2} s of wall time: {:.2} M packet-hops/s per core{rss}",
@@ -572,6 +608,10 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
             "--pcap-at"
         };
         bail!("{flag} takes one --cc");
+    }
+    let threads = threads_per_run(a, specs.len(), fabric)?;
+    for s in &mut specs {
+        s.threads = threads;
     }
     let clock = Clock::start();
     let mut captured = None;

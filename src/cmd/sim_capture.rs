@@ -287,7 +287,7 @@ impl Captures {
         delivered: Option<&Path>,
         points: &[PointSpec],
         seed: u64,
-    ) -> anyhow::Result<Option<(Self, Box<dyn Tap>)>> {
+    ) -> anyhow::Result<Option<(Self, Box<dyn Tap + Send>)>> {
         if delivered.is_none() && points.is_empty() {
             return Ok(None);
         }

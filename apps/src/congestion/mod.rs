@@ -361,9 +361,8 @@ pub fn run(sc: &Scenario) -> Run {
             let d = cur[i] - last_bytes[i];
             series.flow_gbps[i].push(d as f64 * 8.0 / dt_s / 1e9);
             let f = &flows[i];
-            let rate = sim
-                .endpoints()
-                .get(f.host)
+            let rate = (f.host < sim.endpoint_count())
+                .then(|| sim.endpoint(f.host))
                 .and_then(|e| e.device.qp(f.qpn))
                 .and_then(|q| q.rate_bps())
                 .unwrap_or(sc.line_rate_bps);
@@ -398,11 +397,11 @@ pub fn run(sc: &Scenario) -> Run {
     let mut stats = roce_stack::QpStats::default();
     let mut rx_stats = roce_stack::QpStats::default();
     for f in &flows {
-        if let Some(q) = sim.endpoints()[f.host].device.qp(f.qpn) {
+        if let Some(q) = sim.endpoint(f.host).device.qp(f.qpn) {
             stats.add(q.stats());
         }
     }
-    for q in sim.endpoints()[rx].device.qps() {
+    for q in sim.endpoint(rx).device.qps() {
         rx_stats.add(q.stats());
     }
     let late_join = late_join(sc, &series, &cur_bytes_delta(&half_flow_bytes, &last_bytes));

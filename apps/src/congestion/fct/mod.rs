@@ -28,7 +28,8 @@ use std::fmt::Write as _;
 use roce_stack::cc::hpcc::HpccParams;
 use roce_stack::rng::Rng;
 use roce_stack::sim::{
-    Fabric, FabricConfig, LinkConfig, PfcConfig, PortKind, RedConfig, Sim, SwitchConfig, Topology,
+    FabricConfig, FabricView, LinkConfig, PfcConfig, PortKind, RedConfig, Sim, SwitchConfig,
+    Topology,
 };
 use roce_stack::{
     Access, CcConfig, ConnectParams, Instant, MrHandle, QpCaps, SgList, WcStatus, WorkRequest, WrOp,
@@ -203,6 +204,9 @@ pub struct FctSpec {
     pub fabric: Option<FabricSpec>,
     /// What the flows' memory regions are.
     pub regions: Regions,
+    /// Threads a fabric's simulation may use ([`Sim::set_threads`]): the same report on any
+    /// number.
+    pub threads: usize,
 }
 
 /// The memory regions flows are written from and to. Either way every byte of every flow is
@@ -371,13 +375,13 @@ pub struct LinkUse {
 }
 
 /// Frame bytes port `p` of `f` sent over its capacity during `[0, until]`.
-fn utilisation(f: &Fabric, p: usize, now: Instant, until: Instant) -> f64 {
+fn utilisation(f: &FabricView<'_>, p: usize, now: Instant, until: Instant) -> f64 {
     let secs = until.as_nanos().max(1) as f64 / 1e9;
     f.port_stats(p, now).tx_bytes as f64 * 8.0 / (f.port(p).3 as f64 * secs)
 }
 
 /// Every switch-to-switch port of `f` over `[0, until]`.
-fn link_uses(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkUse> {
+fn link_uses(f: &FabricView<'_>, now: Instant, until: Instant) -> Vec<LinkUse> {
     (0..f.port_count())
         .filter_map(|p| {
             let (node, peer, kind, _) = f.port(p);
@@ -397,7 +401,7 @@ fn link_uses(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkUse> {
 }
 
 /// Per-tier utilisation of `f`'s links over `[0, until]`.
-fn link_tiers(f: &Fabric, now: Instant, until: Instant) -> Vec<LinkTier> {
+fn link_tiers(f: &FabricView<'_>, now: Instant, until: Instant) -> Vec<LinkTier> {
     let mut tiers: Vec<(String, Vec<f64>)> = Vec::new();
     for p in 0..f.port_count() {
         let (node, _, kind, _) = f.port(p);
@@ -456,6 +460,7 @@ impl FctSpec {
             victim: None,
             fabric: None,
             regions: Regions::Pattern,
+            threads: 1,
         }
     }
 
@@ -609,6 +614,10 @@ pub struct FctReport {
     pub max_active_bytes: u64,
     /// The victim flow's FCT, µs, and its slowdown, when there is one and it completed.
     pub victim: Option<(f64, f64)>,
+    /// Threads the simulation ran on (not in the JSON: the results are the same on any
+    /// number).
+    #[serde(skip)]
+    pub threads: usize,
     /// A fabric's link utilisation per tier (empty for the one-switch model).
     pub links: Vec<LinkTier>,
     /// Path moves the senders chose ([`Ecmp::Adaptive`]).

@@ -201,7 +201,7 @@ pub(super) fn multi_switch(sim: &mut Sim, spec: &FctSpec, f: &FabricSpec, rng: &
 }
 
 /// [`run`] with `tap` seeing every datagram and the switches' PFC frames (for a capture).
-pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) -> FctReport {
+pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap + Send>>) -> FctReport {
     let mut sim = Sim::new(spec.seed);
     if let Some(t) = tap {
         sim.set_tap(t);
@@ -211,6 +211,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         None => one_switch(&mut sim, spec, &mut rng),
         Some(f) => multi_switch(&mut sim, spec, f, &mut rng),
     };
+    let threads = sim.set_threads(spec.threads);
     let arrivals = &net.arrivals;
     // HPCC: telemetry instead of ECN, ACKs often enough to react within a round trip, and
     // T the fabric's base round trip (unless `t=` changed it from the paper's).
@@ -339,6 +340,7 @@ pub fn run_tapped(spec: &FctSpec, tap: Option<Box<dyn roce_stack::sim::Tap>>) ->
         }
     }
     let counts = RunCounts {
+        threads,
         postponed,
         repaths,
         verified_bytes,
@@ -418,7 +420,7 @@ fn start_flow(
     sim.connect(h, sq, dst, rq, &flow_opts).expect("connect");
     let links = match sim.fabric() {
         Some(f) => {
-            let (a, b) = (sim.endpoints()[h].ip, sim.endpoints()[dst].ip);
+            let (a, b) = (sim.endpoint(h).ip, sim.endpoint(dst).ip);
             f.path(h, dst, a, b, 0).len() as u32
         }
         None => 2,
@@ -441,7 +443,7 @@ fn start_flow(
         victim: is_victim,
         links,
         paths: setup.adaptive.then(|| {
-            let q = sim.endpoints()[h].device.qp(sq);
+            let q = sim.endpoint(h).device.qp(sq);
             let port = q.map_or(0, |q| q.path().src_port);
             let s = q.map(|q| *q.stats()).unwrap_or_default();
             roce_stack::paths::PathChooser::new(port, ADAPTIVE_PATHS)
@@ -472,7 +474,7 @@ fn adaptive_epoch(sim: &mut Sim, flows: &mut [Flow], rng: &mut Rng) -> u64 {
     let mut repaths = 0;
     for f in flows.iter_mut().filter(|f| f.done.is_none() && !f.failed) {
         let (h, sq, _) = f.qps;
-        let Some(s) = sim.endpoints()[h].device.qp(sq).map(|q| *q.stats()) else {
+        let Some(s) = sim.endpoint(h).device.qp(sq).map(|q| *q.stats()) else {
             continue;
         };
         if let Some(port) = f
@@ -510,8 +512,11 @@ fn end_flow(sim: &mut Sim, pools: &mut Pools, f: &mut Flow, ok: bool) -> FlowEnd
             .device(f.dst)
             .mr_mut(rmr)
             .and_then(|m| m.pattern_check());
-        let e = sim.endpoints();
-        let landed = match (checked, e[sh].device.mr(smr), e[f.dst].device.mr(rmr)) {
+        let landed = match (
+            checked,
+            sim.endpoint(sh).device.mr(smr),
+            sim.endpoint(f.dst).device.mr(rmr),
+        ) {
             (Some(c), ..) => c.verified() && c.written == f.size,
             (None, Some(p), Some(m)) => holds_pattern(m.as_slice(), p.as_slice(), f.pattern),
             _ => false,
@@ -536,6 +541,7 @@ fn end_flow(sim: &mut Sim, pools: &mut Pools, f: &mut Flow, ok: bool) -> FlowEnd
 
 /// What the run's loop counted, for [`report`].
 pub(super) struct RunCounts {
+    pub(super) threads: usize,
     pub(super) postponed: u64,
     pub(super) repaths: u64,
     pub(super) verified_bytes: u64,
@@ -596,19 +602,19 @@ pub(super) fn report(
             sw.paused_ns += ps.paused_ns;
         }
         sw.departed = fab.hops();
-        links = link_tiers(fab, now, last);
-        fabric_links = link_uses(fab, now, last);
+        links = link_tiers(&fab, now, last);
+        fabric_links = link_uses(&fab, now, last);
     }
     let mut stats = roce_stack::QpStats::default();
     for &h in &net.senders {
-        for q in sim.endpoints()[h].device.qps() {
+        for q in sim.endpoint(h).device.qps() {
             stats.add(q.stats());
         }
     }
     let cnps = net
         .receivers
         .iter()
-        .flat_map(|&r| sim.endpoints()[r].device.qps())
+        .flat_map(|&r| sim.endpoint(r).device.qps())
         .map(|q| q.stats().cnps_sent)
         .sum();
     let last_s = last.as_nanos() as f64 / 1e9;
@@ -663,5 +669,6 @@ pub(super) fn report(
         failed_flows: c.failed_flows,
         max_active_bytes: spec.max_active_bytes,
         victim,
+        threads: c.threads,
     }
 }
