@@ -268,7 +268,7 @@ fn write_figure(dir: &std::path::Path, name: &str, svg: &str) -> anyhow::Result<
 
 /// Fabrics with fewer hosts run on one thread unless `--threads` says otherwise: their
 /// parts have too little to do between meetings for a second thread to pay (the 64-host
-/// leaf-spine ran 1.6x slower on two).
+/// leaf-spine ran 1.2x slower on two).
 const PARALLEL_HOSTS: usize = 256;
 
 /// `--threads`, or the cores shared among `runs` that go at once, for a fabric of at least
