@@ -7,7 +7,7 @@ use super::{fabric, Instant, Sim};
 
 /// A barrier for the parts of a split run that any part can abort (when its thread
 /// panics), so that the others return instead of waiting for it forever. The parts meet
-/// twice per lookahead of virtual time, thousands of times a second: a waiting part spins
+/// once per lookahead of virtual time, thousands of times a second: a waiting part spins
 /// briefly (the others are usually about to arrive), then yields its core a while, then
 /// sleeps (more parts than cores).
 pub(super) struct Meeting {
