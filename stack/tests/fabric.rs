@@ -76,10 +76,8 @@ fn start_flow(
     (flow, qa)
 }
 
-/// Starts one WRITE of `size` random bytes per (from, to, size) on QPs of its own, with
-/// DCQCN when `cc`; runs until every one completed (or 1 s of virtual time) and checks each
-/// region landed byte for byte. Returns the flows.
-fn run_flows(sim: &mut Sim, flows: &[(usize, usize, usize)], cc: bool) -> Vec<Flow> {
+/// The flows' QP caps, connection and congestion control: DCQCN over ECN when `cc`.
+fn flow_setup(cc: bool) -> (QpCaps, ConnectParams, Option<CcConfig>) {
     let caps = QpCaps {
         max_unacked_psns: 256,
         infinite_retry_at_7: true,
@@ -96,7 +94,14 @@ fn run_flows(sim: &mut Sim, flows: &[(usize, usize, usize)], cc: bool) -> Vec<Fl
         },
         ..ConnectParams::default()
     };
-    let dcqcn = cc.then(|| CcConfig::Dcqcn(Default::default()));
+    (caps, p, cc.then(|| CcConfig::Dcqcn(Default::default())))
+}
+
+/// Starts one WRITE of `size` random bytes per (from, to, size) on QPs of its own, with
+/// DCQCN when `cc`; runs until every one completed (or 1 s of virtual time) and checks each
+/// region landed byte for byte. Returns the flows.
+fn run_flows(sim: &mut Sim, flows: &[(usize, usize, usize)], cc: bool) -> Vec<Flow> {
+    let (caps, p, dcqcn) = flow_setup(cc);
     let mut out = Vec::new();
     let mut cqs = Vec::new();
     for (n, &f) in flows.iter().enumerate() {
@@ -412,23 +417,7 @@ fn run_split(
     if !threads.is_multiple_of(2) {
         sim.set_tap(Box::new(Log(log.clone())));
     }
-    let caps = QpCaps {
-        max_unacked_psns: 256,
-        infinite_retry_at_7: true,
-        ..QpCaps::default()
-    };
-    let p = ConnectParams {
-        mtu: 1024,
-        timeout: 12,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        path: PathConfig {
-            ecn: Ecn::Ect0,
-            ..PathConfig::default()
-        },
-        ..ConnectParams::default()
-    };
-    let dcqcn = Some(CcConfig::Dcqcn(Default::default()));
+    let (caps, p, dcqcn) = flow_setup(true);
     let mut senders = Vec::new();
     for (n, &f) in flows.iter().enumerate() {
         let (flow, _) = start_flow(&mut sim, n, f, caps, &p, dcqcn);

@@ -229,11 +229,11 @@ pub struct Endpoint {
     sent: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Arrival {
     at: Instant,
     seq: u64,
-    /// The datagram's number, from 1 in the order the devices sent them (copies keep it).
+    /// The datagram's number ([`TapEvent::id`]; copies keep it).
     id: u64,
     from: usize,
     to: usize,
@@ -248,6 +248,25 @@ struct Arrival {
     int: Option<Box<IntStack>>,
     /// The fabric's switches stamp `int` as the frame leaves each egress port.
     stamp: bool,
+}
+
+impl Arrival {
+    /// What a tap sees of it at `time`.
+    fn tap_event(&self, kind: TapKind, time: Instant) -> TapEvent<'_> {
+        TapEvent {
+            time,
+            kind,
+            id: self.id,
+            from: self.from,
+            to: self.to,
+            src: self.src,
+            dst: self.dst,
+            src_port: self.src_port,
+            dst_port: ROCEV2_UDP_PORT,
+            ecn: self.ecn,
+            datagram: &self.data,
+        }
+    }
 }
 
 impl PartialEq for Arrival {
@@ -351,17 +370,7 @@ struct TapRecord {
 
 #[derive(Debug)]
 enum TapWhat {
-    Datagram {
-        kind: TapKind,
-        id: u64,
-        from: usize,
-        to: usize,
-        src: IpAddr,
-        dst: IpAddr,
-        src_port: u16,
-        ecn: Ecn,
-        data: Vec<u8>,
-    },
+    Datagram(TapKind, Arrival),
     Frame(Vec<u8>),
 }
 
@@ -880,35 +889,13 @@ impl Sim {
             if let Some(log) = self.tap_log.as_mut() {
                 log.push(TapRecord {
                     key,
-                    what: TapWhat::Datagram {
-                        kind,
-                        id: a.id,
-                        from: a.from,
-                        to: a.to,
-                        src: a.src,
-                        dst: a.dst,
-                        src_port: a.src_port,
-                        ecn: a.ecn,
-                        data: a.data.clone(),
-                    },
+                    what: TapWhat::Datagram(kind, a.clone()),
                 });
             }
             return;
         }
         if let Some(t) = self.tap.as_mut() {
-            t.on_datagram(&TapEvent {
-                time,
-                kind,
-                id: a.id,
-                from: a.from,
-                to: a.to,
-                src: a.src,
-                dst: a.dst,
-                src_port: a.src_port,
-                dst_port: ROCEV2_UDP_PORT,
-                ecn: a.ecn,
-                datagram: &a.data,
-            });
+            t.on_datagram(&a.tap_event(kind, time));
         }
     }
 
@@ -1268,29 +1255,7 @@ impl Sim {
         for r in log {
             match r.what {
                 TapWhat::Frame(f) => tap.on_frame(r.key.time, &f),
-                TapWhat::Datagram {
-                    kind,
-                    id,
-                    from,
-                    to,
-                    src,
-                    dst,
-                    src_port,
-                    ecn,
-                    data,
-                } => tap.on_datagram(&TapEvent {
-                    time: r.key.time,
-                    kind,
-                    id,
-                    from,
-                    to,
-                    src,
-                    dst,
-                    src_port,
-                    dst_port: ROCEV2_UDP_PORT,
-                    ecn,
-                    datagram: &data,
-                }),
+                TapWhat::Datagram(kind, a) => tap.on_datagram(&a.tap_event(kind, r.key.time)),
             }
         }
     }
