@@ -276,8 +276,8 @@ const BATCH: usize = 2048;
 /// analysis follows within its limits ([`MAX_DIRECTIONS`] directions and CM requests, per
 /// share) must not depend on the machine it ran on.
 pub const SHARDS: usize = 2;
-/// Batches queued for each analyzing thread at most (each batch is shared: 128 of
-/// [`BATCH`] packets of 128 bytes are 32 MiB). Deep, so that the three threads on two cores
+/// Batches queued for each analyzing thread at most (128 of [`BATCH`] packets of 128
+/// bytes are 32 MiB). Deep, so that the three threads on two cores
 /// rarely wait for each other: with 4, the reading thread spent half of a 100,000-QP
 /// capture's analysis blocked on a full queue while an analyzing thread sat idle.
 const QUEUED: usize = 128;
@@ -407,7 +407,7 @@ impl Analyzer {
     /// ([`Analyzer::look_ahead`]) before the first of them is analyzed, so that the memory
     /// reads of a capture with many connections overlap instead of waiting one after
     /// another (the result is the same as [`Analyzer::packet`] on each in turn).
-    fn packets(&mut self, pkts: &[&Pkt], on_event: &mut dyn FnMut(&Event)) {
+    fn packets(&mut self, pkts: &[Pkt], on_event: &mut dyn FnMut(&Event)) {
         for chunk in pkts.chunks(AHEAD) {
             let known = self.look_ahead(chunk);
             for (p, d) in chunk.iter().zip(known) {
@@ -422,7 +422,7 @@ impl Analyzer {
     /// PSN slots and the tallies. Within a stage no read waits for another, so the
     /// processor has many cache misses in flight at once; one packet's chain of dependent
     /// reads (entry, direction, request state, slot) would have them one at a time.
-    fn look_ahead(&self, chunk: &[&Pkt]) -> [Option<usize>; AHEAD] {
+    fn look_ahead(&self, chunk: &[Pkt]) -> [Option<usize>; AHEAD] {
         let mut known = [None; AHEAD];
         for (k, p) in known.iter_mut().zip(chunk) {
             *k = self.by_key.get(&self.dirs, (p.src, p.dst, p.dest_qp));
@@ -444,7 +444,10 @@ impl Analyzer {
                 let c = &self.conns[dir.conn];
                 let side = &c.sides[dir.side];
                 let req = req_dir.req();
-                sum ^= side.packets ^ side.messages[0] ^ req.touch();
+                // A field on each cache line of the side's leading counters
+                // ([`Side`]): reading one line of several left the others to miss later.
+                sum ^= side.packets ^ side.last_t ^ side.messages[0] ^ req.touch();
+                sum ^= side.messages[6] ^ side.message_bytes[6];
                 *slot = Some((req, c));
             }
         }
@@ -744,10 +747,9 @@ fn check_peer_responds(c: &mut Connection, side: usize, r: &requester::ReqState,
 /// This thread reads and parses the records (and follows the PAUSE and PFC frames and TCP
 /// ends); [`SHARDS`] threads analyze the RoCE packets, each those of its share of the host
 /// pairs (a fixed hash of the two addresses: every pairing rule and every event stays
-/// between two hosts), in capture order: each gets every batch of packets through a bounded
-/// channel and takes its share. Their connections are merged at the end in order of first
-/// frame. The result is what one [`Analyzer`] given
-/// every record in turn finds, byte for byte in every report, unless a share passes a limit
+/// between two hosts), in capture order: each gets batches of its share's packets through
+/// a bounded channel. Their connections are merged at the end in order of first frame. The
+/// result is what one [`Analyzer`] given every record in turn finds, byte for byte in every report, unless a share passes a limit
 /// ([`MAX_DIRECTIONS`] directions, CM requests) that one analyzer would count for all.
 pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> Analysis {
     let mut a = Analyzer::new(opts);
@@ -755,8 +757,8 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
         let mut txs = Vec::with_capacity(SHARDS);
         let mut ends = Vec::with_capacity(SHARDS);
         let mut workers = Vec::with_capacity(SHARDS);
-        for share in 0..SHARDS {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<Vec<Pkt>>>(QUEUED);
+        for _ in 0..SHARDS {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Pkt>>(QUEUED);
             txs.push(tx);
             let (last_tx, last_rx) = std::sync::mpsc::sync_channel::<u64>(1);
             let (end_tx, end_rx) = std::sync::mpsc::sync_channel::<u64>(1);
@@ -764,11 +766,7 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
             workers.push(scope.spawn(move || {
                 let mut shard = Analyzer::new(opts);
                 for batch in rx {
-                    let mine: Vec<&Pkt> = batch
-                        .iter()
-                        .filter(|p| shard_of(p.src, p.dst) == share)
-                        .collect();
-                    shard.packets(&mine, &mut |_| {});
+                    shard.packets(&batch, &mut |_| {});
                 }
                 // The capture ends at the latest time any thread saw.
                 let _ = last_tx.send(shard.last_t);
@@ -778,25 +776,26 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
                 (shard, stalls)
             }));
         }
-        // Every analyzing thread gets every batch and takes its share of it: the reading
-        // thread only reads and parses (routing each packet here cost it more than the
-        // analyzing threads' filter costs them).
-        let mut batch = Vec::with_capacity(BATCH);
+        // Each packet goes to its share's batch (the share is taken where the packet is
+        // parsed, from the addresses at hand: reading them back here stalled on the packet
+        // just stored).
+        let mut batches: [Vec<Pkt>; SHARDS] = std::array::from_fn(|_| Vec::with_capacity(BATCH));
         let mut n = 0u64;
-        let send = |batch: Vec<Pkt>| {
-            let batch = std::sync::Arc::new(batch);
-            // An analyzing thread that panicked takes nothing: its join says why.
-            txs.iter().all(|tx| tx.send(batch.clone()).is_ok())
-        };
         let error = loop {
             match reader.next_record() {
                 Ok(Some(rec)) => {
                     n += 1;
                     match a.prep.prepare(n, rec.ts, rec.link_type, rec.data) {
                         Some(Item::Roce(p)) => {
+                            let share = usize::from(p.share);
+                            let batch = &mut batches[share];
                             batch.push(p);
+                            // An analyzing thread that panicked takes nothing: its join
+                            // says why.
                             if batch.len() >= BATCH
-                                && !send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                                && txs[share]
+                                    .send(std::mem::replace(batch, Vec::with_capacity(BATCH)))
+                                    .is_err()
                             {
                                 break None;
                             }
@@ -809,8 +808,10 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
                 Err(e) => break Some(DecodeError::Read(e)),
             }
         };
-        if !batch.is_empty() {
-            send(batch);
+        for (tx, batch) in txs.iter().zip(batches) {
+            if !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
         }
         drop(txs);
         // A thread that panicked sends nothing; its join below says why.

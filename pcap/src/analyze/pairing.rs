@@ -41,9 +41,9 @@ impl DirIndex {
 
     /// The direction named `key`.
     pub(super) fn get(&self, dirs: &[Dir], key: DirKey) -> Option<usize> {
-        let (_, h) = self.hash(&key);
+        let (h32, h) = self.hash(&key);
         self.table
-            .find(h, |&(d, _)| dirs[d as usize].key() == key)
+            .find(h, |&(d, k)| k == h32 && dirs[d as usize].key() == key)
             .map(|&(d, _)| d as usize)
     }
 

@@ -37,62 +37,69 @@ pub(super) struct Out {
 }
 
 /// The request stream of one direction.
+///
+/// In declaration order (`repr(C)`): what every request packet reads comes first, through
+/// `max_read_span` (192 bytes, three or four cache lines, all read ahead by
+/// [`ReqState::touch`]); the rest only on losses, READs and responses. Left to the
+/// compiler, the fields every packet reads lay over six lines of the eight.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(super) struct ReqState {
-    pub(super) started: bool,
     /// Highest request PSN, unwrapped.
     pub(super) highest: u64,
+    /// Request packets of this direction so far (the ring's last field: which one it was).
+    count: u64,
+    /// Time of the previous request packet.
+    last_req_t: u64,
+    pub(super) last_progress_t: u64,
+    /// Bytes of the current message.
+    msg_bytes: u64,
+    /// Rounds of the current retransmission episode with no new PSN since it began: how
+    /// often the requester went back to the episode's first PSN (its retries, when nothing
+    /// answers), with that PSN and the first and last round's times (`round_psn` and
+    /// after).
+    pub(super) rounds: u64,
+    /// Time of the current message's first packet.
+    msg_start: Option<u64>,
+    /// When the highest request is a READ: the fewest and the most further PSNs its
+    /// responses use (its length over the largest and the smallest path MTU, 4096 and 256).
+    pub(super) read_extra: Option<(u64, u64)>,
+    /// The last network duplicate: (the PSN after it, frame), until the next request packet shows
+    /// whether it began a run of resent packets.
+    last_dup: Option<(u64, u64, u64)>,
+    /// The path MTU: the largest payload of a First or Middle packet so far (0: none yet).
+    mtu: u32,
+    pub(super) started: bool,
+    pub(super) in_episode: bool,
     /// PSNs [first, highest] seen: a ring of the last `RING` (psn, t, hash, times sent,
     /// request number) by psn.
     ring: Vec<(u64, u64, u64, u16, u32)>,
-    /// Request packets of this direction so far (the ring's last field: which one it was).
-    count: u64,
+    /// Requests not yet answered, in PSN order, one per PSN (so found by binary search).
+    pub(super) outstanding: VecDeque<Out>,
+    /// No outstanding READ or atomic spans more PSNs than this (an upper bound, never
+    /// lowered: it limits how far back a search for the READ holding a PSN looks).
+    max_read_span: u64,
     /// Open gaps: (first missing, last missing, time seen, frame).
     pub(super) gaps: VecDeque<(u64, u64, u64, u64)>,
     /// Highest PSN acknowledged (unwrapped), when an ACK was seen.
     pub(super) acked: Option<u64>,
     pub(super) last_ack_t: u64,
-    pub(super) in_episode: bool,
     pub(super) last_nak_seq: Option<(u64, u64, u64)>, // (psn, t, frame)
-    /// Time of the previous request packet.
-    last_req_t: u64,
     /// Time of the last response to these requests that acknowledged nothing new.
     pub(super) last_resp_t: Option<u64>,
-    /// The last network duplicate: (the PSN after it, frame), until the next request packet shows
-    /// whether it began a run of resent packets.
-    last_dup: Option<(u64, u64, u64)>,
     /// PSNs of the sequence NAKs since the last episode began (a requester answers the
     /// first it gets; a second may cross its restart).
     pub(super) nak_psns: VecDeque<u64>,
     pub(super) last_rnr: Option<(u64, u64)>, // (t, timer ns)
     pub(super) last_implied: Option<u64>,
     last_episode_t: u64,
-    /// Requests not yet answered, in PSN order, one per PSN (so found by binary search).
-    pub(super) outstanding: VecDeque<Out>,
-    /// No outstanding READ or atomic spans more PSNs than this (an upper bound, never
-    /// lowered: it limits how far back a search for the READ holding a PSN looks).
-    max_read_span: u64,
-    pub(super) last_progress_t: u64,
     pub(super) first_ce_since_cnp: Option<u64>,
-    /// Bytes of the current message.
-    msg_bytes: u64,
-    /// Time of the current message's first packet.
-    msg_start: Option<u64>,
-    /// When the highest request is a READ: the fewest and the most further PSNs its
-    /// responses use (its length over the largest and the smallest path MTU, 4096 and 256).
-    pub(super) read_extra: Option<(u64, u64)>,
     /// READs answered recently: (PSN, span, length), for duplicate READs and READ restarts.
     pub(super) done_reads: VecDeque<(u64, u64, u32)>,
     /// Recent READ requests: (PSN, most PSNs its span can take, end address, length).
     read_ends: VecDeque<(u64, u64, u64, u32)>,
-    /// The path MTU: the largest payload of a First or Middle packet so far (0: none yet).
-    mtu: u32,
     /// The frame of its first request.
     pub(super) first_frame: u64,
-    /// Rounds of the current retransmission episode with no new PSN since it began: how
-    /// often the requester went back to the episode's first PSN (its retries, when nothing
-    /// answers), with that PSN and the first and last round's times.
-    pub(super) rounds: u64,
     pub(super) round_psn: u64,
     pub(super) first_round_t: u64,
     pub(super) last_round_t: u64,
@@ -158,17 +165,31 @@ impl ReqState {
         }
         self.ring = full;
     }
-    /// Reads the state a packet of these requests reads first (for the analyzer's
-    /// lookahead), returning something of it so that the reads are made.
+    /// Reads the state a request packet reads (for the analyzer's lookahead): a field on
+    /// every cache line of the leading part, returning something of them so that the
+    /// reads are made.
     pub(super) fn touch(&self) -> u64 {
-        self.count ^ self.highest ^ self.outstanding.len() as u64 ^ self.ring.len() as u64
+        self.count
+            ^ self.highest
+            ^ self.outstanding.len() as u64
+            ^ self.ring.len() as u64
+            ^ u64::from(self.mtu)
+            ^ self.read_extra.map_or(0, |r| r.0)
+            ^ self.last_progress_t
+            ^ self.msg_start.unwrap_or(0)
+            ^ self.last_req_t
+            ^ self.max_read_span
+            ^ self.last_dup.map_or(0, |r| r.0)
     }
     /// Reads the ring slot of the 24-bit `psn` (the unwrapped PSN's residue is the wire
     /// PSN's, the ring's length dividing 2^24), so that it is in the cache when the packet
     /// comes to be analyzed.
     pub(super) fn touch_slot(&self, psn: u32) -> u64 {
         let n = self.ring.len().max(1);
-        self.ring.get(psn as usize % n).map_or(0, |e| e.0)
+        // Both ends: a 32-byte slot can straddle two cache lines.
+        self.ring
+            .get(psn as usize % n)
+            .map_or(0, |e| e.0 ^ u64::from(e.4))
     }
     /// What the ring holds for `psn`, when it does.
     fn find(&self, psn: u64) -> Option<(u64, u64, u64, u16, u32)> {
