@@ -37,11 +37,11 @@ pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// One column as an Arrow array (its buffers moved, not copied). `Err` only for text that
-/// is not UTF-8 or offsets out of order, which [`crate::columns`] never makes.
-pub fn array(col: Column) -> Result<ArrayRef, ArrowError> {
-    let rows = col.valid.len();
-    array_of(col, &mut Zeros::new(rows))
+/// One column of a batch of `rows` rows as an Arrow array (its buffers moved, not copied).
+/// `Err` only for text that is not UTF-8 or offsets out of order, which [`crate::columns`]
+/// never makes.
+pub fn array(col: Column, rows: usize) -> Result<ArrayRef, ArrowError> {
+    array_of(col, rows, &mut Zeros::new(rows))
 }
 
 /// Zeroed bytes shared by the columns of a batch that no row set (a capture's rows set a
@@ -70,8 +70,8 @@ impl Zeros {
     }
 }
 
-fn array_of(col: Column, zeros: &mut Zeros) -> Result<ArrayRef, ArrowError> {
-    let rows = col.valid.len();
+fn array_of(col: Column, rows: usize, zeros: &mut Zeros) -> Result<ArrayRef, ArrowError> {
+    // A column no row set holds nothing (or nulls only): the shared zeros.
     if rows > 0 && !col.valid.iter().any(|&v| v) {
         return Ok(all_null(&col.values, rows, zeros));
     }
@@ -123,11 +123,12 @@ fn all_null(values: &Values, rows: usize, zeros: &mut Zeros) -> ArrayRef {
 
 /// A batch of rows as an Arrow record batch of `schema` (which must be [`schema()`]).
 pub fn record_batch(schema: &SchemaRef, b: Batch) -> Result<RecordBatch, ArrowError> {
-    let mut zeros = Zeros::new(b.rows());
+    let rows = b.rows();
+    let mut zeros = Zeros::new(rows);
     let arrays = b
         .into_columns()
         .into_iter()
-        .map(|c| array_of(c, &mut zeros))
+        .map(|c| array_of(c, rows, &mut zeros))
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema.clone(), arrays)
 }
@@ -165,7 +166,7 @@ mod tests {
             .iter()
             .map(|c| !c.valid.iter().any(|&v| v))
             .collect();
-        let nulls: Vec<usize> = b.columns().iter().map(|c| c.nulls()).collect();
+        let nulls: Vec<usize> = b.columns().iter().map(|c| c.nulls(rows)).collect();
         assert!(unset.iter().filter(|&&u| u).count() >= 2, "{unset:?}");
         assert!(unset.iter().any(|&u| !u));
         let rb = record_batch(&schema(), b).unwrap();

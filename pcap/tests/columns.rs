@@ -28,7 +28,7 @@ fn flatten(v: &Value, prefix: &str, out: &mut Map<String, Value>) {
 fn row(b: &Batch, i: usize) -> Map<String, Value> {
     let mut out = Map::new();
     for (f, c) in FIELDS.iter().zip(b.columns()) {
-        if !c.valid[i] {
+        if !c.is_valid(i) {
             continue;
         }
         let v = match &c.values {
