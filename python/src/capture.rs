@@ -215,6 +215,38 @@ struct Template {
     row: Py<PyDict>,
     /// The nested objects (by parent, an index of [`Names::parents`]), in order.
     children: Vec<(usize, Py<PyDict>)>,
+    /// Per column: the value its key holds in these dicts, as the column has it. The first
+    /// row of the shape puts its values in; a later row whose value is the same keeps the
+    /// copy's object and sets nothing (most of a row repeats the row before it: version,
+    /// ECN, most of the BTH, addresses), the others set their own.
+    held: Vec<Held>,
+}
+
+/// A column's value held in a [`Template`]: only those made into an immutable Python object
+/// that the same raw value always makes equal (numbers, flags, plain text; not a time stamp,
+/// not JSON text, which becomes dicts and lists).
+#[derive(Debug, PartialEq)]
+enum Held {
+    Nothing,
+    Num(u64),
+    Text(Box<[u8]>),
+}
+
+/// A row's raw value of a column that a [`Template`] can hold.
+#[derive(Clone, Copy)]
+enum Raw<'a> {
+    Num(u64),
+    Text(&'a [u8]),
+}
+
+impl Held {
+    fn is(&self, raw: Raw<'_>) -> bool {
+        match (self, raw) {
+            (Self::Num(a), Raw::Num(b)) => *a == b,
+            (Self::Text(a), Raw::Text(b)) => **a == *b,
+            _ => false,
+        }
+    }
 }
 
 impl Template {
@@ -234,7 +266,36 @@ impl Template {
                 .enumerate()
                 .filter_map(|(p, d)| Some((p, d?.unbind())))
                 .collect(),
+            held: (0..FIELDS.len()).map(|_| Held::Nothing).collect(),
         })
+    }
+
+    /// Puts `v`, the value `raw` of column `c`, in its key of these dicts if they hold
+    /// nothing for it yet.
+    fn hold(
+        &mut self,
+        py: Python<'_>,
+        names: &Names,
+        c: usize,
+        raw: Raw<'_>,
+        v: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        if self.held[c] != Held::Nothing {
+            return Ok(());
+        }
+        let (key, parent) = &names.cols[c];
+        let dict = match parent {
+            None => Some(&self.row),
+            Some(p) => self.children.iter().find(|(q, _)| q == p).map(|(_, d)| d),
+        };
+        if let Some(d) = dict {
+            d.bind(py).set_item(key.bind(py), v)?;
+            self.held[c] = match raw {
+                Raw::Num(n) => Held::Num(n),
+                Raw::Text(t) => Held::Text(t.into()),
+            };
+        }
+        Ok(())
     }
 }
 
@@ -350,17 +411,17 @@ impl DecodeBatches {
             }
         }
         for (i, &shape) in shapes.iter().enumerate() {
-            let template = if self.templates.len() < self.max_templates {
+            let mut template = if self.templates.len() < self.max_templates {
                 Some(match self.templates.entry(shape) {
-                    Entry::Occupied(t) => &*t.into_mut(),
-                    Entry::Vacant(t) => &*t.insert(Template::new(py, names, &shape)?),
+                    Entry::Occupied(t) => t.into_mut(),
+                    Entry::Vacant(t) => t.insert(Template::new(py, names, &shape)?),
                 })
             } else {
-                self.templates.get(&shape)
+                self.templates.get_mut(&shape)
             };
             // The row's dicts: copies of its shape's, else made key by key.
             children.iter_mut().for_each(|c| *c = None);
-            let row = match template {
+            let row = match &template {
                 Some(t) => {
                     let row = t.row.bind(py).copy()?;
                     for (p, d) in &t.children {
@@ -374,6 +435,24 @@ impl DecodeBatches {
             };
             for c in columns_of(&shape) {
                 let Some(col) = cols.get(c) else { continue };
+                let raw = match &col.values {
+                    Values::Bool(x) => Some(Raw::Num(u64::from(x[i]))),
+                    Values::U8(x) => Some(Raw::Num(u64::from(x[i]))),
+                    Values::U16(x) => Some(Raw::Num(u64::from(x[i]))),
+                    Values::U32(x) => Some(Raw::Num(u64::from(x[i]))),
+                    Values::U64(x) => Some(Raw::Num(x[i])),
+                    Values::Timestamp(_) => None,
+                    Values::Text { .. } if names.json[c] => None,
+                    Values::Text { offsets, bytes } => bytes
+                        .get(offsets[i] as usize..offsets[i + 1] as usize)
+                        .map(Raw::Text),
+                };
+                if let (Some(t), Some(r)) = (&template, raw) {
+                    if t.held[c].is(r) {
+                        // The copy holds it already.
+                        continue;
+                    }
+                }
                 let v: Bound<'py, PyAny> = match &col.values {
                     Values::Bool(x) => PyBool::new(py, x[i]).to_owned().into_any(),
                     Values::U8(x) => x[i].into_pyobject(py)?.into_any(),
@@ -409,6 +488,9 @@ impl DecodeBatches {
                         }
                     }
                 };
+                if let (Some(t), Some(r)) = (&mut template, raw) {
+                    t.hold(py, names, c, r, &v)?;
+                }
                 put(py, names, &row, &mut children, c, v)?;
             }
             out.append(row)?;
