@@ -158,6 +158,28 @@ impl Values {
             },
         }
     }
+    /// Row `i`'s value of a number or flag column (a flag as 0 or 1); `None` for a time
+    /// stamp or text column, or past its rows.
+    pub fn num(&self, i: usize) -> Option<u64> {
+        match self {
+            Self::Bool(x) => x.get(i).map(|&v| u64::from(v)),
+            Self::U8(x) => x.get(i).map(|&v| u64::from(v)),
+            Self::U16(x) => x.get(i).map(|&v| u64::from(v)),
+            Self::U32(x) => x.get(i).map(|&v| u64::from(v)),
+            Self::U64(x) => x.get(i).copied(),
+            Self::Timestamp(_) | Self::Text { .. } => None,
+        }
+    }
+    /// Row `i`'s bytes of a text column; `None` for the other kinds, or past its rows.
+    pub fn text(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            Self::Text { offsets, bytes } => {
+                let (a, b) = (*offsets.get(i)?, *offsets.get(i + 1)?);
+                bytes.get(a as usize..b as usize)
+            }
+            _ => None,
+        }
+    }
     /// A number (of a numeric column; truncated to its width, which the schema makes wide
     /// enough for every field).
     #[inline(always)]

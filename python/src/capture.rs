@@ -435,17 +435,10 @@ impl DecodeBatches {
             };
             for c in columns_of(&shape) {
                 let Some(col) = cols.get(c) else { continue };
-                let raw = match &col.values {
-                    Values::Bool(x) => Some(Raw::Num(u64::from(x[i]))),
-                    Values::U8(x) => Some(Raw::Num(u64::from(x[i]))),
-                    Values::U16(x) => Some(Raw::Num(u64::from(x[i]))),
-                    Values::U32(x) => Some(Raw::Num(u64::from(x[i]))),
-                    Values::U64(x) => Some(Raw::Num(x[i])),
-                    Values::Timestamp(_) => None,
-                    Values::Text { .. } if names.json[c] => None,
-                    Values::Text { offsets, bytes } => bytes
-                        .get(offsets[i] as usize..offsets[i + 1] as usize)
-                        .map(Raw::Text),
+                let raw = match col.values.num(i) {
+                    Some(n) => Some(Raw::Num(n)),
+                    None if names.json[c] => None,
+                    None => col.values.text(i).map(Raw::Text),
                 };
                 if let (Some(t), Some(r)) = (&template, raw) {
                     if t.held[c].is(r) {
@@ -478,9 +471,8 @@ impl DecodeBatches {
                             .into_pyobject(py)?
                             .into_any()
                     }
-                    Values::Text { offsets, bytes } => {
-                        let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
-                        let text = bytes.get(a..b).unwrap_or_default();
+                    Values::Text { .. } => {
+                        let text = col.values.text(i).unwrap_or_default();
                         if names.json[c] {
                             crate::pyjson::value(py, text, &mut self.strings)?
                         } else {

@@ -749,8 +749,9 @@ fn check_peer_responds(c: &mut Connection, side: usize, r: &requester::ReqState,
 /// pairs (a fixed hash of the two addresses: every pairing rule and every event stays
 /// between two hosts), in capture order: each gets batches of its share's packets through
 /// a bounded channel. Their connections are merged at the end in order of first frame. The
-/// result is what one [`Analyzer`] given every record in turn finds, byte for byte in every report, unless a share passes a limit
-/// ([`MAX_DIRECTIONS`] directions, CM requests) that one analyzer would count for all.
+/// result is what one [`Analyzer`] given every record in turn finds, byte for byte in every
+/// report, unless a share passes a limit ([`MAX_DIRECTIONS`] directions, CM requests) that
+/// one analyzer would count for all.
 pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> Analysis {
     let mut a = Analyzer::new(opts);
     let (records, error, shards) = std::thread::scope(|scope| {
