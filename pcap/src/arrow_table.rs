@@ -4,18 +4,20 @@
 //! the validity (and a boolean column's values) are packed into bitmaps.
 use std::sync::Arc;
 
+use arrow_array::types::{ArrowDictionaryKeyType, Int16Type, Int32Type, Int8Type};
 use arrow_array::{
-    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampNanosecondArray, UInt16Array,
-    UInt32Array, UInt64Array, UInt8Array,
+    ArrayRef, BooleanArray, DictionaryArray, PrimitiveArray, RecordBatch, StringArray,
+    TimestampNanosecondArray, UInt16Array, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 pub use arrow_schema::ArrowError;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::columns::{Batch, Column, Kind, Values, FIELDS};
+use crate::columns::{Batch, Bits, Column, Dict, Keys, Kind, Values, FIELDS};
 
 /// The Arrow type of a column kind: unsigned integers of its width, nanosecond UTC
-/// timestamps, UTF-8 text; every column nullable.
+/// timestamps, UTF-8 text, dictionaries of UTF-8 text with signed keys of their width;
+/// every column nullable.
 pub fn data_type(kind: Kind) -> DataType {
     match kind {
         Kind::Bool => DataType::Boolean,
@@ -25,7 +27,14 @@ pub fn data_type(kind: Kind) -> DataType {
         Kind::U64 => DataType::UInt64,
         Kind::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
         Kind::Text => DataType::Utf8,
+        Kind::Dict8 => dictionary(DataType::Int8),
+        Kind::Dict16 => dictionary(DataType::Int16),
+        Kind::Dict32 => dictionary(DataType::Int32),
     }
+}
+
+fn dictionary(key: DataType) -> DataType {
+    DataType::Dictionary(Box::new(key), Box::new(DataType::Utf8))
 }
 
 /// The Arrow schema of [`FIELDS`] (in their order, all nullable).
@@ -38,8 +47,8 @@ pub fn schema() -> SchemaRef {
 }
 
 /// One column of a batch of `rows` rows as an Arrow array (its buffers moved, not copied).
-/// `Err` only for text that is not UTF-8 or offsets out of order, which [`crate::columns`]
-/// never makes.
+/// `Err` only for text that is not UTF-8, offsets out of order or a key past its
+/// dictionary, which [`crate::columns`] never makes.
 pub fn array(col: Column, rows: usize) -> Result<ArrayRef, ArrowError> {
     array_of(col, rows, &mut Zeros::new(rows))
 }
@@ -72,16 +81,16 @@ impl Zeros {
 
 fn array_of(col: Column, rows: usize, zeros: &mut Zeros) -> Result<ArrayRef, ArrowError> {
     // A column no row set holds nothing (or nulls only): the shared zeros.
-    if rows > 0 && !col.valid.iter().any(|&v| v) {
+    if rows > 0 && col.valid.ones() == 0 {
         return Ok(all_null(&col.values, rows, zeros));
     }
-    let nulls = if col.valid.iter().all(|&v| v) {
+    let nulls = if col.valid.ones() == rows {
         None
     } else {
-        Some(NullBuffer::from(col.valid))
+        Some(NullBuffer::new(bitmap(col.valid)))
     };
     Ok(match col.values {
-        Values::Bool(v) => Arc::new(BooleanArray::new(BooleanBuffer::from(v), nulls)),
+        Values::Bool(v) => Arc::new(BooleanArray::new(bitmap(v), nulls)),
         Values::U8(v) => Arc::new(UInt8Array::new(ScalarBuffer::from(v), nulls)),
         Values::U16(v) => Arc::new(UInt16Array::new(ScalarBuffer::from(v), nulls)),
         Values::U32(v) => Arc::new(UInt32Array::new(ScalarBuffer::from(v), nulls)),
@@ -94,7 +103,37 @@ fn array_of(col: Column, rows: usize, zeros: &mut Zeros) -> Result<ArrayRef, Arr
             Buffer::from_vec(bytes),
             nulls,
         )?),
+        Values::Dict { keys, dict } => match keys {
+            Keys::I8(k) => dict_array::<Int8Type>(k, dict, nulls)?,
+            Keys::I16(k) => dict_array::<Int16Type>(k, dict, nulls)?,
+            Keys::I32(k) => dict_array::<Int32Type>(k, dict, nulls)?,
+        },
     })
+}
+
+/// Packed bits as an Arrow bitmap (the same bytes).
+fn bitmap(bits: Bits) -> BooleanBuffer {
+    let (bytes, len) = bits.into_parts();
+    BooleanBuffer::new(Buffer::from_vec(bytes), 0, len)
+}
+
+/// A dictionary column's keys and texts as an Arrow dictionary array.
+fn dict_array<K: ArrowDictionaryKeyType>(
+    keys: Vec<K::Native>,
+    dict: Dict,
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef, ArrowError> {
+    let (offsets, bytes) = dict.into_parts();
+    let values = StringArray::try_new(
+        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+        Buffer::from_vec(bytes),
+        None,
+    )?;
+    let keys = PrimitiveArray::<K>::new(ScalarBuffer::from(keys), nulls);
+    Ok(Arc::new(DictionaryArray::<K>::try_new(
+        keys,
+        Arc::new(values),
+    )?))
 }
 
 /// A column of `rows` nulls of the kind of `values`, its buffers the shared zeros.
@@ -118,7 +157,25 @@ fn all_null(values: &Values, rows: usize, zeros: &mut Zeros) -> ArrayRef {
             Buffer::from_vec(Vec::<u8>::new()),
             nulls,
         )),
+        Values::Dict { keys, .. } => match keys {
+            Keys::I8(_) => all_null_dict::<Int8Type>(rows, zeros, nulls),
+            Keys::I16(_) => all_null_dict::<Int16Type>(rows, zeros, nulls),
+            Keys::I32(_) => all_null_dict::<Int32Type>(rows, zeros, nulls),
+        },
     }
+}
+
+/// A dictionary column of `rows` nulls: every key 0 (the shared zeros), no texts.
+fn all_null_dict<K: ArrowDictionaryKeyType>(
+    rows: usize,
+    zeros: &mut Zeros,
+    nulls: Option<NullBuffer>,
+) -> ArrayRef {
+    let keys = PrimitiveArray::<K>::new(zeros.scalars(rows), nulls);
+    Arc::new(DictionaryArray::<K>::new(
+        keys,
+        Arc::new(StringArray::new_null(0)),
+    ))
 }
 
 /// A batch of rows as an Arrow record batch of `schema` (which must be [`schema()`]).
@@ -161,11 +218,7 @@ mod tests {
     fn unset_columns_share_one_buffer_and_the_rest_keep_their_values() {
         let b = batch();
         let rows = b.rows();
-        let unset: Vec<bool> = b
-            .columns()
-            .iter()
-            .map(|c| !c.valid.iter().any(|&v| v))
-            .collect();
+        let unset: Vec<bool> = b.columns().iter().map(|c| c.valid.ones() == 0).collect();
         let nulls: Vec<usize> = b.columns().iter().map(|c| c.nulls(rows)).collect();
         assert!(unset.iter().filter(|&&u| u).count() >= 2, "{unset:?}");
         assert!(unset.iter().any(|&u| !u));

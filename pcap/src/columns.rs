@@ -8,14 +8,21 @@
 //! * `mad`, `cm`, `smp`, `sa` and `mac_control.quanta` hold the JSON text of the value (a
 //!   MAD's class-specific fields differ by message; PFC has eight quanta and PAUSE one).
 //!
+//! Text whose values come from a small set (endpoints, names) is a dictionary column
+//! ([`Kind::Dict8`], [`Kind::Dict16`], [`Kind::Dict32`]): each row holds a key into the batch's
+//! distinct texts, as Arrow's dictionary type lays it out. Its values are the same texts.
+//!
 //! A key the JSON line leaves out is a null. [`Columns`] collects rows a batch at a time;
 //! its consumers turn a batch into Arrow arrays or a Parquet row group. Memory is bounded by
 //! the batch: callers take the columns when [`Columns::full`] says so.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+
 use roce_proto::{Error, Frame};
 
 use crate::digits::{dec, hex_bytes};
-use crate::format::{self, Decoded, EndpointCache};
+use crate::format::{self, Decoded};
 use crate::reader::Timestamp;
 
 /// A column's type.
@@ -35,6 +42,13 @@ pub enum Kind {
     Timestamp,
     /// UTF-8 text.
     Text,
+    /// UTF-8 text from a handful of values (names): keys of 8 bits into the batch's
+    /// distinct texts (Arrow's `dictionary<int8, utf8>`).
+    Dict8,
+    /// UTF-8 text from a few hundred values at most (opcode names): keys of 16 bits.
+    Dict16,
+    /// UTF-8 text whose values repeat (endpoints, addresses): keys of 32 bits.
+    Dict32,
 }
 
 /// A column of the schema.
@@ -60,12 +74,12 @@ macro_rules! schema {
 schema! {
     frame "frame" U64,
     ts "ts" Timestamp,
-    src "src" Text,
-    dst "dst" Text,
-    ecn "ecn" Text,
-    version "version" Text,
+    src "src" Dict32,
+    dst "dst" Dict32,
+    ecn "ecn" Dict8,
+    version "version" Dict8,
     bth_opcode "bth.opcode" U8,
-    bth_opcode_name "bth.opcode_name" Text,
+    bth_opcode_name "bth.opcode_name" Dict16,
     bth_se "bth.se" Bool,
     bth_migreq "bth.migreq" Bool,
     bth_pad_count "bth.pad_count" U8,
@@ -83,7 +97,7 @@ schema! {
     reth_rkey "reth.rkey" U32,
     reth_dma_len "reth.dma_len" U32,
     aeth_syndrome "aeth.syndrome" U8,
-    aeth_kind "aeth.kind" Text,
+    aeth_kind "aeth.kind" Dict8,
     aeth_value "aeth.value" U8,
     aeth_msn "aeth.msn" U32,
     atomic_eth_va "atomic_eth.va" U64,
@@ -106,9 +120,9 @@ schema! {
     snap_truncated "snap_truncated" Bool,
     wire_len "wire_len" U32,
     error "error" Text,
-    src_mac "src_mac" Text,
+    src_mac "src_mac" Dict32,
     mac_control_opcode "mac_control.opcode" U16,
-    mac_control_name "mac_control.name" Text,
+    mac_control_name "mac_control.name" Dict8,
     mac_control_class_enable "mac_control.class_enable" U8,
     mac_control_quanta "mac_control.quanta" Text,
 }
@@ -122,7 +136,7 @@ pub const JSON_TEXT: &[&str] = &["mad", "cm", "smp", "sa", "mac_control.quanta"]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Values {
     /// [`Kind::Bool`].
-    Bool(Vec<bool>),
+    Bool(Bits),
     /// [`Kind::U8`].
     U8(Vec<u8>),
     /// [`Kind::U16`].
@@ -141,12 +155,258 @@ pub enum Values {
         /// The texts, one after another (UTF-8).
         bytes: Vec<u8>,
     },
+    /// [`Kind::Dict8`], [`Kind::Dict16`], [`Kind::Dict32`]: row `i` is text `keys[i]` of
+    /// `dict`.
+    Dict {
+        /// Per row, the index of its text in `dict` (0 in a null row).
+        keys: Keys,
+        /// The batch's distinct texts.
+        dict: Dict,
+    },
+}
+
+/// A sequence of bits packed eight to a byte, the first in the lowest bit (Arrow's bitmap
+/// layout): a column's validity and a flag column's values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bits {
+    bytes: Vec<u8>,
+    len: usize,
+    ones: usize,
+}
+
+impl Bits {
+    /// Room for `bits` bits.
+    pub fn with_capacity(bits: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(bits.div_ceil(8)),
+            len: 0,
+            ones: 0,
+        }
+    }
+    /// Bits held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// `true` with none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bits that are set.
+    pub fn ones(&self) -> usize {
+        self.ones
+    }
+    /// Bit `i` (`None` past the end).
+    pub fn get(&self, i: usize) -> Option<bool> {
+        (i < self.len).then(|| self.bytes[i / 8] >> (i % 8) & 1 == 1)
+    }
+    /// The indices of the set bits, in order.
+    pub fn iter_ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.bytes.iter().enumerate().flat_map(|(at, &b)| {
+            let mut b = b;
+            std::iter::from_fn(move || {
+                (b != 0).then(|| {
+                    let bit = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    at * 8 + bit
+                })
+            })
+        })
+    }
+    /// The packed bytes (the bits past [`Bits::len`] in the last one are 0) and the bit count.
+    pub fn into_parts(self) -> (Vec<u8>, usize) {
+        (self.bytes, self.len)
+    }
+    /// Appends a bit.
+    #[inline(always)]
+    pub fn push(&mut self, bit: bool) {
+        let at = self.len % 8;
+        if at == 0 {
+            self.bytes.push(u8::from(bit));
+        } else if let Some(last) = self.bytes.last_mut() {
+            *last |= u8::from(bit) << at;
+        }
+        self.len += 1;
+        self.ones += usize::from(bit);
+    }
+    /// Unset bits up to `len` bits (nothing if as long already).
+    pub fn extend_to(&mut self, len: usize) {
+        if len > self.len {
+            self.bytes.resize(len.div_ceil(8), 0);
+            self.len = len;
+        }
+    }
+    fn reserve(&mut self, bits: usize) {
+        self.bytes
+            .reserve((self.len + bits).div_ceil(8) - self.bytes.len());
+    }
+}
+
+/// The keys of a dictionary column, in its kind's width.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keys {
+    /// [`Kind::Dict8`].
+    I8(Vec<i8>),
+    /// [`Kind::Dict16`].
+    I16(Vec<i16>),
+    /// [`Kind::Dict32`].
+    I32(Vec<i32>),
+}
+
+impl Keys {
+    /// Row `i`'s key.
+    pub fn get(&self, i: usize) -> Option<usize> {
+        match self {
+            Self::I8(k) => k.get(i).map(|&k| k as usize),
+            Self::I16(k) => k.get(i).map(|&k| k as usize),
+            Self::I32(k) => k.get(i).map(|&k| k as usize),
+        }
+    }
+    /// Rows.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::I8(k) => k.len(),
+            Self::I16(k) => k.len(),
+            Self::I32(k) => k.len(),
+        }
+    }
+    /// `true` with no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Appends `key` (below [`Keys::limit`] of its width: the schema's widths are those of
+    /// the columns' value sets).
+    #[inline(always)]
+    fn push(&mut self, key: u32) {
+        debug_assert!((key as usize) < self.limit());
+        match self {
+            Self::I8(k) => k.push(key as i8),
+            Self::I16(k) => k.push(key as i16),
+            Self::I32(k) => k.push(key as i32),
+        }
+    }
+    fn resize(&mut self, rows: usize) {
+        match self {
+            Self::I8(k) => k.resize(rows, 0),
+            Self::I16(k) => k.resize(rows, 0),
+            Self::I32(k) => k.resize(rows, 0),
+        }
+    }
+    fn reserve(&mut self, rows: usize) {
+        match self {
+            Self::I8(k) => k.reserve(rows),
+            Self::I16(k) => k.reserve(rows),
+            Self::I32(k) => k.reserve(rows),
+        }
+    }
+    fn with_capacity_of(&self) -> Self {
+        match self {
+            Self::I8(k) => Self::I8(Vec::with_capacity(k.len())),
+            Self::I16(k) => Self::I16(Vec::with_capacity(k.len())),
+            Self::I32(k) => Self::I32(Vec::with_capacity(k.len())),
+        }
+    }
+    /// Distinct texts a column of this width can hold.
+    fn limit(&self) -> usize {
+        match self {
+            Self::I8(_) => 1 << 7,
+            Self::I16(_) => 1 << 15,
+            Self::I32(_) => 1 << 31,
+        }
+    }
+}
+
+/// A dictionary column's distinct texts, in the order its rows first used them (each once).
+#[derive(Debug, Clone, Default)]
+pub struct Dict {
+    /// Text `k` is `bytes[offsets[k]..offsets[k + 1]]`.
+    offsets: Vec<i32>,
+    bytes: Vec<u8>,
+    /// A writer's code of a text (a small dense number that says which text it is, such as
+    /// an opcode) to its key plus one (0: not seen in this batch).
+    by_code: Vec<u32>,
+    /// Each text to its key. Seeded per map: a capture cannot choose texts that collide.
+    by_text: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
+}
+
+impl PartialEq for Dict {
+    fn eq(&self, other: &Self) -> bool {
+        self.offsets() == other.offsets() && self.bytes == other.bytes
+    }
+}
+
+impl Eq for Dict {}
+
+impl Dict {
+    /// Distinct texts.
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+    /// `true` with none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Text `key` (UTF-8).
+    pub fn text(&self, key: usize) -> Option<&[u8]> {
+        let (a, b) = (*self.offsets.get(key)?, *self.offsets.get(key + 1)?);
+        self.bytes.get(a as usize..b as usize)
+    }
+    /// The offsets of the texts (one more than the texts; the first 0), Arrow's layout.
+    pub fn offsets(&self) -> &[i32] {
+        if self.offsets.is_empty() {
+            &[0]
+        } else {
+            &self.offsets
+        }
+    }
+    /// The texts, one after another.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    /// The offsets and the bytes, taken.
+    pub fn into_parts(mut self) -> (Vec<i32>, Vec<u8>) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        (self.offsets, self.bytes)
+    }
+    /// The key of the text that `write` writes, added if new.
+    fn key_of_text(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> u32 {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        let at = self.bytes.len();
+        write(&mut self.bytes);
+        if let Some(&k) = self.by_text.get(&self.bytes[at..]) {
+            self.bytes.truncate(at);
+            return k;
+        }
+        let key = self.len() as u32;
+        self.by_text.insert(self.bytes[at..].into(), key);
+        self.offsets.push(self.bytes.len() as i32);
+        key
+    }
+    /// The key of the text of code `code` (which `write` writes the first time), added if
+    /// new.
+    #[inline]
+    fn key_of_code(&mut self, code: usize, write: impl FnOnce(&mut Vec<u8>)) -> u32 {
+        if let Some(&k) = self.by_code.get(code) {
+            if k != 0 {
+                return k - 1;
+            }
+        }
+        let key = self.key_of_text(write);
+        if self.by_code.len() <= code {
+            self.by_code.resize(code + 1, 0);
+        }
+        self.by_code[code] = key + 1;
+        key
+    }
 }
 
 impl Values {
     fn new(kind: Kind) -> Self {
         match kind {
-            Kind::Bool => Self::Bool(Vec::new()),
+            Kind::Bool => Self::Bool(Bits::default()),
             Kind::U8 => Self::U8(Vec::new()),
             Kind::U16 => Self::U16(Vec::new()),
             Kind::U32 => Self::U32(Vec::new()),
@@ -156,27 +416,38 @@ impl Values {
                 offsets: vec![0],
                 bytes: Vec::new(),
             },
+            Kind::Dict8 => Self::dict(Keys::I8(Vec::new())),
+            Kind::Dict16 => Self::dict(Keys::I16(Vec::new())),
+            Kind::Dict32 => Self::dict(Keys::I32(Vec::new())),
+        }
+    }
+    fn dict(keys: Keys) -> Self {
+        Self::Dict {
+            keys,
+            dict: Dict::default(),
         }
     }
     /// Row `i`'s value of a number or flag column (a flag as 0 or 1); `None` for a time
     /// stamp or text column, or past its rows.
     pub fn num(&self, i: usize) -> Option<u64> {
         match self {
-            Self::Bool(x) => x.get(i).map(|&v| u64::from(v)),
+            Self::Bool(x) => x.get(i).map(u64::from),
             Self::U8(x) => x.get(i).map(|&v| u64::from(v)),
             Self::U16(x) => x.get(i).map(|&v| u64::from(v)),
             Self::U32(x) => x.get(i).map(|&v| u64::from(v)),
             Self::U64(x) => x.get(i).copied(),
-            Self::Timestamp(_) | Self::Text { .. } => None,
+            Self::Timestamp(_) | Self::Text { .. } | Self::Dict { .. } => None,
         }
     }
-    /// Row `i`'s bytes of a text column; `None` for the other kinds, or past its rows.
+    /// Row `i`'s bytes of a text or dictionary column; `None` for the other kinds, or past
+    /// its rows.
     pub fn text(&self, i: usize) -> Option<&[u8]> {
         match self {
             Self::Text { offsets, bytes } => {
                 let (a, b) = (*offsets.get(i)?, *offsets.get(i + 1)?);
                 bytes.get(a as usize..b as usize)
             }
+            Self::Dict { keys, dict } => dict.text(keys.get(i)?),
             _ => None,
         }
     }
@@ -192,12 +463,13 @@ impl Values {
             Self::U64(x) => x.push(v),
             Self::Timestamp(x) => x.push(v as i64),
             Self::Text { offsets, bytes } => offsets.push(bytes.len() as i32),
+            Self::Dict { keys, .. } => keys.push(0),
         }
     }
     /// Empty values with room for as many as these hold.
     fn with_capacity_of(&self) -> Self {
         match self {
-            Self::Bool(x) => Self::Bool(Vec::with_capacity(x.len())),
+            Self::Bool(x) => Self::Bool(Bits::with_capacity(x.len())),
             Self::U8(x) => Self::U8(Vec::with_capacity(x.len())),
             Self::U16(x) => Self::U16(Vec::with_capacity(x.len())),
             Self::U32(x) => Self::U32(Vec::with_capacity(x.len())),
@@ -211,18 +483,20 @@ impl Values {
                     bytes: Vec::with_capacity(bytes.len()),
                 }
             }
+            Self::Dict { keys, .. } => Self::dict(keys.with_capacity_of()),
         }
     }
     /// Null values up to `rows` rows.
     fn pad(&mut self, rows: usize) {
         match self {
-            Self::Bool(x) => x.resize(rows, false),
+            Self::Bool(x) => x.extend_to(rows),
             Self::U8(x) => x.resize(rows, 0),
             Self::U16(x) => x.resize(rows, 0),
             Self::U32(x) => x.resize(rows, 0),
             Self::U64(x) => x.resize(rows, 0),
             Self::Timestamp(x) => x.resize(rows, 0),
             Self::Text { offsets, bytes } => offsets.resize(rows + 1, bytes.len() as i32),
+            Self::Dict { keys, .. } => keys.resize(rows),
         }
     }
 }
@@ -234,17 +508,17 @@ pub struct Column {
     pub values: Values,
     /// Per row: `false` for a null (empty in a [`Batch`]'s column that no row set: null in
     /// every row).
-    pub valid: Vec<bool>,
+    pub valid: Bits,
 }
 
 impl Column {
     /// `true` when row `i` holds a value.
     pub fn is_valid(&self, i: usize) -> bool {
-        self.valid.get(i).copied().unwrap_or(false)
+        self.valid.get(i).unwrap_or(false)
     }
     /// Rows of the `rows` of its batch that are null.
     pub fn nulls(&self, rows: usize) -> usize {
-        rows - self.valid.iter().filter(|v| **v).count()
+        rows - self.valid.ones()
     }
 }
 
@@ -281,7 +555,16 @@ pub struct Columns {
     rows: usize,
     /// Text bytes in the batch.
     text_bytes: usize,
+    /// The `src` and `dst` keys of the last two conversations' endpoints (both directions
+    /// of one connection, typically): runs of packets between the same endpoints look
+    /// their texts up once.
+    recent: [Option<(Conversation, u32, u32)>; 2],
+    /// The slot of `recent` to replace next.
+    next_recent: usize,
 }
+
+/// The addresses and UDP ports of a packet: source, then destination.
+type Conversation = (IpAddr, u16, IpAddr, u16);
 
 impl Default for Columns {
     fn default() -> Self {
@@ -290,11 +573,13 @@ impl Default for Columns {
                 .iter()
                 .map(|f| Column {
                     values: Values::new(f.kind),
-                    valid: Vec::new(),
+                    valid: Bits::default(),
                 })
                 .collect(),
             rows: 0,
             text_bytes: 0,
+            recent: [None; 2],
+            next_recent: 0,
         }
     }
 }
@@ -321,6 +606,7 @@ impl Columns {
                 Values::U64(x) => x.reserve(rows),
                 Values::Timestamp(x) => x.reserve(rows),
                 Values::Text { offsets, .. } => offsets.reserve(rows),
+                Values::Dict { keys, .. } => keys.reserve(rows),
             }
         }
     }
@@ -334,12 +620,13 @@ impl Columns {
             .iter()
             .map(|c| Column {
                 values: c.values.with_capacity_of(),
-                valid: Vec::with_capacity(c.valid.len()),
+                valid: Bits::with_capacity(c.valid.len()),
             })
             .collect();
         let columns = std::mem::replace(&mut self.columns, next);
         self.rows = 0;
         self.text_bytes = 0;
+        self.recent = [None; 2];
         Batch { columns, rows }
     }
     /// `true` once the batch has `rows` rows or its texts grew large: time to hand it on.
@@ -354,7 +641,7 @@ impl Columns {
         for col in &mut self.columns {
             if !col.valid.is_empty() && col.valid.len() < self.rows {
                 col.values.pad(self.rows);
-                col.valid.resize(self.rows, false);
+                col.valid.extend_to(self.rows);
             }
         }
     }
@@ -365,7 +652,7 @@ impl Columns {
         let col = &mut self.columns[c as usize];
         if col.valid.len() < rows {
             col.values.pad(rows);
-            col.valid.resize(rows, false);
+            col.valid.extend_to(rows);
         }
         col
     }
@@ -396,6 +683,69 @@ impl Columns {
             self.text_bytes += added;
         }
     }
+    /// The key in dictionary column `c` of the text `write` writes, added if new.
+    fn intern(&mut self, c: C, write: impl FnOnce(&mut Vec<u8>)) -> u32 {
+        let Values::Dict { dict, .. } = &mut self.columns[c as usize].values else {
+            return 0;
+        };
+        let before = dict.bytes.len();
+        let key = dict.key_of_text(write);
+        self.text_bytes += dict.bytes.len() - before;
+        key
+    }
+    /// Dictionary column `c`'s value: its text of key `key`.
+    #[inline(always)]
+    fn dict_key(&mut self, c: C, key: u32) {
+        let col = self.col(c);
+        if let Values::Dict { keys, .. } = &mut col.values {
+            keys.push(key);
+            col.valid.push(true);
+        }
+    }
+    /// Dictionary column `c`'s value: the text `write` writes.
+    fn dict_text(&mut self, c: C, write: impl FnOnce(&mut Vec<u8>)) {
+        let key = self.intern(c, write);
+        self.dict_key(c, key);
+    }
+    /// Dictionary column `c`'s value: the text of `code` (a small number that says which
+    /// text it is), which `write` writes the first time a batch meets it.
+    #[inline]
+    fn dict_code(&mut self, c: C, code: usize, write: impl FnOnce(&mut Vec<u8>)) {
+        let key = match &mut self.columns[c as usize].values {
+            Values::Dict { dict, .. } => match dict.by_code.get(code) {
+                Some(&k) if k != 0 => k - 1,
+                _ => {
+                    let before = dict.bytes.len();
+                    let key = dict.key_of_code(code, write);
+                    self.text_bytes += dict.bytes.len() - before;
+                    key
+                }
+            },
+            _ => return,
+        };
+        self.dict_key(c, key);
+    }
+    /// The `src` and `dst` columns of `f`.
+    fn endpoints(&mut self, f: &Frame<'_>) {
+        let (Some(ip), Some(udp)) = (&f.ip, &f.udp) else {
+            self.dict_text(C::src, |b| format::endpoint(b, f, true));
+            self.dict_text(C::dst, |b| format::endpoint(b, f, false));
+            return;
+        };
+        let conv = (ip.src, udp.src_port, ip.dst, udp.dst_port);
+        let (src, dst) = match self.recent.iter().flatten().find(|r| r.0 == conv) {
+            Some(&(_, s, d)) => (s, d),
+            None => {
+                let s = self.intern(C::src, |b| format::endpoint(b, f, true));
+                let d = self.intern(C::dst, |b| format::endpoint(b, f, false));
+                self.recent[self.next_recent] = Some((conv, s, d));
+                self.next_recent ^= 1;
+                (s, d)
+            }
+        };
+        self.dict_key(C::src, src);
+        self.dict_key(C::dst, dst);
+    }
     /// Ends a row (the columns it did not set are null in it).
     fn end_row(&mut self) {
         self.rows += 1;
@@ -406,10 +756,10 @@ impl Columns {
     }
 
     /// Adds the row of a RoCE packet (what [`format::json`] writes for it).
-    pub fn packet(&mut self, d: &Decoded<'_>, cache: &mut EndpointCache) {
+    pub fn packet(&mut self, d: &Decoded<'_>) {
         self.start(d.frame_no, d.ts);
         if let Some(f) = d.frame {
-            self.frame_columns(d, f, cache);
+            self.frame_columns(d, f);
         }
         if let Some(m) = d.mad() {
             crate::madfmt::json(&mut MadColumns(self), &m);
@@ -443,15 +793,22 @@ impl Columns {
         self.text_with(C::error, |b| format::error_text(b, e));
     }
 
-    fn frame_columns(&mut self, d: &Decoded<'_>, f: &Frame<'_>, cache: &mut EndpointCache) {
-        self.text_with(C::src, |b| cache.write(b, f, true));
-        self.text_with(C::dst, |b| cache.write(b, f, false));
-        self.text(C::ecn, f.ecn().name());
-        self.text(C::version, f.version.name());
+    fn frame_columns(&mut self, d: &Decoded<'_>, f: &Frame<'_>) {
+        self.endpoints(f);
+        let ecn = f.ecn();
+        self.dict_code(C::ecn, usize::from(ecn.bits()), |b| {
+            b.extend_from_slice(ecn.name().as_bytes())
+        });
+        let version = f.version;
+        self.dict_code(C::version, version as usize, |b| {
+            b.extend_from_slice(version.name().as_bytes())
+        });
         if let Some(bth) = f.bth() {
             self.num(C::bth_opcode, u64::from(bth.opcode.0));
-            self.text_with(C::bth_opcode_name, |b| {
-                format::opcode_name(b, bth.opcode, d.dc.is_some())
+            let dc = d.dc.is_some();
+            let code = usize::from(bth.opcode.0) << 1 | usize::from(dc);
+            self.dict_code(C::bth_opcode_name, code, |b| {
+                format::opcode_name(b, bth.opcode, dc)
             });
             self.flag(C::bth_se, bth.solicited);
             self.flag(C::bth_migreq, bth.migreq);
@@ -484,7 +841,9 @@ impl Columns {
         if let Some(h) = p.aeth() {
             let s = h.syndrome();
             self.num(C::aeth_syndrome, u64::from(s.0));
-            self.text(C::aeth_kind, s.kind().name());
+            self.dict_code(C::aeth_kind, usize::from(s.0), |b| {
+                b.extend_from_slice(s.kind().name().as_bytes())
+            });
             self.num(C::aeth_value, u64::from(s.kind().value()));
             self.num(C::aeth_msn, u64::from(h.msn().0));
         }
@@ -519,11 +878,11 @@ impl Columns {
     ) {
         use roce_proto::mac_control::{Repr, OPCODE_PAUSE, OPCODE_PFC};
         self.start(frame_no, ts);
-        self.text_with(C::src_mac, |b| format::mac(b, src));
+        self.dict_text(C::src_mac, |b| format::mac(b, src));
         match *mc {
             Repr::Pfc { enable, quanta } => {
                 self.num(C::mac_control_opcode, u64::from(OPCODE_PFC));
-                self.text(C::mac_control_name, "PFC");
+                self.dict_code(C::mac_control_name, 0, |b| b.extend_from_slice(b"PFC"));
                 self.num(C::mac_control_class_enable, u64::from(enable));
                 self.text_with(C::mac_control_quanta, |b| {
                     b.push(b'[');
@@ -538,7 +897,7 @@ impl Columns {
             }
             Repr::Pause { quanta } => {
                 self.num(C::mac_control_opcode, u64::from(OPCODE_PAUSE));
-                self.text(C::mac_control_name, "PAUSE");
+                self.dict_code(C::mac_control_name, 1, |b| b.extend_from_slice(b"PAUSE"));
                 self.text_with(C::mac_control_quanta, |b| dec(b, u64::from(quanta)));
             }
             Repr::Other { opcode } => self.num(C::mac_control_opcode, u64::from(opcode)),
@@ -657,4 +1016,71 @@ pub fn decode_columns_parallel<R: std::io::Read + Send>(
             }
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Bits, Dict};
+
+    /// Bits pushed and extended one way or another read back as the flags they are, in
+    /// Arrow's layout (bit `i` in byte `i / 8`, lowest bit first), with their count of ones.
+    #[test]
+    fn bits_hold_the_flags_in_arrows_layout() {
+        let seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut x = seed;
+        for round in 0..200 {
+            let mut bits = Bits::with_capacity(round % 7);
+            let mut model = Vec::new();
+            for _ in 0..(round * 3) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if x % 5 == 0 {
+                    let to = model.len() + (x >> 8) as usize % 20;
+                    bits.extend_to(to);
+                    model.resize(to, false);
+                } else {
+                    bits.push(x & 2 != 0);
+                    model.push(x & 2 != 0);
+                }
+            }
+            let why = format!("seed {seed:#x}, round {round}");
+            assert_eq!(bits.len(), model.len(), "{why}");
+            assert_eq!(bits.ones(), model.iter().filter(|&&b| b).count(), "{why}");
+            for (i, &b) in model.iter().enumerate() {
+                assert_eq!(bits.get(i), Some(b), "{why}, bit {i}");
+            }
+            assert_eq!(bits.get(model.len()), None, "{why}");
+            let ones: Vec<usize> = (0..model.len()).filter(|&i| model[i]).collect();
+            assert_eq!(bits.iter_ones().collect::<Vec<_>>(), ones, "{why}");
+            let (bytes, len) = bits.into_parts();
+            assert_eq!(len, model.len());
+            assert_eq!(bytes.len(), len.div_ceil(8), "{why}");
+            for (i, &b) in model.iter().enumerate() {
+                assert_eq!(bytes[i / 8] >> (i % 8) & 1 == 1, b, "{why}, byte of bit {i}");
+            }
+        }
+    }
+
+    /// A dictionary holds each text once, whether it is found by a code or by its text, and
+    /// two codes that write the same text share its key.
+    #[test]
+    fn a_dictionary_holds_each_text_once() {
+        let mut d = Dict::default();
+        assert_eq!(d.offsets(), &[0]);
+        let put = |b: &mut Vec<u8>, s: &str| b.extend_from_slice(s.as_bytes());
+        let a = d.key_of_code(3, |b| put(b, "CNP"));
+        let b = d.key_of_code(7, |b| put(b, "RC_SEND_ONLY"));
+        assert_eq!(d.key_of_code(3, |_| panic!("a code met before is not written again")), a);
+        assert_eq!(d.key_of_code(9, |b| put(b, "CNP")), a, "another code, the same text");
+        assert_eq!(d.key_of_text(|b| put(b, "RC_SEND_ONLY")), b);
+        let c = d.key_of_text(|b| put(b, "10.0.0.1:4791"));
+        assert_eq!((a, b, c), (0, 1, 2));
+        assert_eq!(d.len(), 3);
+        assert_eq!(d.text(2), Some(&b"10.0.0.1:4791"[..]));
+        assert_eq!(d.text(3), None);
+        let (offsets, bytes) = d.into_parts();
+        assert_eq!(offsets, [0, 3, 15, 28]);
+        assert_eq!(bytes, b"CNPRC_SEND_ONLY10.0.0.1:4791");
+    }
 }

@@ -471,10 +471,7 @@ impl Decoder {
             OutputFormat::Summary => format::summary(&mut self.line, &d, &mut self.endpoints),
             OutputFormat::Verbose => format::verbose(&mut self.line, &d),
             OutputFormat::Json => format::json(&mut self.line, &d, &mut self.endpoints),
-            OutputFormat::Columns => self
-                .columns
-                .get_or_insert_with(Box::default)
-                .packet(&d, &mut self.endpoints),
+            OutputFormat::Columns => self.columns.get_or_insert_with(Box::default).packet(&d),
         }
         self.add_flags(start);
         self.emitted(out)

@@ -140,7 +140,7 @@ fn gid(out: &mut Vec<u8>, g: [u8; 16]) {
 }
 
 /// Source (`which = 0`) or destination endpoint: `ip:port` (`[v6]:port`), a GID, or `lid:N`.
-fn endpoint(out: &mut Vec<u8>, f: &Frame<'_>, src: bool) {
+pub(crate) fn endpoint(out: &mut Vec<u8>, f: &Frame<'_>, src: bool) {
     if let (Some(i), Some(u)) = (&f.ip, &f.udp) {
         let a = if src { i.src } else { i.dst };
         let port = if src { u.src_port } else { u.dst_port };

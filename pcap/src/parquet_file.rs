@@ -36,7 +36,9 @@ pub fn schema() -> Type {
                     Physical::INT64,
                     Some(LogicalType::timestamp(true, TimeUnit::NANOS)),
                 ),
-                Kind::Text => (Physical::BYTE_ARRAY, Some(LogicalType::String)),
+                Kind::Text | Kind::Dict8 | Kind::Dict16 | Kind::Dict32 => {
+                    (Physical::BYTE_ARRAY, Some(LogicalType::String))
+                }
             };
             let t = Type::primitive_type_builder(f.name, physical)
                 .with_repetition(Repetition::OPTIONAL)

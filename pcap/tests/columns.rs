@@ -32,14 +32,14 @@ fn row(b: &Batch, i: usize) -> Map<String, Value> {
             continue;
         }
         let v = match &c.values {
-            Values::Bool(x) => Value::from(x[i]),
+            Values::Bool(x) => Value::from(x.get(i).expect("a flag per row")),
             Values::U8(x) => Value::from(x[i]),
             Values::U16(x) => Value::from(x[i]),
             Values::U32(x) => Value::from(x[i]),
             Values::U64(x) => Value::from(x[i]),
             Values::Timestamp(x) => Value::from(x[i]),
-            Values::Text { offsets, bytes } => {
-                let s = std::str::from_utf8(&bytes[offsets[i] as usize..offsets[i + 1] as usize])
+            Values::Text { .. } | Values::Dict { .. } => {
+                let s = std::str::from_utf8(c.values.text(i).expect("a text per row"))
                     .expect("text columns are UTF-8");
                 if JSON_TEXT.contains(&f.name) {
                     serde_json::from_str(s).unwrap_or_else(|e| panic!("{}: {s}: {e}", f.name))
@@ -147,6 +147,39 @@ fn every_row_is_its_json_line_on_every_shared_capture_and_fixture() {
     }
     assert!(rows > 5_000, "only {rows} rows compared");
     assert!(mads > 10, "only {mads} MAD rows compared");
+}
+
+/// Many connections' packets interleaved (more than the two conversations whose endpoints
+/// the rows keep at hand): every row's endpoints and names are its JSON line's, and each
+/// batch's dictionaries hold each text once, all of them used.
+#[test]
+fn dictionary_columns_across_many_interleaved_connections() {
+    let mut bytes = Vec::new();
+    roce_pcap::synth::write_rc_capture(&mut bytes, 20_000, 64, 50).unwrap();
+    let rows = check("rc, 64 QPs", &bytes, Options::default(), 1000);
+    assert_eq!(rows, 20_000);
+    let (got, _) = batches(&bytes, Options::default(), 1000);
+    let mut dictionaries = 0;
+    for b in &got {
+        for (f, c) in FIELDS.iter().zip(b.columns()) {
+            let Values::Dict { keys, dict } = &c.values else {
+                continue;
+            };
+            if c.valid.ones() == 0 {
+                continue;
+            }
+            dictionaries += 1;
+            let texts: Vec<&[u8]> = (0..dict.len()).map(|k| dict.text(k).unwrap()).collect();
+            let distinct: std::collections::HashSet<_> = texts.iter().collect();
+            assert_eq!(distinct.len(), texts.len(), "{}: a text twice", f.name);
+            let used: std::collections::HashSet<usize> = (0..b.rows())
+                .filter(|&i| c.is_valid(i))
+                .map(|i| keys.get(i).unwrap())
+                .collect();
+            assert_eq!(used.len(), texts.len(), "{}: a text no row uses", f.name);
+        }
+    }
+    assert!(dictionaries >= 20 * 5, "{dictionaries} dictionary columns checked");
 }
 
 #[test]

@@ -406,8 +406,10 @@ impl DecodeBatches {
         let mut shapes: Vec<Shape> = vec![Shape::default(); batch.rows()];
         for (c, col) in cols.iter().enumerate() {
             let (word, bit) = (c / 64, 1u64 << (c % 64));
-            for (shape, _) in shapes.iter_mut().zip(&col.valid).filter(|(_, v)| **v) {
-                shape[word] |= bit;
+            for i in col.valid.iter_ones() {
+                if let Some(shape) = shapes.get_mut(i) {
+                    shape[word] |= bit;
+                }
             }
         }
         for (i, &shape) in shapes.iter().enumerate() {
@@ -447,7 +449,9 @@ impl DecodeBatches {
                     }
                 }
                 let v: Bound<'py, PyAny> = match &col.values {
-                    Values::Bool(x) => PyBool::new(py, x[i]).to_owned().into_any(),
+                    Values::Bool(x) => PyBool::new(py, x.get(i).unwrap_or_default())
+                        .to_owned()
+                        .into_any(),
                     Values::U8(x) => x[i].into_pyobject(py)?.into_any(),
                     Values::U16(x) => x[i].into_pyobject(py)?.into_any(),
                     Values::U32(x) => x[i].into_pyobject(py)?.into_any(),
@@ -471,7 +475,7 @@ impl DecodeBatches {
                             .into_pyobject(py)?
                             .into_any()
                     }
-                    Values::Text { .. } => {
+                    Values::Text { .. } | Values::Dict { .. } => {
                         let text = col.values.text(i).unwrap_or_default();
                         if names.json[c] {
                             crate::pyjson::value(py, text, &mut self.strings)?

@@ -348,7 +348,9 @@ impl ArrowStream {
 }
 
 /// The names and types of the table's columns, in order (`(name, type)`, the types as
-/// `bool`, `uint8`, `uint16`, `uint32`, `uint64`, `timestamp[ns, UTC]`, `string`).
+/// `bool`, `uint8`, `uint16`, `uint32`, `uint64`, `timestamp[ns, UTC]`, `string`, and
+/// pyarrow's names of the dictionaries of strings, `dictionary<values=string, indices=int8,
+/// ordered=0>`).
 #[pyfunction]
 pub(crate) fn table_schema() -> Vec<(&'static str, &'static str)> {
     FIELDS
@@ -362,6 +364,9 @@ pub(crate) fn table_schema() -> Vec<(&'static str, &'static str)> {
                 Kind::U64 => "uint64",
                 Kind::Timestamp => "timestamp[ns, UTC]",
                 Kind::Text => "string",
+                Kind::Dict8 => "dictionary<values=string, indices=int8, ordered=0>",
+                Kind::Dict16 => "dictionary<values=string, indices=int16, ordered=0>",
+                Kind::Dict32 => "dictionary<values=string, indices=int32, ordered=0>",
             };
             (f.name, t)
         })

@@ -103,7 +103,31 @@ def test_types_are_the_schema(captures):
     assert table.schema.field("ts").type == pa.timestamp("ns", tz="UTC")
     assert table.schema.field("reth.va").type == pa.uint64()
     assert table.schema.field("icrc_ok").type == pa.bool_()
-    assert table.schema.field("src").type == pa.string()
+    assert table.schema.field("icrc").type == pa.string()
+    assert table.schema.field("src").type == pa.dictionary(pa.int32(), pa.string())
+    assert table.schema.field("bth.opcode_name").type == pa.dictionary(pa.int16(), pa.string())
+    assert table.schema.field("ecn").type == pa.dictionary(pa.int8(), pa.string())
+    for f in table.schema:
+        if f.name != "ts":
+            assert types[f.name] == str(f.type), f.name
+
+
+@pytest.mark.parametrize("name", CAPTURES[:2])
+def test_dictionary_columns_hold_each_text_once_per_batch(captures, name):
+    """A dictionary column's batch holds each distinct text once (pandas' categories must be
+    unique), every one of them used, and its rows are the texts of a plain string column."""
+    table = roce.decode_table(captures / name, batch_rows=7)
+    assert table.column("src").num_chunks > 1
+    dictionaries = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+    assert {"src", "dst", "ecn", "version", "bth.opcode_name"} <= set(dictionaries)
+    for n in dictionaries:
+        for chunk in table.column(n).chunks:
+            texts = chunk.dictionary.to_pylist()
+            assert len(set(texts)) == len(texts), (n, texts)
+            used = set(chunk.indices.drop_null().to_pylist())
+            assert used == set(range(len(texts))), (n, used, texts)
+        plain = table.column(n).cast(pa.string())
+        assert plain.to_pylist() == table.column(n).to_pylist()
 
 
 def test_parquet_from_the_cli_is_the_table(roce_cli, captures, tmp_path):
@@ -111,7 +135,11 @@ def test_parquet_from_the_cli_is_the_table(roce_cli, captures, tmp_path):
         out = tmp_path / "t.parquet"
         subprocess.run([roce_cli, "decode", "--format", "parquet", "-o", str(out), str(captures / name)], check=True, capture_output=True)
         from_file = pq.read_table(out)
-        assert from_file.equals(roce.decode_table(captures / name))
+        table = roce.decode_table(captures / name)
+        # Parquet holds the dictionary columns as strings (dictionary-encoded in its pages).
+        plain = pa.schema([f.with_type(pa.string()) if pa.types.is_dictionary(f.type) else f for f in table.schema])
+        assert from_file.schema.equals(plain)
+        assert from_file.equals(table.cast(plain))
 
 
 def test_a_stream_reads_again_from_a_path_once_from_a_file_and_a_damaged_capture_raises(captures):
