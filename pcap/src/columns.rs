@@ -166,13 +166,31 @@ pub enum Values {
 }
 
 /// A sequence of bits packed eight to a byte, the first in the lowest bit (Arrow's bitmap
-/// layout): a column's validity and a flag column's values.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// layout): a column's validity and a flag column's values. While every bit is set (a
+/// column no row left null, the usual case) only the count is kept: the bytes are written
+/// when the first unset bit comes, or when they are taken.
+#[derive(Debug, Clone)]
 pub struct Bits {
+    /// Empty while `all_set`.
     bytes: Vec<u8>,
     len: usize,
     ones: usize,
+    all_set: bool,
 }
+
+impl Default for Bits {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
+}
+
+impl PartialEq for Bits {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && (0..self.len).all(|i| self.get(i) == other.get(i))
+    }
+}
+
+impl Eq for Bits {}
 
 impl Bits {
     /// Room for `bits` bits.
@@ -181,6 +199,7 @@ impl Bits {
             bytes: Vec::with_capacity(bits.div_ceil(8)),
             len: 0,
             ones: 0,
+            all_set: true,
         }
     }
     /// Bits held.
@@ -197,11 +216,13 @@ impl Bits {
     }
     /// Bit `i` (`None` past the end).
     pub fn get(&self, i: usize) -> Option<bool> {
-        (i < self.len).then(|| self.bytes[i / 8] >> (i % 8) & 1 == 1)
+        (i < self.len).then(|| self.all_set || self.bytes[i / 8] >> (i % 8) & 1 == 1)
     }
     /// The indices of the set bits, in order.
     pub fn iter_ones(&self) -> impl Iterator<Item = usize> + '_ {
-        self.bytes.iter().enumerate().flat_map(|(at, &b)| {
+        // Every index while all are set (the bytes are empty then), else the bytes' ones.
+        let all = if self.all_set { self.len } else { 0 };
+        (0..all).chain(self.bytes.iter().enumerate().flat_map(|(at, &b)| {
             let mut b = b;
             std::iter::from_fn(move || {
                 (b != 0).then(|| {
@@ -210,15 +231,35 @@ impl Bits {
                     at * 8 + bit
                 })
             })
-        })
+        }))
     }
     /// The packed bytes (the bits past [`Bits::len`] in the last one are 0) and the bit count.
-    pub fn into_parts(self) -> (Vec<u8>, usize) {
+    pub fn into_parts(mut self) -> (Vec<u8>, usize) {
+        self.write_out();
         (self.bytes, self.len)
+    }
+    /// Writes the bytes of the bits held as a count (all set), from here on kept as bytes.
+    fn write_out(&mut self) {
+        if self.all_set {
+            self.all_set = false;
+            self.bytes.clear();
+            self.bytes.resize(self.len / 8, 0xff);
+            if !self.len.is_multiple_of(8) {
+                self.bytes.push((1u8 << (self.len % 8)) - 1);
+            }
+        }
     }
     /// Appends a bit.
     #[inline(always)]
     pub fn push(&mut self, bit: bool) {
+        if self.all_set {
+            if bit {
+                self.len += 1;
+                self.ones += 1;
+                return;
+            }
+            self.write_out();
+        }
         let at = self.len % 8;
         if at == 0 {
             self.bytes.push(u8::from(bit));
@@ -231,6 +272,7 @@ impl Bits {
     /// Unset bits up to `len` bits (nothing if as long already).
     pub fn extend_to(&mut self, len: usize) {
         if len > self.len {
+            self.write_out();
             self.bytes.resize(len.div_ceil(8), 0);
             self.len = len;
         }
@@ -596,7 +638,7 @@ impl Columns {
     /// Makes room for `rows` more rows in every column (every column gets every row: a
     /// null is a row too).
     pub fn reserve(&mut self, rows: usize) {
-        for col in &mut self.columns {
+        for col in self.columns.iter_mut() {
             col.valid.reserve(rows);
             match &mut col.values {
                 Values::Bool(x) => x.reserve(rows),
@@ -638,7 +680,7 @@ impl Columns {
     /// empty (zeroing its values on the decoding thread, to be thrown away by every
     /// consumer, took a tenth of that thread's time in `--format parquet`).
     fn pad(&mut self) {
-        for col in &mut self.columns {
+        for col in self.columns.iter_mut() {
             if !col.valid.is_empty() && col.valid.len() < self.rows {
                 col.values.pad(self.rows);
                 col.valid.extend_to(self.rows);
@@ -1035,7 +1077,7 @@ mod tests {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                if x % 5 == 0 {
+                if x.is_multiple_of(5) {
                     let to = model.len() + (x >> 8) as usize % 20;
                     bits.extend_to(to);
                     model.resize(to, false);
@@ -1057,8 +1099,61 @@ mod tests {
             assert_eq!(len, model.len());
             assert_eq!(bytes.len(), len.div_ceil(8), "{why}");
             for (i, &b) in model.iter().enumerate() {
-                assert_eq!(bytes[i / 8] >> (i % 8) & 1 == 1, b, "{why}, byte of bit {i}");
+                assert_eq!(
+                    bytes[i / 8] >> (i % 8) & 1 == 1,
+                    b,
+                    "{why}, byte of bit {i}"
+                );
             }
+        }
+    }
+
+    /// Bits that are all set are kept as a count until written: read, compared and taken,
+    /// they are the same bits as those written one by one.
+    #[test]
+    fn bits_all_set_are_the_same_bits_written_out() {
+        for n in 0..40 {
+            let mut counted = Bits::default();
+            let written = Bits::default().written_out(n);
+            for _ in 0..n {
+                counted.push(true);
+            }
+            assert_eq!(counted, written, "{n} bits");
+            assert_eq!(counted.ones(), n);
+            assert_eq!(
+                counted.iter_ones().collect::<Vec<_>>(),
+                (0..n).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                counted.clone().into_parts(),
+                written.clone().into_parts(),
+                "{n} bits"
+            );
+            let mut then_unset = counted.clone();
+            then_unset.push(false);
+            then_unset.push(true);
+            assert_eq!(then_unset.get(n), Some(false), "{n} bits");
+            assert_eq!(then_unset.get(n + 1), Some(true), "{n} bits");
+            assert_eq!(then_unset.ones(), n + 1);
+            let mut extended = counted;
+            extended.extend_to(n + 9);
+            assert_eq!(extended.ones(), n);
+            assert_eq!(
+                extended.iter_ones().collect::<Vec<_>>(),
+                (0..n).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    impl Bits {
+        /// `n` set bits written out as bytes.
+        fn written_out(mut self, n: usize) -> Self {
+            self.write_out();
+            for _ in 0..n {
+                self.push(true);
+            }
+            assert!(!self.all_set);
+            self
         }
     }
 
@@ -1071,8 +1166,15 @@ mod tests {
         let put = |b: &mut Vec<u8>, s: &str| b.extend_from_slice(s.as_bytes());
         let a = d.key_of_code(3, |b| put(b, "CNP"));
         let b = d.key_of_code(7, |b| put(b, "RC_SEND_ONLY"));
-        assert_eq!(d.key_of_code(3, |_| panic!("a code met before is not written again")), a);
-        assert_eq!(d.key_of_code(9, |b| put(b, "CNP")), a, "another code, the same text");
+        assert_eq!(
+            d.key_of_code(3, |_| panic!("a code met before is not written again")),
+            a
+        );
+        assert_eq!(
+            d.key_of_code(9, |b| put(b, "CNP")),
+            a,
+            "another code, the same text"
+        );
         assert_eq!(d.key_of_text(|b| put(b, "RC_SEND_ONLY")), b);
         let c = d.key_of_text(|b| put(b, "10.0.0.1:4791"));
         assert_eq!((a, b, c), (0, 1, 2));

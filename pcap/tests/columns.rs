@@ -179,7 +179,10 @@ fn dictionary_columns_across_many_interleaved_connections() {
             assert_eq!(used.len(), texts.len(), "{}: a text no row uses", f.name);
         }
     }
-    assert!(dictionaries >= 20 * 5, "{dictionaries} dictionary columns checked");
+    assert!(
+        dictionaries >= 20 * 5,
+        "{dictionaries} dictionary columns checked"
+    );
 }
 
 #[test]
