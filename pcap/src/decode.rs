@@ -419,13 +419,9 @@ impl Decoder {
         self.stats.roce += 1;
         let (icrc_ok, conformance) = match (&frame, &packet) {
             // The ICRC covers every byte on the wire, the DC bytes included.
-            (Some(f), Ok(_)) if dc.is_some() => {
-                (f.icrc_seed().ok().map(|s| s.verify(f.transport)), None)
-            }
-            (Some(f), Ok(p)) => (
-                f.icrc_seed().ok().map(|s| p.verify_icrc(&s)),
-                p.conformance().err(),
-            ),
+            // `p`'s bytes are the transport's (but for DC, set aside above).
+            (Some(f), Ok(_)) if dc.is_some() => (f.icrc_matches().ok(), None),
+            (Some(f), Ok(p)) => (f.icrc_matches().ok(), p.conformance().err()),
             _ => (None, None),
         };
         let snap = match (&frame, &packet) {

@@ -171,6 +171,52 @@ proptest! {
         prop_assert!(frame.packet().unwrap().verify_icrc(&from_fields));
     }
 
+    /// The ICRC check of a received frame, which hashes the pseudo-header and the BTH in one
+    /// piece, says what the seed and `verify` say, on any transport bytes after any IPv4
+    /// (options too), IPv6 or GRH header, however short or damaged.
+    #[test]
+    fn the_one_piece_icrc_check_is_the_seeds(
+        f in fields(), v6 in any::<bool>(), addr in any::<u64>(),
+        flip in any::<u64>(), cut in any::<u16>(), options in 0usize..11, grh in any::<bool>(),
+    ) {
+        let p = repr(&f);
+        let b = builder(v6, addr, 0, 0xc000);
+        let mut bytes = frame_bytes(&b, &p);
+        if !v6 && options > 0 {
+            // Grow the IPv4 header by `options` words of options (IHL up to 15).
+            let at = 14 + 20;
+            bytes.splice(at..at, std::iter::repeat_n(1u8, options * 4));
+            bytes[14] = 0x40 | (5 + options as u8);
+            let total = u16::from_be_bytes([bytes[16], bytes[17]]) + options as u16 * 4;
+            bytes[16..18].copy_from_slice(&total.to_be_bytes());
+        }
+        if flip % 3 == 0 {
+            let at = (flip >> 8) as usize % bytes.len();
+            bytes[at] ^= 1 << ((flip >> 40) % 8);
+        }
+        let keep = bytes.len() - (usize::from(cut) % 64).min(bytes.len() - 14);
+        bytes.truncate(keep);
+        let whole = flip % 3 != 0 && cut % 64 == 0;
+        let Ok(frame) = Frame::parse_ethernet(&bytes) else {
+            prop_assert!(!whole, "an untouched frame parses");
+            return Ok(());
+        };
+        if whole && !v6 {
+            prop_assert_eq!(frame.ip.map(|ip| ip.header.len()), Some(20 + options * 4));
+            prop_assert_eq!(frame.icrc_matches(), Ok(options == 0), "options change the ICRC");
+        }
+        let want = frame.icrc_seed().map(|s| s.verify(frame.transport));
+        prop_assert_eq!(frame.icrc_matches(), want);
+        if grh {
+            // The same bytes after a GRH (RoCE v1's pseudo-header).
+            let mut g = [0u8; 40];
+            g[0] = 0x60;
+            g[8..16].copy_from_slice(&addr.to_be_bytes());
+            let want = Icrc::grh(&g).map(|s| s.verify(frame.transport));
+            prop_assert_eq!(Icrc::verify_grh(&g, frame.transport), want);
+        }
+    }
+
     /// Any single flipped bit in a byte the ICRC covers breaks it.
     #[test]
     fn any_covered_bit_flip_breaks_the_icrc(f in fields(), v6 in any::<bool>(), addr in any::<u64>(), pick in any::<u64>()) {

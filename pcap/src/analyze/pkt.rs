@@ -92,9 +92,10 @@ impl Pkt {
             ),
         };
         let p = f.packet().ok();
-        let icrc_ok = match (&p, f.icrc_seed()) {
-            (Some(p), Ok(s)) => Some(p.verify_icrc(&s)),
-            _ => None,
+        // Checked over the transport bytes: `p`'s.
+        let icrc_ok = match p {
+            Some(_) => f.icrc_matches().ok(),
+            None => None,
         };
         let header = p.or_else(|| {
             let op = bth.opcode;
