@@ -432,7 +432,7 @@ impl Analyzer {
         for ((slot, k), p) in dirs.iter_mut().zip(&known).zip(chunk) {
             *slot = k.and_then(|d| self.dirs.get(d)).map(|dir| (dir, dir));
             if let (Some((_, req_dir)), true) = (slot.as_mut(), p.opcode.is_response()) {
-                if let Some(r) = req_dir.peer {
+                if let Some(r) = req_dir.peer() {
                     *req_dir = &self.dirs[r];
                 }
             }
@@ -441,8 +441,8 @@ impl Analyzer {
         let mut reqs: [Option<(&requester::ReqState, &Connection)>; AHEAD] = [None; AHEAD];
         for (slot, d) in reqs.iter_mut().zip(&dirs) {
             if let Some((dir, req_dir)) = d {
-                let c = &self.conns[dir.conn];
-                let side = &c.sides[dir.side];
+                let c = &self.conns[dir.conn()];
+                let side = &c.sides[dir.side()];
                 let req = req_dir.req();
                 // A field on each cache line of the side's leading counters
                 // ([`Side`]): reading one line of several left the others to miss later.
@@ -480,10 +480,10 @@ impl Analyzer {
             self.untracked += 1;
             return;
         };
-        if p.opcode.is_response() && self.dirs[d].peer.is_none() {
+        if p.opcode.is_response() && self.dirs[d].peer().is_none() {
             self.pair_by_psn(d, p.psn);
         }
-        let (conn, side) = (self.dirs[d].conn, self.dirs[d].side);
+        let (conn, side) = (self.dirs[d].conn(), self.dirs[d].side());
         let opts = self.opts;
         let dirs = &mut self.dirs;
         let mut ev = Emitter {
@@ -550,7 +550,7 @@ impl Analyzer {
     fn close_dirs(&mut self, end: u64) -> Vec<(u64, usize, Event)> {
         let mut stalls = Vec::new();
         for d in 0..self.dirs.len() {
-            let (conn, side) = (self.dirs[d].conn, self.dirs[d].side);
+            let (conn, side) = (self.dirs[d].conn(), self.dirs[d].side());
             let r = self.dirs[d].req();
             let never: u64 = r.gaps.iter().map(|g| g.1 - g.0 + 1).sum();
             let stall = !r.outstanding.is_empty()

@@ -63,23 +63,28 @@ fn wide(h32: u32) -> u64 {
 
 /// One direction: requests and responses from one sender to one QP.
 #[derive(Debug)]
+///
+/// Laid out so that what finding a packet's direction, connection and requests reads (the
+/// analyzer's lookahead) is its first cache line, and each direction starts a line: on a
+/// capture of many connections these are the reads that miss.
+#[repr(C, align(64))]
 pub(super) struct Dir {
     src: IpAddr,
     dst: IpAddr,
+    /// Its side of the connection (0 or 1).
+    side: u8,
+    sport: u16,
     /// The destination QPN.
     qpn: u32,
-    sport: u16,
-    /// The frame of its first packet (directions are made in this order).
-    pub(super) first_frame: u64,
-    /// Its connection (an index of the analyzer's connections).
-    pub(super) conn: usize,
-    /// Its side of the connection (0 or 1).
-    pub(super) side: usize,
-    /// The reverse direction, once paired (never the direction itself).
-    pub(super) peer: Option<usize>,
+    /// Its connection (an index of the analyzer's connections, below `MAX_DIRECTIONS`).
+    conn: u32,
     /// Its requests (on the heap once it sent one or was answered: half the directions of
     /// a capture carry only responses).
     req: Option<Box<ReqState>>,
+    /// The reverse direction, once paired (never the direction itself).
+    peer: Option<u32>,
+    /// The frame of its first packet (directions are made in this order).
+    pub(super) first_frame: u64,
     /// Its responses (to the peer's requests).
     pub(super) resp: RespState,
 }
@@ -87,7 +92,28 @@ pub(super) struct Dir {
 /// The requests of a direction that has sent none.
 static NO_REQUESTS: std::sync::LazyLock<ReqState> = std::sync::LazyLock::new(ReqState::default);
 
+/// A direction's or connection's index as kept in [`Dir`] (both are bounded by
+/// `MAX_DIRECTIONS`, far below 2^32).
+fn index32(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
 impl Dir {
+    /// Its connection (an index of the analyzer's connections).
+    pub(super) fn conn(&self) -> usize {
+        self.conn as usize
+    }
+    /// Its side of the connection (0 or 1).
+    pub(super) fn side(&self) -> usize {
+        usize::from(self.side)
+    }
+    /// The reverse direction, once paired.
+    pub(super) fn peer(&self) -> Option<usize> {
+        self.peer.map(|p| p as usize)
+    }
+    fn set_peer(&mut self, peer: usize) {
+        self.peer = Some(index32(peer));
+    }
     /// What names it.
     pub(super) fn key(&self) -> DirKey {
         (self.src, self.dst, self.qpn)
@@ -116,7 +142,7 @@ fn pair_mut(dirs: &mut [Dir], req: usize, resp: usize) -> (&mut Dir, &mut Dir) {
 /// The responses of direction `d`, and the requests they answer (its peer's; `None` while
 /// unpaired).
 pub(super) fn answering(dirs: &mut [Dir], d: usize) -> (&mut RespState, Option<&mut ReqState>) {
-    match dirs[d].peer {
+    match dirs[d].peer() {
         None => (&mut dirs[d].resp, None),
         Some(pr) => {
             let (req_dir, resp_dir) = pair_mut(dirs, pr, d);
@@ -182,10 +208,10 @@ impl Analyzer {
         }
         let (conn, side) = match peer {
             Some(r) => {
-                self.dirs[r].peer = Some(d);
-                let c = self.dirs[r].conn;
+                self.dirs[r].set_peer(d);
+                let c = self.dirs[r].conn();
                 self.conns[c].paired_by = by;
-                (c, 1 - self.dirs[r].side)
+                (c, 1 - self.dirs[r].side())
             }
             None => {
                 let fresh = Connection {
@@ -218,9 +244,10 @@ impl Analyzer {
             qpn: p.dest_qp,
             sport: p.sport,
             first_frame: p.frame,
-            conn,
-            side,
-            peer,
+            conn: index32(conn),
+            // 0 or 1.
+            side: side as u8,
+            peer: peer.map(index32),
             req: None,
             resp: RespState::default(),
         });
@@ -270,8 +297,8 @@ impl Analyzer {
             return;
         };
         // Merge d's connection into r's.
-        let (old, new) = (self.dirs[d].conn, self.dirs[r].conn);
-        let side = 1 - self.dirs[r].side;
+        let (old, new) = (self.dirs[d].conn(), self.dirs[r].conn());
+        let side = 1 - self.dirs[r].side();
         let moved = std::mem::take(&mut self.conns[old].sides[0]);
         let events = std::mem::take(&mut self.conns[old].events);
         let dropped = self.conns[old].events_dropped;
@@ -293,10 +320,11 @@ impl Analyzer {
             ..Connection::default()
         };
         self.free_conns.push(old);
-        self.dirs[d].conn = new;
-        self.dirs[d].side = side;
-        self.dirs[d].peer = Some(r);
-        self.dirs[r].peer = Some(d);
+        self.dirs[d].conn = index32(new);
+        // 0 or 1.
+        self.dirs[d].side = side as u8;
+        self.dirs[d].set_peer(r);
+        self.dirs[r].set_peer(d);
         self.unlist(r);
         self.unlist(d);
         self.conns[new].paired_by = "psn";
