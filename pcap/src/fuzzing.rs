@@ -1,6 +1,7 @@
 //! The body of the `pcap` fuzz target: decoding arbitrary bytes as a capture must never panic,
-//! loop or allocate without bound, in every output format, sequentially and on threads, and
-//! the parallel decode must write exactly what the sequential one writes and count the same.
+//! loop or allocate without bound, in every output format (the table of `--format parquet`
+//! and the Python package's too), sequentially and on threads, and the parallel decode must
+//! write exactly what the sequential one writes and count the same.
 //!
 //! The first input byte picks the filters and the parallel batch size; the rest is the
 //! capture (pcap or pcapng, either byte order, any link type).
@@ -44,6 +45,105 @@ pub fn capture(data: &[u8]) {
             "output differs ({format:?}, batches of {batch})"
         );
     }
+    table(capture, knobs);
+}
+
+/// The capture as table rows ([`crate::columns`]), sequentially in batches of a few rows and
+/// (with knob 8) on two threads: every batch well formed (each column as long as the batch or empty, each
+/// dictionary key a text of its batch's dictionary, held once) and the same rows both ways.
+fn table(capture: &[u8], knobs: u8) {
+    use crate::columns::{decode_columns, decode_columns_parallel, Batch};
+    let opts = Options {
+        all: knobs & 4 != 0,
+        ..Options::default()
+    };
+    let rows = usize::from(knobs >> 5) + 1;
+    let mut seq = Vec::new();
+    let mut par = Vec::new();
+    // On threads too when the knobs say (thread start-up is most of a small input's cost).
+    for (out, parallel) in [(&mut seq, false), (&mut par, true)] {
+        if parallel && knobs & 8 == 0 {
+            break;
+        }
+        let Ok(mut r) = CaptureReader::new(capture, "fuzz") else {
+            return;
+        };
+        let mut sink = |b: Batch| {
+            out.push(b);
+            Ok(())
+        };
+        if parallel {
+            decode_columns_parallel(&mut r, opts, 2, rows, None, &mut sink);
+        } else {
+            decode_columns(&mut r, opts, rows, None, &mut sink);
+        }
+    }
+    let a = table_rows(&seq);
+    if knobs & 8 != 0 {
+        assert!(
+            a == table_rows(&par),
+            "the parallel table differs from the sequential one"
+        );
+    }
+}
+
+/// A table's rows, each as its columns' values (`None` for a null), every batch checked.
+fn table_rows(batches: &[crate::columns::Batch]) -> Vec<Vec<Option<Vec<u8>>>> {
+    use crate::columns::Values;
+    let mut out = Vec::new();
+    for b in batches {
+        let n = b.rows();
+        assert!(n > 0, "an empty batch");
+        for c in b.columns() {
+            let len = match &c.values {
+                Values::Bool(x) => x.len(),
+                Values::U8(x) => x.len(),
+                Values::U16(x) => x.len(),
+                Values::U32(x) => x.len(),
+                Values::U64(x) => x.len(),
+                Values::Timestamp(x) => x.len(),
+                Values::Text { offsets, .. } => offsets.len() - 1,
+                Values::Dict { keys, dict } => {
+                    let texts: std::collections::HashSet<&[u8]> =
+                        (0..dict.len()).filter_map(|k| dict.text(k)).collect();
+                    assert_eq!(texts.len(), dict.len(), "a dictionary holds a text twice");
+                    for i in (0..keys.len()).filter(|&i| c.is_valid(i)) {
+                        assert!(
+                            keys.get(i).is_some_and(|k| k < dict.len()),
+                            "a key past its dictionary"
+                        );
+                    }
+                    keys.len()
+                }
+            };
+            assert!(
+                len == n || (len == 0 && c.valid.is_empty()),
+                "a column of {len} rows in a batch of {n}"
+            );
+            assert!(
+                c.valid.len() == len,
+                "validity of {} rows, values of {len}",
+                c.valid.len()
+            );
+        }
+        for i in 0..n {
+            out.push(
+                b.columns()
+                    .iter()
+                    .map(|c| {
+                        c.is_valid(i).then(|| match c.values.num(i) {
+                            Some(v) => v.to_le_bytes().to_vec(),
+                            None => match &c.values {
+                                Values::Timestamp(x) => x[i].to_le_bytes().to_vec(),
+                                v => v.text(i).map(<[u8]>::to_vec).unwrap_or_default(),
+                            },
+                        })
+                    })
+                    .collect(),
+            );
+        }
+    }
+    out
 }
 
 type Summary = (crate::decode::Stats, Option<String>);
