@@ -727,11 +727,17 @@ impl Columns {
     }
     /// The key in dictionary column `c` of the text `write` writes, added if new.
     fn intern(&mut self, c: C, write: impl FnOnce(&mut Vec<u8>)) -> u32 {
+        self.key_in(c, |d| d.key_of_text(write))
+    }
+    /// The key that `find` gives in dictionary column `c`'s dictionary, the text it may
+    /// add counted in the batch's text bytes.
+    #[inline(always)]
+    fn key_in(&mut self, c: C, find: impl FnOnce(&mut Dict) -> u32) -> u32 {
         let Values::Dict { dict, .. } = &mut self.columns[c as usize].values else {
             return 0;
         };
         let before = dict.bytes.len();
-        let key = dict.key_of_text(write);
+        let key = find(dict);
         self.text_bytes += dict.bytes.len() - before;
         key
     }
@@ -753,18 +759,7 @@ impl Columns {
     /// text it is), which `write` writes the first time a batch meets it.
     #[inline]
     fn dict_code(&mut self, c: C, code: usize, write: impl FnOnce(&mut Vec<u8>)) {
-        let key = match &mut self.columns[c as usize].values {
-            Values::Dict { dict, .. } => match dict.by_code.get(code) {
-                Some(&k) if k != 0 => k - 1,
-                _ => {
-                    let before = dict.bytes.len();
-                    let key = dict.key_of_code(code, write);
-                    self.text_bytes += dict.bytes.len() - before;
-                    key
-                }
-            },
-            _ => return,
-        };
+        let key = self.key_in(c, |d| d.key_of_code(code, write));
         self.dict_key(c, key);
     }
     /// The `src` and `dst` columns of `f`.

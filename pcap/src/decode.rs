@@ -419,9 +419,11 @@ impl Decoder {
         self.stats.roce += 1;
         let (icrc_ok, conformance) = match (&frame, &packet) {
             // The ICRC covers every byte on the wire, the DC bytes included.
-            // `p`'s bytes are the transport's (but for DC, set aside above).
-            (Some(f), Ok(_)) if dc.is_some() => (f.icrc_matches().ok(), None),
-            (Some(f), Ok(p)) => (f.icrc_matches().ok(), p.conformance().err()),
+            // Over the transport's bytes: `p`'s, or for DC the packet with its DC bytes.
+            (Some(f), Ok(p)) => (
+                f.icrc_matches().ok(),
+                dc.is_none().then(|| p.conformance().err()).flatten(),
+            ),
             _ => (None, None),
         };
         let snap = match (&frame, &packet) {

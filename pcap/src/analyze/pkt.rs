@@ -93,10 +93,7 @@ impl Pkt {
         };
         let p = f.packet().ok();
         // Checked over the transport bytes: `p`'s.
-        let icrc_ok = match p {
-            Some(_) => f.icrc_matches().ok(),
-            None => None,
-        };
+        let icrc_ok = p.and_then(|_| f.icrc_matches().ok());
         let header = p.or_else(|| {
             let op = bth.opcode;
             (f.transport.len() >= op.header_len()).then(|| RocePacket::new_unchecked(f.transport))
