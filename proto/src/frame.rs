@@ -7,7 +7,7 @@
 //! that was cut. [`FrameBuilder`] builds Eth/(VLAN)/IPv4|IPv6/UDP/RoCEv2 frames with correct IP
 //! checksum, UDP length, UDP checksum (zero or computed) and ICRC.
 use crate::error::need;
-use crate::icrc::{Icrc, Ipv4Fields, UdpFields};
+use crate::icrc::{Icrc, Ipv4Fields, Pseudo, UdpFields};
 use crate::{bth, grh, lrh, BthRepr, Ecn, Error, Layer, PacketRepr, Result, RocePacket, ICRC_LEN};
 use crate::{ROCEV1_ETHERTYPE, ROCEV2_UDP_PORT};
 use core::net::IpAddr;
@@ -421,6 +421,11 @@ impl<'a> Frame<'a> {
 
     /// The ICRC pseudo-header state for this frame's encapsulation.
     pub fn icrc_seed(&self) -> Result<Icrc> {
+        Ok(self.pseudo_header()?.finish())
+    }
+
+    /// The ICRC pseudo-header of this frame's encapsulation, not hashed yet.
+    fn pseudo_header(&self) -> Result<Pseudo> {
         match self.version {
             RoceVersion::V2 => {
                 let (ip, udp) = match (&self.ip, &self.udp) {
@@ -433,15 +438,15 @@ impl<'a> Frame<'a> {
                     }
                 };
                 if ip.is_ipv6() {
-                    Icrc::rocev2_ipv6(ip.header, udp.header)
+                    Pseudo::rocev2_ipv6(ip.header, udp.header)
                 } else {
-                    Icrc::rocev2_ipv4(ip.header, udp.header)
+                    Pseudo::rocev2_ipv4(ip.header, udp.header)
                 }
             }
-            RoceVersion::V1 => Icrc::grh(self.grh.unwrap_or(&[])),
+            RoceVersion::V1 => Pseudo::grh(self.grh.unwrap_or(&[])),
             RoceVersion::Ib => match (self.grh, self.lrh) {
-                (Some(g), _) => Icrc::grh(g),
-                (None, Some(l)) => Icrc::lrh(l),
+                (Some(g), _) => Pseudo::grh(g),
+                (None, Some(l)) => Pseudo::lrh(l),
                 (None, None) => Err(Error::Malformed {
                     layer: Layer::Lrh,
                     reason: "IB frame without LRH",
@@ -456,18 +461,7 @@ impl<'a> Frame<'a> {
     /// `self.icrc_seed()?.verify(self.transport)`, in less time. `Err` when the frame has no
     /// headers to seed it from. [`Frame::verify_icrc`] also wants a whole packet.
     pub fn icrc_matches(&self) -> Result<bool> {
-        match (self.version, &self.ip, &self.udp, self.grh) {
-            (RoceVersion::V2, Some(ip), Some(udp), _) if ip.is_ipv6() => {
-                Icrc::verify_rocev2_ipv6(ip.header, udp.header, self.transport)
-            }
-            (RoceVersion::V2, Some(ip), Some(udp), _) => {
-                Icrc::verify_rocev2_ipv4(ip.header, udp.header, self.transport)
-            }
-            (RoceVersion::V1 | RoceVersion::Ib, _, _, Some(g)) => {
-                Icrc::verify_grh(g, self.transport)
-            }
-            _ => Ok(self.icrc_seed()?.verify(self.transport)),
-        }
+        Ok(self.pseudo_header()?.verify(self.transport))
     }
 
     /// The ICRC computed over this frame's pseudo-header and transport packet.

@@ -42,7 +42,7 @@ impl core::fmt::Debug for Icrc {
 
 /// Builds a pseudo-header in a stack buffer (with room for a BTH after it:
 /// [`Pseudo::verify`]).
-struct Pseudo {
+pub(crate) struct Pseudo {
     buf: [u8; MAX_PSEUDO + bth::HEADER_LEN],
     len: usize,
 }
@@ -80,7 +80,8 @@ impl Pseudo {
         let at = self.push(&udp[..8]);
         self.mask(at, 6..8);
     }
-    fn finish(self) -> Icrc {
+    /// The CRC state after it: the seed of a flow.
+    pub(crate) fn finish(self) -> Icrc {
         let mut hasher = Hasher::new();
         hasher.update(&self.buf[..self.len]);
         Icrc { hasher }
@@ -88,7 +89,7 @@ impl Pseudo {
     /// `self.finish().verify(packet)` in two CRC runs instead of three: the packet's BTH
     /// (masked) goes after the pseudo-header in the buffer, and the two are hashed together
     /// (each run ends in a reduction, and a 12-byte run is hashed a byte at a time).
-    fn verify(mut self, packet: &[u8]) -> bool {
+    pub(crate) fn verify(mut self, packet: &[u8]) -> bool {
         if packet.len() < bth::HEADER_LEN + ICRC_LEN {
             return false;
         }
@@ -101,7 +102,7 @@ impl Pseudo {
         hasher.update(rest);
         hasher.finalize() == stored(packet)
     }
-    fn rocev2_ipv4(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
+    pub(crate) fn rocev2_ipv4(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
         need(Layer::Ipv4, ip_header, 20)?;
         let ihl = usize::from(ip_header[0] & 0x0f) * 4;
         if ip_header[0] >> 4 != 4 || ihl < 20 {
@@ -120,7 +121,7 @@ impl Pseudo {
         p.push_udp(udp_header);
         Ok(p)
     }
-    fn rocev2_ipv6(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
+    pub(crate) fn rocev2_ipv6(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
         need(Layer::Ipv6, ip_header, 40)?;
         if ip_header[0] >> 4 != 6 {
             return Err(Error::Malformed {
@@ -134,10 +135,22 @@ impl Pseudo {
         p.push_udp(udp_header);
         Ok(p)
     }
-    fn grh(grh: &[u8]) -> Result<Self> {
+    pub(crate) fn grh(grh: &[u8]) -> Result<Self> {
         need(Layer::Grh, grh, 40)?;
         let mut p = Self::new();
         p.push_ipv6_like(grh);
+        Ok(p)
+    }
+    /// Native IB without a GRH: the 8-byte LRH with its VL nibble masked (no ones before
+    /// it).
+    pub(crate) fn lrh(lrh: &[u8]) -> Result<Self> {
+        need(Layer::Lrh, lrh, 8)?;
+        let mut p = Self {
+            buf: [0; MAX_PSEUDO + bth::HEADER_LEN],
+            len: 0,
+        };
+        let at = p.push(&lrh[..8]);
+        p.buf[at] |= 0xf0;
         Ok(p)
     }
 }
@@ -252,13 +265,7 @@ impl Icrc {
 
     /// Seed for native IB without a GRH: the 8-byte LRH with its VL nibble masked.
     pub fn lrh(lrh: &[u8]) -> Result<Self> {
-        need(Layer::Lrh, lrh, 8)?;
-        let mut h = [0u8; 8];
-        h.copy_from_slice(&lrh[..8]);
-        h[0] |= 0xf0;
-        let mut hasher = Hasher::new();
-        hasher.update(&h);
-        Ok(Self { hasher })
+        Ok(Pseudo::lrh(lrh)?.finish())
     }
 
     /// Feeds transport bytes starting at the BTH (without the ICRC). Byte 4 of the BTH is
