@@ -85,8 +85,8 @@ pub enum Format {
 struct Interface {
     link_type: u32,
     snaplen: u32,
-    /// Time stamp units per second.
-    resolution: u64,
+    /// What a time stamp unit is (pcapng `if_tsresol`).
+    unit: TsUnit,
     offset: i64,
 }
 
@@ -148,7 +148,7 @@ fn needed(n: nom::Needed) -> usize {
     }
 }
 
-/// Digits and nanoseconds for a time stamp of `units` per second.
+/// Nanoseconds in `frac` units of which `resolution` make a second (`frac < resolution`).
 fn frac_to_nanos(frac: u64, resolution: u64) -> u32 {
     match resolution {
         1_000_000 => (frac * 1000) as u32,
@@ -162,6 +162,68 @@ fn digits_for(resolution: u64) -> u8 {
         6
     } else {
         9
+    }
+}
+
+/// A pcapng interface's time stamp unit (its `if_tsresol` option, pcapng §4.2): 10^-e s when
+/// the top bit is clear, 2^-e s when it is set, e = the low seven bits. Every value is legal,
+/// 0 and 0x80 (one-second units) and units far below a nanosecond included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TsUnit {
+    /// Units per second, when that number fits 64 bits (10^0..=10^19, 2^0..=2^63).
+    PerSecond(u64),
+    /// 10^e units per second with e > 19: a 64-bit time stamp is under 2 s.
+    Pow10(u8),
+    /// 2^e units per second with e > 63: a 64-bit time stamp is under 1 s.
+    Pow2(u8),
+}
+
+impl TsUnit {
+    /// The unit an `if_tsresol` byte names.
+    fn of(tsresol: u8) -> Self {
+        let e = tsresol & 0x7f;
+        if tsresol & 0x80 == 0 {
+            match 10u64.checked_pow(u32::from(e)) {
+                Some(r) => Self::PerSecond(r),
+                None => Self::Pow10(e),
+            }
+        } else {
+            match 1u64.checked_shl(u32::from(e)) {
+                Some(r) if e < 64 => Self::PerSecond(r),
+                _ => Self::Pow2(e),
+            }
+        }
+    }
+
+    /// Decimal digits its time stamps are shown with.
+    fn digits(self) -> u8 {
+        match self {
+            Self::PerSecond(r) => digits_for(r),
+            Self::Pow10(_) | Self::Pow2(_) => 9,
+        }
+    }
+
+    /// `t` units after `offset` seconds.
+    fn stamp(self, t: u64, offset: i64) -> Timestamp {
+        let (secs, nanos) = match self {
+            Self::PerSecond(r) => {
+                let r = r.max(1);
+                (t / r, frac_to_nanos(t % r, r))
+            }
+            // t < 2^64 < 10^20: under 2 s; t / 10^(e-9) ns (e-9 > 10).
+            Self::Pow10(e) => {
+                let ns = 10u128
+                    .checked_pow(u32::from(e) - 9)
+                    .map_or(0, |d| u128::from(t) / d);
+                ((ns / 1_000_000_000) as u64, (ns % 1_000_000_000) as u32)
+            }
+            // t < 2^64 <= 2^e: under a second; t * 10^9 / 2^e ns (fits 128 bits).
+            Self::Pow2(e) => (0, ((u128::from(t) * 1_000_000_000) >> e) as u32),
+        };
+        Timestamp {
+            secs: offset.saturating_add(i64::try_from(secs).unwrap_or(i64::MAX)),
+            nanos,
+        }
     }
 }
 
@@ -351,34 +413,25 @@ impl<R: Read> CaptureReader<R> {
                         let consumed = avail.len() - rest.len();
                         match block {
                             Block::SectionHeader(shb) => Step::Section(consumed, shb.big_endian()),
-                            Block::InterfaceDescription(idb) => {
-                                let Some(resolution) = idb.ts_resolution() else {
-                                    return Step::Error("interface time stamp resolution");
-                                };
-                                Step::Interface(
-                                    consumed,
-                                    Interface {
-                                        link_type: idb.linktype.0 as u32,
-                                        snaplen: idb.snaplen,
-                                        resolution,
-                                        offset: idb.ts_offset(),
-                                    },
-                                )
-                            }
+                            Block::InterfaceDescription(idb) => Step::Interface(
+                                consumed,
+                                Interface {
+                                    link_type: idb.linktype.0 as u32,
+                                    snaplen: idb.snaplen,
+                                    unit: TsUnit::of(idb.if_tsresol),
+                                    offset: idb.ts_offset(),
+                                },
+                            ),
                             Block::EnhancedPacket(epb) => {
                                 let Some(iface) = self.interfaces.get(epb.if_id as usize) else {
                                     return Step::Error("packet block names an unknown interface");
                                 };
                                 let t = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
-                                let res = iface.resolution.max(1);
                                 Step::Packet {
                                     consumed,
                                     data: range_of(epb.packet_data()),
-                                    ts: Timestamp {
-                                        secs: iface.offset.saturating_add((t / res) as i64),
-                                        nanos: frac_to_nanos(t % res, res),
-                                    },
-                                    ts_digits: digits_for(res),
+                                    ts: iface.unit.stamp(t, iface.offset),
+                                    ts_digits: iface.unit.digits(),
                                     link_type: iface.link_type,
                                     interface: epb.if_id,
                                     orig_len: epb.origlen,
@@ -396,7 +449,7 @@ impl<R: Read> CaptureReader<R> {
                                     consumed,
                                     data: range_of(&spb.data[..len]),
                                     ts: Timestamp::default(),
-                                    ts_digits: digits_for(iface.resolution),
+                                    ts_digits: iface.unit.digits(),
                                     link_type: iface.link_type,
                                     interface: 0,
                                     orig_len: spb.origlen,
