@@ -121,9 +121,23 @@ fn parse_info(b: &[u8]) -> (u64, u32, u32) {
     (u64_at(0), u32_at(8), u32_at(12))
 }
 
+/// The text of `b` up to its first NUL, as `-v` prints it: a peer's bytes, so printable ASCII
+/// stays as it is (rping's letters run through `[\]^_` too) and every other byte (escape
+/// sequences, carriage returns, bytes of other encodings) is written `\xNN`: nothing a peer
+/// sends can move the cursor, retitle the terminal or hide what came before.
 fn c_string(b: &[u8]) -> String {
+    use std::fmt::Write as _;
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    let mut s = String::with_capacity(end);
+    for &c in &b[..end] {
+        match c {
+            b' '..=b'~' => s.push(char::from(c)),
+            _ => {
+                let _ = write!(s, "\\x{c:02x}");
+            }
+        }
+    }
+    s
 }
 
 const RECV: u64 = 1;
@@ -565,5 +579,20 @@ mod tests {
             parse_info(&info(0x1122_3344_5566_7788, 0xabcd, 64)),
             (0x1122_3344_5566_7788, 0xabcd, 64)
         );
+    }
+
+    #[test]
+    fn a_peers_bytes_are_printed_escaped() {
+        // Printable ASCII as it is, rping's own data included.
+        let d = ping_data(12, 88, 30);
+        assert_eq!(c_string(&d), "rdma-ping-12: XYZ[\\]^_`abcdef");
+        // Escape sequences, carriage returns and other bytes as \xNN, up to the NUL.
+        assert_eq!(
+            c_string(b"ok\x1b]0;pwned\x07\r\x9b2J\xc3\xa9\0hidden"),
+            "ok\\x1b]0;pwned\\x07\\x0d\\x9b2J\\xc3\\xa9"
+        );
+        assert!(c_string(&(0..=255).collect::<Vec<u8>>()[1..])
+            .chars()
+            .all(|c| c == ' ' || c.is_ascii_graphic()));
     }
 }
