@@ -97,6 +97,14 @@ enum Command {
         /// With --rc: one request packet in N is lost before the capture point.
         #[arg(long, default_value_t = 200, value_name = "N")]
         loss_every: u64,
+        /// With --rc: a PFC frame on the connections' priority after every K RoCE frames
+        /// (the analysis's cost with pauses; 0: none).
+        #[arg(long, default_value_t = 0, value_name = "K", requires = "rc")]
+        pause_every: u64,
+        /// With --pause-every: the PFC frames' senders, taking turns.
+        #[arg(long, default_value_t = 1, value_name = "S", requires = "rc",
+              value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
+        pause_senders: u32,
         /// One RC QP's requests at random PSNs instead (the analyzer's worst case: every
         /// packet a gap, a fill or a retransmission).
         #[arg(long, conflicts_with_all = ["rc", "cm_from"])]
@@ -170,13 +178,23 @@ impl Command {
                 packets,
                 rc,
                 loss_every,
+                pause_every,
+                pause_senders,
                 psn_jumps,
                 cm_from,
                 plain_ud,
                 file,
             } => cmd::decode::gen_capture(
                 packets,
-                (rc, loss_every, psn_jumps),
+                (
+                    rc,
+                    loss_every,
+                    roce_pcap::synth::Pauses {
+                        every: pause_every,
+                        senders: pause_senders,
+                    },
+                    psn_jumps,
+                ),
                 cm_from.as_deref(),
                 plain_ud,
                 &file,

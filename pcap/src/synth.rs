@@ -137,6 +137,32 @@ pub fn write_benchmark_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
 /// goes back to it (go-back-N), so the capture holds gaps, NAKs and retransmission episodes.
 /// Captured in the middle of the path: both directions, 100 ns apart.
 pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> io::Result<()> {
+    write_rc_capture_paused(out, n, qps, loss_every, Pauses::default())
+}
+
+/// PFC frames mixed into [`write_rc_capture_paused`]'s capture (`roce gen-capture --rc
+/// --pause-every K --pause-senders S`): the analysis's cost with pauses beside connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pauses {
+    /// One PFC frame after every this many RoCE frames (0: none).
+    pub every: u64,
+    /// Senders (source MACs 02:00:00:xx:xx:xx) taking turns, at least 1.
+    pub senders: u32,
+}
+
+/// [`write_rc_capture`] with PFC frames on the connections' priority (0) among its frames,
+/// each counting as one of the `n`: from `pauses.senders` senders in turn, each pausing for 8
+/// quanta (41 ns at 100 Gb/s, over before the next frame) except in every 64th run of 64
+/// frames, which pause for 0xffff quanta (335.5 µs) and so join into one pause of about as
+/// long (the runs are more than that apart while a pause comes at most every other frame):
+/// many short paused intervals and a few long ones (storms for a `--pfc-storm` below them).
+pub fn write_rc_capture_paused<W: Write>(
+    out: W,
+    n: u64,
+    qps: u32,
+    loss_every: u64,
+    pauses: Pauses,
+) -> io::Result<()> {
     struct Qp {
         /// Next new PSN, the PSN of the message being sent, packets of it sent.
         psn: u32,
@@ -164,30 +190,55 @@ pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> 
         .collect();
     let mut written = 0u64;
     let mut i = 0u64;
-    let mut emit =
-        |w: &mut PcapWriter<W>, q: u32, to_b: bool, p: &PacketRepr<'_>| -> io::Result<()> {
-            let (a, b) = (
-                [10, 1, (q >> 8) as u8, q as u8],
-                [10, 2, (q >> 8) as u8, q as u8],
-            );
-            let fb = if to_b {
-                FrameBuilder::ipv4(a, b, 0xc000 | (q as u16 & 0x3fff))
-            } else {
-                FrameBuilder::ipv4(b, a, 0xc000 | (q as u16 & 0x3fff))
-            };
-            let len = fb
-                .build(p, &mut frame)
-                .map_err(|e| io::Error::other(e.to_string()))?;
+    let mut emit = |w: &mut PcapWriter<W>,
+                    i: &mut u64,
+                    q: u32,
+                    to_b: bool,
+                    p: &PacketRepr<'_>|
+     -> io::Result<()> {
+        let (a, b) = (
+            [10, 1, (q >> 8) as u8, q as u8],
+            [10, 2, (q >> 8) as u8, q as u8],
+        );
+        let fb = if to_b {
+            FrameBuilder::ipv4(a, b, 0xc000 | (q as u16 & 0x3fff))
+        } else {
+            FrameBuilder::ipv4(b, a, 0xc000 | (q as u16 & 0x3fff))
+        };
+        let len = fb
+            .build(p, &mut frame)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let t = 1_700_000_000_000_000_000u64 + *i * 100;
+        *i += 1;
+        let ts = Timestamp {
+            secs: (t / 1_000_000_000) as i64,
+            nanos: (t % 1_000_000_000) as u32,
+        };
+        w.write_packet(ts, &frame[..len], len as u32)
+    };
+    let mut turn = 0u32;
+    let mut paused = 0u64;
+    let mut since_pause = 0u64;
+    while written < n {
+        if pauses.every > 0 && since_pause >= pauses.every {
+            since_pause = 0;
+            let k = paused;
+            paused += 1;
+            let who = (k % u64::from(pauses.senders.max(1))) as u32;
+            let src = [2, 0, 0, (who >> 16) as u8, (who >> 8) as u8, who as u8];
+            let quanta = if (k / 64) % 64 == 0 { 0xffff } else { 8 };
+            let f = roce_proto::mac_control::pfc_frame(src, 0, quanta);
             let t = 1_700_000_000_000_000_000u64 + i * 100;
             i += 1;
             let ts = Timestamp {
                 secs: (t / 1_000_000_000) as i64,
                 nanos: (t % 1_000_000_000) as u32,
             };
-            w.write_packet(ts, &frame[..len], len as u32)
-        };
-    let mut turn = 0u32;
-    while written < n {
+            w.write_packet(ts, &f, f.len() as u32)?;
+            written += 1;
+            continue;
+        }
+        since_pause += 1;
         let q = turn % qps;
         turn = turn.wrapping_add(1);
         let s = &mut state[q as usize];
@@ -203,7 +254,7 @@ pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> 
                 syndrome: Syndrome::nak(NakCode::PsnSequenceError),
                 msn: Msn(s.msn),
             });
-            emit(&mut w, q, false, &p)?;
+            emit(&mut w, &mut i, q, false, &p)?;
             written += 1;
             s.resend = Some(np);
             continue;
@@ -245,7 +296,7 @@ pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> 
             s.nak = Some((psn, 3));
             continue;
         }
-        emit(&mut w, q, true, &p)?;
+        emit(&mut w, &mut i, q, true, &p)?;
         written += 1;
         if k == MSG - 1 && s.nak.is_none() && written < n {
             s.msn = s.msn.wrapping_add(1);
@@ -257,7 +308,7 @@ pub fn write_rc_capture<W: Write>(out: W, n: u64, qps: u32, loss_every: u64) -> 
                 syndrome: Syndrome::ACK_UNLIMITED,
                 msn: Msn(s.msn),
             });
-            emit(&mut w, q, false, &a)?;
+            emit(&mut w, &mut i, q, false, &a)?;
             written += 1;
         }
     }

@@ -13,6 +13,9 @@ use roce_proto::mac_control::{pause_ns, Repr};
 use super::emit::{push_event, Event, EventKind};
 use super::{Connection, HashMap, Options};
 
+/// A set with the analysis's keyed hash.
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// A PAUSE or PFC frame as the analysis sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pause {
@@ -48,8 +51,10 @@ impl Pause {
 const MAX_INTERVALS: usize = 1 << 20;
 /// Pausing frames whose times are kept, in all.
 const MAX_FRAME_TIMES: usize = 1 << 21;
-/// Senders of pauses followed (per priority each).
-const MAX_SENDERS: usize = 4096;
+/// Senders of pauses followed (per priority each; a sender is found by hash, so the bound
+/// is memory's: 65,536 senders on all eight priorities hold about 30 MB of open pauses).
+/// Frames of further senders are not counted.
+const MAX_SENDERS: usize = 1 << 16;
 /// Stalls kept per side for the check against pauses.
 pub(super) const STALLS_KEPT: usize = 64;
 
@@ -102,7 +107,9 @@ pub struct ConnectionPfc {
 pub(super) struct PfcState {
     /// (sender, priority) -> (start of its current pause, its end as last set, first frame).
     open: HashMap<([u8; 6], u8), (u64, u64, u64)>,
-    senders: [Vec<[u8; 6]>; 8],
+    /// Senders per priority, found by hash (a capture with thousands of senders must not
+    /// cost a search of them per frame).
+    senders: [HashSet<[u8; 6]>; 8],
     /// Closed paused intervals per priority: (start, end, first frame).
     spans: [Vec<(u64, u64, u64)>; 8],
     /// Times of the frames that paused, per priority.
@@ -132,7 +139,7 @@ impl PfcState {
                 if self.senders[i].len() >= MAX_SENDERS {
                     continue;
                 }
-                self.senders[i].push(p.src);
+                self.senders[i].insert(p.src);
             }
             let key = (p.src, prio);
             // A pause already over ends where it ran out.
@@ -188,7 +195,7 @@ impl PfcState {
             self.close(usize::from(prio), start, until.min(end.max(start)), frame);
         }
         let unions: Vec<Union> = (0..8)
-            .map(|i| Union::of(std::mem::take(&mut self.spans[i])))
+            .map(|i| Union::of(std::mem::take(&mut self.spans[i]), opts.storm_ns))
             .collect();
         for t in &mut self.xoff_times {
             t.sort_unstable();
@@ -205,12 +212,7 @@ impl PfcState {
                     senders: self.senders[i].len() as u64,
                     paused_ns: u.total(),
                     longest_ns: u.spans.iter().map(|s| s.1 - s.0).max().unwrap_or(0),
-                    storms: u
-                        .spans
-                        .iter()
-                        .filter(|s| s.1 - s.0 > opts.storm_ns)
-                        .map(|s| (s.0, s.1 - s.0, s.2))
-                        .collect(),
+                    storms: u.storms.iter().map(|s| (s.0, s.1 - s.0, s.2)).collect(),
                     intervals_dropped: self.dropped[i],
                     ..PriorityPfc::default()
                 }
@@ -259,12 +261,15 @@ impl PfcState {
                     });
                 }
             }
-            let mut storms = 0;
-            for sp in u.spans.iter().filter(|sp| sp.1 - sp.0 > opts.storm_ns) {
-                if sp.0 > to || sp.1 < from {
-                    continue;
+            // The storms its life overlaps, found by search: the spans are disjoint and in
+            // order, so a connection costs the storms it meets, not all of them.
+            let storms = u.storms_within(from, to);
+            let mut made = 0u64;
+            for sp in storms {
+                if !would_keep(c, events.len(), *kept) {
+                    break;
                 }
-                storms += 1;
+                made += 1;
                 events.push(Event {
                     frame: sp.2,
                     t: sp.0,
@@ -281,6 +286,7 @@ impl PfcState {
                     ),
                 });
             }
+            let storms = storms.len() as u64;
             let paused_ns = u.within(from, to);
             let congested = c.sides.iter().any(|s| s.ecn_ce > 0 || s.cnps > 0);
             c.pfc = ConnectionPfc {
@@ -294,6 +300,8 @@ impl PfcState {
             for e in events {
                 push_event(c, e, kept);
             }
+            // The storm events not made: those push_event would have dropped.
+            c.events_dropped += storms - made;
             if let Some(o) = out.iter_mut().find(|o| o.priority == prio) {
                 o.stalls_covered += covered;
                 o.victims += u64::from(c.pfc.victim);
@@ -303,16 +311,28 @@ impl PfcState {
     }
 }
 
-/// A priority's paused time: disjoint intervals in order, with the running total.
+/// Whether an event of a connection that has `pending` events waiting to be pushed would be
+/// kept by [`push_event`] (`kept` events kept in all so far): once one would not, no later
+/// one would, so the rest are only counted.
+fn would_keep(c: &Connection, pending: usize, kept: usize) -> bool {
+    use super::emit::{MAX_EVENTS, MAX_EVENTS_TOTAL};
+    c.events.len() + pending < MAX_EVENTS && kept + pending < MAX_EVENTS_TOTAL
+}
+
+/// A priority's paused time: disjoint intervals in order, with the running total, and its
+/// storms (the spans longer than the storm bound), so that what overlaps a connection's life
+/// is found by binary search.
 struct Union {
     /// (start, end, first frame).
     spans: Vec<(u64, u64, u64)>,
     /// Paused time of the spans before each.
     before: Vec<u64>,
+    /// The spans longer than the storm bound, in order.
+    storms: Vec<(u64, u64, u64)>,
 }
 
 impl Union {
-    fn of(mut v: Vec<(u64, u64, u64)>) -> Self {
+    fn of(mut v: Vec<(u64, u64, u64)>, storm_ns: u64) -> Self {
         v.sort_unstable();
         let mut spans: Vec<(u64, u64, u64)> = Vec::with_capacity(v.len());
         for s in v {
@@ -327,7 +347,23 @@ impl Union {
             before.push(sum);
             sum = sum.saturating_add(s.1 - s.0);
         }
-        Self { spans, before }
+        let storms = spans
+            .iter()
+            .filter(|s| s.1 - s.0 > storm_ns)
+            .copied()
+            .collect();
+        Self {
+            spans,
+            before,
+            storms,
+        }
+    }
+
+    /// The storms overlapping [a, b] (ending at or after `a`, starting at or before `b`).
+    fn storms_within(&self, a: u64, b: u64) -> &[(u64, u64, u64)] {
+        let lo = self.storms.partition_point(|s| s.1 < a);
+        let hi = self.storms.partition_point(|s| s.0 <= b).max(lo);
+        &self.storms[lo..hi]
     }
 
     fn total(&self) -> u64 {
@@ -364,12 +400,54 @@ mod tests {
 
     #[test]
     fn the_union_measures_overlapping_pauses_once() {
-        let u = Union::of(vec![(10, 20, 1), (15, 30, 2), (40, 50, 3)]);
+        let u = Union::of(vec![(10, 20, 1), (15, 30, 2), (40, 50, 3)], 12);
         assert_eq!(u.total(), 30);
         assert_eq!(u.within(0, 100), 30);
         assert_eq!(u.within(25, 45), 10);
         assert_eq!(u.within(31, 39), 0);
         assert_eq!(u.spans.len(), 2);
+        // Storms: (10, 30) only.
+        assert_eq!(u.storms, vec![(10, 30, 1)]);
+        assert_eq!(u.storms_within(0, 9), &[]);
+        assert_eq!(u.storms_within(0, 10), &[(10, 30, 1)]);
+        assert_eq!(u.storms_within(30, 100), &[(10, 30, 1)]);
+        assert_eq!(u.storms_within(31, 100), &[]);
+    }
+
+    /// `storms_within` finds what a walk over every storm finds, for any query.
+    #[test]
+    fn storms_are_found_by_search_as_by_walking() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..200 {
+            let v: Vec<(u64, u64, u64)> = (0..next() % 40)
+                .map(|f| {
+                    let a = next() % 1000;
+                    (a, a + next() % 60, f)
+                })
+                .collect();
+            let u = Union::of(v, 20);
+            for _ in 0..50 {
+                let a = next() % 1100;
+                let b = a + next() % 300;
+                let walked: Vec<_> = u
+                    .spans
+                    .iter()
+                    .filter(|s| s.1 - s.0 > 20 && !(s.0 > b || s.1 < a))
+                    .copied()
+                    .collect();
+                assert_eq!(
+                    u.storms_within(a, b),
+                    &walked[..],
+                    "round {round}, [{a}, {b}]"
+                );
+            }
+        }
     }
 
     #[test]
@@ -399,5 +477,77 @@ mod tests {
         assert_eq!((p[0].frames, p[0].xoff), (4, 3));
         assert_eq!(p[0].paused_ns, 200_000 + 335_539);
         assert_eq!(p[0].storms, vec![(1_000_000, 335_539, 1_000_000)]);
+    }
+
+    /// Many connections beside many pause storms: each connection's storms and events are
+    /// what a walk over every storm gives (checked on a sample), the events past the bounds
+    /// counted as dropped. The walk over every storm per connection was the cost that grew
+    /// with connections x storms (20,000 x 60,000 here); a connection now costs the storms
+    /// it meets, up to the events it may keep.
+    #[test]
+    fn many_connections_beside_many_storms_get_the_walks_answer() {
+        use crate::analyze::emit::{MAX_EVENTS, MAX_EVENTS_TOTAL};
+        let bps = 100_000_000_000;
+        let mut s = PfcState::default();
+        let storms = 60_000u64;
+        // A storm is 4 frames 1 us apart, each 0xffff quanta (335.5 us): 338.5 us paused,
+        // then 1 ms without; every 7th frame from another of 5,000 senders.
+        for k in 0..storms * 4 {
+            let t = (k / 4) * 1_400_000 + (k % 4) * 1_000;
+            let mut src = [2, 0, 0, 0, 0, 0];
+            src[4..].copy_from_slice(&((k % 5_000) as u16).to_be_bytes());
+            if k % 7 != 0 {
+                src = [2, 0, 0, 0, 0xff, 0xff];
+            }
+            s.note(
+                &Pause {
+                    frame: k + 1,
+                    t,
+                    src,
+                    enable: 1 << 3,
+                    quanta: [0, 0, 0, 0xffff, 0, 0, 0, 0],
+                },
+                bps,
+            );
+        }
+        let end = storms * 1_400_000;
+        let n = 20_000usize;
+        let mut conns: Vec<Box<Connection>> = (0..n)
+            .map(|i| {
+                let mut c = Connection::default();
+                let i = i as u64;
+                // Lives from i x 3 ms for (i mod 50) x 1 ms (some meet no storm at all).
+                c.sides[0].priority = Some(3);
+                c.sides[0].packets = 1;
+                c.sides[0].first_t = (i * 3_000_000) % end;
+                c.sides[0].last_t = c.sides[0].first_t + (i % 50) * 1_000_000;
+                Box::new(c)
+            })
+            .collect();
+        let opts = Options {
+            storm_ns: 300_000,
+            ..Options::default()
+        };
+        let mut kept = 0;
+        let p = s.finish(end, &opts, &mut conns, &mut kept);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].storms.len() as u64, storms);
+        assert_eq!(p[0].senders, 5_001);
+        assert!(kept <= MAX_EVENTS_TOTAL);
+        let spans: Vec<(u64, u64)> = p[0].storms.iter().map(|s| (s.0, s.0 + s.1)).collect();
+        let mut events = 0u64;
+        for (i, c) in conns.iter().enumerate() {
+            let (from, to) = (c.sides[0].first_t, c.sides[0].last_t);
+            let walked = spans.iter().filter(|s| !(s.0 > to || s.1 < from)).count() as u64;
+            assert_eq!(c.pfc.storms, walked, "connection {i}");
+            assert_eq!(
+                c.events.len() as u64 + c.events_dropped,
+                walked,
+                "connection {i}"
+            );
+            assert!(c.events.len() <= MAX_EVENTS);
+            events += c.events.len() as u64;
+        }
+        assert_eq!(events, kept as u64);
     }
 }
