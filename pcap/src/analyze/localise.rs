@@ -19,6 +19,9 @@ use std::net::IpAddr;
 
 use super::pkt::Pkt;
 use super::HashMap;
+
+/// A set with the analysis's keyed hash.
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use crate::reader::CaptureReader;
 use crate::{link, DecodeError};
 
@@ -601,13 +604,64 @@ pub fn localise_pair(
     Ok(out)
 }
 
-/// [`localise_pair`] for every pair of `paths`, in order.
-pub fn localise(paths: &[&str], opts: LocaliseOptions) -> Result<Vec<Localisation>, DecodeError> {
-    let mut out = Vec::new();
-    for i in 0..paths.len() {
-        for j in i + 1..paths.len() {
-            out.extend(localise_pair(paths[i], paths[j], opts)?);
+/// The directions (sender, receiver) whose RoCE packets a capture holds, up to
+/// [`MAX_LOCALISED`] of them (a capture with more is taken to hold every direction: it is
+/// paired with every other).
+fn directions(path: &str) -> Result<Option<HashSet<(IpAddr, IpAddr)>>, DecodeError> {
+    let mut src = open(path)?;
+    let mut held = HashSet::default();
+    while let Some((_, p)) = src.next()? {
+        if held.len() >= MAX_LOCALISED && !held.contains(&(p.src, p.dst)) {
+            return Ok(None);
         }
+        held.insert((p.src, p.dst));
+    }
+    Ok(Some(held))
+}
+
+/// The pairs (i, j), i < j, of captures that hold a direction in common: only those can match
+/// a packet. A capture whose directions were not all followed pairs with every other.
+fn sharing(held: &[Option<HashSet<(IpAddr, IpAddr)>>]) -> Vec<(usize, usize)> {
+    // Each direction's captures, so that a pair is found through what it shares rather than
+    // by holding every two captures' sets against each other.
+    let mut holders: HashMap<(IpAddr, IpAddr), Vec<usize>> = HashMap::default();
+    for (i, h) in held.iter().enumerate() {
+        for d in h.iter().flatten() {
+            holders.entry(*d).or_default().push(i);
+        }
+    }
+    let mut pairs: HashSet<(usize, usize)> = HashSet::default();
+    for hs in holders.values() {
+        for (a, &i) in hs.iter().enumerate() {
+            for &j in &hs[a + 1..] {
+                pairs.insert((i, j));
+            }
+        }
+    }
+    let whole: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
+    for &i in &whole {
+        for j in 0..held.len() {
+            if j != i {
+                pairs.insert((i.min(j), i.max(j)));
+            }
+        }
+    }
+    let mut pairs: Vec<(usize, usize)> = pairs.into_iter().collect();
+    pairs.sort_unstable();
+    pairs
+}
+
+/// [`localise_pair`] for every pair of `paths` that holds a direction of traffic in common,
+/// in order: captures of unrelated traffic are read once each (for their directions) and
+/// never matched.
+pub fn localise(paths: &[&str], opts: LocaliseOptions) -> Result<Vec<Localisation>, DecodeError> {
+    let held = paths
+        .iter()
+        .map(|p| directions(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::new();
+    for (i, j) in sharing(&held) {
+        out.extend(localise_pair(paths[i], paths[j], opts)?);
     }
     Ok(out)
 }
@@ -818,6 +872,27 @@ mod tests {
             .enumerate()
             .map(|(i, &t)| (t, i as u64 + 1))
             .collect()
+    }
+
+    #[test]
+    fn only_captures_sharing_a_direction_are_paired() {
+        let ip = |x: u8| IpAddr::from([10, 0, 0, x]);
+        let set = |ds: &[(u8, u8)]| Some(ds.iter().map(|&(a, b)| (ip(a), ip(b))).collect());
+        let held = vec![
+            set(&[(1, 2), (2, 1)]),
+            set(&[(3, 4)]),
+            set(&[(2, 1)]),
+            set(&[(5, 6)]),
+            None,
+            set(&[(3, 4), (7, 8)]),
+        ];
+        assert_eq!(
+            sharing(&held),
+            vec![(0, 2), (0, 4), (1, 4), (1, 5), (2, 4), (3, 4), (4, 5)]
+        );
+        // Sixty captures of unrelated traffic: no pair.
+        let apart: Vec<_> = (0..60u8).map(|i| set(&[(i, i + 100)])).collect();
+        assert!(sharing(&apart).is_empty());
     }
 
     #[test]
