@@ -15,7 +15,8 @@
 //! * [`format`](mod@format): the summary line, the verbose tree and JSON lines, written into a reused
 //!   buffer without allocating per packet.
 //! * [`writer`]: a pcap writer; [`live`]: capture from an interface with `pnet`; [`tap`]: a
-//!   datagram capture for the transport's endpoints.
+//!   datagram capture for the transport's endpoints; [`outfile`]: output files written
+//!   beside their destination and renamed into place, never over an input.
 //! * [`synth`]: synthetic packets and the large benchmark capture.
 //!
 //! Guarantees: no `unsafe`; no panic on any input bytes; the output for every record read
@@ -36,6 +37,7 @@ pub mod fuzzing;
 pub mod link;
 pub mod live;
 mod madfmt;
+pub mod outfile;
 pub mod parallel;
 #[cfg(feature = "parquet")]
 pub mod parquet_file;

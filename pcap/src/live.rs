@@ -74,20 +74,16 @@ pub fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result
         }
         Err(e) => return Err(live(format!("opening {}: {e}", lo.interface))),
     };
+    // The capture file is written beside its place and put there at the end when every
+    // write to it succeeded (`OutFile`): never half a file over an old one.
     let mut pcap = match &lo.write {
         Some(path) => {
-            let f = std::fs::File::create(path).map_err(|source| DecodeError::Open {
+            let open = |source| DecodeError::Open {
                 name: path.clone(),
                 source,
-            })?;
-            Some(
-                PcapWriter::new(BufWriter::new(f), link::ETHERNET, true, 262_144).map_err(
-                    |source| DecodeError::Open {
-                        name: path.clone(),
-                        source,
-                    },
-                )?,
-            )
+            };
+            let f = crate::outfile::OutFile::create(std::path::Path::new(path)).map_err(open)?;
+            Some(PcapWriter::new(BufWriter::new(f), link::ETHERNET, true, 262_144).map_err(open)?)
         }
         None => None,
     };
@@ -121,6 +117,8 @@ pub fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result
                 };
                 if let Some(w) = &mut pcap {
                     if let Err(e) = w.write_packet(rec.ts, frame, rec.orig_len) {
+                        // The capture file is not put in place: the old one stays.
+                        pcap = None;
                         break Err(DecodeError::Write(e));
                     }
                 }
@@ -136,8 +134,12 @@ pub fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result
             Err(e) => break Err(live(format!("reading from {}: {e}", lo.interface))),
         }
     };
-    if let Some(w) = &mut pcap {
-        w.flush().map_err(DecodeError::Write)?;
+    if let Some(w) = pcap {
+        w.into_inner()
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)
+            .and_then(crate::outfile::OutFile::commit)
+            .map_err(DecodeError::Write)?;
     }
     dec.flush(out).map_err(DecodeError::Write)?;
     result

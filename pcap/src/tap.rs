@@ -4,7 +4,6 @@
 //! 64), so the capture reads in `roce decode` and tshark with every ICRC valid.
 //!
 //! It knows nothing of the stack: the CLI hands it addresses, ECN and bytes.
-use std::fs::File;
 use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -13,16 +12,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use roce_proto::frame::IpParams;
 use roce_proto::{Ecn, FrameBuilder};
 
+use crate::outfile::OutFile;
 use crate::reader::Timestamp;
 use crate::writer::PcapWriter;
 
 /// Link type of the file: Ethernet.
 const LINKTYPE_ETHERNET: u32 = 1;
 
-/// Writes datagrams into a pcap file as Ethernet frames.
+/// Writes datagrams into a pcap file as Ethernet frames. The file is written beside its
+/// place and put there when the capture is finished or dropped with every write done
+/// ([`OutFile`]): a capture whose writes failed leaves the old file as it was.
 #[derive(Debug)]
 pub struct DatagramCapture {
-    out: PcapWriter<BufWriter<File>>,
+    /// `None` once put in place.
+    out: Option<PcapWriter<BufWriter<OutFile>>>,
     frame: Vec<u8>,
     /// Datagrams written.
     pub count: u64,
@@ -34,17 +37,17 @@ pub struct DatagramCapture {
 }
 
 impl DatagramCapture {
-    /// Creates (truncates) `path`.
+    /// Creates `path` (in place of the old file once finished). Errors name the path.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let f = File::create(path)
+        let f = OutFile::create(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         Ok(Self {
-            out: PcapWriter::new(
+            out: Some(PcapWriter::new(
                 BufWriter::with_capacity(1 << 20, f),
                 LINKTYPE_ETHERNET,
                 true,
                 262_144,
-            )?,
+            )?),
             frame: Vec::with_capacity(9000),
             count: 0,
             failed: None,
@@ -114,12 +117,15 @@ impl DatagramCapture {
         if self.failed.is_some() {
             return Err(io::Error::other("an earlier write to the capture failed"));
         }
+        let Some(out) = self.out.as_mut() else {
+            return Err(io::Error::other("the capture is finished"));
+        };
         let d = time.duration_since(UNIX_EPOCH).unwrap_or_default();
         let ts = Timestamp {
             secs: d.as_secs() as i64,
             nanos: d.subsec_nanos(),
         };
-        match self.out.write_packet(ts, frame, frame.len() as u32) {
+        match out.write_packet(ts, frame, frame.len() as u32) {
             Ok(()) => {
                 self.count += 1;
                 Ok(())
@@ -139,7 +145,7 @@ impl DatagramCapture {
 
     /// Flushes the file.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.out.as_mut().map_or(Ok(()), PcapWriter::flush)
     }
 
     /// Flushes and closes the capture: the number of frames written, or the first write that
@@ -151,7 +157,15 @@ impl DatagramCapture {
             self.failed = Some(io::Error::new(e.kind(), e.to_string()));
             return Err(e);
         }
-        match self.out.flush() {
+        let Some(out) = self.out.take() else {
+            return Ok(self.count);
+        };
+        let put = out
+            .into_inner()
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)
+            .and_then(OutFile::commit);
+        match put {
             Ok(()) => Ok(self.count),
             Err(e) => {
                 self.failed = Some(io::Error::new(e.kind(), e.to_string()));
@@ -162,8 +176,13 @@ impl DatagramCapture {
 }
 
 impl Drop for DatagramCapture {
+    /// A capture dropped unfinished is put in place too when every write succeeded (what
+    /// was captured before a run failed is what explains the failure); after a failed write
+    /// the old file stays.
     fn drop(&mut self) {
-        let _ = self.out.flush();
+        if self.failed.is_none() {
+            let _ = self.finish();
+        }
     }
 }
 

@@ -99,16 +99,12 @@ fn cnp_interval(a: &AnalyzeArgs) -> anyhow::Result<std::time::Duration> {
     })
 }
 
+/// Writes `path` whole, in place of the old file only once every byte is written.
 fn write_file(
     path: &PathBuf,
     f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    f(&mut w)
-        .and_then(|()| w.flush())
-        .with_context(|| format!("writing {}", path.display()))
+    roce_pcap::outfile::write_whole(path, f).with_context(|| format!("writing {}", path.display()))
 }
 
 pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
@@ -139,6 +135,18 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     if a.files.len() > 1 && a.files.iter().any(|f| f == "-") {
         bail!("several captures are read twice each: give files, not `-`");
     }
+    // No page or trace over a capture, nor two outputs in one file.
+    let inputs: Vec<(&str, &std::path::Path)> = a
+        .files
+        .iter()
+        .filter(|f| *f != "-")
+        .map(|f| ("the capture", std::path::Path::new(f)))
+        .collect();
+    let outputs: Vec<(&str, &std::path::Path)> = [("--html", &a.html), ("--trace", &a.trace)]
+        .into_iter()
+        .filter_map(|(flag, p)| p.as_deref().map(|p| (flag, p)))
+        .collect();
+    roce_pcap::outfile::check_distinct(&inputs, &outputs).map_err(anyhow::Error::msg)?;
     let lo = analyze::LocaliseOptions {
         window_ns: a.match_window.as_nanos().min(u128::from(u64::MAX)) as u64,
     };

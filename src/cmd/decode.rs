@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use roce_pcap::outfile::OutFile;
 use roce_pcap::{live, DecodeError, Options, OutputFormat};
 
 use crate::output::{interrupt_flag, Bar};
@@ -122,14 +123,24 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         rd: a.rd,
         analyze: a.analyze,
     };
+    check_outputs(&a)?;
     if format == Format::Parquet {
         return parquet(&a, opts);
     }
     // The decoder buffers its output and writes it in large chunks: no second buffer here.
-    let mut out: Box<dyn Write> = match a.output.as_deref() {
-        None | Some("-") => Box::new(std::io::stdout().lock()),
-        Some(path) => {
-            Box::new(std::fs::File::create(path).with_context(|| format!("creating {path}"))?)
+    let mut file = match a.output.as_deref() {
+        None | Some("-") => None,
+        Some(path) => Some(
+            OutFile::create(std::path::Path::new(path))
+                .with_context(|| format!("creating {path}"))?,
+        ),
+    };
+    let mut stdout;
+    let mut out: &mut dyn Write = match &mut file {
+        Some(f) => f,
+        None => {
+            stdout = std::io::stdout().lock();
+            &mut stdout
         }
     };
     let outcome = match (&a.interface, &a.file) {
@@ -152,8 +163,35 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         ),
         (None, None) => bail!("give a capture file, `-`, or --interface"),
     };
-    drop(out);
+    // What was decoded is put in place, even before an error in the capture; a write that
+    // failed leaves the old file.
+    if let Some(f) = file {
+        if !matches!(outcome.error, Some(DecodeError::Write(_))) {
+            let name = a.output.as_deref().unwrap_or_default();
+            f.commit().with_context(|| format!("writing {name}"))?;
+        }
+    }
     Ok(finish(&outcome, &a))
+}
+
+/// Refuses an output (`-o`, `--write`) that is the capture read, or each other, in one line.
+fn check_outputs(a: &DecodeArgs) -> anyhow::Result<()> {
+    use std::path::Path;
+    let inputs: Vec<(&str, &Path)> = a
+        .file
+        .iter()
+        .filter(|f| *f != "-")
+        .map(|f| ("the capture", Path::new(f)))
+        .collect();
+    let outputs: Vec<(&str, &Path)> = [("-o", &a.output), ("--write", &a.write)]
+        .into_iter()
+        .filter_map(|(flag, p)| {
+            p.as_deref()
+                .filter(|p| *p != "-")
+                .map(|p| (flag, Path::new(p)))
+        })
+        .collect();
+    roce_pcap::outfile::check_distinct(&inputs, &outputs).map_err(anyhow::Error::msg)
 }
 
 /// Prints the counters and the error, if any (a write error names `-o`'s file); the exit
@@ -190,10 +228,13 @@ fn parquet(a: &DecodeArgs, opts: Options) -> anyhow::Result<ExitCode> {
     };
     // The capture is opened before the output is created: no empty file for a bad input.
     let (mut reader, size) = open_capture(path)?;
-    let out: Box<dyn Write + Send> = if output == "-" {
-        Box::new(std::io::stdout())
+    let out = if output == "-" {
+        Out::Stdout(std::io::stdout())
     } else {
-        Box::new(std::fs::File::create(output).with_context(|| format!("creating {output}"))?)
+        Out::File(
+            OutFile::create(std::path::Path::new(output))
+                .with_context(|| format!("creating {output}"))?,
+        )
     };
     let mut bar = Bar::new();
     roce_pcap::Progress::start(&mut bar, size);
@@ -205,10 +246,41 @@ fn parquet(a: &DecodeArgs, opts: Options) -> anyhow::Result<ExitCode> {
         Some(&bar),
     );
     roce_pcap::Progress::finish(&mut bar);
-    if let Some(mut out) = out {
-        out.flush().with_context(|| format!("writing {output}"))?;
+    // The file, footer written, is put in place (even after an error in the capture: it
+    // holds every row before it); `None` when a write failed, and the old file stays.
+    if let Some(out) = out {
+        let out = out
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)
+            .with_context(|| format!("writing {output}"))?;
+        match out {
+            Out::File(f) => f.commit().with_context(|| format!("writing {output}"))?,
+            Out::Stdout(mut s) => s.flush().with_context(|| format!("writing {output}"))?,
+        }
     }
     Ok(finish(&outcome, a))
+}
+
+/// Where `--format parquet` writes.
+enum Out {
+    Stdout(std::io::Stdout),
+    File(OutFile),
+}
+
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Stdout(s) => s.write(buf),
+            Self::File(f) => f.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Stdout(s) => s.flush(),
+            Self::File(f) => f.flush(),
+        }
+    }
 }
 
 /// Opens a capture file (`-`: stdin) for reading; its size (0 for stdin) for the progress bar.
@@ -230,7 +302,7 @@ fn open_capture(
 /// `roce gen-capture`: a synthetic capture of `packets` RoCE packets (for benchmarks).
 pub(crate) fn gen_capture(
     packets: u64,
-    (rc, loss_every, psn_jumps): (Option<u32>, u64, bool),
+    (rc, loss_every, pauses, psn_jumps): (Option<u32>, u64, roce_pcap::synth::Pauses, bool),
     cm_from: Option<&str>,
     plain_ud: bool,
     file: &str,
@@ -245,15 +317,28 @@ pub(crate) fn gen_capture(
         }
         None => None,
     };
-    let f = std::fs::File::create(file).with_context(|| format!("creating {file}"))?;
+    if let Some(src) = cm_from {
+        roce_pcap::outfile::check_distinct(
+            &[("--cm-from", std::path::Path::new(src))],
+            &[("the output", std::path::Path::new(file))],
+        )
+        .map_err(anyhow::Error::msg)?;
+    }
+    let f =
+        OutFile::create(std::path::Path::new(file)).with_context(|| format!("creating {file}"))?;
     let mut w = BufWriter::new(f);
     match (rc, input.as_mut()) {
         (_, Some(r)) => roce_pcap::synth::write_cm_capture(r, &mut w, packets, plain_ud),
         (_, None) if psn_jumps => roce_pcap::synth::write_psn_jumps_capture(&mut w, packets),
-        (Some(qps), None) => roce_pcap::synth::write_rc_capture(&mut w, packets, qps, loss_every),
+        (Some(qps), None) => {
+            roce_pcap::synth::write_rc_capture_paused(&mut w, packets, qps, loss_every, pauses)
+        }
         (None, None) => roce_pcap::synth::write_benchmark_capture(&mut w, packets),
     }
     .with_context(|| format!("writing {file}"))?;
-    w.flush()?;
+    w.into_inner()
+        .map_err(std::io::IntoInnerError::into_error)
+        .and_then(OutFile::commit)
+        .with_context(|| format!("writing {file}"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -261,7 +261,7 @@ fn ccs(s: &str) -> anyhow::Result<Vec<roce_stack::CcConfig>> {
 fn write_figure(dir: &std::path::Path, name: &str, svg: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(name);
-    std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+    write_whole(&path, svg)?;
     eprintln!("roce sim fabric: wrote {}", path.display());
     Ok(())
 }
@@ -609,6 +609,19 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         };
         bail!("{flag} takes one --cc");
     }
+    // No capture over the workload file read.
+    let outputs: Vec<(&str, &std::path::Path)> = a
+        .pcap
+        .as_deref()
+        .map(|p| ("--pcap", p))
+        .into_iter()
+        .chain(points.iter().map(|p| ("--pcap-at", &*p.path)))
+        .collect();
+    roce_pcap::outfile::check_distinct(
+        &[("the --workload", std::path::Path::new(&a.workload))],
+        &outputs,
+    )
+    .map_err(anyhow::Error::msg)?;
     let threads = threads_per_run(a, specs.len(), fabric)?;
     for s in &mut specs {
         s.threads = threads;
@@ -672,8 +685,13 @@ fn sim_congestion(a: &CongestionArgs) -> anyhow::Result<ExitCode> {
         out!("{}", congestion::table(&runs))?;
     }
     if let Some(path) = &a.plot {
-        std::fs::write(path, congestion::to_svg(&runs))
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_whole(path, &congestion::to_svg(&runs))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `text` as the whole of `path`, in place of the old file only once written.
+fn write_whole(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    roce_pcap::outfile::write_whole(path, |w| w.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))
 }

@@ -298,10 +298,15 @@ impl Captures {
             if points[..i].iter().any(|q| q.addr == p.addr) {
                 bail!("--pcap-at: {} is named twice", p.addr);
             }
-            if points[..i].iter().any(|q| q.path == p.path) || delivered == Some(&*p.path) {
-                bail!("--pcap-at: {} is written twice", p.path.display());
-            }
         }
+        // One file per capture, whatever names, links or hard links say.
+        let outputs: Vec<(&str, &Path)> = delivered
+            .map(|p| ("--pcap", p))
+            .into_iter()
+            .chain(points.iter().map(|p| ("--pcap-at", &*p.path)))
+            .collect();
+        roce_pcap::outfile::check_distinct(&[], &outputs)
+            .map_err(|e| anyhow::anyhow!("{e} (a capture is written twice)"))?;
         let state = State {
             delivered: delivered.map(|p| create(p, "--pcap")).transpose()?,
             hosts: Vec::new(),

@@ -277,7 +277,7 @@ pub(crate) fn write_all(a: &Analysis, dir: &Path) -> std::io::Result<Vec<PathBuf
         for (name, svg) in [("psn", psn_plot(c)), ("rate", rate_plot(c))] {
             if let Some(svg) = svg {
                 let path = dir.join(format!("conn-{}-{name}.svg", c.id));
-                std::fs::write(&path, svg)?;
+                crate::outfile::write_whole(&path, |w| w.write_all(svg.as_bytes()))?;
                 written.push(path);
             }
         }
