@@ -6,16 +6,19 @@ mod common;
 
 use std::process::{Command, Stdio};
 
-use common::{ips, roce, BIN};
+use common::{full_device, ips, roce, BIN};
 
-const FULL: &str = "/dev/full";
+/// The full device's path (`/dev/full`, or one the tests made: `common::full_device`).
+fn full() -> String {
+    full_device().to_string_lossy().into_owned()
+}
 
-/// Exit status and stderr of `roce args` with its stdout written to `/dev/full`.
+/// Exit status and stderr of `roce args` with its stdout written to the full device.
 fn to_full_stdout(args: &[&str]) -> (i32, String) {
     let full = std::fs::OpenOptions::new()
         .write(true)
-        .open(FULL)
-        .expect("/dev/full");
+        .open(full_device())
+        .expect("the full device");
     let out = Command::new(BIN)
         .args(args)
         .stdout(Stdio::from(full))
@@ -37,6 +40,8 @@ fn one_line_naming(err: &str, what: &str) {
 
 #[test]
 fn a_capture_that_cannot_be_written_fails_the_run() {
+    let full = full();
+    let full = full.as_str();
     let (c, s) = ips(141);
     let (code, out, err) = roce(&[
         "loopback",
@@ -51,10 +56,10 @@ fn a_capture_that_cannot_be_written_fails_the_run() {
         "--server-ip",
         &s,
         "--pcap",
-        FULL,
+        full,
     ]);
     assert_ne!(code, 0, "{out}{err}");
-    one_line_naming(&err, "--pcap /dev/full");
+    one_line_naming(&err, &format!("--pcap {full}"));
 
     let (code, out, err) = roce(&[
         "sim",
@@ -64,14 +69,14 @@ fn a_capture_that_cannot_be_written_fails_the_run() {
         "--hosts",
         "4",
         "--pcap",
-        FULL,
+        full,
     ]);
     assert_ne!(code, 0, "{out}{err}");
-    one_line_naming(&err, "--pcap /dev/full");
-    assert!(!err.contains("wrote /dev/full"), "{err}");
+    one_line_naming(&err, &format!("--pcap {full}"));
+    assert!(!err.contains(&format!("wrote {full}")), "{err}");
 
     // A capture at a host's NIC too.
-    let at = format!("10.0.0.1={FULL}");
+    let at = format!("10.0.0.1={full}");
     let (code, out, err) = roce(&[
         "sim",
         "fabric",
@@ -83,8 +88,8 @@ fn a_capture_that_cannot_be_written_fails_the_run() {
         &at,
     ]);
     assert_ne!(code, 0, "{out}{err}");
-    one_line_naming(&err, "--pcap-at /dev/full");
-    assert!(!err.contains("wrote /dev/full"), "{err}");
+    one_line_naming(&err, &format!("--pcap-at {full}"));
+    assert!(!err.contains(&format!("wrote {full}")), "{err}");
 }
 
 #[test]
@@ -126,10 +131,11 @@ fn analysis_pages_that_cannot_be_written_fail() {
         pcap.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}{err}");
+    let full = full();
     for flag in ["--html", "--trace"] {
-        let (code, out, err) = roce(&["analyze", pcap.to_str().unwrap(), flag, FULL]);
+        let (code, out, err) = roce(&["analyze", pcap.to_str().unwrap(), flag, &full]);
         assert_ne!(code, 0, "{flag}: {out}{err}");
-        one_line_naming(&err, FULL);
+        one_line_naming(&err, &full);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -140,9 +146,10 @@ fn a_decoded_table_or_listing_that_cannot_be_written_fails_the_run() {
         env!("CARGO_MANIFEST_DIR"),
         "/../shared/captures/linlinw5-rdma_ib_tutorial/rdma_write_bw.pcap"
     );
+    let full = full();
     for format in ["parquet", "json", "summary"] {
-        let (code, _, err) = roce(&["decode", "--format", format, "-o", FULL, cap]);
+        let (code, _, err) = roce(&["decode", "--format", format, "-o", &full, cap]);
         assert_eq!(code, 1, "--format {format}: {err}");
-        one_line_naming(&err, "writing /dev/full");
+        one_line_naming(&err, &format!("writing {full}"));
     }
 }
