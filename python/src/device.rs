@@ -20,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3::PyTypeInfo;
@@ -518,7 +518,8 @@ impl PyDevice {
 
     /// Registers a memory region in protection domain `pd` with `access` (`roce.Access` bits):
     /// `data` is its size in bytes (zeroed) or its initial bytes. Returns its id; its keys and
-    /// address are in `mr_info`.
+    /// address are in `mr_info`. A size that cannot be allocated raises `MemoryError` (the
+    /// device is left as it was).
     fn reg_mr(&mut self, pd: usize, data: &Bound<'_, PyAny>, access: u8) -> PyResult<usize> {
         let pd = self.pd(pd)?;
         let init: Option<Vec<u8>> =
@@ -533,7 +534,16 @@ impl PyDevice {
             Some(b) => b.len(),
             None => data.extract()?,
         };
-        let h = self.dev().reg_mr(pd, len, Access(access));
+        // A size from a script may be anything: one that cannot be had raises MemoryError
+        // instead of aborting the interpreter.
+        let h = self
+            .dev()
+            .try_reg_mr(pd, len, Access(access))
+            .map_err(|e| {
+                PyMemoryError::new_err(format!(
+                    "a memory region of {len} bytes cannot be allocated ({e})"
+                ))
+            })?;
         if let (Some(b), Some(r)) = (init, self.dev().mr_mut(h)) {
             r.as_mut_slice().copy_from_slice(&b);
         }

@@ -32,6 +32,15 @@ fn _roce(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::icrc_ok, m)?)?;
     m.add_function(wrap_pyfunction!(codec::with_icrc, m)?)?;
     m.add_function(wrap_pyfunction!(pyjson::json_loads, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     device::register(m)?;
     Ok(())
+}
+
+/// Panics, for the test that a panic anywhere in the extension reaches Python as an exception
+/// (pyo3's `PanicException`) and the interpreter goes on: the build must unwind, never abort
+/// (`python/tests/test_hostile.py`). Not part of the package's API.
+#[pyfunction]
+fn _panic_for_test() {
+    panic!("a deliberate panic (roce._roce._panic_for_test)");
 }

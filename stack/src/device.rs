@@ -228,6 +228,17 @@ impl Device {
         self.mrs.register(pd, len, access)
     }
 
+    /// [`Device::reg_mr`] for a length a caller outside the program chose (a script, a
+    /// testbench): `Err` instead of aborting the process when the bytes cannot be had.
+    pub fn try_reg_mr(
+        &mut self,
+        pd: PdHandle,
+        len: usize,
+        access: Access,
+    ) -> Result<MrHandle, std::collections::TryReserveError> {
+        self.mrs.try_register(pd, len, access)
+    }
+
     /// Registers a pattern region of `len` bytes in `pd` with `access`: reads (local sends,
     /// peers' READs) give the pattern's bytes, the transport's writes are checked against
     /// them and not stored ([`MemoryRegion::pattern_check`] says what was written and how

@@ -523,6 +523,29 @@ impl MrTable {
         }
     }
 
+    /// [`MrTable::register`], or `Err` when `len` bytes cannot be had (past the address
+    /// space, the process's limit or what the kernel will commit) instead of aborting.
+    ///
+    /// The region's bytes are zeroed pages the kernel provides on first touch, as
+    /// `vec![0; len]` asks for them; stable Rust has no fallible form of that request. So
+    /// the size is first reserved with `try_reserve_exact` (which fails cleanly where the
+    /// zeroed allocation would abort) and released, and the region then allocated as usual:
+    /// a region registered at the limit of what can be had is not written to, page by page,
+    /// on registration.
+    pub(crate) fn try_register(
+        &mut self,
+        pd: PdHandle,
+        len: usize,
+        access: Access,
+    ) -> Result<MrHandle, std::collections::TryReserveError> {
+        let mut probe: Vec<u8> = Vec::new();
+        probe.try_reserve_exact(len)?;
+        let mut dirty: Vec<u64> = Vec::new();
+        dirty.try_reserve_exact(len.div_ceil(DIRTY_PAGE).div_ceil(64))?;
+        drop((probe, dirty));
+        Ok(self.register(pd, len, access))
+    }
+
     pub(crate) fn register(&mut self, pd: PdHandle, len: usize, access: Access) -> MrHandle {
         let idx = self
             .slots
