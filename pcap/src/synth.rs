@@ -226,7 +226,11 @@ pub fn write_rc_capture_paused<W: Write>(
             paused += 1;
             let who = (k % u64::from(pauses.senders.max(1))) as u32;
             let src = [2, 0, 0, (who >> 16) as u8, (who >> 8) as u8, who as u8];
-            let quanta = if (k / 64) % 64 == 0 { 0xffff } else { 8 };
+            let quanta = if (k / 64).is_multiple_of(64) {
+                0xffff
+            } else {
+                8
+            };
             let f = roce_proto::mac_control::pfc_frame(src, 0, quanta);
             let t = 1_700_000_000_000_000_000u64 + i * 100;
             i += 1;

@@ -101,7 +101,7 @@ fn cnp_interval(a: &AnalyzeArgs) -> anyhow::Result<std::time::Duration> {
 
 /// Writes `path` whole, in place of the old file only once every byte is written.
 fn write_file(
-    path: &PathBuf,
+    path: &std::path::Path,
     f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {
     roce_pcap::outfile::write_whole(path, f).with_context(|| format!("writing {}", path.display()))
