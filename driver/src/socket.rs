@@ -265,6 +265,12 @@ impl RoceSocket {
 
     fn bind_udp(addr: SocketAddr) -> io::Result<Self> {
         let std_sock = std::net::UdpSocket::bind(addr)?;
+        if addr.is_ipv6() {
+            // Linux's rxe sends RoCEv2 over IPv6 with a zero UDP checksum (the ICRC covers
+            // the transport); the kernel drops such datagrams unless the socket takes them.
+            use std::os::fd::AsFd as _;
+            roce_packet_ring::accept_zero_udp6_checksums(std_sock.as_fd())?;
+        }
         let state = UdpSocketState::new((&std_sock).into())?;
         // A larger receive buffer rides out bursts; the kernel caps it at rmem_max.
         let _ = state.set_recv_buffer_size((&std_sock).into(), 8 << 20);

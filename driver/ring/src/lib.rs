@@ -37,14 +37,43 @@
 //!   (zeroed C structs, then filled), pointing at a `sockaddr_ll`, virtio-net and Ethernet
 //!   headers and `iovec`s there and at slices borrowed for the call; the kernel only reads
 //!   through them and writes each message's `msg_len`.
+//! * [`accept_zero_udp6_checksums`] calls `setsockopt` once with a pointer to a live `c_int`
+//!   and its size, on a descriptor the caller lends for the call.
 #![warn(missing_docs)]
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// `SOL_PACKET`.
 const SOL_PACKET: libc::c_int = 263;
+/// `UDP_NO_CHECK6_RX` (`linux/udp.h`), at level `IPPROTO_UDP`.
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// Lets the IPv6 UDP socket `fd` take datagrams whose UDP checksum is zero
+/// (`UDP_NO_CHECK6_RX`, as RFC 6936 allows a tunnel to). Linux's rxe sends RoCEv2 over IPv6
+/// so (its UDP tunnel turns the checksum off: the ICRC covers the transport bytes, and the
+/// ICRC masks the UDP checksum), and without this option the kernel drops every one of those
+/// datagrams before the socket sees them. Datagrams with a checksum are still checked.
+#[allow(unsafe_code)]
+pub fn accept_zero_udp6_checksums(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: `on` is a live c_int and the length passed is its size; the kernel only reads
+    // it. `fd` is borrowed, open, for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_UDP,
+            UDP_NO_CHECK6_RX,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
 /// `PACKET_RX_RING`.
 const PACKET_RX_RING: libc::c_int = 5;
 /// `PACKET_VERSION`.
