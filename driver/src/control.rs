@@ -195,13 +195,17 @@ fn unexpected<M>(f: &Frame<M>) -> DriverError {
 }
 
 /// Opens the control connection to `server` (from `bind`, when given), within 5 s. Returns the
-/// channel and the local IP the route to the server uses (the RoCE socket binds it).
+/// channel and the local IP for the RoCE socket: `bind`, else the one the route to the server
+/// uses.
 pub async fn connect(
     server: SocketAddr,
     bind: Option<IpAddr>,
 ) -> Result<(Control, IpAddr), DriverError> {
     let stream = crate::connect::tcp_connect(server, bind).await?;
-    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
+    let local_ip = match bind.filter(|ip| !ip.is_unspecified()) {
+        Some(ip) => ip,
+        None => stream.local_addr().map_err(setup("control socket"))?.ip(),
+    };
     Ok((Control::new(stream), local_ip))
 }
 

@@ -498,10 +498,15 @@ pub fn run_perftest_client(
         )
         .await
         .map_err(|_| DriverError::Peer(format!("no answer from {server} (TCP)")))??;
-        let local = tcp
-            .local_addr()
-            .map_err(roce_driver::setup("the control connection's address"))?
-            .ip();
+        // The RoCE address is `--bind`'s (it may be IPv6 while perftest's exchange listens
+        // on IPv4 only), else the exchange's own.
+        let local = match bind.filter(|ip| !ip.is_unspecified()) {
+            Some(ip) => ip,
+            None => tcp
+                .local_addr()
+                .map_err(roce_driver::setup("the control connection's address"))?
+                .ip(),
+        };
         let (r, _) = run_session(
             Channel::Tcp(tcp),
             true,

@@ -445,17 +445,23 @@ impl Application for PingPong {
 /// requester's retries (7 x 67 ms).
 const SILENCE: Duration = Duration::from_secs(5);
 
+/// One side over the exchange `tcp`; its RoCE address is `roce_ip`, else the exchange's own
+/// (a client's `--bind` may be IPv6 while a stock server's exchange listens on IPv4 only).
 async fn run_side(
     tcp: tokio::net::TcpStream,
     spec: PingPongSpec,
     client: bool,
     secrets: Secrets,
     link: LinkChoice,
+    roce_ip: Option<IpAddr>,
 ) -> Result<PingPongResult, DriverError> {
-    let local = tcp
-        .local_addr()
-        .map_err(|e| DriverError::step("TCP socket", e))?
-        .ip();
+    let local = match roce_ip.filter(|ip| !ip.is_unspecified()) {
+        Some(ip) => ip,
+        None => tcp
+            .local_addr()
+            .map_err(|e| DriverError::step("TCP socket", e))?
+            .ip(),
+    };
     let salt = if client { 0x9c11 } else { 0x95e7 };
     let dev = secrets.device(salt)?;
     let psns = secrets.start_psns(spec.qps(), salt)?;
@@ -497,7 +503,7 @@ pub fn serve(
         let tcp =
             roce_driver::connect::tcp_accept_one(bind, port, Some(Duration::from_secs(600)), ready)
                 .await?;
-        run_side(tcp, spec, false, secrets, link).await
+        run_side(tcp, spec, false, secrets, link, None).await
     })
 }
 
@@ -513,7 +519,7 @@ pub fn client(
     spec.validate()?;
     runtime()?.block_on(async move {
         let tcp = roce_driver::connect::tcp_connect(server, bind).await?;
-        run_side(tcp, spec, true, secrets, link).await
+        run_side(tcp, spec, true, secrets, link, bind).await
     })
 }
 
