@@ -7,7 +7,7 @@
 //! The tests of this file share one tap and run one at a time (see `common::rxe`).
 mod common;
 
-use common::rxe::{skipped, Capture, Guest, Host, Peer, HOST, VM};
+use common::rxe::{skipped, Capture, Guest, Host, Net, Peer, HOST, VM};
 
 /// The guest's perftest device flags: rxe0, GID index 1 (the IPv4-mapped GID).
 const PT: &str = "-d rxe0 -x 1";
@@ -186,31 +186,44 @@ fn roce_client_against_ib_read_bw_server() {
 /// Both end 0 and print the tool's two closing lines; the capture verifies; roce's own QPs
 /// retransmitted nothing (across the tap nothing is lost).
 fn pingpong(tool: &str, kernel_server: bool, extra: &str) {
+    pingpong_on(Net::V4, tool, kernel_server, extra);
+}
+
+/// [`pingpong`] with the RoCE traffic over `net`. The stock tools' servers listen on IPv4
+/// only: with the kernel's server, the exchange is over IPv4 and the RoCE traffic over `net`
+/// (`-g` on the tool, `--bind` on roce), as a stock client's would be.
+fn pingpong_on(net: Net, tool: &str, kernel_server: bool, extra: &str) {
     let peer = peer!();
+    net.set_up();
     let cap = Capture::start();
     let flags: Vec<&str> = extra.split_whitespace().collect();
-    let gcmd = |host: &str| format!("ibv_{tool}_pingpong -d rxe0 -g 1 {extra} {host}");
+    let gcmd = |host: &str| {
+        net.guest(&format!(
+            "ibv_{tool}_pingpong -d rxe0 -g {} {extra} {host}",
+            net.gid
+        ))
+    };
     let (rc, out, code, rout, rerr) = if kernel_server {
         let mut guest = peer.start(&gcmd(""));
         // The tool prints nothing before its client connects: wait for the guest to run it,
         // then for it to listen.
         assert!(guest.wait_started(90), "the guest did not start");
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        let mut args = vec!["pingpong", tool, VM, "--bind", HOST, "--json"];
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let mut args = vec!["pingpong", tool, VM, "--bind", net.host, "--json"];
         args.extend(&flags);
         let (code, rout, rerr) = Host::start(&args).finish(120);
         let (rc, out) = guest.finish(60);
         (rc, out, code, rout, rerr)
     } else {
-        let mut args = vec!["pingpong", tool, "--bind", HOST, "--json"];
+        let mut args = vec!["pingpong", tool, "--bind", net.host, "--json"];
         args.extend(&flags);
         let roce = Host::start(&args);
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let (rc, out) = peer.start(&gcmd(HOST)).finish(120);
+        let (rc, out) = peer.start(&gcmd(net.host)).finish(120);
         let (code, rout, rerr) = roce.finish(30);
         (rc, out, code, rout, rerr)
     };
-    let what = format!("ibv_{tool}_pingpong {extra} (kernel server: {kernel_server})");
+    let what = format!("ibv_{tool}_pingpong {extra} (kernel server: {kernel_server}, {net:?})");
     assert_eq!(rc, Some(0), "{what}: the tool:\n{out}\nroce:\n{rout}{rerr}");
     assert_eq!(
         code,
@@ -218,7 +231,10 @@ fn pingpong(tool: &str, kernel_server: bool, extra: &str) {
         "{what}: roce:\n{rout}{rerr}\nthe tool:\n{out}"
     );
     assert!(out.contains(" iters in "), "{what}: {out}");
-    assert!(out.contains(&format!("GID ::ffff:{HOST}")), "{what}: {out}");
+    assert!(
+        out.contains(&format!("GID {}", net.host_gid)),
+        "{what}: {out}"
+    );
     let r: serde_json::Value = serde_json::from_str(rout.trim()).expect("roce's JSON");
     let iters = flags
         .iter()
@@ -240,10 +256,10 @@ fn pingpong(tool: &str, kernel_server: bool, extra: &str) {
             "{what}: {k} {n}: {rout}"
         );
     }
-    assert_eq!(r["peer"], VM);
+    assert_eq!(r["peer"], net.vm);
     let a = cap.verify(&what);
     assert!(a.packets >= 2 * iters, "{what}: {a:?}");
-    assert_eq!(a.retransmitted_by(HOST), 0, "{what}: {a:?}");
+    assert_eq!(a.retransmitted_by(net.host), 0, "{what}: {a:?}");
     assert_eq!(a.naks(), 0, "{what}: {a:?}");
 }
 
@@ -283,29 +299,39 @@ fn ibv_rc_pingpong_validates_the_buffer() {
 /// rping's pattern and comes back whole; the CM connects (REQ, REP, RTU) and releases (DREQ,
 /// DREP) without a REJ.
 fn rping(kernel_server: bool, count: u64, size: u32) {
+    rping_on(Net::V4, kernel_server, count, size);
+}
+
+/// [`rping`] over `net` (RDMA-CM resolves the addresses of either family).
+fn rping_on(net: Net, kernel_server: bool, count: u64, size: u32) {
     let peer = peer!();
+    net.set_up();
     let cap = Capture::start();
     let (c, s) = (count.to_string(), size.to_string());
     let (rc, out, code, rout, rerr) = if kernel_server {
-        let mut guest = peer.start(&format!("rping -s -a {VM} -v -C {count} -S {size}"));
+        let mut guest =
+            peer.start(&net.guest(&format!("rping -s -a {} -v -C {count} -S {size}", net.vm)));
         assert!(guest.wait_started(90), "the guest did not start");
-        std::thread::sleep(std::time::Duration::from_millis(1500));
+        std::thread::sleep(std::time::Duration::from_millis(2500));
         let (code, rout, rerr) = Host::start(&[
-            "rping", "-c", "-a", VM, "-I", HOST, "-C", &c, "-S", &s, "-v", "--json",
+            "rping", "-c", "-a", net.vm, "-I", net.host, "-C", &c, "-S", &s, "-v", "--json",
         ])
         .finish(120);
         let (rc, out) = guest.finish(60);
         (rc, out, code, rout, rerr)
     } else {
-        let roce = Host::start(&["rping", "-s", "-a", HOST, "-S", &s, "-v", "--json"]);
+        let roce = Host::start(&["rping", "-s", "-a", net.host, "-S", &s, "-v", "--json"]);
         std::thread::sleep(std::time::Duration::from_millis(500));
         let (rc, out) = peer
-            .start(&format!("rping -c -a {HOST} -v -V -C {count} -S {size}"))
+            .start(&net.guest(&format!(
+                "rping -c -a {} -v -V -C {count} -S {size}",
+                net.host
+            )))
             .finish(120);
         let (code, rout, rerr) = roce.finish(30);
         (rc, out, code, rout, rerr)
     };
-    let what = format!("rping (kernel server: {kernel_server})");
+    let what = format!("rping (kernel server: {kernel_server}, {net:?})");
     assert_eq!(rc, Some(0), "{what}: rping:\n{out}\nroce:\n{rout}{rerr}");
     assert_eq!(code, Some(0), "{what}: roce:\n{rout}{rerr}\nrping:\n{out}");
     let json = rout.lines().last().unwrap_or("");
@@ -345,6 +371,18 @@ fn rping_both_roles() {
     rping(true, 10, 64);
     rping(false, 10, 64);
     rping(false, 3, 4000);
+}
+
+/// IPv6 against the kernel, both roles: rxe lists a RoCEv2 GID for the guest's IPv6 address
+/// (index 2) and sends to IPv6 with a zero UDP checksum, which roce's socket must take.
+/// `ibv_rc_pingpong` (with the kernel's server the exchange is over IPv4, where the stock
+/// server listens, and the RoCE traffic over IPv6) and `rping` over RDMA-CM.
+#[test]
+fn ipv6_pingpong_and_rping_both_roles() {
+    pingpong_on(Net::V6, "rc", true, "-n 200");
+    pingpong_on(Net::V6, "rc", false, "-n 200 -s 8192");
+    rping_on(Net::V6, true, 5, 64);
+    rping_on(Net::V6, false, 5, 64);
 }
 
 /// A librdmacm SEND exchange: the kernel's tool `gcmd` (a server: `kernel_server`) against

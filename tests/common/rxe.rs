@@ -24,6 +24,74 @@ pub const VM: &str = "198.51.100.2";
 pub const HOST: &str = "198.51.100.1";
 /// The tap.
 pub const TAP: &str = "rxetap0";
+/// The guest's IPv6 address (rxe adds a RoCEv2 GID for it, at index 2) and this host's, on the
+/// tap, once [`Net::V6`] set them.
+pub const VM6: &str = "2001:db8:51::2";
+/// This host's IPv6 address on the tap.
+pub const HOST6: &str = "2001:db8:51::1";
+
+/// The addresses a run against the guest uses: IPv4 (rxe's GID index 1, `::ffff:198.51.100.2`)
+/// or IPv6 (index 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Net {
+    /// The guest's address.
+    pub vm: &'static str,
+    /// This host's address.
+    pub host: &'static str,
+    /// rxe's GID index of the guest's address.
+    pub gid: u8,
+    /// What the guest's tools print as this host's GID.
+    pub host_gid: &'static str,
+}
+
+impl Net {
+    /// IPv4.
+    pub const V4: Self = Self {
+        vm: VM,
+        host: HOST,
+        gid: 1,
+        host_gid: "::ffff:198.51.100.1",
+    };
+    /// IPv6.
+    pub const V6: Self = Self {
+        vm: VM6,
+        host: HOST6,
+        gid: 2,
+        host_gid: HOST6,
+    };
+
+    /// `cmd` as the guest runs it: over IPv6, after giving eth0 its IPv6 address (duplicate
+    /// address detection off, so that the address and rxe's GID for it are there at once).
+    pub fn guest(&self, cmd: &str) -> String {
+        if *self == Self::V6 {
+            format!(
+                "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad; ip -6 addr add {VM6}/64 dev eth0; sleep 1; {cmd}"
+            )
+        } else {
+            cmd.to_string()
+        }
+    }
+
+    /// Gives the tap this host's address of the family (IPv4's is always there).
+    pub fn set_up(&self) {
+        if *self == Self::V6 {
+            // "File exists" on a second run: the address stays on the tap.
+            let _ = Command::new("ip")
+                .args([
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{HOST6}/64"),
+                    "dev",
+                    TAP,
+                    "nodad",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
 
 static ONE_GUEST: Mutex<()> = Mutex::new(());
 
