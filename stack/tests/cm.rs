@@ -751,6 +751,68 @@ fn sidr_resolves_a_service_to_a_ud_qp() {
     assert!(t > now);
 }
 
+/// SIDR_REQs from spoofed sources, to a listened service and to one nobody serves, beside junk
+/// REQs: one limit for them all, `MAX_UNSOLICITED_PER_S` a second. Past it a SIDR_REQ draws
+/// neither a SIDR_REP from the CM nor a request to the consumer (whose answer would name its
+/// QPN and Q_Key); a second later they pass again. (Before, 2,000 spoofed SIDR_REQs drew
+/// 2,000 answers.)
+#[test]
+fn sidr_requests_share_the_rate_limit_of_unsolicited_answers() {
+    let svc = roce_proto::rdma_cm::service_id(roce_proto::rdma_cm::PortSpace::UDP, 7174);
+    let mut b = Cm::new(config(31));
+    b.listen(svc);
+    let mut t = Instant::from_nanos(0);
+    for round in 0..2u32 {
+        let (mut answers, mut requests) = (0u32, 0u32);
+        for i in 0..1000u32 {
+            let from = IpAddr::V4(Ipv4Addr::new(10, 8, (i >> 8) as u8, i as u8));
+            let m = match i % 3 {
+                0 => Message::SidrReq(roce_proto::cm::SidrReq {
+                    request_id: 0x5000 + i,
+                    service_id: svc,
+                    ..Default::default()
+                }),
+                1 => Message::SidrReq(roce_proto::cm::SidrReq {
+                    request_id: 0x5000 + i,
+                    service_id: 9,
+                    ..Default::default()
+                }),
+                _ => Message::Req(Req {
+                    local_comm_id: 0x5000 + i,
+                    service_id: 9,
+                    local_qpn: 0x43,
+                    path_packet_payload_mtu: 3,
+                    partition_key: 0xffff,
+                    ..Req::default()
+                }),
+            };
+            b.handle_mad(t.add_nanos(u64::from(i) * 1000), from, B, &mad_of(&m, 31));
+            while let Some(e) = b.poll_event() {
+                let CmEvent::SidrRequest { req } = e else {
+                    panic!("{e:?}")
+                };
+                // The consumer answers every request it is given.
+                b.sidr_reply(&req, 0, Qpn(0x1234), 0x0123_4567, &[]);
+                requests += 1;
+            }
+            while b.poll_transmit().is_some() {
+                answers += 1;
+            }
+        }
+        assert_eq!(answers, MAX_UNSOLICITED_PER_S, "round {round}");
+        assert!(
+            requests > 0 && requests < MAX_UNSOLICITED_PER_S,
+            "round {round}: {requests}"
+        );
+        assert_eq!(
+            b.stats().rate_limited,
+            u64::from((round + 1) * (1000 - MAX_UNSOLICITED_PER_S)),
+            "round {round}"
+        );
+        t = t.add_nanos(1_000_000_000);
+    }
+}
+
 /// A REP the active consumer cannot use is answered with a REJ (message rejected: REP) in
 /// place of the RTU, and the passive side drops the connection; once the RTU has left, the
 /// refusal is a DREQ instead. Never silence (the peer would resend its REP until it gives up).

@@ -17,8 +17,9 @@
 //! time: a peer's response timeout codes (§12.6: 4.096 µs × 2^code, up to 2.4 hours) and MRAs
 //! set the wait between resends within [`MIN_RESPONSE_WAIT_NS`] and a connection's whole
 //! set-up within [`MAX_SETUP_NS`]; answers to messages that name no connection (a REJ to a
-//! REQ, a DREP to a DREQ) are sent at most [`MAX_UNSOLICITED_PER_S`] a second, so the CM is
-//! no reflector for spoofed sources. A REQ naming a QPN a connection cannot have (0, 1, the
+//! REQ, a DREP to a DREQ) and SIDR_REQs (which make no state, and whose every answer a
+//! spoofed source could aim elsewhere) share one limit, [`MAX_UNSOLICITED_PER_S`] a second,
+//! so the CM is no reflector for spoofed sources. A REQ naming a QPN a connection cannot have (0, 1, the
 //! all-ones 0xffffff) or an invalid P_Key (§10.9.1.2: no key bits) is refused with
 //! `unsupported_request`.
 use std::collections::{BTreeMap, VecDeque};

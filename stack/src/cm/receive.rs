@@ -48,7 +48,7 @@ impl Cm {
                 }
             }
             MessageView::Dreq(r) => self.on_dreq(now, peer, local, tid, &r.to_repr()),
-            MessageView::SidrReq(r) => self.on_sidr_req(peer, local, tid, &r.to_repr()),
+            MessageView::SidrReq(r) => self.on_sidr_req(now, peer, local, tid, &r.to_repr()),
             MessageView::SidrRep(r) => self.on_sidr_rep(peer, &r.to_repr()),
             MessageView::Drep(r) => {
                 let id = r.remote_comm_id();

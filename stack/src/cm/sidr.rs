@@ -72,7 +72,23 @@ impl Cm {
         self.stats.sent += 1;
     }
 
-    pub(super) fn on_sidr_req(&mut self, peer: IpAddr, local: IpAddr, tid: u64, r: &SidrReq) {
+    /// A SIDR_REQ makes no state to be answered: every one is an answer a spoofed source can
+    /// aim at someone else (a listened service's answer names its QPN and Q_Key). So they
+    /// share the rate limit of the answers to messages that name no connection (REJs to REQs,
+    /// DREPs to DREQs): at most [`super::MAX_UNSOLICITED_PER_S`] a second reach the consumer or
+    /// are answered here; the rest are counted in `rate_limited` and dropped, and a real
+    /// requester's retry gets through once the flood ebbs.
+    pub(super) fn on_sidr_req(
+        &mut self,
+        now: Instant,
+        peer: IpAddr,
+        local: IpAddr,
+        tid: u64,
+        r: &SidrReq,
+    ) {
+        if !self.unsolicited_allowed(now) {
+            return;
+        }
         let req = SidrRequest {
             peer,
             local,
