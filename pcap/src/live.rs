@@ -135,11 +135,7 @@ pub fn run<W: Write>(lo: &LiveOptions, dec: &mut Decoder, out: &mut W) -> Result
         }
     };
     if let Some(w) = pcap {
-        w.into_inner()
-            .into_inner()
-            .map_err(std::io::IntoInnerError::into_error)
-            .and_then(crate::outfile::OutFile::commit)
-            .map_err(DecodeError::Write)?;
+        crate::outfile::commit_buffered(w.into_inner()).map_err(DecodeError::Write)?;
     }
     dec.flush(out).map_err(DecodeError::Write)?;
     result

@@ -38,17 +38,48 @@ impl FileId {
     }
 }
 
-/// Refuses outputs that are one of the inputs or another output: `Err` names the first
-/// clash, in words fit for one error line (`-o x.pcap is the capture x.pcap: refusing to
-/// write over it`). Each item is (what the file is to the command: `the capture`, `-o`,
-/// `--workload`; the path); stdin and stdout (`-`) are left out by the caller. Links and hard
-/// links are seen through: [`FileId`] compares inodes.
-pub fn check_distinct(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<(), String> {
+/// An output that would write over an input or another output ([`check_distinct`]). Its
+/// text is one error line (`-o x.pcap is the capture x.pcap: refusing to write over it`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Clash {
+    /// The output is an input.
+    #[error("{what} {} is {input} {}: refusing to write over it", .path.display(), .input_path.display())]
+    Input {
+        /// What the output is to the command (`-o`, `--html`).
+        what: String,
+        /// The output as named.
+        path: PathBuf,
+        /// What the input is to the command (`the capture`, `--workload`).
+        input: String,
+        /// The input as named.
+        input_path: PathBuf,
+    },
+    /// Two outputs are one file.
+    #[error("{what} {} and {other} {} are the same file: each output needs its own", .path.display(), .other_path.display())]
+    Outputs {
+        /// What the later output is to the command.
+        what: String,
+        /// It, as named.
+        path: PathBuf,
+        /// What the earlier output is to the command.
+        other: String,
+        /// It, as named.
+        other_path: PathBuf,
+    },
+}
+
+/// Refuses outputs that are one of the inputs or another output: the first clash. Each item
+/// is (what the file is to the command: `the capture`, `-o`, `--workload`; the path); stdin
+/// and stdout (`-`) are left out by the caller. Links and hard links are seen through:
+/// [`FileId`] compares inodes.
+pub fn check_distinct(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<(), Clash> {
     // Inputs that exist (one that does not cannot be written over).
-    let ins: Vec<(&str, &Path, Option<FileId>)> = inputs
+    let ins: Vec<(&str, &Path, FileId)> = inputs
         .iter()
-        .map(|&(what, p)| (what, p, FileId::of(p)))
-        .filter(|(_, _, id)| matches!(id, Some(FileId::Inode(..))))
+        .filter_map(|&(what, p)| match FileId::of(p) {
+            Some(id @ FileId::Inode(..)) => Some((what, p, id)),
+            _ => None,
+        })
         .collect();
     let mut seen: Vec<(&str, &Path, FileId)> = Vec::new();
     for &(what, p) in outputs {
@@ -57,19 +88,21 @@ pub fn check_distinct(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Re
         if std::fs::metadata(p).is_ok_and(|m| !m.file_type().is_file() && !m.is_dir()) {
             continue;
         }
-        if let Some((iw, ip, _)) = ins.iter().find(|(_, _, i)| i.as_ref() == Some(&id)) {
-            return Err(format!(
-                "{what} {} is {iw} {}: refusing to write over it",
-                p.display(),
-                ip.display()
-            ));
+        if let Some((iw, ip, _)) = ins.iter().find(|(_, _, i)| *i == id) {
+            return Err(Clash::Input {
+                what: what.into(),
+                path: p.into(),
+                input: (*iw).into(),
+                input_path: (*ip).into(),
+            });
         }
         if let Some((ow, op, _)) = seen.iter().find(|(_, _, o)| *o == id) {
-            return Err(format!(
-                "{what} {} and {ow} {} are the same file: each output needs its own",
-                p.display(),
-                op.display()
-            ));
+            return Err(Clash::Outputs {
+                what: what.into(),
+                path: p.into(),
+                other: (*ow).into(),
+                other_path: (*op).into(),
+            });
         }
         seen.push((what, p, id));
     }
@@ -177,6 +210,13 @@ impl Write for OutFile {
     }
 }
 
+/// Flushes a buffered [`OutFile`] and puts it in place ([`OutFile::commit`]).
+pub fn commit_buffered(w: io::BufWriter<OutFile>) -> io::Result<()> {
+    w.into_inner()
+        .map_err(io::IntoInnerError::into_error)?
+        .commit()
+}
+
 /// Writes `path` whole with `f`: through an [`OutFile`] and a 1 MiB buffer, put in place
 /// only when `f` and every write succeeded.
 pub fn write_whole(
@@ -184,10 +224,8 @@ pub fn write_whole(
     f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
     let mut w = io::BufWriter::with_capacity(1 << 20, OutFile::create(path)?);
-    f(&mut w).and_then(|()| w.flush())?;
-    w.into_inner()
-        .map_err(io::IntoInnerError::into_error)?
-        .commit()
+    f(&mut w)?;
+    commit_buffered(w)
 }
 
 #[cfg(test)]
@@ -263,7 +301,9 @@ mod tests {
         std::fs::hard_link(&input, &hard).unwrap();
         let dotted = d.path().join(".").join("in.pcap");
         for out in [&input, &link, &hard, &dotted] {
-            let e = check_distinct(&[("the capture", &input)], &[("-o", out)]).unwrap_err();
+            let e = check_distinct(&[("the capture", &input)], &[("-o", out)])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("is the capture"), "{e}");
             assert!(e.ends_with("refusing to write over it"), "{e}");
         }
@@ -271,7 +311,9 @@ mod tests {
         check_distinct(&[("the capture", &input)], &[("-o", &other)]).unwrap();
         // Two outputs that do not exist yet, named two ways.
         let again = d.path().join(".").join("out.parquet");
-        let e = check_distinct(&[], &[("--html", &other), ("--trace", &again)]).unwrap_err();
+        let e = check_distinct(&[], &[("--html", &other), ("--trace", &again)])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("the same file"), "{e}");
         // A device may be named by several outputs.
         let null = Path::new("/dev/null");

@@ -160,12 +160,7 @@ impl DatagramCapture {
         let Some(out) = self.out.take() else {
             return Ok(self.count);
         };
-        let put = out
-            .into_inner()
-            .into_inner()
-            .map_err(io::IntoInnerError::into_error)
-            .and_then(OutFile::commit);
-        match put {
+        match crate::outfile::commit_buffered(out.into_inner()) {
             Ok(()) => Ok(self.count),
             Err(e) => {
                 self.failed = Some(io::Error::new(e.kind(), e.to_string()));

@@ -146,7 +146,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .filter_map(|(flag, p)| p.as_deref().map(|p| (flag, p)))
         .collect();
-    roce_pcap::outfile::check_distinct(&inputs, &outputs).map_err(anyhow::Error::msg)?;
+    roce_pcap::outfile::check_distinct(&inputs, &outputs)?;
     let lo = analyze::LocaliseOptions {
         window_ns: a.match_window.as_nanos().min(u128::from(u64::MAX)) as u64,
     };

@@ -191,7 +191,7 @@ fn check_outputs(a: &DecodeArgs) -> anyhow::Result<()> {
                 .map(|p| (flag, Path::new(p)))
         })
         .collect();
-    roce_pcap::outfile::check_distinct(&inputs, &outputs).map_err(anyhow::Error::msg)
+    Ok(roce_pcap::outfile::check_distinct(&inputs, &outputs)?)
 }
 
 /// Prints the counters and the error, if any (a write error names `-o`'s file); the exit
@@ -321,8 +321,7 @@ pub(crate) fn gen_capture(
         roce_pcap::outfile::check_distinct(
             &[("--cm-from", std::path::Path::new(src))],
             &[("the output", std::path::Path::new(file))],
-        )
-        .map_err(anyhow::Error::msg)?;
+        )?;
     }
     let f =
         OutFile::create(std::path::Path::new(file)).with_context(|| format!("creating {file}"))?;
@@ -336,9 +335,6 @@ pub(crate) fn gen_capture(
         (None, None) => roce_pcap::synth::write_benchmark_capture(&mut w, packets),
     }
     .with_context(|| format!("writing {file}"))?;
-    w.into_inner()
-        .map_err(std::io::IntoInnerError::into_error)
-        .and_then(OutFile::commit)
-        .with_context(|| format!("writing {file}"))?;
+    roce_pcap::outfile::commit_buffered(w).with_context(|| format!("writing {file}"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -609,7 +609,8 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
         };
         bail!("{flag} takes one --cc");
     }
-    // No capture over the workload file read.
+    // No capture over the workload file read, and one file per capture, whatever names,
+    // links or hard links say.
     let outputs: Vec<(&str, &std::path::Path)> = a
         .pcap
         .as_deref()
@@ -620,8 +621,7 @@ fn sim_fabric(a: &FabricArgs) -> anyhow::Result<ExitCode> {
     roce_pcap::outfile::check_distinct(
         &[("the --workload", std::path::Path::new(&a.workload))],
         &outputs,
-    )
-    .map_err(anyhow::Error::msg)?;
+    )?;
     let threads = threads_per_run(a, specs.len(), fabric)?;
     for s in &mut specs {
         s.threads = threads;

@@ -175,10 +175,16 @@ pub(super) struct Emitter<'a, 'b> {
     pub(super) on_event: &'b mut dyn FnMut(&Event),
 }
 
+/// Whether [`push_event`] keeps an event of `c` pushed after `pending` more (each of them
+/// kept), `kept` events being kept in all so far: once one would not be, no later one is.
+pub(super) fn keeps(c: &Connection, pending: usize, kept: usize) -> bool {
+    c.events.len() + pending < MAX_EVENTS && kept + pending < MAX_EVENTS_TOTAL
+}
+
 /// Keeps `e` in `c` unless [`MAX_EVENTS`] or [`MAX_EVENTS_TOTAL`] are kept (then counts it
 /// as dropped).
 pub(super) fn push_event(c: &mut Connection, e: Event, kept: &mut usize) {
-    if c.events.len() < MAX_EVENTS && *kept < MAX_EVENTS_TOTAL {
+    if keeps(c, 0, *kept) {
         c.events.push(e);
         *kept += 1;
     } else {

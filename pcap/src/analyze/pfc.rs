@@ -10,7 +10,7 @@
 //! connection on it: the capture is taken to be one link's (a host's, or one switch port's).
 use roce_proto::mac_control::{pause_ns, Repr};
 
-use super::emit::{push_event, Event, EventKind};
+use super::emit::{keeps, push_event, Event, EventKind};
 use super::{Connection, HashMap, Options};
 
 /// A set with the analysis's keyed hash.
@@ -266,7 +266,7 @@ impl PfcState {
             let storms = u.storms_within(from, to);
             let mut made = 0u64;
             for sp in storms {
-                if !would_keep(c, events.len(), *kept) {
+                if !keeps(c, events.len(), *kept) {
                     break;
                 }
                 made += 1;
@@ -309,14 +309,6 @@ impl PfcState {
         }
         out
     }
-}
-
-/// Whether an event of a connection that has `pending` events waiting to be pushed would be
-/// kept by [`push_event`] (`kept` events kept in all so far): once one would not, no later
-/// one would, so the rest are only counted.
-fn would_keep(c: &Connection, pending: usize, kept: usize) -> bool {
-    use super::emit::{MAX_EVENTS, MAX_EVENTS_TOTAL};
-    c.events.len() + pending < MAX_EVENTS && kept + pending < MAX_EVENTS_TOTAL
 }
 
 /// A priority's paused time: disjoint intervals in order, with the running total, and its
