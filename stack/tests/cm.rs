@@ -863,6 +863,61 @@ fn a_rep_the_consumer_refuses_gets_a_rej_not_silence() {
     }
 }
 
+/// A passive side that gives up a set-up after its REP (`abandon`) tells the peer with a
+/// REJ and forgets the connection: an RTU that comes later establishes nothing. An
+/// established connection abandoned is released with a DREQ.
+#[test]
+fn an_abandoned_set_up_is_refused_and_forgotten() {
+    let now = Instant::from_nanos(0);
+    let carry = |from: &mut Cm, to: &mut Cm| {
+        let mut got = Vec::new();
+        while let Some(o) = from.poll_transmit() {
+            got.push(o.mad);
+            to.handle_mad(now, o.local, o.peer, &o.mad);
+        }
+        got
+    };
+    for established in [false, true] {
+        let mut a = Cm::new(config(3));
+        let mut b = Cm::new(config(4));
+        b.listen(SVC);
+        a.connect(now, &options(b"hi")).unwrap();
+        carry(&mut a, &mut b);
+        let Some(CmEvent::Request { conn: bc, .. }) = b.poll_event() else {
+            panic!("no REQ")
+        };
+        assert!(b.accept(now, bc, b_offer(), &[]).is_some());
+        let rep = b.poll_transmit().expect("a REP").mad;
+        if established {
+            a.handle_mad(now, B, A, &rep);
+            carry(&mut a, &mut b);
+            assert!(matches!(b.poll_event(), Some(CmEvent::Established { .. })));
+        }
+        assert!(b.abandon(now, bc, reason::CONSUMER_REJECT));
+        // What B sends is lost on the way: A goes on as if it had not been refused.
+        let sent: Vec<[u8; 256]> =
+            std::iter::from_fn(|| b.poll_transmit().map(|o| o.mad)).collect();
+        assert_eq!(sent.len(), 1, "one message");
+        let attr = u16::from_be_bytes([sent[0][16], sent[0][17]]);
+        if established {
+            assert_eq!(attr, 0x0015, "a DREQ for an established connection");
+            continue;
+        }
+        assert_eq!(attr, 0x0012, "a REJ for a set-up");
+        assert_eq!(rej_reason(&sent[0]), Some(reason::CONSUMER_REJECT));
+        assert_eq!(b.connections(), 0, "forgotten at once");
+        assert!(!b.abandon(now, bc, reason::CONSUMER_REJECT), "only once");
+        // The REP reaches A and its RTU comes back: nothing is established.
+        a.handle_mad(now, B, A, &rep);
+        let rtu = carry(&mut a, &mut b);
+        assert_eq!(rtu.len(), 1, "A confirmed");
+        while let Some(e) = b.poll_event() {
+            assert!(!matches!(e, CmEvent::Established { .. }), "{e:?}");
+        }
+        assert_eq!(b.connections(), 0);
+    }
+}
+
 /// A REQ (passive side, `accept`ed) whose codes ask for the longest waits, then MRAs asking
 /// for more: the passive side gives the connection up within `MAX_SETUP_NS` of the REQ, with
 /// a Timeout REJ. A REQ whose codes ask for none: its REP is resent no faster than

@@ -184,6 +184,30 @@ impl Cm {
         self.stats.rejects_sent += 1;
     }
 
+    /// Either side: gives `conn` up, whatever its state, and tells the peer: an established
+    /// connection is released (DREQ, and its events follow as for [`Cm::disconnect`]); one
+    /// being set up is refused with a REJ (`why`; IBTA Vol 1 §12.6.7 lets either side reject
+    /// until it is established) and forgotten at once, so nothing the peer sends later
+    /// (an RTU, a REP) revives it. `false` when there is no such connection.
+    pub fn abandon(&mut self, now: Instant, conn: ConnId, why: u16) -> bool {
+        let Some(c) = self.conns.get(&conn.0) else {
+            return false;
+        };
+        let (local, peer, tid, remote, state) = (c.local, c.peer, c.tid, c.remote_id, c.state);
+        match state {
+            CmState::Established => return self.disconnect(now, conn),
+            // Message rejected: 0 the REQ (passive, before the REP), 1 the REP (active), 2
+            // other (the passive side after its REP).
+            CmState::ReqRcvd => self.send_rej(local, peer, tid, conn.0, remote, why, 0, &[]),
+            CmState::ReqSent => self.send_rej(local, peer, tid, conn.0, remote, why, 1, &[]),
+            CmState::RepSent => self.send_rej(local, peer, tid, conn.0, remote, why, 2, &[]),
+            // Released already: only the IDs were kept.
+            CmState::DreqSent | CmState::TimeWait => {}
+        }
+        self.remove(conn.0);
+        true
+    }
+
     /// Active side: refuses the REP that just established `conn` (its private data is not
     /// what the consumer needs), as §12.6.7 lets a requester: if the RTU has not left yet, it
     /// is withdrawn and a REJ (message rejected: REP) with `why` and `private` goes instead;
