@@ -32,6 +32,9 @@ pub enum AppError {
     /// A connection through the CM failed.
     #[error(transparent)]
     Cm(#[from] crate::connect::rdma_cm::CmFailure),
+    /// A service ID resolution (SIDR) failed.
+    #[error(transparent)]
+    Sidr(#[from] crate::connect::sidr::SidrFailure),
     /// What the driver failed at for the application (creating its QPs, drawing its secrets).
     #[error(transparent)]
     Driver(Box<crate::DriverError>),
@@ -48,6 +51,16 @@ impl From<crate::DriverError> for AppError {
 }
 
 impl AppError {
+    /// Whose fault this failure is.
+    pub fn fault(&self) -> crate::Fault {
+        match self {
+            Self::Cm(_) | Self::Sidr(_) => crate::Fault::Peer,
+            Self::Failed(_) => crate::Fault::Check,
+            Self::Post { .. } => crate::Fault::Local,
+            Self::Driver(d) => d.fault(),
+        }
+    }
+
     /// A refused post of `what` on the application's QP `qp`.
     pub fn post(qp: usize, what: impl Into<String>, source: PostError) -> Self {
         Self::Post {

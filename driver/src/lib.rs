@@ -103,7 +103,38 @@ pub enum DriverError {
     Encode(#[from] serde_json::Error),
 }
 
+/// Whose fault a failure is: a server gives up a set-up the peer broke and serves the next
+/// peer; the other failures end it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The peer: what it sent, refused or never sent.
+    Peer,
+    /// This host: a socket, a resource, a step of our own.
+    Local,
+    /// The user's settings.
+    Settings,
+    /// The application's own check of what happened (a completion error, a message it
+    /// cannot take: caused by the peer or the path to it).
+    Check,
+}
+
 impl DriverError {
+    /// Whose fault this failure is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::Config(_) | Self::Invalid(_) => Fault::Settings,
+            Self::Peer(_) | Self::PeerInvalid { .. } => Fault::Peer,
+            Self::Run(RunError::PeerSilent(_)) => Fault::Peer,
+            Self::Run(RunError::App(a)) | Self::App(a) => a.fault(),
+            Self::Run(_)
+            | Self::Setup(_)
+            | Self::Create(_)
+            | Self::Modify(_)
+            | Self::Step { .. }
+            | Self::Encode(_) => Fault::Local,
+        }
+    }
+
     /// [`DriverError::Step`]: `what` failed because of `source`, which stays typed.
     pub fn step(
         what: impl Into<String>,

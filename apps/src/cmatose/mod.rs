@@ -13,16 +13,14 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump, CmFailure};
+use roce_driver::connect::cm_session::{CmSession, SessionEvent, Terms};
+use roce_driver::connect::rdma_cm::cm_end;
 use roce_driver::connect::{QpRequest, Side};
 use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
-use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
-};
 use roce_stack::{
-    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList,
-    WcOpcode, WcStatus, WorkRequest, WrOp,
+    Access, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList, WcOpcode, WcStatus,
+    WorkRequest, WrOp,
 };
 use serde::Serialize;
 
@@ -120,7 +118,6 @@ enum State {
 
 struct Conn {
     qp: LocalQp,
-    id: Option<ConnId>,
     state: State,
     sent: u32,
     send_done: u32,
@@ -132,18 +129,21 @@ struct Conn {
 pub struct Sends {
     spec: SendsSpec,
     client: bool,
-    cm: Cm,
+    session: CmSession,
     buf: MrHandle,
-    psns: Vec<roce_proto::Psn>,
     conns: Vec<Conn>,
-    peer: Option<IpAddr>,
 }
 
 const RECV: u64 = 1;
 const SEND: u64 = 2;
 
 impl Sends {
-    fn new(side: &mut Side, spec: SendsSpec, client: bool, cm: Cm) -> Result<Self, AppError> {
+    fn new(
+        side: &mut Side,
+        spec: SendsSpec,
+        client: bool,
+        session: CmSession,
+    ) -> Result<Self, AppError> {
         let dev = &mut side.ep.dev;
         let buf = dev.reg_mr(side.pd, spec.size as usize, Access::LOCAL_WRITE);
         let conns: Vec<Conn> = side
@@ -151,7 +151,6 @@ impl Sends {
             .iter()
             .map(|&qp| Conn {
                 qp,
-                id: None,
                 state: State::Idle,
                 sent: 0,
                 send_done: 0,
@@ -162,37 +161,33 @@ impl Sends {
         let me = Self {
             spec,
             client,
-            cm,
+            session,
             buf,
-            psns: side.psns.clone(),
             conns,
-            peer: None,
         };
         // Every receive before the CM exchange.
-        for (i, c) in me.conns.iter().enumerate() {
-            for _ in 0..spec.count {
-                let sgl = SgList::one(dev.mr(buf).expect("buffer").sge(0, spec.size));
+        me.post_receives(dev)?;
+        Ok(me)
+    }
+
+    /// Every connection's receives: before the CM exchange (the stock client asks for RNR
+    /// retry 0, so a message that finds no receive fails its connection).
+    fn post_receives(&self, dev: &mut Device) -> Result<(), AppError> {
+        for (i, c) in self.conns.iter().enumerate() {
+            for _ in 0..self.spec.count {
+                let sgl = SgList::one(dev.mr(self.buf).expect("buffer").sge(0, self.spec.size));
                 dev.post_recv(c.qp.qpn, RecvRequest { wr_id: RECV, sgl })
                     .map_err(|e| AppError::post(i, "a receive", e))?;
             }
         }
-        Ok(me)
+        Ok(())
     }
 
-    fn offer(&self, i: usize) -> QpOffer {
-        QpOffer {
-            qpn: self.conns[i].qp.qpn,
-            starting_psn: self.psns[i],
-            responder_resources: 1,
-            initiator_depth: 1,
-            rnr_retry_count: 7,
-        }
-    }
-
-    fn base() -> ConnectParams {
-        ConnectParams {
-            min_rnr_timer: 12,
-            ..ConnectParams::default()
+    /// librdmacm's examples' terms on `port`.
+    fn terms(port: u16) -> Terms {
+        Terms {
+            port,
+            ..Terms::default()
         }
     }
 
@@ -217,61 +212,39 @@ impl Sends {
         Ok(())
     }
 
-    fn on_cm(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
-        let find = |s: &Self, id: ConnId| s.conns.iter().position(|c| c.id == Some(id));
+    fn on_session(&mut self, dev: &mut Device, e: SessionEvent) -> Result<(), AppError> {
         match e {
-            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-            CmEvent::Request { conn, req } => {
-                let free = self.conns.iter().position(|c| c.id.is_none());
-                let (Some(i), Some(_)) = (free, req.rdma_cm()) else {
-                    self.cm
-                        .reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, &[]);
-                    return Ok(());
-                };
-                self.peer = Some(req.peer);
-                self.conns[i].id = Some(conn);
-                if let Some(n) = self.cm.accept(now, conn, self.offer(i), &[]) {
-                    connect_qp(dev, &self.conns[i].qp, &n, &Self::base(), CcConfig::None, 0)?;
-                }
-            }
-            CmEvent::Established { conn, params } => {
-                let Some(i) = find(self, conn) else {
-                    return Ok(());
-                };
-                if self.client {
-                    connect_qp(
-                        dev,
-                        &self.conns[i].qp,
-                        &params,
-                        &Self::base(),
-                        CcConfig::None,
-                        0,
-                    )?;
-                }
+            // The receives were posted before the exchange.
+            SessionEvent::Accepted(_) => {}
+            SessionEvent::Up(i) => {
                 self.conns[i].state = State::Connected;
                 if self.first() {
                     self.send_all(dev, i)?;
                 }
             }
-            CmEvent::Rejected {
-                reason,
-                private_data,
-                ..
-            } => return Err(CmFailure::rejected(None, None, reason, &private_data).into()),
-            CmEvent::TimedOut { .. } => return Err(CmFailure::Stopped.into()),
-            CmEvent::Disconnected { conn } => {
-                if let Some(i) = find(self, conn) {
-                    let c = &self.conns[i];
-                    // Our last SENDs may complete after the peer's DREQ: posted is enough.
-                    if c.received < self.spec.count || c.sent < self.spec.count {
-                        return Err(AppError::Failed(format!(
-                            "connection {i} released after {} of {} messages received and {} sent",
-                            c.received, self.spec.count, c.send_done
-                        )));
-                    }
-                    self.conns[i].state = State::Released;
+            SessionEvent::Released(i) => {
+                let c = &self.conns[i];
+                // Our last SENDs may complete after the peer's DREQ: posted is enough.
+                if c.received < self.spec.count || c.sent < self.spec.count {
+                    return Err(AppError::Failed(format!(
+                        "connection {i} released after {} of {} messages received and {} sent",
+                        c.received, self.spec.count, c.send_done
+                    )));
                 }
+                self.conns[i].state = State::Released;
+            }
+            SessionEvent::Restarted => {
+                for c in &mut self.conns {
+                    *c = Conn {
+                        qp: c.qp,
+                        state: State::Idle,
+                        sent: 0,
+                        send_done: 0,
+                        received: 0,
+                        closing: false,
+                    };
+                }
+                self.post_receives(dev)?;
             }
         }
         Ok(())
@@ -280,9 +253,33 @@ impl Sends {
 
 impl Application for Sends {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
-            self.on_cm(dev, now, e)?;
+        self.session.poll(dev, now)?;
+        if let Err(e) = self.turn(dev, now) {
+            if !self.session.is_server() {
+                self.session.flush(dev);
+                return Err(e);
+            }
+            // A client that broke the exchange costs the server that client only.
+            self.session.give_up(dev, now, &e.to_string());
+        }
+        self.session.flush(dev);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        // Released, and every SEND completed: a peer that disconnects on its last receive
+        // sends its DREQ (QP1 goes first) before the ACK of that message.
+        self.conns
+            .iter()
+            .all(|c| c.state == State::Released && c.send_done >= c.sent)
+    }
+}
+
+impl Sends {
+    /// One turn: what the session said, then each connection's completions and messages.
+    fn turn(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        while let Some(e) = self.session.next_event() {
+            self.on_session(dev, e)?;
         }
         for i in 0..self.conns.len() {
             let q = self.conns[i].qp;
@@ -328,26 +325,14 @@ impl Application for Sends {
                 Tool::RdmaServer => true,
             };
             if finished && disconnects && !c.closing {
-                let id = c.id;
                 self.conns[i].closing = true;
-                if let Some(id) = id {
-                    // Crossing DREQs: ours may find the peer's already answered.
-                    if !self.cm.disconnect(now, id) {
-                        self.conns[i].state = State::Released;
-                    }
+                // Crossing DREQs: ours may find the peer's already answered.
+                if !self.session.disconnect(now, i) {
+                    self.conns[i].state = State::Released;
                 }
             }
         }
-        flush(&mut self.cm, dev);
         Ok(())
-    }
-
-    fn done(&self) -> bool {
-        // Released, and every SEND completed: a peer that disconnects on its last receive
-        // sends its DREQ (QP1 goes first) before the ACK of that message.
-        self.conns
-            .iter()
-            .all(|c| c.state == State::Released && c.send_done >= c.sent)
     }
 }
 
@@ -368,31 +353,23 @@ async fn run(
             max_recv_wr: spec.count.max(1),
             ..QpCaps::default()
         },
-        params: Sends::base(),
+        params: Sends::terms(spec.port).base,
         ..QpRequest::default()
     };
-    let listen = (!client).then(|| rdma_cm_service_id(spec.port));
-    let (mut side, cm) = cm_side(&secrets, salt, req, local, link, listen)?;
-    let mut app = Sends::new(&mut side, spec, client, cm).map_err(DriverError::from)?;
-    if let Some(peer) = server {
-        let now = side.ep.now();
-        for i in 0..app.conns.len() {
-            let o = ConnectOptions {
-                local,
-                peer,
-                service_id: rdma_cm_service_id(spec.port),
-                offer: app.offer(i),
-                mtu: 1024,
-                retry_count: 7,
-                local_ack_timeout: 18,
-                private_data: rdma_cm_req_private(local, peer, 0xc000 | i as u16, &[]),
-            };
-            let id = app.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
-            app.conns[i].id = Some(id);
-        }
-        app.peer = Some(peer);
-        flush(&mut app.cm, &mut side.ep.dev);
-    }
+    let mut side = cm_end(&secrets, salt, req, local, link)?;
+    let terms = Sends::terms(spec.port);
+    let name = match spec.tool {
+        Tool::Ucmatose => "roce ucmatose",
+        Tool::RdmaServer => "roce rdma-server",
+    };
+    let session = match server {
+        Some(peer) => CmSession::client(&side, terms, &secrets, salt, name, peer, |i| {
+            0xc000 | i as u16
+        })?,
+        None => CmSession::server(&side, terms, &secrets, salt, name)?,
+    };
+    let mut app = Sends::new(&mut side, spec, client, session).map_err(DriverError::from)?;
+    app.session.flush(&mut side.ep.dev);
     ready();
     let silence = if client {
         Duration::from_secs(10)
@@ -408,7 +385,11 @@ async fn run(
         connections: app.conns.len() as u32,
         sent: app.conns.iter().map(|c| u64::from(c.send_done)).sum(),
         received: app.conns.iter().map(|c| u64::from(c.received)).sum(),
-        peer: app.peer.map(|p| p.to_string()).unwrap_or_default(),
+        peer: app
+            .session
+            .peer()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
         retransmitted_packets: side.ep.dev.stats().retransmitted_packets,
     })
 }

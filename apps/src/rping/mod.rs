@@ -14,15 +14,13 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_side, connect_qp, flush, pump, CmFailure};
+use roce_driver::connect::cm_session::{CmSession, SessionEvent, Terms};
+use roce_driver::connect::rdma_cm::cm_end;
 use roce_driver::connect::{QpRequest, Side};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
-use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
-};
 use roce_stack::{
-    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, RemoteAddr,
-    SgList, WcOpcode, WcStatus, WorkRequest, WrOp,
+    Access, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, RemoteAddr, SgList,
+    WcOpcode, WcStatus, WorkRequest, WrOp,
 };
 use serde::Serialize;
 
@@ -166,11 +164,8 @@ enum Step {
 pub struct Rping {
     spec: RpingSpec,
     client: bool,
-    cm: Cm,
-    conn: Option<ConnId>,
-    peer: Option<IpAddr>,
+    session: CmSession,
     qp: roce_driver::qps::LocalQp,
-    psn: roce_proto::Psn,
     /// 16-byte receive and send buffers, the client's source buffer, the RDMA buffer.
     recv: MrHandle,
     send: MrHandle,
@@ -189,7 +184,7 @@ pub struct Rping {
 }
 
 impl Rping {
-    fn new(side: &mut Side, spec: RpingSpec, client: bool, cm: Cm) -> Self {
+    fn new(side: &mut Side, spec: RpingSpec, client: bool, session: CmSession) -> Self {
         let dev = &mut side.ep.dev;
         let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
         let recv = dev.reg_mr(side.pd, INFO_LEN as usize, Access::LOCAL_WRITE);
@@ -199,11 +194,8 @@ impl Rping {
         Self {
             spec,
             client,
-            cm,
-            conn: None,
-            peer: None,
+            session,
             qp: side.qps[0],
-            psn: side.psns[0],
             recv,
             send,
             start,
@@ -227,22 +219,31 @@ impl Rping {
         }
     }
 
-    fn offer(&self) -> QpOffer {
-        QpOffer {
-            qpn: self.qp.qpn,
-            starting_psn: self.psn,
-            // One READ each way is what rping asks; more would be clamped by the peer's.
-            responder_resources: 16,
-            initiator_depth: 16,
-            rnr_retry_count: 7,
+    /// What rping's QP is offered and asks for: one READ each way is what rping asks; 16
+    /// are offered (the peer's clamp them).
+    fn terms(port: u16) -> Terms {
+        Terms {
+            port,
+            rd_atomic: 16,
+            base: ConnectParams {
+                min_rnr_timer: 12,
+                ..ConnectParams::default()
+            },
+            ..Terms::default()
         }
     }
 
-    fn base() -> ConnectParams {
-        ConnectParams {
-            min_rnr_timer: 12,
-            ..ConnectParams::default()
-        }
+    /// A server's state for the next client, after a set-up was given up.
+    fn restart(&mut self) {
+        self.step = Step::Connecting;
+        self.reading = false;
+        self.remote_len = 0;
+        self.sends_out = 0;
+        self.got = false;
+        self.ping = 0;
+        self.letter = 65;
+        self.result.pings = 0;
+        self.result.data.clear();
     }
 
     fn post_recv(&self, dev: &mut Device) -> Result<(), AppError> {
@@ -270,8 +271,10 @@ impl Rping {
     /// Client: the next ping's source info, or the DREQ after the last.
     fn next_ping(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
         if self.spec.count > 0 && self.ping >= self.spec.count {
-            if let Some(c) = self.conn {
-                self.cm.disconnect(now, c);
+            if !self.session.disconnect(now, 0) {
+                // The server released us first.
+                self.step = Step::Done;
+                return Ok(());
             }
             self.step = Step::Closing;
             return Ok(());
@@ -294,42 +297,30 @@ impl Rping {
         Ok(())
     }
 
-    fn on_cm(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
+    fn on_session(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        e: SessionEvent,
+    ) -> Result<(), AppError> {
         match e {
-            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-            CmEvent::Request { conn, req } => {
-                if self.conn.is_some() || req.rdma_cm().is_none() {
-                    // rping serves one client; a REQ without RDMA-CM's header is not one.
-                    self.cm
-                        .reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, &[]);
-                    return Ok(());
-                }
-                self.conn = Some(conn);
-                self.peer = Some(req.peer);
-                let Some(n) = self.cm.accept(now, conn, self.offer(), &[]) else {
-                    return Ok(());
-                };
-                // Ready before the REP leaves: the client sends once it has it.
-                connect_qp(dev, &self.qp, &n, &Self::base(), CcConfig::None, 0)?;
+            // The server's QP is ready and its REP about to leave: the receive first.
+            SessionEvent::Accepted(_) => {
                 self.post_recv(dev)?;
                 self.step = Step::Source;
             }
-            CmEvent::Established { conn, params } if Some(conn) == self.conn => {
+            SessionEvent::Up(_) => {
+                self.result.peer = self
+                    .session
+                    .peer()
+                    .map(|p| p.to_string())
+                    .unwrap_or_default();
                 if self.client {
-                    connect_qp(dev, &self.qp, &params, &Self::base(), CcConfig::None, 0)?;
                     self.post_recv(dev)?;
                     self.next_ping(dev, now)?;
                 }
             }
-            CmEvent::Established { .. } => {}
-            CmEvent::Rejected {
-                reason,
-                private_data,
-                ..
-            } => return Err(CmFailure::rejected(None, None, reason, &private_data).into()),
-            CmEvent::TimedOut { .. } => return Err(CmFailure::Stopped.into()),
-            CmEvent::Disconnected { conn } if Some(conn) == self.conn => {
+            SessionEvent::Released(_) => {
                 if !self.client && self.step == Step::Rdma {
                     return Err(AppError::Failed(
                         "the client disconnected in the middle of a ping".into(),
@@ -337,7 +328,7 @@ impl Rping {
                 }
                 self.step = Step::Done;
             }
-            CmEvent::Disconnected { .. } => {}
+            SessionEvent::Restarted => self.restart(),
         }
         Ok(())
     }
@@ -457,11 +448,14 @@ impl Rping {
     }
 }
 
-impl Application for Rping {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
-            self.on_cm(dev, now, e)?;
+impl Rping {
+    /// One turn: what the session said, the completions, a message received.
+    fn turn(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        while let Some(e) = self.session.next_event() {
+            self.on_session(dev, now, e)?;
+        }
+        if self.step == Step::Connecting {
+            return Ok(());
         }
         let (scq, rcq) = (self.qp.send_cq, self.qp.recv_cq);
         while let Some(c) = dev.poll_cq(scq).or_else(|| dev.poll_cq(rcq)) {
@@ -471,7 +465,22 @@ impl Application for Rping {
         if self.got && self.sends_out == 0 && !matches!(self.step, Step::Done | Step::Closing) {
             self.on_message(dev, now)?;
         }
-        flush(&mut self.cm, dev);
+        Ok(())
+    }
+}
+
+impl Application for Rping {
+    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        self.session.poll(dev, now)?;
+        if let Err(e) = self.turn(dev, now) {
+            if !self.session.is_server() {
+                self.session.flush(dev);
+                return Err(e);
+            }
+            // A client that broke the exchange costs the server that client only.
+            self.session.give_up(dev, now, &e.to_string());
+        }
+        self.session.flush(dev);
         Ok(())
     }
 
@@ -500,32 +509,23 @@ async fn run(
             max_recv_wr: 2,
             ..QpCaps::default()
         },
-        params: Rping::base(),
+        params: Rping::terms(spec.port).base,
         ..QpRequest::default()
     };
-    let listen = (!client).then(|| rdma_cm_service_id(spec.port));
-    let (mut side, cm) = cm_side(&secrets, salt, req, local, link, listen)?;
-    let mut app = Rping::new(&mut side, spec, client, cm);
-    if let Some(peer) = server {
-        let o = ConnectOptions {
-            local,
-            peer,
-            service_id: rdma_cm_service_id(spec.port),
-            offer: app.offer(),
-            mtu: 1024,
-            retry_count: 7,
-            local_ack_timeout: 18,
-            // RDMA-CM's header and nothing else, as rping's rdma_connect sends.
-            private_data: rdma_cm_req_private(local, peer, 0xc000 | (spec.port & 0x3fff), &[]),
-        };
-        let now = side.ep.now();
-        let conn = app.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
-        app.conn = Some(conn);
-        app.peer = Some(peer);
-        flush(&mut app.cm, &mut side.ep.dev);
-    }
+    let mut side = cm_end(&secrets, salt, req, local, link)?;
+    let terms = Rping::terms(spec.port);
+    let session = match server {
+        // RDMA-CM's header and nothing else, as rping's rdma_connect sends.
+        Some(peer) => CmSession::client(&side, terms, &secrets, salt, "roce rping", peer, |_| {
+            0xc000 | (spec.port & 0x3fff)
+        })?,
+        None => CmSession::server(&side, terms, &secrets, salt, "roce rping")?,
+    };
+    let mut app = Rping::new(&mut side, spec, client, session);
+    app.session.flush(&mut side.ep.dev);
     ready();
-    // The server waits for its client as long as it is left running.
+    // The server waits for its client as long as it is left running; a client that came
+    // is bounded by the session.
     let first = if client {
         SILENCE
     } else {
@@ -534,7 +534,6 @@ async fn run(
     side.ep
         .run(&mut app, true, std::future::pending(), first.max(SILENCE))
         .await?;
-    app.result.peer = app.peer.map(|p| p.to_string()).unwrap_or_default();
     app.result.retransmitted_packets = side.ep.dev.stats().retransmitted_packets;
     Ok(app.result)
 }

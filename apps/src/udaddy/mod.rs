@@ -7,17 +7,22 @@
 //! The client then SENDs `-C` messages of `-S` bytes with its own QPN as the immediate; the
 //! server learns where to answer from the first (the sender's address, the QPN in the
 //! immediate, as udaddy does) and SENDs as many back. Both post their receives (`-S` + the
-//! 40-byte GRH area) first. UD loses what it loses: a side that has not received everything
+//! 40-byte GRH area) first. UD loses what it loses: a client that has not received everything
 //! within the silence bound fails, naming how many arrived.
+//!
+//! The server takes messages only from a peer whose SIDR_REQ it answered (and the client
+//! only from its server): anyone else's are dropped and counted, their receives posted
+//! again. A peer that breaks the exchange (a message of another size, no QPN in the
+//! immediate) or stops half-way (silent for the bound) costs the server that peer; it
+//! serves the next.
 use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_side, flush, pump};
+use roce_driver::connect::rdma_cm::cm_end;
+use roce_driver::connect::sidr::SidrSession;
 use roce_driver::connect::{QpRequest, Side};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
-use roce_proto::rdma_cm::{service_id, PortSpace};
 use roce_proto::{QKey, Qpn};
-use roce_stack::cm::{rdma_cm_req_private, Cm, CmEvent, ConnId};
 use roce_stack::ud::{AddressHandle, UdSend, GRH_LEN};
 use roce_stack::{
     Access, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, Service, SgList,
@@ -83,53 +88,71 @@ pub struct UdaddyResult {
     pub peer: String,
     /// The peer's UD QP.
     pub peer_qpn: u32,
+    /// Messages dropped: from a sender no exchange named.
+    pub strangers: u64,
+    /// Peers the server gave up (a broken exchange, or silent half-way).
+    pub given_up: u64,
 }
 
 /// One side of udaddy.
 pub struct Udaddy {
     spec: UdaddySpec,
     client: bool,
-    cm: Cm,
-    sidr: Option<ConnId>,
-    local: IpAddr,
-    /// The client: the server's address; the server: the client's, once a message came.
-    peer_ip: IpAddr,
+    session: SidrSession,
     qp: roce_driver::qps::LocalQp,
     buf: MrHandle,
+    /// Where this side's messages go: the client's server once resolved, the server's
+    /// peer once its first message came.
     ah: Option<AddressHandle>,
     sent: u32,
     send_done: u32,
     received: u32,
+    strangers: u64,
+    /// When the peer's last message came.
+    heard: Instant,
 }
 
 const RECV: u64 = 1;
 const SEND: u64 = 2;
 
+/// How long a side waits for the peer's messages.
+const SILENCE: Duration = Duration::from_secs(10);
+
 impl Udaddy {
-    fn new(side: &mut Side, spec: UdaddySpec, client: bool, cm: Cm) -> Result<Self, AppError> {
+    fn new(
+        side: &mut Side,
+        spec: UdaddySpec,
+        client: bool,
+        session: SidrSession,
+    ) -> Result<Self, AppError> {
+        let heard = side.ep.now();
         let dev = &mut side.ep.dev;
         let len = spec.size as usize + GRH_LEN;
         let buf = dev.reg_mr(side.pd, len, Access::LOCAL_WRITE);
-        let qp = side.qps[0];
-        for _ in 0..spec.count {
-            let sgl = SgList::one(dev.mr(buf).expect("buffer").sge(0, len as u32));
-            dev.post_recv(qp.qpn, RecvRequest { wr_id: RECV, sgl })
-                .map_err(|e| AppError::post(0, "a receive", e))?;
-        }
-        Ok(Self {
+        let me = Self {
             spec,
             client,
-            cm,
-            sidr: None,
-            local: side.ep.local_addr().ip(),
-            peer_ip: side.ep.local_addr().ip(),
-            qp,
+            session,
+            qp: side.qps[0],
             buf,
             ah: None,
             sent: 0,
             send_done: 0,
             received: 0,
-        })
+            strangers: 0,
+            heard,
+        };
+        for _ in 0..spec.count {
+            me.post_recv(dev)?;
+        }
+        Ok(me)
+    }
+
+    fn post_recv(&self, dev: &mut Device) -> Result<(), AppError> {
+        let len = self.spec.size + GRH_LEN as u32;
+        let sgl = SgList::one(dev.mr(self.buf).expect("buffer").sge(0, len));
+        dev.post_recv(self.qp.qpn, RecvRequest { wr_id: RECV, sgl })
+            .map_err(|e| AppError::post(0, "a receive", e))
     }
 
     fn send_all(&mut self, dev: &mut Device) -> Result<(), AppError> {
@@ -157,49 +180,75 @@ impl Udaddy {
         }
         Ok(())
     }
+
+    /// A message received: taken when it comes from the peer (the server's first names it),
+    /// dropped and its receive posted again otherwise.
+    fn on_recv(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        c: &roce_stack::Completion,
+    ) -> Result<(), AppError> {
+        let from = c.src.map(|s| s.ip());
+        let peer = match (self.ah, from) {
+            (Some(ah), Some(ip)) if ah.remote == ip => Some(ah),
+            (None, Some(ip)) if !self.client => {
+                let qpn = Qpn(c.imm_data.unwrap_or(0));
+                self.session
+                    .reply_to(ip, qpn)
+                    .filter(|_| c.imm_data.is_some())
+            }
+            _ => None,
+        };
+        let Some(peer) = peer else {
+            self.strangers += 1;
+            return self.post_recv(dev);
+        };
+        if c.byte_len != self.spec.size + GRH_LEN as u32 {
+            let why = format!(
+                "a message of {} bytes, not -S {}",
+                (c.byte_len as usize).saturating_sub(GRH_LEN),
+                self.spec.size
+            );
+            if self.client {
+                return Err(AppError::Failed(why));
+            }
+            // This message's receive and those the peer's earlier ones took.
+            return self.restart(dev, peer.remote, &why, self.received + 1);
+        }
+        self.ah = Some(peer);
+        self.heard = now;
+        self.received += 1;
+        Ok(())
+    }
+
+    /// Server: gives up the peer (`why`) and waits for the next; the `taken` receives its
+    /// messages took are posted again.
+    fn restart(
+        &mut self,
+        dev: &mut Device,
+        peer: IpAddr,
+        why: &str,
+        taken: u32,
+    ) -> Result<(), AppError> {
+        self.session.give_up(peer, why);
+        for _ in 0..taken {
+            self.post_recv(dev)?;
+        }
+        self.ah = None;
+        self.received = 0;
+        Ok(())
+    }
 }
 
 impl Application for Udaddy {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
-            match e {
-                CmEvent::SidrRequest { req } => {
-                    if req.rdma_cm().is_none() {
-                        // Status 2: rejected (not RDMA-CM's).
-                        self.cm.sidr_reply(&req, 2, Qpn(0), 0, &[]);
-                        continue;
-                    }
-                    self.cm.sidr_reply(&req, 0, self.qp.qpn, RDMA_UDP_QKEY, &[]);
-                }
-                CmEvent::SidrReply {
-                    conn,
-                    status,
-                    qpn,
-                    qkey,
-                    ..
-                } if Some(conn) == self.sidr => {
-                    if status != 0 {
-                        return Err(AppError::Failed(format!(
-                            "the server refused the SIDR request: {} ({status})",
-                            roce_proto::cm::sidr_status_name(status).unwrap_or("unknown status")
-                        )));
-                    }
-                    self.ah = Some(AddressHandle {
-                        local: self.local,
-                        remote: self.peer_ip,
-                        remote_port: roce_proto::ROCEV2_UDP_PORT,
-                        dest_qpn: qpn,
-                        qkey: QKey(qkey),
-                    });
-                    self.send_all(dev)?;
-                }
-                CmEvent::TimedOut { .. } => {
-                    return Err(AppError::Failed(
-                        "the server never answered the SIDR request".into(),
-                    ))
-                }
-                _ => {}
+        self.session.poll(dev, now)?;
+        if self.client && self.ah.is_none() {
+            if let Some(ah) = self.session.resolved() {
+                self.ah = Some(ah);
+                self.heard = now;
+                self.send_all(dev)?;
             }
         }
         let q = self.qp;
@@ -207,40 +256,28 @@ impl Application for Udaddy {
             if c.status != WcStatus::Success {
                 return Err(AppError::Failed(format!("completion error {:?}", c.status)));
             }
-            if c.opcode != WcOpcode::Recv {
+            if c.opcode == WcOpcode::Recv {
+                self.on_recv(dev, now, &c)?;
+            } else {
                 self.send_done += 1;
-                continue;
             }
-            if c.byte_len != self.spec.size + GRH_LEN as u32 {
-                return Err(AppError::Failed(format!(
-                    "a message of {} bytes, not -S {}",
-                    c.byte_len as usize - GRH_LEN.min(c.byte_len as usize),
-                    self.spec.size
-                )));
-            }
-            self.received += 1;
-            if self.ah.is_none() {
-                // udaddy's reply address: where the datagram came from, the QPN in its
-                // immediate.
-                let (Some(src), Some(imm)) = (c.src, c.imm_data) else {
-                    return Err(AppError::Failed(
-                        "a message without the sender's QPN as immediate".into(),
-                    ));
-                };
-                self.peer_ip = src.ip();
-                self.ah = Some(AddressHandle {
-                    local: self.local,
-                    remote: src.ip(),
-                    remote_port: roce_proto::ROCEV2_UDP_PORT,
-                    dest_qpn: Qpn(imm & 0x00ff_ffff),
-                    qkey: QKey(RDMA_UDP_QKEY),
-                });
+        }
+        // A peer that stopped half-way costs the server that peer.
+        if !self.client && self.sent == 0 && self.received > 0 {
+            if let Some(ah) = self.ah {
+                if now.saturating_duration_since(self.heard) >= SILENCE {
+                    let why = format!(
+                        "{} of {} messages, then silent for 10 s",
+                        self.received, self.spec.count
+                    );
+                    self.restart(dev, ah.remote, &why, self.received)?;
+                }
             }
         }
         if !self.client && self.received == self.spec.count {
             self.send_all(dev)?;
         }
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         Ok(())
     }
 
@@ -248,9 +285,6 @@ impl Application for Udaddy {
         self.received == self.spec.count && self.send_done == self.spec.count
     }
 }
-
-/// How long a side waits for the peer's messages.
-const SILENCE: Duration = Duration::from_secs(10);
 
 async fn run(
     spec: UdaddySpec,
@@ -277,21 +311,28 @@ async fn run(
             ..ConnectParams::default()
         },
     };
-    let svc = service_id(PortSpace::UDP, spec.port);
-    let (mut side, cm) = cm_side(&secrets, salt, req, local, link, (!client).then_some(svc))?;
-    let mut app = Udaddy::new(&mut side, spec, client, cm).map_err(DriverError::from)?;
-    if let Some(peer) = server {
-        let now = side.ep.now();
-        let private = rdma_cm_req_private(local, peer, 0xc000 | (spec.port & 0x3fff), &[]);
-        let id = app
-            .cm
-            .sidr_request(now, local, peer, svc, &private)
-            .map_err(|_| DriverError::Setup("cannot send a SIDR request".into()))?;
-        app.sidr = Some(id);
-        app.peer_ip = peer;
-        flush(&mut app.cm, &mut side.ep.dev);
-    }
+    let mut side = cm_end(&secrets, salt, req, local, link)?;
+    let (qpn, qkey) = (side.qps[0].qpn, QKey(RDMA_UDP_QKEY));
+    let name = "roce udaddy";
+    let session = match server {
+        Some(peer) => SidrSession::client(
+            local,
+            qpn,
+            qkey,
+            spec.port,
+            peer,
+            side.ep.now(),
+            &secrets,
+            salt,
+            name,
+        )?,
+        None => SidrSession::server(local, qpn, qkey, spec.port, &secrets, salt, name)?,
+    };
+    let mut app = Udaddy::new(&mut side, spec, client, session).map_err(DriverError::from)?;
+    app.session.flush(&mut side.ep.dev);
     ready();
+    // The server waits for its client as long as it is left running; one that came and
+    // stopped is given up after the silence bound.
     let silence = if client {
         SILENCE
     } else {
@@ -311,8 +352,13 @@ async fn run(
         role: if client { "client" } else { "server" },
         sent: u64::from(app.send_done),
         received: u64::from(app.received),
-        peer: app.peer_ip.to_string(),
+        peer: app.ah.map_or_else(
+            || server.map(|s| s.to_string()).unwrap_or_default(),
+            |a| a.remote.to_string(),
+        ),
         peer_qpn: app.ah.map_or(0, |a| a.dest_qpn.0),
+        strangers: app.strangers,
+        given_up: app.session.given_up(),
     })
 }
 

@@ -26,9 +26,11 @@ use crate::impair::Impairment;
 use crate::qps::LocalQp;
 use crate::{bind_endpoint, DriverError, Endpoint, LinkChoice};
 
+pub mod cm_session;
 pub mod perftest;
 pub mod pingpong;
 pub mod rdma_cm;
+pub mod sidr;
 
 /// What an application asks of the layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -364,31 +366,55 @@ pub async fn tcp_accept_one(
     timeout: Option<std::time::Duration>,
     ready: impl FnOnce(),
 ) -> Result<tokio::net::TcpStream, DriverError> {
-    let l = tokio::net::TcpListener::bind((bind, port))
-        .await
-        .map_err(|e| DriverError::step(format!("cannot listen on TCP {bind}:{port}"), e))?;
+    let door = TcpDoor::bind(bind, port).await?;
     ready();
-    // A peer the allow-list refuses is closed at once; the wait goes on.
-    let admitted = async {
-        loop {
-            match l.accept().await {
-                Ok((tcp, peer)) if crate::allow::admit(peer.ip(), "a TCP connection") => {
-                    return Ok(tcp)
-                }
-                Ok(_) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    };
-    let accepted = match timeout {
-        Some(t) => tokio::time::timeout(t, admitted)
+    door.accept(timeout).await
+}
+
+/// A TCP listener a server keeps while it serves peers one after another: a peer whose
+/// set-up failed costs that set-up, and the next peer finds the door still open (waiting in
+/// the listen backlog meanwhile).
+#[derive(Debug)]
+pub struct TcpDoor {
+    listener: tokio::net::TcpListener,
+}
+
+impl TcpDoor {
+    /// Listens on `bind:port`.
+    pub async fn bind(bind: IpAddr, port: u16) -> Result<Self, DriverError> {
+        let listener = tokio::net::TcpListener::bind((bind, port))
             .await
-            .map_err(|_| DriverError::Setup(format!("no peer connected within {t:?}")))?,
-        None => admitted.await,
-    };
-    let tcp = accepted.map_err(|e| DriverError::step("accept", e))?;
-    let _ = tcp.set_nodelay(true);
-    Ok(tcp)
+            .map_err(|e| DriverError::step(format!("cannot listen on TCP {bind}:{port}"), e))?;
+        Ok(Self { listener })
+    }
+
+    /// The next peer the allow-list admits (within `timeout`, when given); one it refuses
+    /// is closed at once and the wait goes on.
+    pub async fn accept(
+        &self,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<tokio::net::TcpStream, DriverError> {
+        let admitted = async {
+            loop {
+                match self.listener.accept().await {
+                    Ok((tcp, peer)) if crate::allow::admit(peer.ip(), "a TCP connection") => {
+                        return Ok(tcp)
+                    }
+                    Ok(_) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let accepted = match timeout {
+            Some(t) => tokio::time::timeout(t, admitted)
+                .await
+                .map_err(|_| DriverError::Setup(format!("no peer connected within {t:?}")))?,
+            None => admitted.await,
+        };
+        let tcp = accepted.map_err(|e| DriverError::step("accept", e))?;
+        let _ = tcp.set_nodelay(true);
+        Ok(tcp)
+    }
 }
 
 /// Both ends of an exchange in one process: `serve` on a thread named `name`, handed the

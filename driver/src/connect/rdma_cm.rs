@@ -86,28 +86,22 @@ pub fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> 
 }
 
 /// One end of an exchange through the CM: the [`Side`] `req` asks for on `local` (UDP 4791),
-/// its device, start PSNs and CM IDs from `secrets` (`salt`: which end), and the CM, listening
-/// on `listen` when this end is a server.
-pub fn cm_side(
+/// its device and start PSNs from `secrets` (`salt`: which end). The CM is the session's
+/// ([`super::cm_session::CmSession`], [`super::sidr::SidrSession`]).
+pub fn cm_end(
     secrets: &Secrets,
     salt: u64,
     req: QpRequest,
     local: IpAddr,
     link: LinkChoice,
-    listen: Option<u64>,
-) -> Result<(Side, Cm), DriverError> {
-    let side = Side::new(
+) -> Result<Side, DriverError> {
+    Side::new(
         secrets.device(salt)?,
         req,
         secrets.start_psns(req.count, salt)?,
         std::net::SocketAddr::new(local, ROCEV2_UDP_PORT),
         link,
-    )?;
-    let mut cm = Cm::new(cm_config(secrets, salt)?);
-    if let Some(svc) = listen {
-        cm.listen(svc);
-    }
-    Ok((side, cm))
+    )
 }
 
 /// Why a connection through the CM failed, as an application reports it (IBTA Vol 1 12.6:

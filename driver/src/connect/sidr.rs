@@ -1,0 +1,251 @@
+//! Service ID resolution (IBTA Vol 1 §12.11) as a session, the UD counterpart of
+//! [`super::cm_session`]: a client asks which UD QP serves an RDMA-CM port (UDP port space)
+//! and gets an [`AddressHandle`]; a server answers with its QP and Q_Key and remembers who
+//! asked, so that the application takes UD messages only from a peer the exchange named.
+//!
+//! The CM rate-limits the SIDR_REQs it answers together with the REQs (one budget for
+//! every message that names no connection). A server remembers the last
+//! [`SidrSession::ASKERS`] peers it answered, each for [`SidrSession::REMEMBERED`]; a UD
+//! message from anyone else has no exchange behind it.
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use roce_proto::rdma_cm::{service_id, PortSpace};
+use roce_proto::{QKey, Qpn, ROCEV2_UDP_PORT};
+use roce_stack::cm::{rdma_cm_req_private, Cm, CmEvent, ConnId};
+use roce_stack::ud::AddressHandle;
+use roce_stack::{Device, Instant};
+
+use super::rdma_cm::{flush, pump};
+use crate::{AppError, DriverError, Secrets};
+
+/// Why a SIDR client got no UD QP.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SidrFailure {
+    /// The server answered with a status other than 0 (IBTA Vol 1 Table 122).
+    #[error("{peer} refused the SIDR request: {} ({status})", roce_proto::cm::sidr_status_name(*status).unwrap_or("unknown status"))]
+    Refused {
+        /// The server.
+        peer: IpAddr,
+        /// The SIDR_REP's status.
+        status: u8,
+    },
+    /// No SIDR_REP after the CM's tries.
+    #[error("{0} never answered the SIDR request (UDP 4791)")]
+    NoAnswer(IpAddr),
+    /// The local CM could not send one.
+    #[error("cannot send a SIDR request")]
+    CannotAsk,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Server,
+    Client { peer: IpAddr, ask: Option<ConnId> },
+}
+
+/// One end of a SIDR exchange for one UD QP.
+pub struct SidrSession {
+    cm: Cm,
+    role: Role,
+    local: IpAddr,
+    qpn: Qpn,
+    qkey: QKey,
+    /// Server: the peers answered, oldest first, with when.
+    askers: VecDeque<(IpAddr, Instant)>,
+    resolved: Option<AddressHandle>,
+    given_up: u64,
+    name: &'static str,
+}
+
+impl std::fmt::Debug for SidrSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SidrSession")
+            .field("role", &self.role)
+            .field("askers", &self.askers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SidrSession {
+    /// How many peers a server remembers having answered.
+    pub const ASKERS: usize = 16;
+    /// How long it remembers each.
+    pub const REMEMBERED: Duration = Duration::from_secs(30);
+
+    /// A server of UD QP `qpn` (Q_Key `qkey`) on RDMA-CM port `port` (UDP port space), at
+    /// `local`. `salt` draws the CM's IDs from `secrets`; `name` begins its lines.
+    pub fn server(
+        local: IpAddr,
+        qpn: Qpn,
+        qkey: QKey,
+        port: u16,
+        secrets: &Secrets,
+        salt: u64,
+        name: &'static str,
+    ) -> Result<Self, DriverError> {
+        let mut s = Self::new(local, qpn, qkey, secrets, salt, name, Role::Server)?;
+        s.cm.listen(service_id(PortSpace::UDP, port));
+        Ok(s)
+    }
+
+    /// A client at `local` asking `peer` for the UD QP on RDMA-CM port `port` (the SIDR_REQ
+    /// leaves with the first [`SidrSession::flush`]); its own QP is `qpn`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn client(
+        local: IpAddr,
+        qpn: Qpn,
+        qkey: QKey,
+        port: u16,
+        peer: IpAddr,
+        now: Instant,
+        secrets: &Secrets,
+        salt: u64,
+        name: &'static str,
+    ) -> Result<Self, DriverError> {
+        let mut s = Self::new(
+            local,
+            qpn,
+            qkey,
+            secrets,
+            salt,
+            name,
+            Role::Client { peer, ask: None },
+        )?;
+        // RDMA-CM's header, as udaddy's rdma_resolve_route + rdma_connect send it.
+        let private = rdma_cm_req_private(local, peer, 0xc000 | (port & 0x3fff), &[]);
+        let ask =
+            s.cm.sidr_request(now, local, peer, service_id(PortSpace::UDP, port), &private)
+                .map_err(|_| DriverError::App(AppError::Sidr(SidrFailure::CannotAsk)))?;
+        s.role = Role::Client {
+            peer,
+            ask: Some(ask),
+        };
+        Ok(s)
+    }
+
+    fn new(
+        local: IpAddr,
+        qpn: Qpn,
+        qkey: QKey,
+        secrets: &Secrets,
+        salt: u64,
+        name: &'static str,
+        role: Role,
+    ) -> Result<Self, DriverError> {
+        Ok(Self {
+            cm: Cm::new(super::rdma_cm::cm_config(secrets, salt)?),
+            role,
+            local,
+            qpn,
+            qkey,
+            askers: VecDeque::new(),
+            resolved: None,
+            given_up: 0,
+            name,
+        })
+    }
+
+    /// The MADs that came in and the CM's timers. A server answers each SIDR_REQ in
+    /// RDMA-CM's form (status 2 for any other) and remembers who asked; a client's answer
+    /// is [`SidrSession::resolved`], its failure the `Err`.
+    pub fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        pump(&mut self.cm, dev, now);
+        let remembered = Self::REMEMBERED;
+        while self
+            .askers
+            .front()
+            .is_some_and(|&(_, t)| now.saturating_duration_since(t) >= remembered)
+        {
+            self.askers.pop_front();
+        }
+        while let Some(e) = self.cm.poll_event() {
+            match (e, self.role) {
+                (CmEvent::SidrRequest { req }, Role::Server) => {
+                    if req.rdma_cm().is_none() {
+                        // Status 2: rejected (not RDMA-CM's).
+                        self.cm.sidr_reply(&req, 2, Qpn(0), 0, &[]);
+                        continue;
+                    }
+                    self.cm.sidr_reply(&req, 0, self.qpn, self.qkey.0, &[]);
+                    self.askers.retain(|&(p, _)| p != req.peer);
+                    if self.askers.len() >= Self::ASKERS {
+                        self.askers.pop_front();
+                    }
+                    self.askers.push_back((req.peer, now));
+                }
+                (
+                    CmEvent::SidrReply {
+                        conn,
+                        status,
+                        qpn,
+                        qkey,
+                        ..
+                    },
+                    Role::Client { peer, ask },
+                ) if Some(conn) == ask => {
+                    if status != 0 {
+                        return Err(AppError::Sidr(SidrFailure::Refused { peer, status }));
+                    }
+                    self.resolved = Some(AddressHandle {
+                        local: self.local,
+                        remote: peer,
+                        remote_port: ROCEV2_UDP_PORT,
+                        dest_qpn: qpn,
+                        qkey: QKey(qkey),
+                    });
+                }
+                (CmEvent::TimedOut { conn }, Role::Client { peer, ask }) if Some(conn) == ask => {
+                    return Err(AppError::Sidr(SidrFailure::NoAnswer(peer)));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the MADs the session made to QP1. Call last in the application's `poll`.
+    pub fn flush(&mut self, dev: &mut Device) {
+        flush(&mut self.cm, dev);
+    }
+
+    /// Client: the server's UD QP, once its SIDR_REP came.
+    pub fn resolved(&self) -> Option<AddressHandle> {
+        self.resolved
+    }
+
+    /// Server: where to answer a UD message that came from `src` naming QP `qpn` (its
+    /// immediate, as udaddy's): `None` unless `src` is a peer the server answered a SIDR_REQ
+    /// of (and still remembers). A client takes messages only from its server.
+    pub fn reply_to(&self, src: IpAddr, qpn: Qpn) -> Option<AddressHandle> {
+        let known = match self.role {
+            Role::Server => self.askers.iter().any(|&(p, _)| p == src),
+            Role::Client { peer, .. } => peer == src,
+        };
+        known.then_some(AddressHandle {
+            local: self.local,
+            remote: src,
+            remote_port: ROCEV2_UDP_PORT,
+            dest_qpn: Qpn(qpn.0 & 0x00ff_ffff),
+            qkey: self.qkey,
+        })
+    }
+
+    /// Server: gives up the exchange with `peer` (`why`, in the line it prints) and forgets
+    /// that it asked: its messages are no longer taken until it asks again.
+    pub fn give_up(&mut self, peer: IpAddr, why: &str) {
+        eprintln!(
+            "{}: gave up a SIDR set-up from {peer} ({why}); listening again",
+            self.name
+        );
+        self.given_up += 1;
+        self.askers.retain(|&(p, _)| p != peer);
+    }
+
+    /// Set-ups given up so far.
+    pub fn given_up(&self) -> u64 {
+        self.given_up
+    }
+}
