@@ -179,41 +179,82 @@ fn udaddy_and_ucmatose_at_both_ends() {
     }
 }
 
-/// A hostile client of `roce pingpong`'s server: records that are not the format's, and one
-/// whose GID is zero. Each is one error line and a non-zero exit, never a hang or a panic.
-/// (A peer that says nothing is cut off by the exchange's 30 s step timeout.)
+/// Hostile clients of `roce pingpong`'s server: records that are not the format's, one
+/// whose GID is zero, one whose GID names another host than the one it connects from, one
+/// that names a multicast group. Each costs the server that client, in one line, never a
+/// hang or a panic, and the next client is served: a stranger who speaks first does not
+/// end the server.
 #[test]
-fn a_hostile_exchange_is_one_line() {
+fn a_hostile_exchange_costs_the_server_that_client_only() {
     use std::io::Write;
-    let (_, s) = ips(119);
+    let (c, s) = ips(119);
     let port = "21419";
-    for (i, payload) in [
-        b"0000:zzzzzz:000000:00000000000000000000000000000000\0".to_vec(),
-        vec![0xffu8; 52],
-        b"0000:000011:000001:00000000000000000000000000000000\0".to_vec(), // zero GID
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let srv = std::process::Command::new(common::BIN)
-            .args(["pingpong", "rc", "--bind", &s, "-p", port, "--link", "udp"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let mut t = std::net::TcpStream::connect((s.as_str(), 21419)).unwrap();
-        t.write_all(&payload).unwrap();
-        let out = srv.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "case {i}: {err}");
-        let last = err.trim().lines().last().unwrap_or("");
-        assert!(last.starts_with("roce pingpong: "), "case {i}: {err}");
-        assert!(!err.contains("panicked"), "case {i}: {err}");
-        if i == 2 {
-            assert!(last.contains("run the peer with -g"), "{err}");
-        } else {
-            assert!(last.contains("pingpong record"), "case {i}: {err}");
-        }
+    let cases: [(&[u8], &str); 5] = [
+        (
+            b"0000:zzzzzz:000000:00000000000000000000000000000000\0",
+            "pingpong record",
+        ),
+        (&[0xff; 52], "pingpong record"),
+        (
+            b"0000:000011:000001:00000000000000000000000000000000\0",
+            "run the peer with -g",
+        ),
+        // ::ffff:10.9.9.9, a third host.
+        (
+            b"0000:000011:000001:00000000000000000000ffff0a090909\0",
+            "10.9.9.9, but the exchange came from",
+        ),
+        // ::ffff:224.0.0.1, a multicast group.
+        (
+            b"0000:000011:000001:00000000000000000000ffffe0000001\0",
+            "not a unicast address",
+        ),
+    ];
+    let srv = std::process::Command::new(common::BIN)
+        .args(["pingpong", "rc", "--bind", &s, "-p", port, "--link", "udp"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for (payload, _) in &cases {
+        let local = std::net::SocketAddr::new(c.parse().unwrap(), 0);
+        let sock = connect_from(local, &s, 21419);
+        let mut t = sock;
+        t.write_all(payload).unwrap();
+        // The server reads the record, refuses it and closes the connection.
+        let mut rest = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut t, &mut rest);
     }
+    let (code, out, err) = roce(&[
+        "pingpong", "rc", &s, "-p", port, "--bind", &c, "--link", "udp",
+    ]);
+    assert_eq!(code, 0, "the next client: {out}{err}");
+    let out = srv.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("gave up a set-up from"))
+        .collect();
+    assert_eq!(lines.len(), cases.len(), "{err}");
+    for ((_, why), line) in cases.iter().zip(&lines) {
+        assert!(
+            line.starts_with("roce pingpong: ") && line.contains(why),
+            "{why}: {err}"
+        );
+        assert!(line.contains(&c), "{err}");
+    }
+}
+
+/// A TCP connection to `s:port` from `local` (the test's client address, so that the
+/// server sees where the records came from).
+fn connect_from(local: std::net::SocketAddr, s: &str, port: u16) -> std::net::TcpStream {
+    use rustix::net::{bind, connect, socket, AddressFamily, SocketType};
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    bind(&fd, &local).unwrap();
+    let to = std::net::SocketAddr::new(s.parse().unwrap(), port);
+    connect(&fd, &to).unwrap();
+    std::net::TcpStream::from(fd)
 }

@@ -46,6 +46,12 @@ pub(crate) struct PingPongArgs {
     /// Local address: the server listens here (default all), the client binds it.
     #[arg(long)]
     bind: Option<IpAddr>,
+    /// The peer's RoCE address, when the exchange reaches it at another (a management
+    /// network): the GID in its record must name this address. Without it, the GID must
+    /// name the address the exchange came from (either family may differ: the stock
+    /// servers listen on IPv4 only).
+    #[arg(long, value_name = "ADDR")]
+    peer_roce: Option<IpAddr>,
     /// Both ends in this process (--client-ip <-> --server-ip).
     #[arg(long, conflicts_with = "host")]
     loopback: bool,
@@ -101,6 +107,7 @@ pub(crate) fn run(a: PingPongArgs) -> anyhow::Result<ExitCode> {
         spec.num_qp = a.num_qp;
     }
     spec.chk = a.chk;
+    spec.peer_roce = a.peer_roce;
     spec.validate()?;
     let secrets = Secrets::from_seed(a.seed);
     let link = a.link.link;

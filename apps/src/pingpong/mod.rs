@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::{pingpong, QpRequest, Side};
-use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
+use roce_driver::{runtime, AppError, Application, DriverError, Fault, LinkChoice, Secrets};
 use roce_proto::QKey;
 use roce_stack::ud::{UdSend, GRH_LEN};
 use roce_stack::{
@@ -69,6 +69,9 @@ pub struct PingPongSpec {
     pub num_qp: u32,
     /// `-c`: validate the received buffer.
     pub chk: bool,
+    /// The peer's RoCE address when it is not the one the exchange runs over (a management
+    /// network): its GID must name this address. `None`: the exchange's own address.
+    pub peer_roce: Option<IpAddr>,
 }
 
 impl PingPongSpec {
@@ -82,6 +85,7 @@ impl PingPongSpec {
             rx_depth: 500,
             num_qp: if tool == Tool::Srq { 16 } else { 1 },
             chk: false,
+            peer_roce: None,
         }
     }
 
@@ -188,6 +192,9 @@ pub struct PingPongResult {
     pub retransmitted_packets: u64,
     /// The link datagrams were received on.
     pub link: &'static str,
+    /// UD: messages dropped because they came from another host than the peer the
+    /// exchange named (their receives posted again, nothing echoed).
+    pub strangers: u64,
 }
 
 impl std::fmt::Display for PingPongResult {
@@ -226,6 +233,7 @@ pub struct PingPong {
     rcnt: u64,
     started: Option<Instant>,
     last: Instant,
+    strangers: u64,
 }
 
 impl PingPong {
@@ -257,6 +265,7 @@ impl PingPong {
             rcnt: 0,
             started: None,
             last: Instant::from_nanos(0),
+            strangers: 0,
         };
         me.refill(dev)?;
         Ok(me)
@@ -383,6 +392,18 @@ impl PingPong {
             peer: peer.to_string(),
             retransmitted_packets: dev.stats().retransmitted_packets,
             link,
+            strangers: self.strangers,
+        }
+    }
+}
+
+impl PingPong {
+    /// UD: whether a received message came from another host than the peer.
+    fn sent_by_a_stranger(&self, c: &roce_stack::Completion) -> bool {
+        match (self.ahs.first(), c.src) {
+            (Some(ah), Some(src)) => src.ip().to_canonical() != ah.remote.to_canonical(),
+            (Some(_), None) => true,
+            (None, _) => false,
         }
     }
 }
@@ -404,6 +425,13 @@ impl Application for PingPong {
                         "Failed status {:?} for wr_id {} on QP {}",
                         c.status, c.wr_id, c.qp_num
                     )));
+                }
+                if c.opcode == WcOpcode::Recv && self.sent_by_a_stranger(&c) {
+                    // Anyone with the QPN and Q_Key can send to a UD QP: only the peer the
+                    // exchange named is answered.
+                    self.strangers += 1;
+                    self.routs = self.routs.saturating_sub(1);
+                    continue;
                 }
                 self.last = now;
                 if c.opcode == WcOpcode::Recv {
@@ -474,9 +502,9 @@ async fn run_side(
     )?;
     let mut app = PingPong::new(&mut side, spec, client).map_err(DriverError::from)?;
     let peer = if client {
-        pingpong::client(tcp, &mut side).await?
+        pingpong::client(tcp, &mut side, spec.peer_roce).await?
     } else {
-        pingpong::serve(tcp, &mut side).await?
+        pingpong::serve(tcp, &mut side, spec.peer_roce).await?
     };
     let now = side.ep.now();
     app.start(side.ahs.clone(), &mut side.ep.dev, now)
@@ -488,8 +516,14 @@ async fn run_side(
     Ok(app.result(&side.ep.dev, peer.ip, link))
 }
 
-/// `roce pingpong TOOL` without a host: waits on TCP `bind:port` for one client (a stock
-/// tool, or roce) and runs the ping-pong with it; `ready` is called once listening.
+/// How long a server waits for a client that completes a run.
+const WAIT: Duration = Duration::from_secs(600);
+
+/// `roce pingpong TOOL` without a host: waits on TCP `bind:port` for a client (a stock
+/// tool, or roce) and runs the ping-pong with it; `ready` is called once listening. A
+/// client that breaks the exchange or the run (a record refused, a message of another
+/// size, silence) costs the server that client: one line, and the next is served, within
+/// 600 s of the start.
 pub fn serve(
     bind: IpAddr,
     port: u16,
@@ -500,10 +534,23 @@ pub fn serve(
 ) -> Result<PingPongResult, DriverError> {
     spec.validate()?;
     runtime()?.block_on(async move {
-        let tcp =
-            roce_driver::connect::tcp_accept_one(bind, port, Some(Duration::from_secs(600)), ready)
-                .await?;
-        run_side(tcp, spec, false, secrets, link, None).await
+        let door = roce_driver::connect::TcpDoor::bind(bind, port).await?;
+        ready();
+        let until = tokio::time::Instant::now() + WAIT;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let tcp = door.accept(Some(left)).await?;
+            let from = tcp.peer_addr().map_or_else(
+                |_| "a peer".to_string(),
+                |a| a.ip().to_canonical().to_string(),
+            );
+            match run_side(tcp, spec, false, secrets, link, None).await {
+                Err(e) if matches!(e.fault(), Fault::Peer | Fault::Check) => {
+                    eprintln!("roce pingpong: gave up a set-up from {from} ({e}); listening again");
+                }
+                r => return r,
+            }
+        }
     })
 }
 

@@ -13,6 +13,13 @@
 //! `ibv_srq_pingpong` sends 256 records each way, the ones past its `-q` all zero; the others
 //! one. Nothing else crosses the TCP connection: the tools end on their own counts. A peer
 //! whose record carries the zero GID ran without `-g` and is refused with that advice.
+//!
+//! A record is a peer's word about where to send: its GID must be a unicast address, and
+//! the address the exchange came from when both are of one family (the stock servers
+//! listen on IPv4 only, so an IPv6 GID may come over IPv4), or the address the user named
+//! as the peer's RoCE address when the exchange runs over another network. Otherwise it is
+//! refused in one line: a record cannot turn this end's traffic on a third host. The whole exchange, whatever the number of records, has one bound
+//! ([`EXCHANGE`]).
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -24,8 +31,9 @@ use tokio::net::TcpStream;
 use super::{gid_of, ip_of_gid, Side};
 use crate::DriverError;
 
-/// How long one step may wait for the peer.
-const STEP: Duration = Duration::from_secs(30);
+/// How long the whole exchange may take, every step and record included (256 records each
+/// way for `ibv_srq_pingpong`).
+pub const EXCHANGE: Duration = Duration::from_secs(30);
 
 fn err(what: &str, e: impl std::fmt::Display) -> DriverError {
     DriverError::Peer(format!("pingpong exchange, {what}: {e}"))
@@ -61,9 +69,8 @@ fn ours(side: &Side, n: usize) -> Vec<Record> {
 async fn write_records(tcp: &mut TcpStream, recs: &[Record]) -> Result<(), DriverError> {
     for r in recs {
         // One write per record: the tools read each with a single read().
-        tokio::time::timeout(STEP, tcp.write_all(&r.emit()))
+        tcp.write_all(&r.emit())
             .await
-            .map_err(|_| err("sending our address", "the peer stopped reading"))?
             .map_err(|e| err("sending our address", e))?;
     }
     Ok(())
@@ -73,18 +80,48 @@ async fn read_records(tcp: &mut TcpStream, n: usize) -> Result<Vec<Record>, Driv
     let mut out = Vec::with_capacity(n);
     let mut b = [0u8; RECORD_LEN];
     for i in 0..n {
-        tokio::time::timeout(STEP, tcp.read_exact(&mut b))
+        tcp.read_exact(&mut b)
             .await
-            .map_err(|_| err("reading the peer's address", "nothing for 30 s"))?
             .map_err(|e| err("reading the peer's address", format!("record {i}: {e}")))?;
         out.push(Record::parse(&b).map_err(|e| err("the peer's address", e))?);
     }
     Ok(out)
 }
 
+/// Whether `ip`, from a peer's GID, may be sent to: a unicast address, and `from` (where
+/// the exchange came from, or the peer's RoCE address the user named) when both are of
+/// one family.
+fn check_gid(ip: IpAddr, from: IpAddr) -> Result<(), DriverError> {
+    let from = from.to_canonical();
+    let unicast = match ip {
+        IpAddr::V4(v4) => !(v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast()),
+        IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_multicast()),
+    };
+    if !unicast {
+        return Err(err(
+            "the peer's address",
+            format!("its GID names {ip}, not a unicast address: refused"),
+        ));
+    }
+    if ip.is_ipv4() == from.is_ipv4() && ip != from {
+        return Err(err(
+            "the peer's address",
+            format!(
+                "its GID names {ip}, but the exchange came from {from}: refused (a record may not send this end's traffic to another host; --peer-roce {ip} if that is the peer's RoCE address)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The QPs the peer announced for this side's `qps` and where it is: its first records, the
-/// address from record 0's GID (`ibv_srq_pingpong` addresses every QP with it).
-fn peers(side: &Side, recs: &[Record]) -> Result<(Vec<(Qpn, Psn)>, IpAddr), DriverError> {
+/// address from record 0's GID (`ibv_srq_pingpong` addresses every QP with it), checked
+/// against `from`: where the exchange came from, or the peer's RoCE address.
+fn peers(
+    side: &Side,
+    recs: &[Record],
+    from: IpAddr,
+) -> Result<(Vec<(Qpn, Psn)>, IpAddr), DriverError> {
     let first = recs
         .first()
         .ok_or_else(|| err("the peer's address", "no record"))?;
@@ -94,6 +131,7 @@ fn peers(side: &Side, recs: &[Record]) -> Result<(Vec<(Qpn, Psn)>, IpAddr), Driv
             "its GID is zero: run the peer with -g (the GID index of its RoCEv2 address, 1 on rxe)",
         )
     })?;
+    check_gid(ip, from)?;
     let n = side.qps.len();
     let used = &recs[..n.min(recs.len())];
     if used.len() < n || used.iter().any(|r| r.qpn.0 == 0) {
@@ -118,18 +156,60 @@ pub struct Peer {
 }
 
 /// The server's half on an accepted connection. `side`'s receives must be posted: the peer
-/// sends as soon as it has this side's records.
-pub async fn serve(mut tcp: TcpStream, side: &mut Side) -> Result<Peer, DriverError> {
+/// sends as soon as it has this side's records. `peer_roce`: the peer's RoCE address, when
+/// not the exchange's (its GID must name it).
+pub async fn serve(
+    tcp: TcpStream,
+    side: &mut Side,
+    peer_roce: Option<IpAddr>,
+) -> Result<Peer, DriverError> {
+    bounded(serve_steps(tcp, side, peer_roce)).await
+}
+
+/// The client's half on a connected stream: after it the QPs are ready and the server
+/// waits for this side's first message. `peer_roce` as for [`serve`].
+pub async fn client(
+    tcp: TcpStream,
+    side: &mut Side,
+    peer_roce: Option<IpAddr>,
+) -> Result<Peer, DriverError> {
+    bounded(client_steps(tcp, side, peer_roce)).await
+}
+
+async fn bounded(
+    steps: impl std::future::Future<Output = Result<Peer, DriverError>>,
+) -> Result<Peer, DriverError> {
+    tokio::time::timeout(EXCHANGE, steps)
+        .await
+        .map_err(|_| err("the exchange", "not done within 30 s"))?
+}
+
+/// Where the peer's GID must point: `peer_roce`, else where the exchange came from.
+fn peer_ip(tcp: &TcpStream, peer_roce: Option<IpAddr>) -> Result<IpAddr, DriverError> {
+    if let Some(ip) = peer_roce {
+        return Ok(ip);
+    }
+    Ok(tcp
+        .peer_addr()
+        .map_err(|e| DriverError::step("the exchange's TCP peer", e))?
+        .ip())
+}
+
+async fn serve_steps(
+    mut tcp: TcpStream,
+    side: &mut Side,
+    peer_roce: Option<IpAddr>,
+) -> Result<Peer, DriverError> {
     let _ = tcp.set_nodelay(true);
+    let from = peer_ip(&tcp, peer_roce)?;
     let n = records_each_way(side);
     let theirs = read_records(&mut tcp, n).await?;
-    let (qps, ip) = peers(side, &theirs)?;
+    let (qps, ip) = peers(side, &theirs, from)?;
     side.connect(&qps, ip)?;
     write_records(&mut tcp, &ours(side, n)).await?;
     let mut done = [0u8; DONE.len()];
-    tokio::time::timeout(STEP, tcp.read_exact(&mut done))
+    tcp.read_exact(&mut done)
         .await
-        .map_err(|_| err("waiting for \"done\"", "nothing for 30 s"))?
         .map_err(|e| err("waiting for \"done\"", e))?;
     Ok(Peer {
         records: theirs[..side.qps.len()].to_vec(),
@@ -137,21 +217,44 @@ pub async fn serve(mut tcp: TcpStream, side: &mut Side) -> Result<Peer, DriverEr
     })
 }
 
-/// The client's half on a connected stream: after it the QPs are ready and the server
-/// waits for this side's first message.
-pub async fn client(mut tcp: TcpStream, side: &mut Side) -> Result<Peer, DriverError> {
+async fn client_steps(
+    mut tcp: TcpStream,
+    side: &mut Side,
+    peer_roce: Option<IpAddr>,
+) -> Result<Peer, DriverError> {
     let _ = tcp.set_nodelay(true);
+    let from = peer_ip(&tcp, peer_roce)?;
     let n = records_each_way(side);
     write_records(&mut tcp, &ours(side, n)).await?;
     let theirs = read_records(&mut tcp, n).await?;
-    tokio::time::timeout(STEP, tcp.write_all(DONE))
+    tcp.write_all(DONE)
         .await
-        .map_err(|_| err("sending \"done\"", "the peer stopped reading"))?
         .map_err(|e| err("sending \"done\"", e))?;
-    let (qps, ip) = peers(side, &theirs)?;
+    let (qps, ip) = peers(side, &theirs, from)?;
     side.connect(&qps, ip)?;
     Ok(Peer {
         records: theirs[..side.qps.len()].to_vec(),
         ip,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gid_must_be_unicast_and_where_the_exchange_came_from() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(check_gid(ip("10.0.0.2"), ip("10.0.0.2")).is_ok());
+        // The exchange over IPv4 (a stock server's), the RoCE address IPv6, and back.
+        assert!(check_gid(ip("2001:db8::2"), ip("10.0.0.2")).is_ok());
+        assert!(check_gid(ip("10.0.0.2"), ip("::ffff:10.0.0.2")).is_ok());
+        for bad in ["10.0.0.3", "0.0.0.0", "255.255.255.255", "224.0.0.1"] {
+            let e = check_gid(ip(bad), ip("10.0.0.2")).unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("refused"), "{e}");
+        }
+        for bad in ["ff02::1", "::", "2001:db8::3"] {
+            assert!(check_gid(ip(bad), ip("2001:db8::2")).is_err(), "{bad}");
+        }
+    }
 }
