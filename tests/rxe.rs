@@ -390,7 +390,14 @@ fn ipv6_pingpong_and_rping_both_roles() {
 /// released each connection (as many REQs, REPs, RTUs as connections; a DREQ and a DREP each);
 /// the capture verifies and nothing was retransmitted.
 fn cm_sends(gcmd: &str, rargs: &[&str], kernel_server: bool, conns: u64, msgs: u64) {
+    cm_sends_on(Net::V4, gcmd, rargs, kernel_server, conns, msgs);
+}
+
+/// [`cm_sends`] over `net`.
+fn cm_sends_on(net: Net, gcmd: &str, rargs: &[&str], kernel_server: bool, conns: u64, msgs: u64) {
     let peer = peer!();
+    net.set_up();
+    let gcmd = &net.guest(gcmd);
     let cap = Capture::start();
     let mut args = rargs.to_vec();
     args.push("--json");
@@ -458,28 +465,41 @@ fn rdma_server_and_rdma_client_both_roles() {
 /// librdmacm's udaddy against `roce udaddy`, both roles: the UD QP found through SIDR (Q_Key
 /// 0x01234567), then `-C` UD SENDs with immediate each way, every one arriving.
 fn udaddy(kernel_server: bool, count: u32, size: u32) {
+    udaddy_on(Net::V4, kernel_server, count, size);
+}
+
+/// [`udaddy`] over `net`.
+fn udaddy_on(net: Net, kernel_server: bool, count: u32, size: u32) {
     let peer = peer!();
+    net.set_up();
     let cap = Capture::start();
     let (c, s) = (count.to_string(), size.to_string());
+    let (vm, host) = (net.vm, net.host);
+    // The stock server binds IPv4's any address unless told one.
+    let bind = if net == Net::V6 {
+        format!("-b {vm} ")
+    } else {
+        String::new()
+    };
     let (rc, out, code, rout, rerr) = if kernel_server {
-        let mut guest = peer.start(&format!("udaddy -C {count} -S {size}"));
+        let mut guest = peer.start(&net.guest(&format!("udaddy {bind}-C {count} -S {size}")));
         assert!(guest.wait_started(90), "the guest did not start");
-        std::thread::sleep(std::time::Duration::from_millis(1500));
+        std::thread::sleep(std::time::Duration::from_millis(2500));
         let (code, rout, rerr) =
-            Host::start(&["udaddy", "-s", VM, "-b", HOST, "-C", &c, "-S", &s, "--json"])
+            Host::start(&["udaddy", "-s", vm, "-b", host, "-C", &c, "-S", &s, "--json"])
                 .finish(120);
         let (rc, out) = guest.finish(60);
         (rc, out, code, rout, rerr)
     } else {
-        let roce = Host::start(&["udaddy", "-b", HOST, "-C", &c, "-S", &s, "--json"]);
+        let roce = Host::start(&["udaddy", "-b", host, "-C", &c, "-S", &s, "--json"]);
         std::thread::sleep(std::time::Duration::from_millis(500));
         let (rc, out) = peer
-            .start(&format!("udaddy -s {HOST} -C {count} -S {size}"))
+            .start(&net.guest(&format!("udaddy -s {host} -C {count} -S {size}")))
             .finish(120);
         let (code, rout, rerr) = roce.finish(30);
         (rc, out, code, rout, rerr)
     };
-    let what = format!("udaddy (kernel server: {kernel_server})");
+    let what = format!("udaddy (kernel server: {kernel_server}, {net:?})");
     assert_eq!(rc, Some(0), "{what}: udaddy:\n{out}\nroce:\n{rout}{rerr}");
     assert_eq!(code, Some(0), "{what}: roce:\n{rout}{rerr}\nudaddy:\n{out}");
     assert!(out.contains("data transfers complete"), "{what}: {out}");
@@ -490,7 +510,7 @@ fn udaddy(kernel_server: bool, count: u32, size: u32) {
         Some(u64::from(count)),
         "{what}: {rout}"
     );
-    assert_eq!(r["peer"], VM);
+    assert_eq!(r["peer"], vm);
     let a = cap.verify(&what);
     // SIDR_REQ and SIDR_REP, then the messages both ways.
     assert_eq!(a.packets, 2 + 2 * u64::from(count), "{what}: {a:?}");
@@ -500,6 +520,47 @@ fn udaddy(kernel_server: bool, count: u32, size: u32) {
 fn udaddy_both_roles() {
     udaddy(true, 10, 100);
     udaddy(false, 50, 4000);
+}
+
+/// ucmatose, rdma_server/rdma_client and udaddy over IPv6, both roles: RDMA-CM's header
+/// and the CM's paths carry IPv6 addresses, rxe's GID index 2 names the guest's.
+#[test]
+fn ipv6_ucmatose_rdma_server_and_udaddy_both_roles() {
+    let (vm, host) = (Net::V6.vm, Net::V6.host);
+    cm_sends_on(
+        Net::V6,
+        &format!("ucmatose -b {vm}"),
+        &["ucmatose", "-s", vm, "-b", host],
+        true,
+        1,
+        10,
+    );
+    cm_sends_on(
+        Net::V6,
+        &format!("ucmatose -s {host} -c 2 -C 20 -S 1000"),
+        &["ucmatose", "-b", host, "-c", "2", "-C", "20", "-S", "1000"],
+        false,
+        2,
+        40,
+    );
+    cm_sends_on(
+        Net::V6,
+        &format!("rdma_server -s {vm}"),
+        &["rdma-client", "-s", vm, "-b", host],
+        true,
+        1,
+        1,
+    );
+    cm_sends_on(
+        Net::V6,
+        &format!("rdma_client -s {host}"),
+        &["rdma-server", "-s", host],
+        false,
+        1,
+        1,
+    );
+    udaddy_on(Net::V6, true, 10, 100);
+    udaddy_on(Net::V6, false, 20, 1000);
 }
 
 /// One of perftest's tests against `roce perf ... --perftest`: the kernel's `ib_{tool}` as
