@@ -46,6 +46,9 @@ pub struct Control {
     rd: BufReader<OwnedReadHalf>,
     wr: OwnedWriteHalf,
     line: Vec<u8>,
+    /// `line` holds a frame read ahead ([`accept`] reads a client's first before handing
+    /// the connection on) that the next receive returns.
+    pending: bool,
 }
 
 impl Control {
@@ -57,6 +60,7 @@ impl Control {
             rd: BufReader::new(r),
             wr: w,
             line: Vec::new(),
+            pending: false,
         }
     }
 
@@ -92,6 +96,9 @@ impl Control {
     /// Reads one line into `self.line` (without the newline), at most [`MAX_LINE`] bytes.
     async fn read_line(&mut self) -> Result<(), DriverError> {
         let peer = |e: std::io::Error| DriverError::Peer(format!("control connection: {e}"));
+        if std::mem::take(&mut self.pending) {
+            return Ok(());
+        }
         self.line.clear();
         loop {
             let chunk = self.rd.fill_buf().await.map_err(peer)?;
@@ -209,32 +216,94 @@ pub async fn connect(
     Ok((Control::new(stream), local_ip))
 }
 
-/// Accepts one client on `listener` (within `timeout`, when given). Returns the channel, the
-/// local IP the client reached and the client's address.
+/// How many connections a server waits on at once for a first message; past it the oldest
+/// is closed.
+pub const MAX_WAITING: usize = 16;
+
+/// Accepts one client on `listener` (within `timeout`, when given): the first connection
+/// whose first line is a control frame (an application message). Connections are waited on
+/// together, up to [`MAX_WAITING`], each for [`ANSWER_TIMEOUT`] at most: one that says
+/// nothing, sends a line longer than [`MAX_LINE`] or something that is not a frame costs
+/// the server that connection only (one line naming the peer), never the wait for the real
+/// client. Returns the channel (its first frame still to be received), the local IP the
+/// client reached and the client's address.
 pub async fn accept(
     listener: std::net::TcpListener,
     timeout: Option<Duration>,
 ) -> Result<(Control, IpAddr, SocketAddr), DriverError> {
     let listener = TcpListener::from_std(listener).map_err(setup("listener"))?;
-    // A peer the allow-list refuses is closed at once; the wait goes on.
-    let accept = async {
-        loop {
-            match listener.accept().await {
-                Ok((s, peer)) if crate::allow::admit(peer.ip(), "a TCP connection") => {
-                    return Ok((s, peer))
-                }
-                Ok(_) => continue,
-                Err(e) => return Err(e),
-            }
+    let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
+    let expired = async {
+        match deadline {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
         }
     };
-    let (stream, peer) = match timeout {
-        Some(d) => tokio::time::timeout(d, accept)
-            .await
-            .map_err(|_| DriverError::Setup(format!("no client connected within {d:?}")))?,
-        None => accept.await,
+    tokio::pin!(expired);
+    let mut waiting: tokio::task::JoinSet<
+        Result<(Control, SocketAddr), (SocketAddr, DriverError)>,
+    > = tokio::task::JoinSet::new();
+    let mut order: std::collections::VecDeque<tokio::task::AbortHandle> =
+        std::collections::VecDeque::new();
+    loop {
+        tokio::select! {
+            a = listener.accept() => {
+                let (stream, peer) = a.map_err(setup("accept"))?;
+                // A peer the allow-list refuses is closed at once; the wait goes on.
+                if !crate::allow::admit(peer.ip(), "a TCP connection") {
+                    continue;
+                }
+                if waiting.len() >= MAX_WAITING {
+                    if let Some(oldest) = order.pop_front() {
+                        oldest.abort();
+                    }
+                }
+                order.retain(|h| !h.is_finished());
+                order.push_back(waiting.spawn(first_frame(stream, peer)));
+            }
+            Some(done) = waiting.join_next(), if !waiting.is_empty() => match done {
+                Ok(Ok((ctl, peer))) => {
+                    let local_ip = ctl.wr.local_addr().map_err(setup("control socket"))?.ip();
+                    return Ok((ctl, local_ip, peer));
+                }
+                Ok(Err((peer, e))) => eprintln!(
+                    "roce: gave up a control connection from {} ({e}); listening again",
+                    peer.ip()
+                ),
+                // Aborted: the oldest of too many waiting.
+                Err(_) => {}
+            },
+            () = &mut expired => {
+                let d = timeout.unwrap_or_default();
+                return Err(DriverError::Setup(format!("no client connected within {d:?}")));
+            }
+        }
     }
-    .map_err(setup("accept"))?;
-    let local_ip = stream.local_addr().map_err(setup("control socket"))?.ip();
-    Ok((Control::new(stream), local_ip, peer))
+}
+
+/// Reads a new connection's first line, within [`ANSWER_TIMEOUT`], and checks that it is a
+/// control frame carrying an application message; it stays in the [`Control`] for the
+/// application to receive.
+async fn first_frame(
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Result<(Control, SocketAddr), (SocketAddr, DriverError)> {
+    let mut ctl = Control::new(stream);
+    let read = tokio::time::timeout(ANSWER_TIMEOUT, ctl.read_line()).await;
+    match read {
+        Err(_) => return Err((peer, no_answer(ANSWER_TIMEOUT))),
+        Ok(Err(e)) => return Err((peer, e)),
+        Ok(Ok(())) => {}
+    }
+    match serde_json::from_slice::<Frame<serde_json::Value>>(&ctl.line) {
+        Ok(Frame::Msg(_)) => {
+            ctl.pending = true;
+            Ok((ctl, peer))
+        }
+        Ok(f) => Err((peer, unexpected(&f))),
+        Err(e) => Err((
+            peer,
+            DriverError::Peer(format!("unreadable control message: {e}")),
+        )),
+    }
 }
