@@ -457,3 +457,79 @@ fn one_req_for_a_large_run_costs_the_server_one_qp() {
         "one REQ grew the server by {grown} KiB ({before} -> {after})"
     );
 }
+
+/// A `--cm` client that connects, starts its run and then stops (SIGSTOP: silent, its
+/// sockets still open) costs a server that run: given up after the session's silence
+/// bound, said in one line, and the next client, from another address, verifies. `stops`
+/// and `next` are the two clients' arguments, each taking its address last (`--bind`).
+fn a_client_that_stops_mid_run_costs_the_server_that_run(
+    n: u8,
+    server: &[&str],
+    stops: &[&str],
+    next: &[&str],
+) {
+    let (c, _) = ips(n);
+    let other = format!("127.0.{n}.3");
+    let srv = spawn(server);
+    let mut args = stops.to_vec();
+    args.push(&c);
+    let mut stopped = Command::new(BIN)
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = stopped.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // The server's bound: 10 s without a datagram or a CM message.
+    std::thread::sleep(Duration::from_secs(12));
+    let mut args = next.to_vec();
+    args.push(&other);
+    let (code, out, err) = roce(&args);
+    let _ = stopped.kill();
+    let _ = stopped.wait();
+    assert_eq!(code, 0, "the next client: {out}{err}");
+    served_after_one_give_up(srv, &c, "silent for 10 s");
+}
+
+#[test]
+fn a_client_that_stops_mid_run_costs_a_perf_server_that_run() {
+    a_client_that_stops_mid_run_costs_the_server_that_run(
+        169,
+        &[
+            "perf",
+            "write",
+            "--cm",
+            "--server",
+            "--bind",
+            "127.0.169.2",
+            "--port",
+            "21469",
+        ],
+        &[
+            "perf",
+            "write",
+            "--cm",
+            "-D",
+            "30",
+            "--client",
+            "127.0.169.2:21469",
+            "--bind",
+        ],
+        &[
+            "perf",
+            "write",
+            "--cm",
+            "-n",
+            "200",
+            "--client",
+            "127.0.169.2:21469",
+            "--bind",
+        ],
+    );
+}

@@ -246,6 +246,8 @@ impl Sends {
                 }
                 self.post_receives(dev)?;
             }
+            // A listener's only.
+            SessionEvent::Asked(_) => {}
         }
         Ok(())
     }
@@ -363,9 +365,7 @@ async fn run(
         Tool::RdmaServer => "roce rdma-server",
     };
     let session = match server {
-        Some(peer) => CmSession::client(&side, terms, &secrets, salt, name, peer, |i| {
-            0xc000 | i as u16
-        })?,
+        Some(peer) => CmSession::client(&side, terms, &secrets, salt, name, peer)?,
         None => CmSession::server(&side, terms, &secrets, salt, name)?,
     };
     let mut app = Sends::new(&mut side, spec, client, session).map_err(DriverError::from)?;

@@ -15,17 +15,14 @@ use std::time::Duration;
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
-    bind_endpoint, runtime, AppError, Application, DriverError, LinkChoice, Secrets,
+    bind_endpoint, runtime, AppError, Application, DriverError, Fault, LinkChoice, Secrets,
 };
 use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
-use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
-};
 use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, RemoteAddr, Service};
 
 use super::app::{perf_caps, spin};
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
+use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
 
 const MAGIC: &[u8; 4] = b"rpf1";
 
@@ -126,52 +123,43 @@ fn base_params(spec: &PerfSpec) -> ConnectParams {
 
 /// The server's side of one run.
 struct Serving {
-    cm: Cm,
+    session: CmSession,
     secrets: Secrets,
     run: Option<(PerfSpec, bool)>,
-    peer: Option<IpAddr>,
     qps: Vec<LocalQp>,
     psns: Vec<Psn>,
     target: Option<RemoteBuffer>,
     app: Option<PerfApp>,
-    conns: Vec<Option<ConnId>>,
+    /// Each QP's connection, once its REQ was accepted.
+    conns: Vec<Option<usize>>,
     established: usize,
     released: usize,
     until_established: bool,
-    /// The set-up of this run was given up (a REQ whose sender never confirmed, or that
-    /// rejected our REP): the server drops what it made for it and listens again.
+    /// The set-up of this run was given up (the session's bounds, a REP refused, a peer
+    /// gone quiet): the server drops what it made for it and listens again.
     abandoned: bool,
 }
 
 impl Serving {
-    fn on_request(
-        &mut self,
-        dev: &mut Device,
-        now: Instant,
-        conn: ConnId,
-        req: &roce_stack::cm::PeerRequest,
-    ) -> Result<(), AppError> {
-        let refuse = |cm: &mut Cm, why: &[u8]| {
-            cm.reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, why);
-        };
-        let Some((spec, k, last)) = req.rdma_cm().and_then(|(_, d)| decode_req(d, req.mtu)) else {
+    fn on_asked(&mut self, dev: &mut Device, now: Instant, asked: Asked) -> Result<(), AppError> {
+        let Some((spec, k, last)) = decode_req(&asked.data, asked.mtu) else {
             eprintln!(
-                "roce perf: refused a CM REQ from {} (REJ consumer_reject): it carries no roce perf request (a perftest -R client is not spoken yet)",
-                req.peer
+                "roce perf: refused a CM REQ from {} (REJ consumer_reject): it carries no roce perf request (for a perftest -R client use --perftest)",
+                asked.peer
             );
-            refuse(&mut self.cm, b"not a roce perf REQ");
+            self.session.refuse(&asked, b"not a roce perf REQ");
             return Ok(());
         };
         match self.run {
             None => {
                 if spec.validate().is_err() {
-                    refuse(&mut self.cm, b"invalid spec");
+                    self.session.refuse(&asked, b"invalid spec");
                     return Ok(());
                 }
                 let (qps, mrs) = perf_objects(dev, &spec)?;
                 self.psns = self.secrets.start_psns(spec.nqps(), 0x5e7e)?;
                 self.target = dev.mr(mrs.1).map(RemoteBuffer::of);
-                // The client's region arrives with its RTU (see `set_remote` below).
+                // The client's region arrives with its RTU (see `Up` below).
                 let nowhere = RemoteAddr {
                     va: 0,
                     rkey: RKey(0),
@@ -180,10 +168,9 @@ impl Serving {
                 self.conns = vec![None; qps.len()];
                 self.qps = qps;
                 self.run = Some((spec, last));
-                self.peer = Some(req.peer);
             }
-            Some((s, _)) if s != spec || self.peer != Some(req.peer) => {
-                refuse(&mut self.cm, b"busy");
+            Some((s, _)) if s != spec => {
+                self.session.refuse(&asked, b"busy");
                 return Ok(());
             }
             Some(_) => {}
@@ -191,78 +178,50 @@ impl Serving {
         let k = usize::from(k);
         let (Some(target), true) = (self.target, k < self.conns.len() && self.conns[k].is_none())
         else {
-            refuse(&mut self.cm, b"bad QP index");
+            self.session.refuse(&asked, b"bad QP index");
             return Ok(());
         };
-        self.conns[k] = Some(conn);
-        let offer = QpOffer {
-            qpn: self.qps[k].qpn,
-            starting_psn: self.psns[k],
-            responder_resources: spec.outs,
-            initiator_depth: spec.outs,
-            rnr_retry_count: 7,
-        };
-        if let Some(n) = self.cm.accept(now, conn, offer, &encode_target(&target)) {
-            connect_qp(
-                dev,
-                &self.qps[k],
-                &n,
-                &base_params(&spec),
-                CcConfig::None,
-                0,
-            )?;
-        }
+        let i = self.session.accept(
+            dev,
+            now,
+            &asked,
+            self.qps[k],
+            self.psns[k],
+            &base_params(&spec),
+            spec.outs,
+            CcConfig::None,
+            0,
+            &encode_target(&target),
+        )?;
+        self.conns[k] = Some(i);
         Ok(())
     }
 }
 
 impl Application for Serving {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
+        self.session.poll(dev, now)?;
+        while let Some(e) = self.session.next_event() {
             match e {
-                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-                CmEvent::Request { conn, req } => self.on_request(dev, now, conn, &req)?,
-                CmEvent::Established { conn, .. } => {
-                    if self.conns.contains(&Some(conn)) {
-                        self.established += 1;
-                        let t = self.cm.peer_confirm_data(conn).and_then(decode_target);
-                        if let (Some(t), Some(app)) = (t, &mut self.app) {
-                            app.set_remote(t.at(0));
-                        }
+                SessionEvent::Asked(a) => self.on_asked(dev, now, a)?,
+                SessionEvent::Up(i) => {
+                    self.established += 1;
+                    let t = self.session.confirm_data(i).and_then(decode_target);
+                    if let (Some(t), Some(app)) = (t, &mut self.app) {
+                        app.set_remote(t.at(0));
                     }
                 }
-                CmEvent::Disconnected { conn } => {
-                    if self.conns.contains(&Some(conn)) {
-                        self.released += 1;
-                    }
-                }
-                CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
-                    if !self.conns.contains(&Some(conn)) {
-                        continue;
-                    }
-                    if !self.until_established {
-                        return Err(AppError::Failed(
-                            "the client stopped answering while connecting".into(),
-                        ));
-                    }
-                    // Any address can send a REQ: one that never comes back to confirm
-                    // costs this server its set-up, not its life.
-                    if !self.abandoned {
-                        eprintln!(
-                            "roce perf: gave up a CM set-up from {} (no RTU, or our REP refused); listening again",
-                            self.peer.map_or_else(|| "?".into(), |p| p.to_string())
-                        );
-                    }
-                    self.abandoned = true;
-                }
+                SessionEvent::Released(_) => self.released += 1,
+                // Any address can send a REQ: one never confirmed, or a client gone quiet,
+                // costs this server the run's set-up, not its life.
+                SessionEvent::Restarted => self.abandoned = true,
+                SessionEvent::Accepted(_) => {}
             }
         }
-        if let Some(app) = &mut self.app {
+        if let (Some(app), false) = (&mut self.app, self.abandoned) {
             app.poll(dev, now)?;
         }
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         Ok(())
     }
 
@@ -280,7 +239,9 @@ impl Application for Serving {
 
 /// Serves perf runs whose QPs connect through the CM to `bind` (UDP 4791), RDMA-CM port
 /// `port`, until a run the client marked as its last. Blocking; `ready` is called once the
-/// first endpoint is bound. Returns the number of runs.
+/// first endpoint is bound. A run whose set-up is given up, or whose client goes quiet or
+/// breaks it, costs the server that run (one line); it listens again. Returns the number
+/// of runs.
 pub fn serve_cm(
     bind: IpAddr,
     port: u16,
@@ -291,20 +252,25 @@ pub fn serve_cm(
     let mut ready = Some(ready);
     runtime()?.block_on(async move {
         let mut runs = 0;
+        let mut attempts = 0u64;
         loop {
+            attempts += 1;
             let dev = secrets.device(0x5e7e)?;
-            let mut cm = Cm::new(cm_config(&secrets, 0x5e7e ^ runs)?);
-            cm.listen(rdma_cm_service_id(port));
             let local = SocketAddr::new(bind, ROCEV2_UDP_PORT);
             let mut ep = bind_endpoint(dev, local, ROCEV2_UDP_PORT, Impairment::default(), link)?;
+            let terms = Terms {
+                port,
+                ..Terms::default()
+            };
+            let session =
+                CmSession::listener(ep.now(), terms, &secrets, 0x5e7e ^ attempts, "roce perf")?;
             if let Some(r) = ready.take() {
                 r();
             }
             let mut s = Serving {
-                cm,
+                session,
                 secrets,
                 run: None,
-                peer: None,
                 qps: Vec::new(),
                 psns: Vec::new(),
                 target: None,
@@ -331,8 +297,24 @@ pub fn serve_cm(
                 ep.set_busy_poll(spin(&spec));
             }
             s.until_established = false;
-            ep.run(&mut s, true, pending(), Duration::from_secs(30))
-                .await?;
+            let ran = ep
+                .run(&mut s, true, pending(), Duration::from_secs(30))
+                .await;
+            let failed = ran.map_err(DriverError::from).err();
+            if let Some(e) = failed {
+                if !matches!(e.fault(), Fault::Peer | Fault::Check) {
+                    return Err(e);
+                }
+                let peer = s
+                    .session
+                    .peer()
+                    .map_or_else(|| "?".into(), |p| p.to_string());
+                eprintln!("roce perf: gave up a run with {peer} ({e}); listening again");
+                continue;
+            }
+            if s.abandoned {
+                continue;
+            }
             runs += 1;
             if s.run.is_some_and(|(_, last)| last) {
                 return Ok(runs);
@@ -343,112 +325,43 @@ pub fn serve_cm(
 
 /// The client's side of one run.
 struct Running {
-    cm: Cm,
-    local: IpAddr,
-    server: IpAddr,
-    port: u16,
+    session: CmSession,
     spec: PerfSpec,
-    last: bool,
     qps: Vec<LocalQp>,
-    psns: Vec<Psn>,
     mrs: (MrHandle, MrHandle),
-    conns: Vec<ConnId>,
     targets: Vec<Option<RemoteBuffer>>,
     established: usize,
     released: usize,
     app: Option<PerfApp>,
-    started: bool,
     releasing: bool,
 }
 
 impl Application for Running {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        if !self.started {
-            self.started = true;
-            for (k, q) in self.qps.iter().enumerate() {
-                let o = ConnectOptions {
-                    local: self.local,
-                    peer: self.server,
-                    service_id: rdma_cm_service_id(self.port),
-                    offer: QpOffer {
-                        qpn: q.qpn,
-                        starting_psn: self.psns[k],
-                        responder_resources: self.spec.outs,
-                        initiator_depth: self.spec.outs,
-                        rnr_retry_count: 7,
-                    },
-                    mtu: self.spec.mtu,
-                    retry_count: 7,
-                    local_ack_timeout: 14,
-                    private_data: rdma_cm_req_private(
-                        self.local,
-                        self.server,
-                        ROCEV2_UDP_PORT,
-                        &encode_req(&self.spec, k as u16, self.last),
-                    ),
-                };
-                let c = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
-                // Our target region rides in the RTU: a latency test's server writes back.
-                if let Some(t) = dev.mr(self.mrs.1).map(RemoteBuffer::of) {
-                    self.cm.set_confirm_data(c, &encode_target(&t));
-                }
-                self.conns.push(c);
-            }
-        }
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
+        self.session.poll(dev, now)?;
+        while let Some(e) = self.session.next_event() {
             match e {
-                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-                CmEvent::Established { conn, params } => {
-                    let Some(k) = self.conns.iter().position(|c| *c == conn) else {
-                        continue;
-                    };
-                    let Some(t) = decode_target(&params.private_data) else {
+                SessionEvent::Up(i) => {
+                    let Some(t) = decode_target(self.session.peer_data(i)) else {
                         // Tell the server (REJ instead of the RTU), then say why here.
-                        self.cm.refuse_rep(
+                        self.session.refuse_reply(
                             now,
-                            conn,
-                            roce_stack::cm::reason::CONSUMER_REJECT,
+                            i,
                             b"roce perf: the REP carries no target region",
                         );
-                        flush(&mut self.cm, dev);
+                        self.session.flush(dev);
                         return Err(AppError::Failed(
                             "the server's REP carries no perf target region (not a roce perf server over the CM? \
-                             a stock perftest -R server is not spoken yet); told it with a REJ"
+                             a stock perftest -R server needs --perftest); told it with a REJ"
                                 .into(),
                         ));
                     };
-                    self.targets[k] = Some(t);
-                    connect_qp(
-                        dev,
-                        &self.qps[k],
-                        &params,
-                        &base_params(&self.spec),
-                        CcConfig::None,
-                        0,
-                    )?;
+                    self.targets[i] = Some(t);
                     self.established += 1;
                 }
-                CmEvent::Rejected {
-                    reason,
-                    private_data,
-                    ..
-                } => {
-                    return Err(CmFailure::rejected(
-                        Some(self.server),
-                        None,
-                        reason,
-                        &private_data,
-                    )
-                    .into());
-                }
-                CmEvent::TimedOut { .. } => return Err(CmFailure::no_answer(self.server).into()),
-                CmEvent::Disconnected { .. } => self.released += 1,
-                CmEvent::Request { conn, .. } => {
-                    self.cm
-                        .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
-                }
+                SessionEvent::Released(_) => self.released += 1,
+                // A server's only.
+                SessionEvent::Asked(_) | SessionEvent::Accepted(_) | SessionEvent::Restarted => {}
             }
         }
         if self.app.is_none() && self.established == self.qps.len() {
@@ -471,18 +384,21 @@ impl Application for Running {
                 app.poll(dev, now)?;
                 if app.done() {
                     self.releasing = true;
-                    for &c in &self.conns {
-                        self.cm.disconnect(now, c);
+                    for i in 0..self.qps.len() {
+                        if !self.session.disconnect(now, i) {
+                            // The server released it first.
+                            self.released += 1;
+                        }
                     }
                 }
             }
         }
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         Ok(())
     }
 
     fn done(&self) -> bool {
-        self.releasing && self.released == self.conns.len()
+        self.releasing && self.released >= self.qps.len()
     }
 }
 
@@ -518,22 +434,42 @@ pub fn run_client_cm(
                 link,
             )?;
             ep.set_busy_poll(spin(spec));
-            let mut r = Running {
-                cm: Cm::new(cm_config(&secrets, 0xc11e ^ i as u64)?),
-                local,
-                server,
+            let terms = Terms {
                 port,
+                rd_atomic: spec.outs,
+                mtu: spec.mtu,
+                local_ack_timeout: 14,
+                base: base_params(spec),
+                src_port: SourcePort::Fixed(ROCEV2_UDP_PORT),
+                ..Terms::default()
+            };
+            let with_psns: Vec<(LocalQp, Psn)> = qps.iter().copied().zip(psns).collect();
+            let mut session = CmSession::client_with(
+                local,
+                ep.now(),
+                &with_psns,
+                terms,
+                &secrets,
+                0xc11e ^ i as u64,
+                "roce perf",
+                server,
+                |k| encode_req(spec, k as u16, last),
+            )?;
+            // Our target region rides in the RTU: a latency test's server writes back.
+            if let Some(t) = ep.dev.mr(mrs.1).map(RemoteBuffer::of) {
+                for k in 0..n {
+                    session.set_confirm_data(k, &encode_target(&t));
+                }
+            }
+            let mut r = Running {
+                session,
                 spec: *spec,
-                last,
                 qps,
-                psns,
                 mrs,
-                conns: Vec::new(),
                 targets: vec![None; n],
                 established: 0,
                 released: 0,
                 app: None,
-                started: false,
                 releasing: false,
             };
             ep.run(&mut r, true, pending(), Duration::from_secs(5))

@@ -329,6 +329,8 @@ impl Rping {
                 self.step = Step::Done;
             }
             SessionEvent::Restarted => self.restart(),
+            // A listener's only.
+            SessionEvent::Asked(_) => {}
         }
         Ok(())
     }
@@ -516,9 +518,7 @@ async fn run(
     let terms = Rping::terms(spec.port);
     let session = match server {
         // RDMA-CM's header and nothing else, as rping's rdma_connect sends.
-        Some(peer) => CmSession::client(&side, terms, &secrets, salt, "roce rping", peer, |_| {
-            0xc000 | (spec.port & 0x3fff)
-        })?,
+        Some(peer) => CmSession::client(&side, terms, &secrets, salt, "roce rping", peer)?,
         None => CmSession::server(&side, terms, &secrets, salt, "roce rping")?,
     };
     let mut app = Rping::new(&mut side, spec, client, session);

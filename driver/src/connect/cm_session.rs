@@ -3,6 +3,12 @@
 //! applications whose QPs exist before the exchange ([`Side`]: `rping`, `ucmatose`,
 //! `rdma_server`/`rdma_client`).
 //!
+//! A [`CmSession::listener`] makes no QPs of its own: each REQ is handed to the
+//! application ([`SessionEvent::Asked`], with the consumer's private data), which makes the
+//! QP it asks for and [`CmSession::accept`]s or [`CmSession::refuse`]s it (roce's own
+//! `--cm` servers, whose REQs say how many QPs a run has). [`CmSession::client_with`] sends
+//! private data of the application's in each REQ (and RTU, DREQ).
+//!
 //! An application hands a [`CmSession`] its QPs and its terms, calls [`CmSession::poll`]
 //! from its own `poll` (the MADs in, the CM's timers, the silence bounds), acts on the
 //! [`SessionEvent`]s it then holds, and ends its `poll` with [`CmSession::flush`] (the MADs
@@ -26,10 +32,12 @@ use std::time::Duration;
 
 use roce_proto::Psn;
 use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, reason, Cm, CmEvent, ConnId, ConnectOptions,
-    PeerRequest, QpOffer,
+    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, PeerRequest,
+    QpOffer,
 };
 use roce_stack::{CcConfig, ConnectParams, Device, Instant, QpAttr, QpState};
+
+use roce_stack::cm::reason::CONSUMER_REJECT;
 
 use super::rdma_cm::{connect_qp, flush, pump, CmFailure};
 use super::Side;
@@ -37,7 +45,7 @@ use crate::qps::LocalQp;
 use crate::{AppError, Secrets};
 
 /// What both ends' QPs are offered and asked for, besides what the [`Side`] says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Terms {
     /// The RDMA-CM port (TCP port space).
     pub port: u16,
@@ -51,6 +59,32 @@ pub struct Terms {
     pub local_ack_timeout: u8,
     /// The attributes the CM does not settle (RNR timer, access).
     pub base: ConnectParams,
+    /// Congestion control of the connected QPs (a client's; a listener's are given to
+    /// [`CmSession::accept`]).
+    pub cc: CcConfig,
+    /// The line rate `cc` is clamped to, bits/s.
+    pub line_rate_bps: u64,
+    /// The source port in a client's REQs' RDMA-CM header.
+    pub src_port: SourcePort,
+}
+
+/// The source port a client's REQ names in RDMA-CM's header (Annex A11: the port of the
+/// active side's address; nothing is sent from it over RoCE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePort {
+    /// One of the ephemeral range per connection, as librdmacm's examples bind.
+    Ephemeral,
+    /// This one for every connection (roce's own: 4791).
+    Fixed(u16),
+}
+
+impl SourcePort {
+    fn of(self, i: usize) -> u16 {
+        match self {
+            Self::Ephemeral => 0xc000 | (i as u16 & 0x3fff),
+            Self::Fixed(p) => p,
+        }
+    }
 }
 
 impl Default for Terms {
@@ -67,6 +101,9 @@ impl Default for Terms {
                 min_rnr_timer: 12,
                 ..ConnectParams::default()
             },
+            cc: CcConfig::None,
+            line_rate_bps: 0,
+            src_port: SourcePort::Ephemeral,
         }
     }
 }
@@ -84,8 +121,24 @@ pub enum SessionEvent {
     Released(usize),
     /// Server: the set-up with the last peer was given up. Every QP is back in INIT with
     /// new start PSNs, its queues empty and its completions drained; post again what the
-    /// application posts before a peer connects.
+    /// application posts before a peer connects. A listener's connections are forgotten:
+    /// drop what was made for them.
     Restarted,
+    /// Listener: a peer asks for a connection (a REQ from the peer of the set-up under way,
+    /// or from anyone when none is): [`CmSession::accept`] or [`CmSession::refuse`] it.
+    Asked(Asked),
+}
+
+/// A REQ a listener hands its application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    conn: ConnId,
+    /// Where it came from.
+    pub peer: IpAddr,
+    /// The consumer's private data (after RDMA-CM's header).
+    pub data: Vec<u8>,
+    /// The path MTU it asks for.
+    pub mtu: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,18 +151,21 @@ enum SlotState {
     Released,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Slot {
     qp: LocalQp,
     psn: Psn,
     conn: Option<ConnId>,
     state: SlotState,
+    /// The peer's private data: its REP's (client) or REQ's (listener).
+    data: Vec<u8>,
 }
 
 /// The session's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     Server,
+    Listener,
     Client { peer: IpAddr },
 }
 
@@ -117,7 +173,6 @@ enum Role {
 pub struct CmSession {
     cm: Cm,
     role: Role,
-    local: IpAddr,
     terms: Terms,
     slots: Vec<Slot>,
     /// The peer of the set-up under way.
@@ -162,13 +217,20 @@ impl CmSession {
         salt: u64,
         name: &'static str,
     ) -> Result<Self, crate::DriverError> {
-        let mut s = Self::new(side, terms, secrets, salt, name, Role::Server)?;
+        let qps: Vec<(LocalQp, Psn)> = side
+            .qps
+            .iter()
+            .copied()
+            .zip(side.psns.iter().copied())
+            .collect();
+        let now = side.ep.now();
+        let mut s = Self::new(now, &qps, terms, secrets, salt, name, Role::Server)?;
         s.cm.listen(rdma_cm_service_id(terms.port));
         Ok(s)
     }
 
     /// A client of `peer` on `side`'s address: one REQ per QP, each with RDMA-CM's header
-    /// naming source port `src_port(i)` and nothing else, sent now (the first [`flush`]).
+    /// and nothing else, sent with the first [`CmSession::flush`].
     pub fn client(
         side: &Side,
         terms: Terms,
@@ -176,21 +238,53 @@ impl CmSession {
         salt: u64,
         name: &'static str,
         peer: IpAddr,
-        src_port: impl Fn(usize) -> u16,
     ) -> Result<Self, crate::DriverError> {
-        let mut s = Self::new(side, terms, secrets, salt, name, Role::Client { peer })?;
-        let now = side.ep.now();
+        let qps: Vec<(LocalQp, Psn)> = side
+            .qps
+            .iter()
+            .copied()
+            .zip(side.psns.iter().copied())
+            .collect();
+        Self::client_with(
+            side.ep.local_addr().ip(),
+            side.ep.now(),
+            &qps,
+            terms,
+            secrets,
+            salt,
+            name,
+            peer,
+            |_| Vec::new(),
+        )
+    }
+
+    /// A client at `local` of `peer` for the QPs `qps` (each with its first PSN): one REQ
+    /// each, carrying RDMA-CM's header and `data(i)`, sent with the first
+    /// [`CmSession::flush`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn client_with(
+        local: IpAddr,
+        now: Instant,
+        qps: &[(LocalQp, Psn)],
+        terms: Terms,
+        secrets: &Secrets,
+        salt: u64,
+        name: &'static str,
+        peer: IpAddr,
+        data: impl Fn(usize) -> Vec<u8>,
+    ) -> Result<Self, crate::DriverError> {
+        let mut s = Self::new(now, qps, terms, secrets, salt, name, Role::Client { peer })?;
         s.peer = Some(peer);
         for i in 0..s.slots.len() {
             let o = ConnectOptions {
-                local: s.local,
+                local,
                 peer,
                 service_id: rdma_cm_service_id(terms.port),
                 offer: s.offer(i),
                 mtu: terms.mtu,
                 retry_count: terms.retry_count,
                 local_ack_timeout: terms.local_ack_timeout,
-                private_data: rdma_cm_req_private(s.local, peer, src_port(i), &[]),
+                private_data: rdma_cm_req_private(local, peer, terms.src_port.of(i), &data(i)),
             };
             let conn = s.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
             s.slots[i].conn = Some(conn);
@@ -199,29 +293,42 @@ impl CmSession {
         Ok(s)
     }
 
+    /// A server listening on RDMA-CM port `terms.port` with no QPs of its own:
+    /// each REQ is the application's to accept ([`SessionEvent::Asked`]).
+    pub fn listener(
+        now: Instant,
+        terms: Terms,
+        secrets: &Secrets,
+        salt: u64,
+        name: &'static str,
+    ) -> Result<Self, crate::DriverError> {
+        let mut s = Self::new(now, &[], terms, secrets, salt, name, Role::Listener)?;
+        s.cm.listen(rdma_cm_service_id(terms.port));
+        Ok(s)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn new(
-        side: &Side,
+        now: Instant,
+        qps: &[(LocalQp, Psn)],
         terms: Terms,
         secrets: &Secrets,
         salt: u64,
         name: &'static str,
         role: Role,
     ) -> Result<Self, crate::DriverError> {
-        let now = side.ep.now();
         Ok(Self {
             cm: Cm::new(super::rdma_cm::cm_config(secrets, salt)?),
             role,
-            local: side.ep.local_addr().ip(),
             terms,
-            slots: side
-                .qps
+            slots: qps
                 .iter()
-                .zip(&side.psns)
-                .map(|(&qp, &psn)| Slot {
+                .map(|&(qp, psn)| Slot {
                     qp,
                     psn,
                     conn: None,
                     state: SlotState::Idle,
+                    data: Vec::new(),
                 })
                 .collect(),
             peer: None,
@@ -285,7 +392,7 @@ impl CmSession {
             self.progress = now;
             self.on_event(dev, now, e)?;
         }
-        if self.role == Role::Server && self.under_way() {
+        if self.is_server() && self.under_way() {
             let quiet = now.saturating_duration_since(self.progress);
             let long = now.saturating_duration_since(self.began);
             if quiet >= Self::SILENCE {
@@ -345,7 +452,9 @@ impl CmSession {
                 };
                 if matches!(self.role, Role::Client { .. }) {
                     let q = self.slots[i].qp;
-                    connect_qp(dev, &q, &params, &self.terms.base, CcConfig::None, 0)?;
+                    let t = &self.terms;
+                    connect_qp(dev, &q, &params, &t.base, t.cc, t.line_rate_bps)?;
+                    self.slots[i].data = params.private_data;
                 }
                 self.slots[i].state = SlotState::Up;
                 self.events.push_back(SessionEvent::Up(i));
@@ -364,10 +473,10 @@ impl CmSession {
                     )
                     .into())
                 }
-                Role::Server if self.find(conn).is_some() => {
+                Role::Server | Role::Listener if self.find(conn).is_some() => {
                     self.give_up(dev, now, "it refused our REP");
                 }
-                Role::Server => {}
+                Role::Server | Role::Listener => {}
             },
             CmEvent::TimedOut { conn } => {
                 let Some(i) = self.find(conn) else {
@@ -380,7 +489,7 @@ impl CmSession {
                         return Err(CmFailure::no_answer(peer).into())
                     }
                     (Role::Client { .. }, _) => return Err(CmFailure::Stopped.into()),
-                    (Role::Server, _) => {
+                    (Role::Server | Role::Listener, _) => {
                         self.give_up(dev, now, "no RTU");
                     }
                 }
@@ -409,15 +518,27 @@ impl CmSession {
         req: &PeerRequest,
     ) -> Result<(), AppError> {
         let refuse = |cm: &mut Cm, why: &[u8]| {
-            cm.reject(conn, reason::CONSUMER_REJECT, why);
+            cm.reject(conn, CONSUMER_REJECT, why);
         };
-        if self.role != Role::Server || req.rdma_cm().is_none() {
+        let consumer = match (self.role, req.rdma_cm()) {
+            (Role::Server | Role::Listener, Some((_, data))) => data.to_vec(),
             // Not a client of this server, or not RDMA-CM's.
-            refuse(&mut self.cm, &[]);
-            return Ok(());
-        }
+            _ => {
+                refuse(&mut self.cm, &[]);
+                return Ok(());
+            }
+        };
         if self.peer.is_some_and(|p| p != req.peer) && self.under_way() {
             refuse(&mut self.cm, b"busy");
+            return Ok(());
+        }
+        if self.role == Role::Listener {
+            self.events.push_back(SessionEvent::Asked(Asked {
+                conn,
+                peer: req.peer,
+                data: consumer,
+                mtu: req.mtu,
+            }));
             return Ok(());
         }
         let Some(i) = self.slots.iter().position(|s| s.state == SlotState::Idle) else {
@@ -460,11 +581,21 @@ impl CmSession {
             .secrets
             .start_psns(self.slots.len() as u32, self.salt ^ self.given_up)
             .unwrap_or_else(|_| self.slots.iter().map(|s| s.psn.add(0x0012_3457)).collect());
+        if self.role == Role::Listener {
+            for s in self.slots.drain(..) {
+                if let Some(c) = s.conn {
+                    self.cm.abandon(now, c, CONSUMER_REJECT);
+                }
+            }
+            self.peer = None;
+            self.events.push_back(SessionEvent::Restarted);
+            return;
+        }
         for (s, psn) in self.slots.iter_mut().zip(psns) {
             if let Some(c) = s.conn.take() {
                 // Released (DREQ) when up, refused (REJ) while being set up: either way
                 // forgotten, so that nothing the peer sends later revives it.
-                self.cm.abandon(now, c, reason::CONSUMER_REJECT);
+                self.cm.abandon(now, c, CONSUMER_REJECT);
             }
             let reset = QpAttr::to(QpState::Reset);
             let _ = dev.modify_qp(s.qp.qpn, &reset);
@@ -480,6 +611,98 @@ impl CmSession {
 
     /// Whether this is the server's end.
     pub fn is_server(&self) -> bool {
-        self.role == Role::Server
+        matches!(self.role, Role::Server | Role::Listener)
+    }
+
+    /// Listener: accepts `asked` on QP `qp` (first PSN `psn`), connected with `base` (its
+    /// MTU, READ depths and timers; the CM settles the rest), `rd_atomic` READs each way
+    /// offered, congestion control `cc` clamped to `line_rate_bps`; `reply` goes in the REP.
+    /// The QP is ready to receive before the REP leaves. Returns the connection's index.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        asked: &Asked,
+        qp: LocalQp,
+        psn: Psn,
+        base: &ConnectParams,
+        rd_atomic: u8,
+        cc: CcConfig,
+        line_rate_bps: u64,
+        reply: &[u8],
+    ) -> Result<usize, AppError> {
+        if !self.under_way() {
+            self.began = now;
+        }
+        self.peer = Some(asked.peer);
+        let offer = QpOffer {
+            qpn: qp.qpn,
+            starting_psn: psn,
+            responder_resources: rd_atomic,
+            initiator_depth: rd_atomic,
+            rnr_retry_count: 7,
+        };
+        let i = self.slots.len();
+        self.slots.push(Slot {
+            qp,
+            psn,
+            conn: Some(asked.conn),
+            state: SlotState::Asked,
+            data: asked.data.clone(),
+        });
+        if let Some(n) = self.cm.accept(now, asked.conn, offer, reply) {
+            connect_qp(dev, &qp, &n, base, cc, line_rate_bps)?;
+        }
+        Ok(i)
+    }
+
+    /// Listener: refuses `asked` (REJ, consumer reject, with `why` as its private data).
+    pub fn refuse(&mut self, asked: &Asked, why: &[u8]) {
+        self.cm.reject(asked.conn, CONSUMER_REJECT, why);
+    }
+
+    /// Connections made so far (a listener's grow as it accepts).
+    pub fn connections(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The peer's private data of connection `i`: its REP's (client, once up) or its REQ's
+    /// (listener).
+    pub fn peer_data(&self, i: usize) -> &[u8] {
+        self.slots.get(i).map_or(&[], |s| &s.data)
+    }
+
+    /// The private data of the RTU that established connection `i` (server).
+    pub fn confirm_data(&self, i: usize) -> Option<&[u8]> {
+        self.cm.peer_confirm_data(self.slots.get(i)?.conn?)
+    }
+
+    /// Client: what connection `i`'s RTU carries.
+    pub fn set_confirm_data(&mut self, i: usize, data: &[u8]) {
+        if let Some(c) = self.slots.get(i).and_then(|s| s.conn) {
+            self.cm.set_confirm_data(c, data);
+        }
+    }
+
+    /// What this end's DREQ or DREP of connection `i` carries.
+    pub fn set_release_data(&mut self, i: usize, data: &[u8]) {
+        if let Some(c) = self.slots.get(i).and_then(|s| s.conn) {
+            self.cm.set_release_data(c, data);
+        }
+    }
+
+    /// The private data of the peer's DREQ or DREP of connection `i`.
+    pub fn release_data(&self, i: usize) -> Option<&[u8]> {
+        self.cm.peer_release_data(self.slots.get(i)?.conn?)
+    }
+
+    /// Client: refuses the REP that brought connection `i` up (its data is not what this
+    /// end needs): the peer is told (a REJ in the RTU's place, or a DREQ) rather than left
+    /// resending.
+    pub fn refuse_reply(&mut self, now: Instant, i: usize, why: &[u8]) {
+        if let Some(c) = self.slots.get(i).and_then(|s| s.conn) {
+            self.cm.refuse_rep(now, c, CONSUMER_REJECT, why);
+        }
     }
 }
