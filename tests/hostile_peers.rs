@@ -533,3 +533,27 @@ fn a_client_that_stops_mid_run_costs_a_perf_server_that_run() {
         ],
     );
 }
+
+#[test]
+fn a_client_that_stops_mid_run_costs_a_workload_server_that_run() {
+    a_client_that_stops_mid_run_costs_the_server_that_run(
+        170,
+        &["server", "--cm", "--bind", "127.0.170.2", "--port", "21470"],
+        &[
+            "client",
+            "--cm",
+            "127.0.170.2:21470",
+            "--count",
+            "5000000",
+            "--bind",
+        ],
+        &[
+            "client",
+            "--cm",
+            "127.0.170.2:21470",
+            "--count",
+            "40",
+            "--bind",
+        ],
+    );
+}

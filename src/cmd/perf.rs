@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::perf::{self, PerfResult, PerfTest};
+use roce_driver::connect::AfterGivingUp;
 use roce_driver::Secrets;
 use roce_stack::Service;
 
@@ -141,11 +142,18 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
             .bind
             .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let port = a.ends.port;
-        let runs = perf::cm::serve_cm(bind, port, secrets, a.link.link, || {
-            eprintln!(
+        let runs = perf::cm::serve_cm(
+            bind,
+            port,
+            secrets,
+            a.link.link,
+            AfterGivingUp::ListenAgain,
+            || {
+                eprintln!(
                 "roce perf: waiting for a client's CM REQ on {bind} UDP 4791 (RDMA-CM port {port})"
             );
-        })?;
+            },
+        )?;
         eprintln!("roce perf: client finished after {runs} runs");
         return Ok(ExitCode::SUCCESS);
     }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::workload::{self, OpKind, RunConfig, Transport, WorkloadSpec};
+use roce_driver::connect::AfterGivingUp;
 use roce_driver::{Secrets, DEFAULT_CONTROL_PORT};
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::ConnectParams;
@@ -240,7 +241,8 @@ pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
     if a.cm {
         let secrets = Secrets::from_seed(a.seed);
         let (bind, port) = (a.bind, a.port);
-        let o = workload::cm::serve_cm(bind, port, imp, secrets, a.link.link, tap, || {
+        let after = AfterGivingUp::ListenAgain;
+        let o = workload::cm::serve_cm(bind, port, imp, secrets, a.link.link, tap, after, || {
             eprintln!(
                 "roce server: waiting for a client's CM REQ on {bind} UDP {ROCEV2_UDP_PORT} (RDMA-CM port {port})"
             );

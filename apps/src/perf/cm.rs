@@ -23,6 +23,7 @@ use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, Rem
 use super::app::{perf_caps, spin};
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
 use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
+use roce_driver::connect::AfterGivingUp;
 
 const MAGIC: &[u8; 4] = b"rpf1";
 
@@ -247,6 +248,7 @@ pub fn serve_cm(
     port: u16,
     secrets: Secrets,
     link: LinkChoice,
+    after: AfterGivingUp,
     ready: impl FnOnce(),
 ) -> Result<u64, DriverError> {
     let mut ready = Some(ready);
@@ -288,6 +290,9 @@ pub fn serve_cm(
                 Duration::from_secs(30)
             };
             ep.run(&mut s, true, pending(), wait).await?;
+            if s.abandoned && after == AfterGivingUp::Fail {
+                return Err(DriverError::Peer("the client's set-up was given up".into()));
+            }
             if s.abandoned {
                 // A fresh device, CM and endpoint for the next REQ; this one's QPs and
                 // regions go with it.
@@ -302,7 +307,8 @@ pub fn serve_cm(
                 .await;
             let failed = ran.map_err(DriverError::from).err();
             if let Some(e) = failed {
-                if !matches!(e.fault(), Fault::Peer | Fault::Check) {
+                if after == AfterGivingUp::Fail || !matches!(e.fault(), Fault::Peer | Fault::Check)
+                {
                     return Err(e);
                 }
                 let peer = s
@@ -311,6 +317,11 @@ pub fn serve_cm(
                     .map_or_else(|| "?".into(), |p| p.to_string());
                 eprintln!("roce perf: gave up a run with {peer} ({e}); listening again");
                 continue;
+            }
+            if s.abandoned && after == AfterGivingUp::Fail {
+                return Err(DriverError::Peer(
+                    "the client went quiet in the middle of the run".into(),
+                ));
             }
             if s.abandoned {
                 continue;
@@ -436,7 +447,8 @@ pub fn run_client_cm(
             ep.set_busy_poll(spin(spec));
             let terms = Terms {
                 port,
-                rd_atomic: spec.outs,
+                responder_resources: spec.outs,
+                initiator_depth: spec.outs,
                 mtu: spec.mtu,
                 local_ack_timeout: 14,
                 base: base_params(spec),
@@ -508,7 +520,7 @@ pub fn loopback_cm(
     let port = 18515;
     roce_driver::connect::one_process(
         "roce-perf-cm-server",
-        move |ready| serve_cm(server_ip, port, secrets, link, ready),
+        move |ready| serve_cm(server_ip, port, secrets, link, AfterGivingUp::Fail, ready),
         || run_client_cm(client_ip, server_ip, port, specs, secrets, link, out),
     )?;
     Ok(())

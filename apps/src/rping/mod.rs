@@ -224,7 +224,8 @@ impl Rping {
     fn terms(port: u16) -> Terms {
         Terms {
             port,
-            rd_atomic: 16,
+            responder_resources: 16,
+            initiator_depth: 16,
             base: ConnectParams {
                 min_rnr_timer: 12,
                 ..ConnectParams::default()

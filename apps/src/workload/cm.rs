@@ -16,17 +16,15 @@ use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
+use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
+use roce_driver::connect::AfterGivingUp;
 use roce_driver::endpoint::{Tap, Taps};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
-    bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, Secrets,
+    bind_endpoint, runtime, AppError, Application, DriverError, Fault, Link, LinkChoice, Secrets,
 };
 use roce_proto::{Psn, ROCEV2_UDP_PORT};
-use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, QpOffer,
-};
 use roce_stack::{
     CcConfig, ConnectParams, CqHandle, Device, Drops, Instant, Naks, PdHandle, QpCaps, QpStats,
 };
@@ -267,54 +265,40 @@ fn cc_of(dcqcn: bool) -> CcConfig {
 
 /// The server: accepts one client's REQs, then serves its workload until it releases.
 struct CmServer {
-    cm: Cm,
+    session: CmSession,
     secrets: Secrets,
     pd: PdHandle,
-    peer: Option<IpAddr>,
     req: Option<ReqData>,
     mine: Vec<LocalQp>,
     psns: Vec<Psn>,
     responder: Option<Responder>,
     blocks: Vec<RemoteBuffer>,
-    conns: Vec<Option<ConnId>>,
+    /// Each QP's connection, once its REQ was accepted.
+    conns: Vec<Option<usize>>,
     established: usize,
     released: usize,
     /// Stop once every QP is established (the first phase), or once every QP is released.
     until_established: bool,
-    /// The set-up was given up (no RTU, or our REP refused): listen again, afresh.
+    /// The set-up was given up (the session's bounds, our REP refused, a client gone
+    /// quiet): listen again, afresh.
     abandoned: bool,
     link: Link,
 }
 
 impl CmServer {
-    fn on_request(
-        &mut self,
-        dev: &mut Device,
-        now: Instant,
-        conn: ConnId,
-        req: &roce_stack::cm::PeerRequest,
-    ) -> Result<(), AppError> {
-        let data = req.rdma_cm().and_then(|(_, d)| ReqData::decode(d));
-        let Some(data) = data else {
+    fn on_asked(&mut self, dev: &mut Device, now: Instant, asked: Asked) -> Result<(), AppError> {
+        let Some(data) = ReqData::decode(&asked.data) else {
             eprintln!(
                 "roce: refused a CM REQ from {} (REJ consumer_reject): it carries no roce workload request; for librdmacm's tools use roce rping, ucmatose, rdma-server or udaddy",
-                req.peer
+                asked.peer
             );
-            self.cm.reject(
-                conn,
-                roce_stack::cm::reason::CONSUMER_REJECT,
-                b"not a roce workload REQ",
-            );
+            self.session.refuse(&asked, b"not a roce workload REQ");
             return Ok(());
         };
-        match (&self.req, self.peer) {
-            (None, _) => {
+        match &self.req {
+            None => {
                 if data.spec.validate().is_err() || data.spec.qps > 1024 {
-                    self.cm.reject(
-                        conn,
-                        roce_stack::cm::reason::CONSUMER_REJECT,
-                        b"invalid spec",
-                    );
+                    self.session.refuse(&asked, b"invalid spec");
                     return Ok(());
                 }
                 let n = data.spec.qps;
@@ -329,55 +313,40 @@ impl CmServer {
                 self.responder = Some(r);
                 self.blocks = blocks;
                 self.conns = vec![None; n as usize];
-                self.peer = Some(req.peer);
                 self.req = Some(ReqData {
                     qp: 0,
                     ..data.clone()
                 });
             }
-            (Some(first), Some(peer)) => {
-                if peer != req.peer || first.spec != data.spec {
-                    self.cm
-                        .reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, b"busy");
-                    return Ok(());
-                }
+            // The session refuses other peers while a set-up is under way.
+            Some(first) if first.spec != data.spec => {
+                self.session.refuse(&asked, b"busy");
+                return Ok(());
             }
-            (Some(_), None) => unreachable!("the peer is set with the first REQ"),
+            Some(_) => {}
         }
         let k = usize::from(data.qp);
         if k >= self.conns.len() || self.conns[k].is_some() {
-            self.cm.reject(
-                conn,
-                roce_stack::cm::reason::CONSUMER_REJECT,
-                b"bad QP index",
-            );
+            self.session.refuse(&asked, b"bad QP index");
             return Ok(());
         }
-        self.conns[k] = Some(conn);
         if let Some(r) = &mut self.responder {
             r.prepare(dev, k)?;
         }
-        let offer = QpOffer {
-            qpn: self.mine[k].qpn,
-            starting_psn: self.psns[k],
-            responder_resources: 16,
-            initiator_depth: 16,
-            rnr_retry_count: 7,
-        };
         // The QP is ready before the REP leaves: the client may send right after its RTU.
-        if let Some(params) = self
-            .cm
-            .accept(now, conn, offer, &encode_block(&self.blocks[k]))
-        {
-            connect_qp(
-                dev,
-                &self.mine[k],
-                &params,
-                &ConnectParams::default(),
-                cc_of(data.dcqcn),
-                data.line_rate_bps,
-            )?;
-        }
+        let i = self.session.accept(
+            dev,
+            now,
+            &asked,
+            self.mine[k],
+            self.psns[k],
+            &ConnectParams::default(),
+            16,
+            cc_of(data.dcqcn),
+            data.line_rate_bps,
+            &encode_block(&self.blocks[k]),
+        )?;
+        self.conns[k] = Some(i);
         Ok(())
     }
 }
@@ -395,63 +364,38 @@ impl Application for CmServer {
                 ..Side::default()
             };
             let summary = encode_summary(&side);
-            for c in self.conns.iter().flatten() {
-                self.cm.set_release_data(*c, &summary);
+            for i in self.conns.iter().flatten() {
+                self.session.set_release_data(*i, &summary);
             }
         }
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
+        self.session.poll(dev, now)?;
+        while let Some(e) = self.session.next_event() {
             match e {
-                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-                CmEvent::Request { conn, req } => {
-                    self.on_request(dev, now, conn, &req)?;
-                    flush(&mut self.cm, dev);
-                }
-                CmEvent::Established { conn, .. } => {
-                    // The QP was connected when the REQ was accepted.
-                    if self.conns.contains(&Some(conn)) {
-                        self.established += 1;
-                    }
-                }
-                CmEvent::Disconnected { conn } => {
-                    if self.conns.contains(&Some(conn)) {
-                        self.released += 1;
-                    }
-                }
-                CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
-                    let Some(k) = self.conns.iter().position(|c| *c == Some(conn)) else {
-                        continue;
-                    };
-                    if !self.until_established {
-                        return Err(AppError::Failed(format!(
-                            "QP {k}: the client stopped answering while connecting"
-                        )));
-                    }
-                    // Any address can send a REQ: one never confirmed costs the server its
-                    // set-up (and what it made for it), not its life.
-                    if !self.abandoned {
-                        eprintln!(
-                            "roce server: gave up a CM set-up from {} (no RTU, or our REP refused); listening again",
-                            self.peer.map_or_else(|| "?".into(), |p| p.to_string())
-                        );
-                    }
-                    self.abandoned = true;
-                }
+                SessionEvent::Asked(a) => self.on_asked(dev, now, a)?,
+                // The QP was connected when the REQ was accepted.
+                SessionEvent::Up(_) => self.established += 1,
+                SessionEvent::Released(_) => self.released += 1,
+                // Any address can send a REQ: one never confirmed costs the server its
+                // set-up (and what it made for it), not its life.
+                SessionEvent::Restarted => self.abandoned = true,
+                SessionEvent::Accepted(_) => {}
             }
         }
-        if self.established == self.conns.len() && !self.conns.is_empty() {
+        if self.established == self.conns.len() && !self.conns.is_empty() && !self.abandoned {
             if let Some(r) = &mut self.responder {
                 r.poll(dev, now)?;
             }
         }
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         Ok(())
     }
 
     fn done(&self) -> bool {
+        if self.abandoned {
+            return true;
+        }
         if self.until_established {
-            self.abandoned || (!self.conns.is_empty() && self.established == self.conns.len())
+            !self.conns.is_empty() && self.established == self.conns.len()
         } else {
             !self.conns.is_empty() && self.released == self.conns.len()
         }
@@ -475,6 +419,7 @@ pub struct CmServerOutcome {
 
 /// Serves one client that connects through the CM to `bind` (UDP 4791) on RDMA-CM port
 /// `port`. Blocking; `ready` is called once the socket is bound.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_cm(
     bind: IpAddr,
     port: u16,
@@ -482,17 +427,17 @@ pub fn serve_cm(
     secrets: Secrets,
     link: LinkChoice,
     tap: Option<Tap>,
+    after: AfterGivingUp,
     ready: impl FnOnce(),
 ) -> Result<CmServerOutcome, DriverError> {
     runtime()?.block_on(async move {
         let (mut tap, mut ready) = (tap, Some(ready));
+        let mut attempts = 0u64;
         // Each set-up on a fresh device, CM and endpoint: one given up takes what was made
         // for it along (the capture goes on in the next).
-        let (mut ep, mut app) = loop {
+        let (ep, app) = loop {
             let mut dev = secrets.device(0x5e7e)?;
             let pd = dev.alloc_pd();
-            let mut cm = Cm::new(cm_config(&secrets, 0x5e7e)?);
-            cm.listen(rdma_cm_service_id(port));
             let mut ep = bind_endpoint(
                 dev,
                 SocketAddr::new(bind, ROCEV2_UDP_PORT),
@@ -503,11 +448,17 @@ pub fn serve_cm(
             if let Some(t) = tap.take() {
                 ep.set_tap(t);
             }
+            attempts += 1;
+            let terms = Terms {
+                port,
+                ..Terms::default()
+            };
+            let session =
+                CmSession::listener(ep.now(), terms, &secrets, 0x5e7e ^ attempts, "roce server")?;
             let mut app = CmServer {
-                cm,
+                session,
                 secrets,
                 pd,
-                peer: None,
                 req: None,
                 mine: Vec::new(),
                 psns: Vec::new(),
@@ -526,14 +477,41 @@ pub fn serve_cm(
             // Waiting for a client has no silence bound; serving one has.
             let forever = Duration::from_secs(365 * 24 * 3600);
             ep.run(&mut app, true, pending(), forever).await?;
-            if !app.abandoned {
-                break (ep, app);
+            if app.abandoned && after == AfterGivingUp::Fail {
+                return Err(DriverError::Peer("the client's set-up was given up".into()));
             }
-            tap = ep.take_tap();
+            if app.abandoned {
+                tap = ep.take_tap();
+                continue;
+            }
+            app.until_established = false;
+            let ran = ep
+                .run(&mut app, true, pending(), Duration::from_secs(30))
+                .await;
+            if let Some(e) = ran.map_err(DriverError::from).err() {
+                if after == AfterGivingUp::Fail || !matches!(e.fault(), Fault::Peer | Fault::Check)
+                {
+                    return Err(e);
+                }
+                let peer = app
+                    .session
+                    .peer()
+                    .map_or_else(|| "?".into(), |p| p.to_string());
+                eprintln!("roce server: gave up a run with {peer} ({e}); listening again");
+                tap = ep.take_tap();
+                continue;
+            }
+            if app.abandoned && after == AfterGivingUp::Fail {
+                return Err(DriverError::Peer(
+                    "the client went quiet in the middle of the run".into(),
+                ));
+            }
+            if app.abandoned {
+                tap = ep.take_tap();
+                continue;
+            }
+            break (ep, app);
         };
-        app.until_established = false;
-        ep.run(&mut app, true, pending(), Duration::from_secs(30))
-            .await?;
         let r = app.responder.as_ref();
         Ok(CmServerOutcome {
             complete: r.is_some_and(|r| r.verified() && r.mismatches().is_empty()),
@@ -541,7 +519,7 @@ pub fn serve_cm(
                 r.mismatches().iter().map(ToString::to_string).collect()
             }),
             verified_bytes: r.map_or(0, |r| r.tally().verified_bytes),
-            peer: app.peer,
+            peer: app.session.peer(),
             link: ep.link(),
         })
     })
@@ -550,22 +528,16 @@ pub fn serve_cm(
 /// The client's phases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    Start,
     Connecting,
     Running,
     Releasing,
 }
 
 struct CmClient {
-    cm: Cm,
-    local: IpAddr,
-    server: IpAddr,
-    port: u16,
+    session: CmSession,
     cfg: RunConfig,
     pd: PdHandle,
     mine: Vec<LocalQp>,
-    psns: Vec<Psn>,
-    conns: Vec<ConnId>,
     blocks: Vec<Option<RemoteBuffer>>,
     established: usize,
     released: usize,
@@ -577,62 +549,20 @@ struct CmClient {
 }
 
 impl CmClient {
-    /// A REQ per QP, each carrying the spec (the server builds the same plan from it).
-    fn request_connections(&mut self, now: Instant) -> Result<(), AppError> {
-        for (k, q) in self.mine.iter().enumerate() {
-            let data = ReqData {
-                qp: k as u16,
-                spec: self.cfg.spec.clone(),
-                dcqcn: matches!(self.cfg.cc, CcConfig::Dcqcn(_)),
-                line_rate_bps: self.cfg.line_rate_bps,
-            };
-            let t = &self.cfg.transport;
-            let o = ConnectOptions {
-                local: self.local,
-                peer: self.server,
-                service_id: rdma_cm_service_id(self.port),
-                offer: QpOffer {
-                    qpn: q.qpn,
-                    starting_psn: self.psns[k],
-                    responder_resources: t.max_dest_rd_atomic,
-                    initiator_depth: t.max_rd_atomic,
-                    rnr_retry_count: t.rnr_retry,
-                },
-                mtu: t.mtu,
-                retry_count: t.retry_cnt,
-                local_ack_timeout: t.timeout,
-                private_data: rdma_cm_req_private(
-                    self.local,
-                    self.server,
-                    ROCEV2_UDP_PORT,
-                    &data.encode(),
-                ),
-            };
-            let c = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
-            self.conns.push(c);
-        }
-        Ok(())
-    }
-
-    /// One CM event: a connection up (its REP's responder block), refused, timed out or
-    /// released.
-    fn on_event(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
+    /// One session event: a connection up (its REP's responder block) or released.
+    fn on_event(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        e: SessionEvent,
+    ) -> Result<(), AppError> {
         match e {
-            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-            CmEvent::Established { conn, params } => {
-                let Some(k) = self.conns.iter().position(|c| *c == conn) else {
-                    return Ok(());
-                };
-                let Some(b) = decode_block(&params.private_data) else {
+            SessionEvent::Up(k) => {
+                let Some(b) = decode_block(self.session.peer_data(k)) else {
                     // Tell the server (REJ instead of the RTU), then say why here.
-                    self.cm.refuse_rep(
-                        now,
-                        conn,
-                        roce_stack::cm::reason::CONSUMER_REJECT,
-                        b"roce: the REP carries no responder block",
-                    );
-                    flush(&mut self.cm, dev);
+                    self.session
+                        .refuse_reply(now, k, b"roce: the REP carries no responder block");
+                    self.session.flush(dev);
                     return Err(AppError::Failed(
                         "the server's REP carries no roce responder block (not a roce server?); \
                          told it with a REJ"
@@ -640,46 +570,21 @@ impl CmClient {
                     ));
                 };
                 self.blocks[k] = Some(b);
-                connect_qp(
-                    dev,
-                    &self.mine[k],
-                    &params,
-                    &self.cfg.transport,
-                    self.cfg.cc,
-                    self.cfg.line_rate_bps,
-                )?;
                 self.established += 1;
             }
-            CmEvent::Rejected {
-                reason,
-                private_data,
-                ..
-            } => {
-                return Err(CmFailure::rejected(
-                    Some(self.server),
-                    Some(self.port),
-                    reason,
-                    &private_data,
-                )
-                .into());
-            }
-            CmEvent::TimedOut { .. } => return Err(CmFailure::no_answer(self.server).into()),
-            CmEvent::Disconnected { conn } => {
-                if self.phase == Phase::Releasing {
-                    self.released += 1;
-                    if let Some(s) = self.cm.peer_release_data(conn).and_then(decode_summary) {
-                        self.summary = Some(s);
-                    }
-                } else {
+            SessionEvent::Released(k) => {
+                if self.phase != Phase::Releasing {
                     return Err(AppError::Failed(
                         "the server released the connection before the workload finished".into(),
                     ));
                 }
+                self.released += 1;
+                if let Some(s) = self.session.release_data(k).and_then(decode_summary) {
+                    self.summary = Some(s);
+                }
             }
-            CmEvent::Request { conn, .. } => {
-                self.cm
-                    .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
-            }
+            // A server's only.
+            SessionEvent::Asked(_) | SessionEvent::Accepted(_) | SessionEvent::Restarted => {}
         }
         Ok(())
     }
@@ -709,11 +614,11 @@ impl CmClient {
                     let ok = [u8::from(r.mismatches().is_empty())];
                     let mut data = MAGIC.to_vec();
                     data.extend_from_slice(&ok);
-                    for &c in &self.conns {
-                        self.cm.set_release_data(c, &data);
-                        self.cm.disconnect(now, c);
-                    }
                     self.phase = Phase::Releasing;
+                    for i in 0..self.mine.len() {
+                        self.session.set_release_data(i, &data);
+                        self.session.disconnect(now, i);
+                    }
                 }
             }
         }
@@ -723,21 +628,17 @@ impl CmClient {
 
 impl Application for CmClient {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        if self.phase == Phase::Start {
-            self.request_connections(now)?;
-            self.phase = Phase::Connecting;
-        }
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
+        self.session.poll(dev, now)?;
+        while let Some(e) = self.session.next_event() {
             self.on_event(dev, now, e)?;
         }
         self.step(dev, now)?;
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         Ok(())
     }
 
     fn done(&self) -> bool {
-        self.phase == Phase::Releasing && self.released == self.conns.len()
+        self.phase == Phase::Releasing && self.released == self.mine.len()
     }
 }
 
@@ -770,21 +671,51 @@ pub fn run_client_cm(
             ep.set_tap(t);
         }
         let n = mine.len();
-        let mut app = CmClient {
-            cm: Cm::new(cm_config(&cfg.secrets, 0xc11e)?),
-            local,
-            server,
+        let t = &cfg.transport;
+        let terms = Terms {
             port,
+            responder_resources: t.max_dest_rd_atomic,
+            initiator_depth: t.max_rd_atomic,
+            rnr_retry: t.rnr_retry,
+            mtu: t.mtu,
+            retry_count: t.retry_cnt,
+            local_ack_timeout: t.timeout,
+            base: cfg.transport,
+            cc: cfg.cc,
+            line_rate_bps: cfg.line_rate_bps,
+            src_port: SourcePort::Fixed(ROCEV2_UDP_PORT),
+        };
+        let with_psns: Vec<(LocalQp, Psn)> = mine.iter().copied().zip(psns).collect();
+        // A REQ per QP, each carrying the spec (the server builds the same plan from it).
+        let session = CmSession::client_with(
+            local,
+            ep.now(),
+            &with_psns,
+            terms,
+            &cfg.secrets,
+            0xc11e,
+            "roce client",
+            server,
+            |k| {
+                ReqData {
+                    qp: k as u16,
+                    spec: cfg.spec.clone(),
+                    dcqcn: matches!(cfg.cc, CcConfig::Dcqcn(_)),
+                    line_rate_bps: cfg.line_rate_bps,
+                }
+                .encode()
+            },
+        )?;
+        let mut app = CmClient {
+            session,
             cfg: cfg.clone(),
             pd,
             mine,
-            psns,
-            conns: Vec::new(),
             blocks: vec![None; n],
             established: 0,
             released: 0,
             requester: None,
-            phase: Phase::Start,
+            phase: Phase::Connecting,
             summary: None,
             started: None,
             seconds: 0.0,
@@ -852,6 +783,7 @@ pub fn loopback_cm(
                 secrets,
                 link,
                 server_tap,
+                AfterGivingUp::Fail,
                 ready,
             )
         },

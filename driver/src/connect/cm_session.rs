@@ -49,8 +49,13 @@ use crate::{AppError, Secrets};
 pub struct Terms {
     /// The RDMA-CM port (TCP port space).
     pub port: u16,
-    /// READ/atomic requests offered each way (responder resources and initiator depth).
-    pub rd_atomic: u8,
+    /// READ/atomic requests this end's QPs take as responders (the REQ's or REP's
+    /// responder resources).
+    pub responder_resources: u8,
+    /// READ/atomic requests they keep outstanding (initiator depth).
+    pub initiator_depth: u8,
+    /// RNR retries the peer may make against them (3 bits; 7: without end).
+    pub rnr_retry: u8,
     /// The path MTU a client asks for.
     pub mtu: u32,
     /// The transport retry count a client asks for.
@@ -88,12 +93,14 @@ impl SourcePort {
 }
 
 impl Default for Terms {
-    /// librdmacm's examples: port 0 (set it), one READ each way, MTU 1024, retry count 7,
-    /// timeout 18, RNR timer 12.
+    /// librdmacm's examples: port 0 (set it), one READ each way, RNR retries without end,
+    /// MTU 1024, retry count 7, timeout 18, RNR timer 12.
     fn default() -> Self {
         Self {
             port: 0,
-            rd_atomic: 1,
+            responder_resources: 1,
+            initiator_depth: 1,
+            rnr_retry: 7,
             mtu: 1024,
             retry_count: 7,
             local_ack_timeout: 18,
@@ -347,9 +354,9 @@ impl CmSession {
         QpOffer {
             qpn: self.slots[i].qp.qpn,
             starting_psn: self.slots[i].psn,
-            responder_resources: self.terms.rd_atomic,
-            initiator_depth: self.terms.rd_atomic,
-            rnr_retry_count: 7,
+            responder_resources: self.terms.responder_resources,
+            initiator_depth: self.terms.initiator_depth,
+            rnr_retry_count: self.terms.rnr_retry,
         }
     }
 

@@ -371,6 +371,17 @@ pub async fn tcp_accept_one(
     door.accept(timeout).await
 }
 
+/// What a server does once it gave up a set-up or a run its peer broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterGivingUp {
+    /// Listens again for the next peer (a server on its own: a stranger who speaks first
+    /// does not end it).
+    ListenAgain,
+    /// Fails with the reason (one end of a run in one process, whose peer is ours: there is
+    /// no next peer to wait for).
+    Fail,
+}
+
 /// A TCP listener a server keeps while it serves peers one after another: a peer whose
 /// set-up failed costs that set-up, and the next peer finds the door still open (waiting in
 /// the listen backlog meanwhile).
