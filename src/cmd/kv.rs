@@ -5,6 +5,7 @@ use clap::Args;
 use roce_apps::kv::cm as kv_cm;
 use roce_apps::kv::run::{self as kv, KvConfig, KvServerConfig, DEFAULT_MAX_POOL};
 use roce_apps::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
+use roce_driver::connect::AfterGivingUp;
 use roce_driver::Secrets;
 use roce_stack::ConnectParams;
 
@@ -108,6 +109,7 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
                 max_pool,
                 link: a.link.link,
             },
+            AfterGivingUp::ListenAgain,
             || {
                 eprintln!(
                     "roce kv: decode side waiting for a prefill client's CM REQ on {bind} UDP 4791 (RDMA-CM port {port})"

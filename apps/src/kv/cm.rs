@@ -14,12 +14,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::qps::{LocalQp, RemoteBuffer};
-use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError};
+use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError, Fault};
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
-use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, PeerRequest,
-    QpOffer,
-};
 use roce_stack::{
     Access, CcConfig, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, QpStats,
     RecvRequest, SgList, Sge, WcStatus, WorkRequest, WrOp,
@@ -32,7 +28,8 @@ use super::run::{
     KvServerOutcome,
 };
 use super::{KvReceiver, KvSender, KvSpec, PlanSpec, Transfer};
-use roce_driver::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
+use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
+use roce_driver::connect::AfterGivingUp;
 
 /// First bytes of a kv REQ's consumer private data.
 const MAGIC: &[u8; 4] = b"rkv1";
@@ -210,13 +207,13 @@ struct ServerPlan {
 
 /// The decode side over CM-made connections.
 struct KvCmServer {
-    cm: Cm,
+    session: CmSession,
     cfg: KvServerConfig,
     pd: PdHandle,
-    peer: Option<IpAddr>,
     mine: Vec<LocalQp>,
     psns: Vec<Psn>,
-    conns: Vec<Option<ConnId>>,
+    /// Each QP's connection, once its REQ was accepted.
+    conns: Vec<Option<usize>>,
     established: usize,
     released: usize,
     chan: Option<QpChannel>,
@@ -228,77 +225,60 @@ struct KvCmServer {
     out: KvServerOutcome,
     /// Stop once every QP is established (the first phase), or once every QP is released.
     until_established: bool,
-    /// The set-up was given up (no RTU, or our REP refused): listen again, afresh.
+    /// The set-up was given up (the session's bounds, our REP refused, a client gone
+    /// quiet): listen again, afresh.
     abandoned: bool,
 }
 
 impl KvCmServer {
-    fn on_request(
-        &mut self,
-        dev: &mut Device,
-        now: Instant,
-        conn: ConnId,
-        req: &PeerRequest,
-    ) -> Result<(), AppError> {
-        let reject = |cm: &mut Cm, why: &[u8]| {
-            cm.reject(conn, roce_stack::cm::reason::CONSUMER_REJECT, why);
-        };
-        let Some((k, total)) = req.rdma_cm().and_then(|(_, d)| decode_req(d)) else {
+    fn on_asked(&mut self, dev: &mut Device, now: Instant, asked: Asked) -> Result<(), AppError> {
+        let Some((k, total)) = decode_req(&asked.data) else {
             eprintln!(
                 "roce kv: refused a CM REQ from {} (REJ consumer_reject): it carries no roce kv request",
-                req.peer
+                asked.peer
             );
-            reject(&mut self.cm, b"not a roce kv REQ");
+            self.session.refuse(&asked, b"not a roce kv REQ");
             return Ok(());
         };
-        match self.peer {
-            None => {
-                // 1..=64 data QPs and the control QP.
-                if !(2..=65).contains(&total) {
-                    reject(&mut self.cm, b"bad QP count");
-                    return Ok(());
-                }
-                let n = u32::from(total);
-                self.mine = roce_driver::qps::create_qps(
-                    dev,
-                    self.pd,
-                    n,
-                    roce_stack::QpCaps::default(),
-                    Access::REMOTE_WRITE,
-                )?;
-                self.psns = self.cfg.secrets.start_psns(n, 0xdec0)?;
-                self.conns = vec![None; n as usize];
-                self.peer = Some(req.peer);
-            }
-            Some(p) if p != req.peer || usize::from(total) != self.conns.len() => {
-                reject(&mut self.cm, b"busy");
+        if self.conns.is_empty() {
+            // 1..=64 data QPs and the control QP.
+            if !(2..=65).contains(&total) {
+                self.session.refuse(&asked, b"bad QP count");
                 return Ok(());
             }
-            Some(_) => {}
+            let n = u32::from(total);
+            self.mine = roce_driver::qps::create_qps(
+                dev,
+                self.pd,
+                n,
+                roce_stack::QpCaps::default(),
+                Access::REMOTE_WRITE,
+            )?;
+            self.psns = self.cfg.secrets.start_psns(n, 0xdec0)?;
+            self.conns = vec![None; n as usize];
+        } else if usize::from(total) != self.conns.len() {
+            // The session refuses other peers while a set-up is under way.
+            self.session.refuse(&asked, b"busy");
+            return Ok(());
         }
         let k = usize::from(k);
         if k >= self.conns.len() || self.conns[k].is_some() {
-            reject(&mut self.cm, b"bad QP index");
+            self.session.refuse(&asked, b"bad QP index");
             return Ok(());
         }
-        self.conns[k] = Some(conn);
-        let offer = QpOffer {
-            qpn: self.mine[k].qpn,
-            starting_psn: self.psns[k],
-            responder_resources: 16,
-            initiator_depth: 16,
-            rnr_retry_count: 7,
-        };
-        if let Some(params) = self.cm.accept(now, conn, offer, &[]) {
-            connect_qp(
-                dev,
-                &self.mine[k],
-                &params,
-                &roce_stack::ConnectParams::default(),
-                CcConfig::None,
-                100_000_000_000,
-            )?;
-        }
+        let i = self.session.accept(
+            dev,
+            now,
+            &asked,
+            self.mine[k],
+            self.psns[k],
+            &roce_stack::ConnectParams::default(),
+            16,
+            CcConfig::None,
+            100_000_000_000,
+            &[],
+        )?;
+        self.conns[k] = Some(i);
         Ok(())
     }
 
@@ -306,9 +286,9 @@ impl KvCmServer {
     fn refuse(&mut self, now: Instant, why: String) {
         let text = why.as_bytes();
         let text = &text[..text.len().min(200)];
-        for c in self.conns.iter().flatten() {
-            self.cm.set_release_data(*c, text);
-            self.cm.disconnect(now, *c);
+        for i in self.conns.iter().flatten() {
+            self.session.set_release_data(*i, text);
+            self.session.disconnect(now, *i);
         }
         self.refused = Some(why);
     }
@@ -406,49 +386,22 @@ impl KvCmServer {
 
 impl Application for KvCmServer {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
+        self.session.poll(dev, now)?;
+        while let Some(e) = self.session.next_event() {
             match e {
-                // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-                CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-                CmEvent::Request { conn, req } => {
-                    self.on_request(dev, now, conn, &req)?;
-                    flush(&mut self.cm, dev);
-                }
-                CmEvent::Established { conn, .. } => {
-                    if self.conns.contains(&Some(conn)) {
-                        self.established += 1;
-                    }
-                }
-                CmEvent::Disconnected { conn } => {
-                    if self.conns.contains(&Some(conn)) {
-                        self.released += 1;
-                    }
-                }
-                CmEvent::TimedOut { conn } | CmEvent::Rejected { conn, .. } => {
-                    if !self.conns.contains(&Some(conn)) {
-                        continue;
-                    }
-                    if self.refused.is_some() {
-                        // A refused client that left without answering the DREQ.
-                        self.released += 1;
-                    } else if self.until_established {
-                        // Any address can send a REQ: one never confirmed costs the server
-                        // its set-up (and the pool it made), not its life.
-                        if !self.abandoned {
-                            eprintln!(
-                                "roce kv: gave up a CM set-up from {} (no RTU, or our REP refused); listening again",
-                                self.peer.map_or_else(|| "?".into(), |p| p.to_string())
-                            );
-                        }
-                        self.abandoned = true;
-                    } else {
-                        return Err(AppError::Failed(
-                            "the client stopped answering the CM".into(),
-                        ));
-                    }
-                }
+                SessionEvent::Asked(a) => self.on_asked(dev, now, a)?,
+                SessionEvent::Up(_) => self.established += 1,
+                // A refused client's release, answered or not, counts too.
+                SessionEvent::Released(_) => self.released += 1,
+                // Any address can send a REQ: one never confirmed, or a client gone quiet,
+                // costs the server its set-up (and the pool it made), not its life.
+                SessionEvent::Restarted => self.abandoned = true,
+                SessionEvent::Accepted(_) => {}
             }
+        }
+        if self.abandoned {
+            self.session.flush(dev);
+            return Ok(());
         }
         let all = !self.conns.is_empty() && self.established == self.conns.len();
         if all && self.chan.is_none() {
@@ -473,14 +426,17 @@ impl Application for KvCmServer {
                 ch.poll(dev)?;
             }
         }
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         Ok(())
     }
 
     fn done(&self) -> bool {
         let all = !self.conns.is_empty();
+        if self.abandoned {
+            return true;
+        }
         if self.until_established {
-            self.abandoned || (all && self.established == self.conns.len())
+            all && self.established == self.conns.len()
         } else {
             all && self.released == self.conns.len()
         }
@@ -492,20 +448,23 @@ const SERVING_SILENCE: Duration = Duration::from_secs(30);
 
 /// Serves one prefill client that connects through the CM to `bind` (UDP 4791) on RDMA-CM
 /// port `port`, as the decode side. Blocking; `ready` is called once the socket is bound.
+/// A set-up given up, or a client that goes quiet half-way, costs the server that client
+/// (one line) when `after` says to listen again.
 pub fn serve_cm(
     bind: IpAddr,
     port: u16,
     cfg: KvServerConfig,
+    after: AfterGivingUp,
     ready: impl FnOnce(),
 ) -> Result<KvServerOutcome, DriverError> {
     runtime()?.block_on(async move {
         let mut ready = Some(ready);
+        let mut attempts = 0u64;
         // Each set-up on a fresh device, CM and endpoint: one given up takes its pool along.
-        let (mut ep, mut app) = loop {
+        loop {
+            attempts += 1;
             let mut dev = cfg.secrets.device(0xdec0)?;
             let pd = dev.alloc_pd();
-            let mut cm = Cm::new(cm_config(&cfg.secrets, 0xdec0)?);
-            cm.listen(rdma_cm_service_id(port));
             let mut ep = bind_endpoint(
                 dev,
                 SocketAddr::new(bind, ROCEV2_UDP_PORT),
@@ -513,11 +472,16 @@ pub fn serve_cm(
                 cfg.impairment,
                 cfg.link,
             )?;
+            let terms = Terms {
+                port,
+                ..Terms::default()
+            };
+            let session =
+                CmSession::listener(ep.now(), terms, &cfg.secrets, 0xdec0 ^ attempts, "roce kv")?;
             let mut app = KvCmServer {
-                cm,
+                session,
                 cfg,
                 pd,
-                peer: None,
                 mine: Vec::new(),
                 psns: Vec::new(),
                 conns: Vec::new(),
@@ -541,22 +505,39 @@ pub fn serve_cm(
             let forever = Duration::from_secs(365 * 24 * 3600);
             ep.run(&mut app, true, pending(), forever).await?;
             if !app.abandoned {
-                break (ep, app);
+                app.until_established = false;
+                let ran = ep.run(&mut app, true, pending(), SERVING_SILENCE).await;
+                if let Some(e) = ran.map_err(DriverError::from).err() {
+                    if after == AfterGivingUp::Fail
+                        || !matches!(e.fault(), Fault::Peer | Fault::Check)
+                    {
+                        return Err(e);
+                    }
+                    let peer = app
+                        .session
+                        .peer()
+                        .map_or_else(|| "?".into(), |p| p.to_string());
+                    eprintln!("roce kv: gave up a run with {peer} ({e}); listening again");
+                    continue;
+                }
             }
-        };
-        app.until_established = false;
-        ep.run(&mut app, true, pending(), SERVING_SILENCE).await?;
-        if let Some(why) = app.refused {
-            return Err(DriverError::Peer(format!("refused the client: {why}")));
+            if app.abandoned && after == AfterGivingUp::Fail {
+                return Err(DriverError::Peer("the client's set-up was given up".into()));
+            }
+            if app.abandoned {
+                continue;
+            }
+            if let Some(why) = app.refused {
+                return Err(DriverError::Peer(format!("refused the client: {why}")));
+            }
+            return Ok(app.out);
         }
-        Ok(app.out)
     })
 }
 
 /// The prefill side's phases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    Start,
     Connecting,
     Welcome,
     Blocks,
@@ -576,16 +557,11 @@ struct ClientPlan {
 }
 
 struct KvCmClient {
-    cm: Cm,
-    local: IpAddr,
-    server: IpAddr,
-    port: u16,
+    session: CmSession,
     cfg: KvConfig,
     plans: Vec<PlanSpec>,
     pd: PdHandle,
     mine: Vec<LocalQp>,
-    psns: Vec<Psn>,
-    conns: Vec<ConnId>,
     established: usize,
     released: usize,
     chan: Option<QpChannel>,
@@ -599,75 +575,16 @@ struct KvCmClient {
 }
 
 impl KvCmClient {
-    fn connect_all(&mut self, now: Instant) -> Result<(), AppError> {
-        let total = self.mine.len() as u16;
-        for (k, q) in self.mine.iter().enumerate() {
-            let t = &self.cfg.transport;
-            let o = ConnectOptions {
-                local: self.local,
-                peer: self.server,
-                service_id: rdma_cm_service_id(self.port),
-                offer: QpOffer {
-                    qpn: q.qpn,
-                    starting_psn: self.psns[k],
-                    responder_resources: t.max_dest_rd_atomic,
-                    initiator_depth: t.max_rd_atomic,
-                    rnr_retry_count: 7,
-                },
-                mtu: t.mtu,
-                retry_count: t.retry_cnt,
-                local_ack_timeout: t.timeout,
-                private_data: rdma_cm_req_private(
-                    self.local,
-                    self.server,
-                    ROCEV2_UDP_PORT,
-                    &req_data(k as u16, total),
-                ),
-            };
-            let c = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
-            self.conns.push(c);
-        }
-        Ok(())
-    }
-
-    fn on_cm_event(&mut self, dev: &mut Device, e: CmEvent) -> Result<(), AppError> {
+    fn on_session_event(&mut self, e: SessionEvent) -> Result<(), AppError> {
         match e {
-            // This CM resolves no service IDs (SIDR) and listens only in the TCP port space.
-            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
-            CmEvent::Established { conn, params } => {
-                if let Some(k) = self.conns.iter().position(|c| *c == conn) {
-                    connect_qp(
-                        dev,
-                        &self.mine[k],
-                        &params,
-                        &self.cfg.transport,
-                        CcConfig::None,
-                        100_000_000_000,
-                    )?;
-                    self.established += 1;
-                }
-            }
-            CmEvent::Rejected {
-                reason,
-                private_data,
-                ..
-            } => {
-                return Err(CmFailure::rejected(
-                    Some(self.server),
-                    Some(self.port),
-                    reason,
-                    &private_data,
-                )
-                .into());
-            }
-            CmEvent::TimedOut { .. } => return Err(CmFailure::no_answer(self.server).into()),
-            CmEvent::Disconnected { conn } => {
+            SessionEvent::Up(_) => self.established += 1,
+            SessionEvent::Released(k) => {
                 if self.phase == Phase::Releasing {
                     self.released += 1;
                 } else {
                     let why = self
-                        .cm
-                        .peer_release_data(conn)
+                        .session
+                        .release_data(k)
                         .map(release_text)
                         .unwrap_or_default();
                     return Err(AppError::Failed(format!(
@@ -680,10 +597,8 @@ impl KvCmClient {
                     )));
                 }
             }
-            CmEvent::Request { conn, .. } => {
-                self.cm
-                    .reject(conn, roce_stack::cm::reason::INVALID_SERVICE_ID, &[]);
-            }
+            // A server's only.
+            SessionEvent::Asked(_) | SessionEvent::Accepted(_) | SessionEvent::Restarted => {}
         }
         Ok(())
     }
@@ -766,10 +681,10 @@ impl KvCmClient {
                 if (self.next_plan as usize) < self.plans.len() {
                     self.phase = Phase::Blocks;
                 } else {
-                    for &c in &self.conns {
-                        self.cm.disconnect(now, c);
-                    }
                     self.phase = Phase::Releasing;
+                    for i in 0..self.mine.len() {
+                        self.session.disconnect(now, i);
+                    }
                 }
             }
             _ => return Err(unexpected()),
@@ -780,13 +695,9 @@ impl KvCmClient {
 
 impl Application for KvCmClient {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        if self.phase == Phase::Start {
-            self.connect_all(now)?;
-            self.phase = Phase::Connecting;
-        }
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
-            self.on_cm_event(dev, e)?;
+        self.session.poll(dev, now)?;
+        while let Some(e) = self.session.next_event() {
+            self.on_session_event(e)?;
         }
         if self.phase == Phase::Connecting && self.established == self.mine.len() {
             let last = self.mine[self.mine.len() - 1];
@@ -827,12 +738,12 @@ impl Application for KvCmClient {
         if let Some(ch) = &mut self.chan {
             ch.poll(dev)?;
         }
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         Ok(())
     }
 
     fn done(&self) -> bool {
-        self.phase == Phase::Releasing && self.released == self.conns.len()
+        self.phase == Phase::Releasing && self.released == self.mine.len()
     }
 }
 
@@ -865,21 +776,42 @@ pub fn run_client_cm(
             cfg.impairment,
             cfg.link,
         )?;
-        let mut app = KvCmClient {
-            cm: Cm::new(cm_config(&cfg.secrets, 0x9ef1)?),
-            local,
-            server,
+        let t = &cfg.transport;
+        let terms = Terms {
             port,
+            responder_resources: t.max_dest_rd_atomic,
+            initiator_depth: t.max_rd_atomic,
+            mtu: t.mtu,
+            retry_count: t.retry_cnt,
+            local_ack_timeout: t.timeout,
+            base: cfg.transport,
+            line_rate_bps: 100_000_000_000,
+            src_port: SourcePort::Fixed(ROCEV2_UDP_PORT),
+            ..Terms::default()
+        };
+        let total = mine.len() as u16;
+        let with_psns: Vec<(LocalQp, Psn)> = mine.iter().copied().zip(psns).collect();
+        let session = CmSession::client_with(
+            local,
+            ep.now(),
+            &with_psns,
+            terms,
+            &cfg.secrets,
+            0x9ef1,
+            "roce kv",
+            server,
+            |k| req_data(k as u16, total),
+        )?;
+        let mut app = KvCmClient {
+            session,
             cfg: cfg.clone(),
             plans,
             pd,
             mine,
-            psns,
-            conns: Vec::new(),
             established: 0,
             released: 0,
             chan: None,
-            phase: Phase::Start,
+            phase: Phase::Connecting,
             src,
             pool: None,
             next_plan: 0,
@@ -917,7 +849,7 @@ pub fn loopback_cm(
     let port = 18515;
     let (report, served) = roce_driver::connect::one_process_both(
         "roce-kv-cm-decode",
-        move |ready| serve_cm(server_ip, port, server_cfg, ready),
+        move |ready| serve_cm(server_ip, port, server_cfg, AfterGivingUp::Fail, ready),
         || run_client_cm(client_ip, server_ip, port, cfg),
     )?;
     // The client's failure is the story; a server failure after a finished client is
