@@ -126,7 +126,7 @@ fn drive(server: IpAddr, peer: IpAddr, link: LinkChoice) -> Outcome {
             ready_tx.send(ep.link()).unwrap();
             let stop = async move {
                 let _ = stop_rx.await;
-                Ok::<(), String>(())
+                Ok::<(), roce_driver::DriverError>(())
             };
             ep.run(&mut Target, false, stop, Duration::from_secs(30))
                 .await

@@ -167,22 +167,24 @@ impl Control {
 
     /// Resolves only when the peer speaks out of turn or goes away (`Err`, one line naming
     /// `who` the peer is): the stop signal of a client while its data path runs.
-    pub async fn peer_interrupts(&mut self, who: &str) -> Result<(), String> {
+    pub async fn peer_interrupts(&mut self, who: &str) -> Result<(), DriverError> {
         match self.recv_frame::<serde_json::Value>().await {
-            Err(DriverError::Peer(m)) => Err(format!("the {who} {m}")),
-            Err(e) => Err(e.to_string()),
-            Ok(_) => Err("unexpected control message".to_string()),
+            Err(DriverError::Peer(m)) => Err(DriverError::Peer(format!("the {who} {m}"))),
+            Err(e) => Err(e),
+            Ok(f) => Err(unexpected(&f)),
         }
     }
 
     /// Resolves when the peer says it is done (`Ok(ok)`) or vanishes (`Err`, one line naming
     /// `who` the peer is); the stop signal of a serving endpoint.
-    pub async fn peer_done(&mut self, who: &str) -> Result<bool, String> {
+    pub async fn peer_done(&mut self, who: &str) -> Result<bool, DriverError> {
         match self.recv_frame::<serde_json::Value>().await {
             Ok(Frame::Done { ok }) => Ok(ok),
-            Ok(f) => Err(unexpected(&f).to_string()),
-            Err(DriverError::Peer(m)) => Err(format!("the {who} {m} before finishing")),
-            Err(e) => Err(e.to_string()),
+            Ok(f) => Err(unexpected(&f)),
+            Err(DriverError::Peer(m)) => {
+                Err(DriverError::Peer(format!("the {who} {m} before finishing")))
+            }
+            Err(e) => Err(e),
         }
     }
 }

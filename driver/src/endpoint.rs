@@ -82,9 +82,9 @@ pub enum RunError {
     /// Nothing arrived from the peer for too long while work was pending.
     #[error("no packet from the peer for {0:?}: it is unreachable or stopped")]
     PeerSilent(Duration),
-    /// The stop signal said so.
-    #[error("{0}")]
-    Stopped(String),
+    /// The stop signal said so (the peer went away, spoke out of turn): its reason.
+    #[error(transparent)]
+    Stopped(Box<crate::DriverError>),
 }
 
 impl From<std::io::Error> for RunError {
@@ -241,7 +241,10 @@ impl Endpoint {
 
     /// Runs until `app` is done (when `until_done`), `stop` resolves, or an error. `silence`
     /// bounds how long the loop waits with work pending and nothing received.
-    pub async fn run<A: Application, S: std::future::Future<Output = Result<(), String>>>(
+    pub async fn run<
+        A: Application,
+        S: std::future::Future<Output = Result<(), crate::DriverError>>,
+    >(
         &mut self,
         app: &mut A,
         until_done: bool,
@@ -309,7 +312,7 @@ impl Endpoint {
                 r = &mut stop => {
                     return match r {
                         Ok(()) => Ok(()),
-                        Err(why) => Err(RunError::Stopped(why)),
+                        Err(why) => Err(RunError::Stopped(Box::new(why))),
                     };
                 }
             }

@@ -125,6 +125,7 @@ impl DriverError {
             Self::Config(_) | Self::Invalid(_) => Fault::Settings,
             Self::Peer(_) | Self::PeerInvalid { .. } => Fault::Peer,
             Self::Run(RunError::PeerSilent(_)) => Fault::Peer,
+            Self::Run(RunError::Stopped(e)) => e.fault(),
             Self::Run(RunError::App(a)) | Self::App(a) => a.fault(),
             Self::Run(_)
             | Self::Setup(_)

@@ -142,8 +142,8 @@ fn driver_data_path_allocates_nothing_per_packet() {
         let silence = Duration::from_secs(10);
         let info = allocation_counter::measure(|| {
             rt.block_on(async {
-                let never = std::future::pending::<Result<(), String>>();
-                let never2 = std::future::pending::<Result<(), String>>();
+                let never = std::future::pending::<Result<(), roce_driver::DriverError>>();
+                let never2 = std::future::pending::<Result<(), roce_driver::DriverError>>();
                 let (ra, rb) = tokio::join!(
                     ea.run(&mut req, true, never, silence),
                     eb.run(&mut tgt, true, never2, silence)

@@ -305,19 +305,15 @@ impl KvCmServer {
             self.refuse(now, "expected a kv hello".into());
             return Ok(());
         };
-        if let Err(e) = roce_driver::qps::check_protocol("kv", protocol, super::run::KV_PROTOCOL)
+        let checked = roce_driver::qps::check_protocol("kv", protocol, super::run::KV_PROTOCOL)
             .map_err(|e| e.to_string())
             .and_then(|()| {
-                check_hello(
-                    &spec,
-                    &plans,
-                    &transport,
-                    self.cfg.max_pool,
-                    self.conns.len() - 1,
-                )
-            })
-        {
-            self.refuse(now, e);
+                let qps = self.conns.len() - 1;
+                check_hello(&spec, &plans, &transport, self.cfg.max_pool, qps)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(why) = checked {
+            self.refuse(now, why);
             return Ok(());
         }
         let pool = dev.reg_mr(

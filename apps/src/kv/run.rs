@@ -409,20 +409,46 @@ pub(crate) fn check_hello(
     transport: &ConnectParams,
     max_pool: u64,
     qps: usize,
-) -> Result<(), String> {
+) -> Result<(), HelloRefused> {
     if spec.pool_bytes > max_pool {
-        return Err(format!(
-            "asked for a pool of {}; this server allows at most {}",
-            bytes_text(spec.pool_bytes),
-            bytes_text(max_pool)
-        ));
+        return Err(HelloRefused::PoolTooBig {
+            asked: spec.pool_bytes,
+            max: max_pool,
+        });
     }
     if qps != spec.qps as usize {
-        return Err("QP count differs from the spec".into());
+        return Err(HelloRefused::QpCount);
     }
-    spec.validate(plans).map_err(|e| e.to_string())?;
-    ConfigError::check_mtu(transport.mtu).map_err(|e| e.to_string())?;
-    transport.validate().map_err(|e| e.to_string())
+    spec.validate(plans)?;
+    ConfigError::check_mtu(transport.mtu)?;
+    Ok(transport.validate()?)
+}
+
+/// Why a decode server refuses a prefill client's hello: its settings are the client's, so
+/// the peer is at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HelloRefused {
+    /// A pool larger than this server's `--max-pool`.
+    #[error("asked for a pool of {}; this server allows at most {}", bytes_text(*asked), bytes_text(*max))]
+    PoolTooBig {
+        /// Bytes asked for.
+        asked: u64,
+        /// The server's bound.
+        max: u64,
+    },
+    /// Another number of QPs than the spec's.
+    #[error("QP count differs from the spec")]
+    QpCount,
+    /// The spec or its plans.
+    #[error(transparent)]
+    Spec(#[from] KvError),
+    /// The path MTU.
+    #[error(transparent)]
+    Mtu(#[from] ConfigError),
+    /// The transport settings.
+    #[error(transparent)]
+    Transport(#[from] roce_stack::ModifyError),
 }
 
 /// Plan `i` (`plan`) is over at the decode side: `app` checked, counted in `out`; the verdict
@@ -494,7 +520,11 @@ async fn serve_kv_client(
         return Err(DriverError::Peer("expected a kv hello".into()));
     };
     check_protocol("kv", protocol, KV_PROTOCOL)?;
-    check_hello(&spec, &plans, &transport, max_pool, qps.len()).map_err(DriverError::Peer)?;
+    check_hello(&spec, &plans, &transport, max_pool, qps.len()).map_err(|e| {
+        DriverError::PeerInvalid {
+            source: Box::new(e),
+        }
+    })?;
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let mut side = kv_side(
         &secrets, 0xdec0, spec.qps, transport, local, link, impairment,
@@ -535,9 +565,11 @@ async fn serve_kv_client(
         let stop = async {
             match ctl.recv().await {
                 Ok(KvMsg::Sent { plan }) if plan == i => Ok(()),
-                Ok(_) => Err("unexpected control message".to_string()),
-                Err(DriverError::Peer(m)) => Err(format!("the client {m} before finishing")),
-                Err(e) => Err(e.to_string()),
+                Ok(_) => Err(DriverError::Peer("unexpected control message".into())),
+                Err(DriverError::Peer(m)) => Err(DriverError::Peer(format!(
+                    "the client {m} before finishing"
+                ))),
+                Err(e) => Err(e),
             }
         };
         ep.run(&mut app, false, stop, Duration::from_secs(30))

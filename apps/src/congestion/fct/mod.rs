@@ -62,10 +62,40 @@ pub struct Cdf {
 /// Points a CDF file may have at most.
 pub const MAX_CDF_POINTS: usize = 10_000;
 
+/// Why a flow-size CDF file was refused (its line, counted from 1, where one is to blame).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CdfError {
+    /// More than [`MAX_CDF_POINTS`] points.
+    #[error("more than {MAX_CDF_POINTS} points")]
+    TooManyPoints,
+    /// A line that is not two fields.
+    #[error("line {0}: expected `<bytes> <percent>`")]
+    NotTwoFields(usize),
+    /// A size that is not a number.
+    #[error("line {0}: bad size {1:?}")]
+    BadSize(usize, String),
+    /// A percent that is not a number.
+    #[error("line {0}: bad percent {1:?}")]
+    BadPercent(usize, String),
+    /// A size or percent out of its range.
+    #[error("line {0}: size 0..=1e9 bytes, percent 0..=100")]
+    OutOfRange(usize),
+    /// A size or percent below the one before.
+    #[error("line {0}: sizes and percents must not decrease")]
+    Decreasing(usize),
+    /// The last point is not at 100 %.
+    #[error("the last point must be at 100 %")]
+    NotTo100,
+    /// No point at all.
+    #[error("no points")]
+    Empty,
+}
+
 impl Cdf {
     /// Parses `<size in bytes> <cumulative percent>` lines: sizes increasing, percents not
     /// decreasing, the last at 100.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, CdfError> {
         let mut points: Vec<(f64, f64)> = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -73,38 +103,32 @@ impl Cdf {
                 continue;
             }
             if points.len() >= MAX_CDF_POINTS {
-                return Err(format!("more than {MAX_CDF_POINTS} points"));
+                return Err(CdfError::TooManyPoints);
             }
             let mut it = line.split_whitespace();
             let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) else {
-                return Err(format!("line {}: expected `<bytes> <percent>`", n + 1));
+                return Err(CdfError::NotTwoFields(n + 1));
             };
             let size: f64 = a
                 .parse()
-                .map_err(|_| format!("line {}: bad size {a:?}", n + 1))?;
+                .map_err(|_| CdfError::BadSize(n + 1, a.chars().take(40).collect()))?;
             let pct: f64 = b
                 .parse()
-                .map_err(|_| format!("line {}: bad percent {b:?}", n + 1))?;
+                .map_err(|_| CdfError::BadPercent(n + 1, b.chars().take(40).collect()))?;
             if !(size.is_finite() && (0.0..=1e9).contains(&size) && (0.0..=100.0).contains(&pct)) {
-                return Err(format!(
-                    "line {}: size 0..=1e9 bytes, percent 0..=100",
-                    n + 1
-                ));
+                return Err(CdfError::OutOfRange(n + 1));
             }
             if let Some(&(ps, pp)) = points.last() {
                 if size < ps || pct < pp {
-                    return Err(format!(
-                        "line {}: sizes and percents must not decrease",
-                        n + 1
-                    ));
+                    return Err(CdfError::Decreasing(n + 1));
                 }
             }
             points.push((size, pct));
         }
         match points.last() {
             Some(&(_, p)) if (p - 100.0).abs() < 1e-9 => Ok(Self { points }),
-            Some(_) => Err("the last point must be at 100 %".into()),
-            None => Err("no points".into()),
+            Some(_) => Err(CdfError::NotTo100),
+            None => Err(CdfError::Empty),
         }
     }
 

@@ -472,10 +472,10 @@ impl Session {
         let silence = limit.saturating_add(Duration::from_secs(5));
         let late = move || async move {
             tokio::time::sleep(limit).await;
-            Err::<(), String>(format!(
+            Err::<(), DriverError>(DriverError::Peer(format!(
                 "the client's {what} did not come within {} s (the test's length and a margin)",
                 limit.as_secs()
-            ))
+            )))
         };
         let theirs = match &mut self.wire {
             Wire::Tcp(tcp) => {
@@ -485,7 +485,9 @@ impl Session {
                     let stop = async move {
                         tokio::select! {
                             r = tcp.read_exact(buf) => r.map(|_| ()).map_err(|e| {
-                                format!("the client went away before the end of the test: {e}")
+                                DriverError::Peer(format!(
+                                    "the client went away before the end of the test: {e}"
+                                ))
                             }),
                             r = late() => r,
                         }
