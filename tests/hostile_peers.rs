@@ -100,7 +100,7 @@ fn a_req_never_confirmed_does_not_end_the_server(n: u8, server: &[&str], client:
     assert!(srv.status.success(), "server: {server_err}");
     let gave_up: Vec<&str> = server_err
         .lines()
-        .filter(|l| l.contains("gave up a CM set-up from"))
+        .filter(|l| l.contains("gave up a"))
         .collect();
     assert_eq!(gave_up.len(), 1, "{server_err}");
     assert!(gave_up[0].contains(&c), "{server_err}");
@@ -609,5 +609,37 @@ fn a_client_that_stops_mid_run_costs_a_kv_server_that_run() {
         // Silent, or its control QP failed first: the server sends to the client, whose
         // QPs no longer answer.
         "",
+    );
+}
+
+#[test]
+fn a_req_never_confirmed_does_not_end_a_perftest_rdma_cm_server() {
+    a_req_never_confirmed_does_not_end_the_server(
+        172,
+        &[
+            "perf",
+            "write",
+            "--perftest",
+            "--cm",
+            "--server",
+            "--bind",
+            "127.0.172.2",
+            "--port",
+            "21472",
+            "-n",
+            "50",
+        ],
+        &[
+            "perf",
+            "write",
+            "--perftest",
+            "--cm",
+            "--client",
+            "127.0.172.2:21472",
+            "--bind",
+            "127.0.172.1",
+            "-n",
+            "50",
+        ],
     );
 }

@@ -77,6 +77,12 @@ pub(crate) struct PerfArgs {
     /// bytes/s), in the reports exchanged and printed; give the stock tool the same flag.
     #[arg(long = "report_gbits", alias = "report-gbits", requires = "perftest")]
     report_gbits: bool,
+    /// --perftest: the peer's RoCE address, when the exchange reaches it at another (a
+    /// management network): the GID in its key record must name this address. Without it,
+    /// the GID must name the address the exchange came from (an IPv6 GID over an IPv4
+    /// exchange is taken).
+    #[arg(long, value_name = "ADDR", requires = "perftest")]
+    peer_roce: Option<std::net::IpAddr>,
     /// Connection type, as perftest's -c: RC, UC (send and write, nothing acknowledged or
     /// retransmitted) or UD (send only, sizes up to the MTU, lost messages not retransmitted).
     #[arg(short = 'c', long = "connection", default_value = "RC")]
@@ -240,6 +246,10 @@ fn run_perftest(
     secrets: Secrets,
 ) -> anyhow::Result<ExitCode> {
     let gbits = a.report_gbits;
+    let opts = perf::perftest::PerftestOpts {
+        gbits,
+        peer_roce: a.peer_roce,
+    };
     // perftest's shape: the header once, a row per size.
     let print = |rs: &[PerfResult]| -> anyhow::Result<()> {
         for (k, r) in rs.iter().enumerate() {
@@ -269,7 +279,8 @@ fn run_perftest(
             &specs,
             secrets,
             a.link.link,
-            gbits,
+            opts,
+            AfterGivingUp::ListenAgain,
             || {
                 let how = if cm { "RDMA-CM" } else { "TCP" };
                 eprintln!("roce perf: waiting for a perftest client on {how} {bind}:{port}");
@@ -298,7 +309,7 @@ fn run_perftest(
                 &specs,
                 secrets,
                 a.link.link,
-                gbits,
+                opts,
             )?
         }
         None => {
@@ -318,7 +329,8 @@ fn run_perftest(
                         &server_specs,
                         secrets,
                         link,
-                        gbits,
+                        opts,
+                        AfterGivingUp::Fail,
                         ready,
                     )
                 },
@@ -330,7 +342,7 @@ fn run_perftest(
                         &specs,
                         secrets,
                         link,
-                        gbits,
+                        opts,
                     )
                 },
             )?

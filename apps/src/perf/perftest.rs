@@ -11,9 +11,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::perftest::{Report, Session, PAGE, STEP_TIMEOUT};
+use roce_driver::connect::AfterGivingUp;
 use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side};
 use roce_driver::qps::LocalQp;
-use roce_driver::{runtime, DriverError, LinkChoice, Secrets};
+use roce_driver::{runtime, DriverError, Fault, LinkChoice, Secrets};
 use roce_proto::perftest::Dest;
 use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{Psn, QKey, Qpn, RKey, ROCEV2_UDP_PORT};
@@ -26,6 +27,17 @@ use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
 
 fn err(what: &str, e: impl std::fmt::Display) -> DriverError {
     DriverError::Peer(format!("perftest exchange, {what}: {e}"))
+}
+
+/// How a perftest-speaking end reports, and where its peer's GID may point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PerftestOpts {
+    /// `--report_gbits`: bandwidth in Gb/s instead of MB/s.
+    pub gbits: bool,
+    /// The peer's RoCE address, when the exchange reaches it at another (a management
+    /// network): its GID must name this address. `None`: the exchange's own address (an
+    /// IPv6 GID over an IPv4 exchange, the stock tools' case, needs nothing).
+    pub peer_roce: Option<IpAddr>,
 }
 
 /// Which channel the exchange runs on.
@@ -112,27 +124,41 @@ pub enum PeerGid {
     /// An address no RC peer can have: unspecified, multicast or broadcast.
     #[error("the peer's GID names {0}, which is not a unicast address")]
     NotUnicast(IpAddr),
+    /// Another host than the one the exchange came from (or than `--peer-roce`): a key
+    /// record may not aim this end's traffic at a third host.
+    #[error("the peer's GID names {named}, but the exchange came from {from}: refused (--peer-roce {named} if that is the peer's RoCE address)")]
+    Elsewhere {
+        /// What the GID names.
+        named: IpAddr,
+        /// Where the exchange came from, or the address the user named.
+        from: IpAddr,
+    },
 }
 
-/// The peer's address from its key record, refused unless it is a unicast address. Over TCP
-/// (`control`: the control connection's peer) a GID naming another host is said in one line
-/// and followed: perftest users do run the exchange over a management network and RoCE over
-/// the fabric, and a stock client follows it too.
-fn checked_peer(d: &Dest, control: Option<IpAddr>) -> Result<IpAddr, DriverError> {
+/// The peer's address from its key record, refused unless it is a unicast address and,
+/// when of one family, the address the exchange came from (`control`: the TCP connection's
+/// peer), or the one the user named (`peer_roce`, for an exchange over a management
+/// network). An IPv6 GID over an IPv4 exchange (perftest 4.5's exchange is IPv4 only) is
+/// taken.
+fn checked_peer(
+    d: &Dest,
+    control: Option<IpAddr>,
+    peer_roce: Option<IpAddr>,
+) -> Result<IpAddr, DriverError> {
     let ip = peer_ip(d)?.to_canonical();
     let unicast = match ip {
         IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
         IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
     };
+    let refuse = |e: PeerGid| DriverError::PeerInvalid {
+        source: Box::new(e),
+    };
     if !unicast {
-        return Err(DriverError::PeerInvalid {
-            source: Box::new(PeerGid::NotUnicast(ip)),
-        });
+        return Err(refuse(PeerGid::NotUnicast(ip)));
     }
-    if let Some(c) = control.map(|c| c.to_canonical()).filter(|&c| c != ip) {
-        eprintln!(
-            "roce perf: the server's GID names {ip}, not {c} that its TCP connection reached: the test's traffic goes to {ip}"
-        );
+    let from = peer_roce.or(control).map(|c| c.to_canonical());
+    if let Some(from) = from.filter(|f| f.is_ipv4() == ip.is_ipv4() && *f != ip) {
+        return Err(refuse(PeerGid::Elsewhere { named: ip, from }));
     }
     Ok(ip)
 }
@@ -150,8 +176,8 @@ fn report_of(r: &PerfResult) -> Report {
 /// Runs one perftest-compatible test over `channel`, as the client (the side given a host)
 /// or the server. `local` is the address of this side's RoCE socket (UDP 4791); `ready` is
 /// called once a server listens (RDMA-CM; over TCP the caller's listener is open already).
-/// The peer's GID must be unicast ([`PeerGid`]); a TCP client says in one line when the
-/// server's names another host than the one it reached.
+/// The peer's GID must be unicast and name the host the exchange came from ([`PeerGid`],
+/// [`PerftestOpts::peer_roce`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn run_session(
     channel: Channel,
@@ -160,16 +186,16 @@ pub async fn run_session(
     local: IpAddr,
     secrets: Secrets,
     link: LinkChoice,
-    gbits: bool,
+    opts: PerftestOpts,
     ready: impl FnOnce(),
 ) -> Result<(Vec<PerfResult>, Session), DriverError> {
-    // A client starts the traffic, so it says where its server's GID sends it. A server
-    // only answers what arrives from the client's GID (every QP checks the source address),
-    // so a GID naming a third host earns that host nothing.
+    // Both ends check the peer's GID against where the exchange came from: a key record
+    // may not aim this end's traffic at a third host.
     let control = match &channel {
-        Channel::Tcp(t) if client => t.peer_addr().ok().map(|a| a.ip()),
-        _ => None,
+        Channel::Tcp(t) => t.peer_addr().ok().map(|a| a.ip()),
+        Channel::Cm { .. } => None,
     };
+    let gbits = opts.gbits;
     let spec = specs
         .first()
         .ok_or_else(|| DriverError::Config("no test to run".into()))?;
@@ -232,7 +258,7 @@ pub async fn run_session(
         peers.push(s.keys(ep, "keys", m).await?);
     }
     if !cm {
-        let peer = checked_peer(&peers[0], control)?;
+        let peer = checked_peer(&peers[0], control, opts.peer_roce)?;
         // As many READs/atomics outstanding as the peer's responder takes.
         side.request_mut().params.max_rd_atomic = peers[0].out_reads.clamp(1, 128) as u8;
         let to: Vec<(Qpn, Psn)> = peers
@@ -431,39 +457,58 @@ pub fn serve_perftest(
     specs: &[PerfSpec],
     secrets: Secrets,
     link: LinkChoice,
-    gbits: bool,
+    opts: PerftestOpts,
+    after: AfterGivingUp,
     ready: impl FnOnce(),
 ) -> Result<Vec<PerfResult>, DriverError> {
     for s in specs {
         s.validate()?;
     }
+    if cm && bind.is_unspecified() {
+        return Err(crate::Combination::PerftestCmServerNeedsBind.into());
+    }
     runtime()?.block_on(async move {
-        if cm {
-            if bind.is_unspecified() {
-                return Err(crate::Combination::PerftestCmServerNeedsBind.into());
+        let mut ready = Some(ready);
+        let mut said = || {
+            if let Some(r) = ready.take() {
+                r();
             }
-            let ch = Channel::Cm { server: None, port };
-            let (r, _) = run_session(ch, false, specs, bind, secrets, link, gbits, ready).await?;
-            return Ok(r);
+        };
+        // TCP: the listener stays open across clients, as the next waits in its backlog.
+        let door = match cm {
+            false => Some(roce_driver::connect::TcpDoor::bind(bind, port).await?),
+            true => None,
+        };
+        loop {
+            let attempt = match &door {
+                None => {
+                    let ch = Channel::Cm { server: None, port };
+                    run_session(ch, false, specs, bind, secrets, link, opts, &mut said).await
+                }
+                Some(door) => {
+                    said();
+                    // No accept timeout: a server waits for its client, as perftest's does.
+                    let tcp = door.accept(None).await?;
+                    let local = tcp
+                        .local_addr()
+                        .map_err(roce_driver::setup("the control connection's address"))?
+                        .ip();
+                    let ch = Channel::Tcp(tcp);
+                    run_session(ch, false, specs, local, secrets, link, opts, || {}).await
+                }
+            };
+            match attempt {
+                Ok((r, _)) => return Ok(r),
+                // A client that broke the exchange or the test costs the server that client.
+                Err(e)
+                    if after == AfterGivingUp::ListenAgain
+                        && matches!(e.fault(), Fault::Peer | Fault::Check) =>
+                {
+                    eprintln!("roce perf: gave up a perftest client ({e}); listening again");
+                }
+                Err(e) => return Err(e),
+            }
         }
-        // No accept timeout: a server waits for its client, as perftest's does.
-        let tcp = roce_driver::connect::tcp_accept_one(bind, port, None, ready).await?;
-        let local = tcp
-            .local_addr()
-            .map_err(roce_driver::setup("the control connection's address"))?
-            .ip();
-        let (r, _) = run_session(
-            Channel::Tcp(tcp),
-            false,
-            specs,
-            local,
-            secrets,
-            link,
-            gbits,
-            || {},
-        )
-        .await?;
-        Ok(r)
     })
 }
 
@@ -477,7 +522,7 @@ pub fn run_perftest_client(
     specs: &[PerfSpec],
     secrets: Secrets,
     link: LinkChoice,
-    gbits: bool,
+    opts: PerftestOpts,
 ) -> Result<Vec<PerfResult>, DriverError> {
     for s in specs {
         s.validate()?;
@@ -489,7 +534,7 @@ pub fn run_perftest_client(
                 server: Some(server),
                 port: server.port(),
             };
-            let (r, _) = run_session(ch, true, specs, local, secrets, link, gbits, || {}).await?;
+            let (r, _) = run_session(ch, true, specs, local, secrets, link, opts, || {}).await?;
             return Ok(r);
         }
         let tcp = tokio::time::timeout(
@@ -514,7 +559,7 @@ pub fn run_perftest_client(
             local,
             secrets,
             link,
-            gbits,
+            opts,
             || {},
         )
         .await?;

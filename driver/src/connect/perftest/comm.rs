@@ -320,9 +320,11 @@ impl Comm {
                     self.peer = Some(req.peer);
                     self.local = req.local;
                     self.conn = Some(conn);
+                    // Ready to receive before the REP leaves; up only once the RTU (or
+                    // the CM's established event) says the client is there: a REQ never
+                    // confirmed must not start the session (the server gives it up).
                     if let Some(n) = self.cm.accept(now, conn, self.comm_offer(), &[]) {
                         connect_qp(dev, &self.qp, &n, &comm_base(), CcConfig::None, 0)?;
-                        self.up = true;
                     }
                 } else if Some(req.peer) != self.peer
                     || !self.data_phase
@@ -385,7 +387,12 @@ impl Comm {
                 if released {
                     self.mark_released(conn);
                 } else if Some(conn) == self.conn || self.find(conn).is_some() {
-                    self.fail("the peer stopped answering the CM (no REP, RTU or DREP)".into());
+                    let who = self
+                        .peer
+                        .map_or_else(|| "the peer".into(), |p| p.to_string());
+                    self.fail(format!(
+                        "{who} stopped answering the CM (no REP, RTU or DREP)"
+                    ));
                 }
             }
             CmEvent::Disconnected { conn } => {
