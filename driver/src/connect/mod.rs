@@ -12,9 +12,14 @@
 //!
 //! Exchanges (one module each): [`pingpong`], the verbs examples' `LID:QPN:PSN:GID` text
 //! records over TCP (`ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong`,
-//! `ibv_srq_pingpong`); [`rdma_cm`], the IB CM on QP1 inside the endpoint's loop; [`perftest`],
-//! perftest's lock-step messages over TCP or over an RDMA-CM connection of their own (`-R`),
-//! and its data QPs connected through RDMA-CM.
+//! `ibv_srq_pingpong`); [`cm_session`], connections through the IB CM and RDMA-CM, asked for,
+//! accepted, confirmed, released and given up in one place (its plumbing on QP1 inside the
+//! endpoint's loop is [`rdma_cm`]'s); [`sidr`], a UD QP found through service ID resolution;
+//! [`perftest`], perftest's lock-step messages over TCP or over an RDMA-CM connection of their
+//! own (`-R`), and its data QPs connected through RDMA-CM.
+//!
+//! Applications never drive the CM themselves (no file under `apps/` imports
+//! `roce_stack::cm`): a server that gives up a peer's set-up listens again, in the layer.
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use roce_proto::{Ecn, Psn, QKey, Qpn};

@@ -1,8 +1,8 @@
-//! The IB CM (IBTA Vol 1 ch. 12) and RDMA-CM (Annex A11) as an exchange: the sans-IO
-//! [`roce_stack::cm::Cm`] runs inside the endpoint's loop, its MADs moving through the device's
-//! QP1 ([`pump`], [`flush`]); what a connection settled connects a QP ([`connect_qp`]). The
-//! applications that connect through the CM (`workload`, `perf`, `kv` with `--cm`, `rping`)
-//! share these.
+//! The IB CM (IBTA Vol 1 ch. 12) and RDMA-CM (Annex A11) inside the endpoint's loop: the
+//! sans-IO [`roce_stack::cm::Cm`]'s MADs move through the device's QP1 ([`pump`], [`flush`]);
+//! what a connection settled connects a QP ([`connect_qp`]). The sessions
+//! ([`super::cm_session`], [`super::sidr`]) and perftest's exchange ([`super::perftest`]) are
+//! built on these; applications use the sessions.
 use std::net::IpAddr;
 
 use roce_proto::{Ecn, ROCEV2_UDP_PORT};
