@@ -816,6 +816,16 @@ fn sidr_requests_share_the_rate_limit_of_unsolicited_answers() {
 /// A REP the active consumer cannot use is answered with a REJ (message rejected: REP) in
 /// place of the RTU, and the passive side drops the connection; once the RTU has left, the
 /// refusal is a DREQ instead. Never silence (the peer would resend its REP until it gives up).
+/// Hands every MAD `from` has to send to `to` at `now`, without loss; returns them.
+fn carry_at(now: Instant, from: &mut Cm, to: &mut Cm) -> Vec<[u8; 256]> {
+    let mut got = Vec::new();
+    while let Some(o) = from.poll_transmit() {
+        got.push(o.mad);
+        to.handle_mad(now, o.local, o.peer, &o.mad);
+    }
+    got
+}
+
 #[test]
 fn a_rep_the_consumer_refuses_gets_a_rej_not_silence() {
     for rtu_left in [false, true] {
@@ -823,14 +833,7 @@ fn a_rep_the_consumer_refuses_gets_a_rej_not_silence() {
         let mut b = Cm::new(config(2));
         b.listen(SVC);
         let now = Instant::from_nanos(0);
-        let carry = |from: &mut Cm, to: &mut Cm| {
-            let mut got = Vec::new();
-            while let Some(o) = from.poll_transmit() {
-                got.push(o.mad);
-                to.handle_mad(now, o.local, o.peer, &o.mad);
-            }
-            got
-        };
+        let carry = |from: &mut Cm, to: &mut Cm| carry_at(now, from, to);
         let conn = a.connect(now, &options(b"hi")).unwrap();
         carry(&mut a, &mut b);
         let Some(CmEvent::Request { conn: bc, .. }) = b.poll_event() else {
@@ -869,14 +872,7 @@ fn a_rep_the_consumer_refuses_gets_a_rej_not_silence() {
 #[test]
 fn an_abandoned_set_up_is_refused_and_forgotten() {
     let now = Instant::from_nanos(0);
-    let carry = |from: &mut Cm, to: &mut Cm| {
-        let mut got = Vec::new();
-        while let Some(o) = from.poll_transmit() {
-            got.push(o.mad);
-            to.handle_mad(now, o.local, o.peer, &o.mad);
-        }
-        got
-    };
+    let carry = |from: &mut Cm, to: &mut Cm| carry_at(now, from, to);
     for established in [false, true] {
         let mut a = Cm::new(config(3));
         let mut b = Cm::new(config(4));

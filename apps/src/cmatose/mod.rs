@@ -256,16 +256,8 @@ impl Sends {
 impl Application for Sends {
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
         self.session.poll(dev, now)?;
-        if let Err(e) = self.turn(dev, now) {
-            if !self.session.is_server() {
-                self.session.flush(dev);
-                return Err(e);
-            }
-            // A client that broke the exchange costs the server that client only.
-            self.session.give_up(dev, now, &e.to_string());
-        }
-        self.session.flush(dev);
-        Ok(())
+        let turn = self.turn(dev, now);
+        self.session.finish(dev, now, turn)
     }
 
     fn done(&self) -> bool {

@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::qps::{LocalQp, RemoteBuffer};
-use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError, Fault};
+use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError};
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{
     Access, CcConfig, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, QpStats,
@@ -503,24 +503,13 @@ pub fn serve_cm(
             if !app.abandoned {
                 app.until_established = false;
                 let ran = ep.run(&mut app, true, pending(), SERVING_SILENCE).await;
-                if let Some(e) = ran.map_err(DriverError::from).err() {
-                    if after == AfterGivingUp::Fail
-                        || !matches!(e.fault(), Fault::Peer | Fault::Check)
-                    {
-                        return Err(e);
-                    }
-                    let peer = app
-                        .session
-                        .peer()
-                        .map_or_else(|| "?".into(), |p| p.to_string());
-                    eprintln!("roce kv: gave up a run with {peer} ({e}); listening again");
+                if let Err(e) = ran {
+                    after.tolerate(e.into(), "roce kv", app.session.peer())?;
                     continue;
                 }
             }
-            if app.abandoned && after == AfterGivingUp::Fail {
-                return Err(DriverError::Peer("the client's set-up was given up".into()));
-            }
             if app.abandoned {
+                after.set_up_given_up()?;
                 continue;
             }
             if let Some(why) = app.refused {

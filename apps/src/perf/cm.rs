@@ -15,7 +15,7 @@ use std::time::Duration;
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
-    bind_endpoint, runtime, AppError, Application, DriverError, Fault, LinkChoice, Secrets,
+    bind_endpoint, runtime, AppError, Application, DriverError, LinkChoice, Secrets,
 };
 use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
 use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, RemoteAddr, Service};
@@ -290,12 +290,10 @@ pub fn serve_cm(
                 Duration::from_secs(30)
             };
             ep.run(&mut s, true, pending(), wait).await?;
-            if s.abandoned && after == AfterGivingUp::Fail {
-                return Err(DriverError::Peer("the client's set-up was given up".into()));
-            }
             if s.abandoned {
                 // A fresh device, CM and endpoint for the next REQ; this one's QPs and
                 // regions go with it.
+                after.set_up_given_up()?;
                 continue;
             }
             if let Some((spec, _)) = s.run {
@@ -305,25 +303,12 @@ pub fn serve_cm(
             let ran = ep
                 .run(&mut s, true, pending(), Duration::from_secs(30))
                 .await;
-            let failed = ran.map_err(DriverError::from).err();
-            if let Some(e) = failed {
-                if after == AfterGivingUp::Fail || !matches!(e.fault(), Fault::Peer | Fault::Check)
-                {
-                    return Err(e);
-                }
-                let peer = s
-                    .session
-                    .peer()
-                    .map_or_else(|| "?".into(), |p| p.to_string());
-                eprintln!("roce perf: gave up a run with {peer} ({e}); listening again");
+            if let Err(e) = ran {
+                after.tolerate(e.into(), "roce perf", s.session.peer())?;
                 continue;
             }
-            if s.abandoned && after == AfterGivingUp::Fail {
-                return Err(DriverError::Peer(
-                    "the client went quiet in the middle of the run".into(),
-                ));
-            }
             if s.abandoned {
+                after.set_up_given_up()?;
                 continue;
             }
             runs += 1;

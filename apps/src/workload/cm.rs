@@ -22,7 +22,7 @@ use roce_driver::endpoint::{Tap, Taps};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
-    bind_endpoint, runtime, AppError, Application, DriverError, Fault, Link, LinkChoice, Secrets,
+    bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, Secrets,
 };
 use roce_proto::{Psn, ROCEV2_UDP_PORT};
 use roce_stack::{
@@ -477,36 +477,19 @@ pub fn serve_cm(
             // Waiting for a client has no silence bound; serving one has.
             let forever = Duration::from_secs(365 * 24 * 3600);
             ep.run(&mut app, true, pending(), forever).await?;
-            if app.abandoned && after == AfterGivingUp::Fail {
-                return Err(DriverError::Peer("the client's set-up was given up".into()));
-            }
-            if app.abandoned {
-                tap = ep.take_tap();
-                continue;
-            }
-            app.until_established = false;
-            let ran = ep
-                .run(&mut app, true, pending(), Duration::from_secs(30))
-                .await;
-            if let Some(e) = ran.map_err(DriverError::from).err() {
-                if after == AfterGivingUp::Fail || !matches!(e.fault(), Fault::Peer | Fault::Check)
-                {
-                    return Err(e);
+            if !app.abandoned {
+                app.until_established = false;
+                let ran = ep
+                    .run(&mut app, true, pending(), Duration::from_secs(30))
+                    .await;
+                if let Err(e) = ran {
+                    after.tolerate(e.into(), "roce server", app.session.peer())?;
+                    tap = ep.take_tap();
+                    continue;
                 }
-                let peer = app
-                    .session
-                    .peer()
-                    .map_or_else(|| "?".into(), |p| p.to_string());
-                eprintln!("roce server: gave up a run with {peer} ({e}); listening again");
-                tap = ep.take_tap();
-                continue;
-            }
-            if app.abandoned && after == AfterGivingUp::Fail {
-                return Err(DriverError::Peer(
-                    "the client went quiet in the middle of the run".into(),
-                ));
             }
             if app.abandoned {
+                after.set_up_given_up()?;
                 tap = ep.take_tap();
                 continue;
             }

@@ -168,6 +168,15 @@ struct Slot {
     data: Vec<u8>,
 }
 
+/// A side's QPs, each with its first PSN.
+fn qps_of(side: &Side) -> Vec<(LocalQp, Psn)> {
+    side.qps
+        .iter()
+        .copied()
+        .zip(side.psns.iter().copied())
+        .collect()
+}
+
 /// The session's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -224,13 +233,7 @@ impl CmSession {
         salt: u64,
         name: &'static str,
     ) -> Result<Self, crate::DriverError> {
-        let qps: Vec<(LocalQp, Psn)> = side
-            .qps
-            .iter()
-            .copied()
-            .zip(side.psns.iter().copied())
-            .collect();
-        let now = side.ep.now();
+        let (qps, now) = (qps_of(side), side.ep.now());
         let mut s = Self::new(now, &qps, terms, secrets, salt, name, Role::Server)?;
         s.cm.listen(rdma_cm_service_id(terms.port));
         Ok(s)
@@ -246,12 +249,7 @@ impl CmSession {
         name: &'static str,
         peer: IpAddr,
     ) -> Result<Self, crate::DriverError> {
-        let qps: Vec<(LocalQp, Psn)> = side
-            .qps
-            .iter()
-            .copied()
-            .zip(side.psns.iter().copied())
-            .collect();
+        let qps = qps_of(side);
         Self::client_with(
             side.ep.local_addr().ip(),
             side.ep.now(),
@@ -414,6 +412,27 @@ impl CmSession {
     /// Hands the MADs the session made to QP1. Call last in the application's `poll`.
     pub fn flush(&mut self, dev: &mut Device) {
         flush(&mut self.cm, dev);
+    }
+
+    /// Ends an application's `poll` whose own turn came out as `turn`: a server gives up
+    /// the client the turn failed on ([`CmSession::give_up`], the error as the reason) and
+    /// listens again; a client fails with it. The MADs leave either way.
+    pub fn finish(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        turn: Result<(), AppError>,
+    ) -> Result<(), AppError> {
+        if let Err(e) = turn {
+            if !self.is_server() {
+                self.flush(dev);
+                return Err(e);
+            }
+            // A client that broke the exchange costs the server that client only.
+            self.give_up(dev, now, &e.to_string());
+        }
+        self.flush(dev);
+        Ok(())
     }
 
     /// Releases connection `i` (DREQ). `false` when it was not up: a crossing DREQ from the

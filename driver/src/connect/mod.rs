@@ -387,6 +387,34 @@ pub enum AfterGivingUp {
     Fail,
 }
 
+impl AfterGivingUp {
+    /// A run with `peer` failed with `e`: `Ok` when the server goes on (the peer's fault,
+    /// said in one line beginning with `name`), the error otherwise (this host's, the
+    /// settings', or no next peer to wait for).
+    pub fn tolerate(
+        self,
+        e: DriverError,
+        name: &str,
+        peer: Option<IpAddr>,
+    ) -> Result<(), DriverError> {
+        if self == Self::Fail || !matches!(e.fault(), crate::Fault::Peer | crate::Fault::Check) {
+            return Err(e);
+        }
+        let peer = peer.map_or_else(|| "a client".into(), |p| p.to_string());
+        eprintln!("{name}: gave up a run with {peer} ({e}); listening again");
+        Ok(())
+    }
+
+    /// The set-up with a client was given up (the session said so): `Ok` when the server
+    /// listens again, an error naming it otherwise.
+    pub fn set_up_given_up(self) -> Result<(), DriverError> {
+        match self {
+            Self::ListenAgain => Ok(()),
+            Self::Fail => Err(DriverError::Peer("the client's set-up was given up".into())),
+        }
+    }
+}
+
 /// A TCP listener a server keeps while it serves peers one after another: a peer whose
 /// set-up failed costs that set-up, and the next peer finds the door still open (waiting in
 /// the listen backlog meanwhile).
