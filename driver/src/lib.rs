@@ -136,6 +136,12 @@ impl DriverError {
         }
     }
 
+    /// Whether a server gives the peer up and serves the next for this failure: the peer's
+    /// fault, or the application's check of what the peer did.
+    pub fn costs_the_peer(&self) -> bool {
+        matches!(self.fault(), Fault::Peer | Fault::Check)
+    }
+
     /// [`DriverError::Step`]: `what` failed because of `source`, which stays typed.
     pub fn step(
         what: impl Into<String>,

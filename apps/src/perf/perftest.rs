@@ -14,7 +14,7 @@ use roce_driver::connect::perftest::{Report, Session, PAGE, STEP_TIMEOUT};
 use roce_driver::connect::AfterGivingUp;
 use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side};
 use roce_driver::qps::LocalQp;
-use roce_driver::{runtime, DriverError, Fault, LinkChoice, Secrets};
+use roce_driver::{runtime, DriverError, LinkChoice, Secrets};
 use roce_proto::perftest::Dest;
 use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{Psn, QKey, Qpn, RKey, ROCEV2_UDP_PORT};
@@ -500,10 +500,7 @@ pub fn serve_perftest(
             match attempt {
                 Ok((r, _)) => return Ok(r),
                 // A client that broke the exchange or the test costs the server that client.
-                Err(e)
-                    if after == AfterGivingUp::ListenAgain
-                        && matches!(e.fault(), Fault::Peer | Fault::Check) =>
-                {
+                Err(e) if after == AfterGivingUp::ListenAgain && e.costs_the_peer() => {
                     eprintln!("roce perf: gave up a perftest client ({e}); listening again");
                 }
                 Err(e) => return Err(e),

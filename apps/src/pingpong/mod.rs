@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::{pingpong, QpRequest, Side};
-use roce_driver::{runtime, AppError, Application, DriverError, Fault, LinkChoice, Secrets};
+use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_proto::QKey;
 use roce_stack::ud::{UdSend, GRH_LEN};
 use roce_stack::{
@@ -545,7 +545,7 @@ pub fn serve(
                 |a| a.ip().to_canonical().to_string(),
             );
             match run_side(tcp, spec, false, secrets, link, None).await {
-                Err(e) if matches!(e.fault(), Fault::Peer | Fault::Check) => {
+                Err(e) if e.costs_the_peer() => {
                     eprintln!("roce pingpong: gave up a set-up from {from} ({e}); listening again");
                 }
                 r => return r,

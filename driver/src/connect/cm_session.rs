@@ -363,24 +363,9 @@ impl CmSession {
         self.peer
     }
 
-    /// Set-ups given up so far.
-    pub fn given_up(&self) -> u64 {
-        self.given_up
-    }
-
     /// The next thing that happened, in order.
     pub fn next_event(&mut self) -> Option<SessionEvent> {
         self.events.pop_front()
-    }
-
-    /// Whether every connection was released.
-    pub fn all_released(&self) -> bool {
-        self.slots.iter().all(|s| s.state == SlotState::Released)
-    }
-
-    /// Whether connection `i` is up (established, not yet closing).
-    pub fn is_up(&self, i: usize) -> bool {
-        self.slots.get(i).is_some_and(|s| s.state == SlotState::Up)
     }
 
     /// The MADs that came in and the timers that are due, then the silence bounds; what
@@ -446,6 +431,14 @@ impl CmSession {
         }
         s.state = SlotState::Closing;
         s.conn.is_some_and(|c| self.cm.disconnect(now, c))
+    }
+
+    /// A connection with `peer` is being accepted: its set-up's clock starts with the first.
+    fn begin(&mut self, now: Instant, peer: IpAddr) {
+        if !self.under_way() {
+            self.began = now;
+        }
+        self.peer = Some(peer);
     }
 
     fn under_way(&self) -> bool {
@@ -571,10 +564,7 @@ impl CmSession {
             refuse(&mut self.cm, b"busy");
             return Ok(());
         };
-        if !self.under_way() {
-            self.began = now;
-        }
-        self.peer = Some(req.peer);
+        self.begin(now, req.peer);
         let offer = self.offer(i);
         let Some(n) = self.cm.accept(now, conn, offer, &[]) else {
             return Ok(());
@@ -658,10 +648,7 @@ impl CmSession {
         line_rate_bps: u64,
         reply: &[u8],
     ) -> Result<usize, AppError> {
-        if !self.under_way() {
-            self.began = now;
-        }
-        self.peer = Some(asked.peer);
+        self.begin(now, asked.peer);
         let offer = QpOffer {
             qpn: qp.qpn,
             starting_psn: psn,
@@ -686,11 +673,6 @@ impl CmSession {
     /// Listener: refuses `asked` (REJ, consumer reject, with `why` as its private data).
     pub fn refuse(&mut self, asked: &Asked, why: &[u8]) {
         self.cm.reject(asked.conn, CONSUMER_REJECT, why);
-    }
-
-    /// Connections made so far (a listener's grow as it accepts).
-    pub fn connections(&self) -> usize {
-        self.slots.len()
     }
 
     /// The peer's private data of connection `i`: its REP's (client, once up) or its REQ's

@@ -397,7 +397,7 @@ impl AfterGivingUp {
         name: &str,
         peer: Option<IpAddr>,
     ) -> Result<(), DriverError> {
-        if self == Self::Fail || !matches!(e.fault(), crate::Fault::Peer | crate::Fault::Check) {
+        if self == Self::Fail || !e.costs_the_peer() {
             return Err(e);
         }
         let peer = peer.map_or_else(|| "a client".into(), |p| p.to_string());
