@@ -376,7 +376,7 @@ fn a_client_that_breaks_the_exchange_does_not_end_ucmatose() {
     assert_eq!(code, 0, "the next client: {out}{err}");
     // Its message of the wrong size, or the completion error of our SENDs to its small
     // receives, whichever comes first.
-    served_after_one_give_up(srv, &c, "connection 0: ");
+    served_after_one_give_up(srv, &c, "(QP 0x");
 }
 
 /// udaddy's server takes UD messages only from a peer whose SIDR_REQ it answered; one that

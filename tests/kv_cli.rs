@@ -277,7 +277,7 @@ fn over_cm_as_two_processes_and_refusals_in_one_line() {
     assert!(!status.success());
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("ended the connection: asked for a pool"),
+        err.contains("refused the client: asked for a pool"),
         "{err}"
     );
     // Nobody listening on that RDMA-CM port: REJ, one line.

@@ -48,6 +48,20 @@ pub enum ConfigError {
         /// The value given.
         value: u64,
     },
+    /// A stock tool's flag outside the range that tool takes (`note`: why that range).
+    #[error("{flag} {value}: {lo} to {hi}{}", note.map(|n| format!(" ({n})")).unwrap_or_default())]
+    Flag {
+        /// The flag, as the tool spells it ("-S").
+        flag: &'static str,
+        /// The value given.
+        value: u64,
+        /// The least it takes.
+        lo: u64,
+        /// The most it takes.
+        hi: u64,
+        /// Why, where the range is not the tool's alone ("a UD message is one packet").
+        note: Option<&'static str>,
+    },
     /// Settings that do not fit together.
     #[error(transparent)]
     Combination(#[from] Combination),
@@ -91,6 +105,27 @@ impl ConfigError {
                 setting,
                 range,
                 value,
+            })
+        }
+    }
+
+    /// `Err(Flag)` unless `lo <= value <= hi`: a stock tool's `flag`.
+    pub fn check_flag(
+        flag: &'static str,
+        value: u64,
+        lo: u64,
+        hi: u64,
+        note: Option<&'static str>,
+    ) -> Result<(), Self> {
+        if (lo..=hi).contains(&value) {
+            Ok(())
+        } else {
+            Err(Self::Flag {
+                flag,
+                value,
+                lo,
+                hi,
+                note,
             })
         }
     }

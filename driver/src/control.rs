@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{setup, DriverError};
+use crate::{setup, DriverError, PeerFault, SetupFailure};
 
 /// Longest control line accepted, in bytes; a longer one ends the connection with an error
 /// instead of growing a buffer.
@@ -67,10 +67,13 @@ impl Control {
     async fn send_frame<M: Serialize>(&mut self, f: &Frame<M>) -> Result<(), DriverError> {
         let mut s = serde_json::to_vec(f).map_err(DriverError::from)?;
         s.push(b'\n');
-        self.wr
-            .write_all(&s)
-            .await
-            .map_err(|e| DriverError::Peer(format!("control connection: {e}")))
+        self.wr.write_all(&s).await.map_err(|source| {
+            PeerFault::Channel {
+                what: "control connection",
+                source,
+            }
+            .into()
+        })
     }
 
     /// Sends an application message.
@@ -95,7 +98,10 @@ impl Control {
 
     /// Reads one line into `self.line` (without the newline), at most [`MAX_LINE`] bytes.
     async fn read_line(&mut self) -> Result<(), DriverError> {
-        let peer = |e: std::io::Error| DriverError::Peer(format!("control connection: {e}"));
+        let peer = |source| PeerFault::Channel {
+            what: "control connection",
+            source,
+        };
         if std::mem::take(&mut self.pending) {
             return Ok(());
         }
@@ -103,17 +109,18 @@ impl Control {
         loop {
             let chunk = self.rd.fill_buf().await.map_err(peer)?;
             if chunk.is_empty() {
-                return Err(DriverError::Peer("closed the control connection".into()));
+                return Err(PeerFault::Closed("control connection").into());
             }
             let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
                 Some(i) => (i, true),
                 None => (chunk.len(), false),
             };
             if self.line.len() + take > MAX_LINE {
-                return Err(DriverError::Peer(format!(
-                    "sent a control line longer than {} MiB",
-                    MAX_LINE >> 20
-                )));
+                return Err(PeerFault::TooLong {
+                    what: "control line",
+                    limit: MAX_LINE,
+                }
+                .into());
             }
             self.line.extend_from_slice(&chunk[..take]);
             self.rd.consume(take + usize::from(end));
@@ -127,11 +134,9 @@ impl Control {
     pub async fn recv_frame<M: DeserializeOwned>(&mut self) -> Result<Frame<M>, DriverError> {
         self.read_line().await?;
         match serde_json::from_slice(&self.line) {
-            Ok(Frame::Error(e)) => Err(DriverError::Peer(e)),
+            Ok(Frame::Error(e)) => Err(PeerFault::Said(e).into()),
             Ok(f) => Ok(f),
-            Err(e) => Err(DriverError::Peer(format!(
-                "unreadable control message: {e}"
-            ))),
+            Err(e) => Err(unreadable(e)),
         }
     }
 
@@ -169,7 +174,7 @@ impl Control {
     /// `who` the peer is): the stop signal of a client while its data path runs.
     pub async fn peer_interrupts(&mut self, who: &str) -> Result<(), DriverError> {
         match self.recv_frame::<serde_json::Value>().await {
-            Err(DriverError::Peer(m)) => Err(DriverError::Peer(format!("the {who} {m}"))),
+            Err(DriverError::Peer(m)) => Err(m.named(who, false).into()),
             Err(e) => Err(e),
             Ok(f) => Err(unexpected(&f)),
         }
@@ -181,16 +186,26 @@ impl Control {
         match self.recv_frame::<serde_json::Value>().await {
             Ok(Frame::Done { ok }) => Ok(ok),
             Ok(f) => Err(unexpected(&f)),
-            Err(DriverError::Peer(m)) => {
-                Err(DriverError::Peer(format!("the {who} {m} before finishing")))
-            }
+            Err(DriverError::Peer(m)) => Err(m.named(who, true).into()),
             Err(e) => Err(e),
         }
     }
 }
 
 fn no_answer(d: Duration) -> DriverError {
-    DriverError::Peer(format!("no answer on the control connection within {d:?}"))
+    PeerFault::Silent {
+        what: "control connection",
+        within: d,
+    }
+    .into()
+}
+
+fn unreadable(e: serde_json::Error) -> DriverError {
+    PeerFault::Unreadable {
+        what: "control message",
+        source: Box::new(e),
+    }
+    .into()
 }
 
 fn unexpected<M>(f: &Frame<M>) -> DriverError {
@@ -200,7 +215,7 @@ fn unexpected<M>(f: &Frame<M>) -> DriverError {
         Frame::Done { .. } => "done",
         Frame::Error(_) => "an error",
     };
-    DriverError::Peer(format!("sent {what} out of turn"))
+    PeerFault::OutOfTurn(what).into()
 }
 
 /// Opens the control connection to `server` (from `bind`, when given), within 5 s. Returns the
@@ -277,7 +292,11 @@ pub async fn accept(
             },
             () = &mut expired => {
                 let d = timeout.unwrap_or_default();
-                return Err(DriverError::Setup(format!("no client connected within {d:?}")));
+                return Err(SetupFailure::NobodyCame {
+                    who: "client",
+                    within: d,
+                }
+                .into());
             }
         }
     }
@@ -303,9 +322,6 @@ async fn first_frame(
             Ok((ctl, peer))
         }
         Ok(f) => Err((peer, unexpected(&f))),
-        Err(e) => Err((
-            peer,
-            DriverError::Peer(format!("unreadable control message: {e}")),
-        )),
+        Err(e) => Err((peer, unreadable(e))),
     }
 }

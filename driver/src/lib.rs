@@ -15,7 +15,8 @@
 //!   [`qps`]: the QP half of a handshake (QPNs, PSNs, buffers; RESET→INIT→RTR→RTS).
 //! * [`connect`]: the connection layer: QPs of a kind, connected over an exchange other
 //!   stacks speak (the verbs examples' records, perftest's), on an endpoint already listening.
-//! * This module: errors, the server's [`Listener`], and [`in_one_process`] for runs whose two
+//! * [`error`]: the errors above the core, typed by who is at fault.
+//! * This module: the server's [`Listener`], and [`in_one_process`] for runs whose two
 //!   ends share a process.
 //!
 //! Every application (in `roce-apps`) defines its own control messages and report; none of
@@ -28,6 +29,7 @@ pub mod app;
 pub mod connect;
 pub mod control;
 pub mod endpoint;
+pub mod error;
 pub mod impair;
 mod neigh;
 pub mod packet;
@@ -46,113 +48,13 @@ use roce_stack::Device;
 pub use app::{AppError, Application};
 pub use control::Control;
 pub use endpoint::{Direction, Endpoint, LoopStats, RunError, Tap, TapRecord, Taps};
+pub use error::{DriverError, Fault, PeerFault, SetupFailure, Unsupported};
 pub use impair::{ImpairStats, Impairment};
 pub use secrets::Secrets;
 pub use socket::{Link, LinkChoice};
 
 /// TCP port of the control connection (perftest's default).
 pub const DEFAULT_CONTROL_PORT: u16 = 18515;
-
-/// A failed run: what went wrong, in one line.
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    /// Bad configuration.
-    #[error("{0}")]
-    Config(String),
-    /// Setting up sockets or the control connection failed.
-    #[error("{0}")]
-    Setup(String),
-    /// The peer refused or broke the protocol.
-    #[error("peer: {0}")]
-    Peer(String),
-    /// The run itself failed.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// The device refused to create a QP, CQ or SRQ.
-    #[error(transparent)]
-    Create(#[from] roce_stack::CreateError),
-    /// A QP refused a state transition.
-    #[error(transparent)]
-    Modify(#[from] roce_stack::ModifyError),
-    /// An application could not be set up (its regions, its first posts).
-    #[error(transparent)]
-    App(#[from] AppError),
-    /// A setting an application refused, as its own typed error (the CLI can downcast it,
-    /// and see which setting it was).
-    #[error(transparent)]
-    Invalid(Box<dyn std::error::Error + Send + Sync + 'static>),
-    /// What the peer sent is not valid (the typed reason as `source`).
-    #[error("peer: {source}")]
-    PeerInvalid {
-        /// Why it is not.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
-    },
-    /// A step failed (`what`), for a reason of its own type (`source`: an I/O error, a
-    /// refused transition or post, ...; downcast it to tell).
-    #[error("{what}: {source}")]
-    Step {
-        /// What was being done.
-        what: String,
-        /// Why it failed.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
-    },
-    /// A control message could not be encoded.
-    #[error(transparent)]
-    Encode(#[from] serde_json::Error),
-}
-
-/// Whose fault a failure is: a server gives up a set-up the peer broke and serves the next
-/// peer; the other failures end it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// The peer: what it sent, refused or never sent.
-    Peer,
-    /// This host: a socket, a resource, a step of our own.
-    Local,
-    /// The user's settings.
-    Settings,
-    /// The application's own check of what happened (a completion error, a message it
-    /// cannot take: caused by the peer or the path to it).
-    Check,
-}
-
-impl DriverError {
-    /// Whose fault this failure is.
-    pub fn fault(&self) -> Fault {
-        match self {
-            Self::Config(_) | Self::Invalid(_) => Fault::Settings,
-            Self::Peer(_) | Self::PeerInvalid { .. } => Fault::Peer,
-            Self::Run(RunError::PeerSilent(_)) => Fault::Peer,
-            Self::Run(RunError::Stopped(e)) => e.fault(),
-            Self::Run(RunError::App(a)) | Self::App(a) => a.fault(),
-            Self::Run(_)
-            | Self::Setup(_)
-            | Self::Create(_)
-            | Self::Modify(_)
-            | Self::Step { .. }
-            | Self::Encode(_) => Fault::Local,
-        }
-    }
-
-    /// Whether a server gives the peer up and serves the next for this failure: the peer's
-    /// fault, or the application's check of what the peer did.
-    pub fn costs_the_peer(&self) -> bool {
-        matches!(self.fault(), Fault::Peer | Fault::Check)
-    }
-
-    /// [`DriverError::Step`]: `what` failed because of `source`, which stays typed.
-    pub fn step(
-        what: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        Self::Step {
-            what: what.into(),
-            source: Box::new(source),
-        }
-    }
-}
 
 /// Maps an I/O error to a [`DriverError::Step`] naming `what` failed.
 pub fn setup(what: &str) -> impl Fn(std::io::Error) -> DriverError + '_ {
@@ -213,8 +115,11 @@ pub struct Listener {
 impl Listener {
     /// Binds the control port (errors: address in use, not local, …).
     pub fn bind(cfg: ServerConfig) -> Result<Self, DriverError> {
-        let listener = std::net::TcpListener::bind(cfg.listen)
-            .map_err(|e| DriverError::Setup(format!("cannot listen on TCP {}: {e}", cfg.listen)))?;
+        let listener =
+            std::net::TcpListener::bind(cfg.listen).map_err(|source| SetupFailure::Listen {
+                addr: cfg.listen,
+                source,
+            })?;
         listener.set_nonblocking(true).map_err(setup("listener"))?;
         Ok(Self { listener, cfg })
     }

@@ -11,7 +11,7 @@ use roce_stack::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::DriverError;
+use crate::{AppError, DriverError, PeerFault};
 
 /// Serde adapters for the codec's 24- and 32-bit newtypes, as plain numbers on the wire; a
 /// number out of a field's range is refused, not truncated.
@@ -150,7 +150,7 @@ pub fn create_qps(
     n: u32,
     caps: QpCaps,
     access: Access,
-) -> Result<Vec<LocalQp>, DriverError> {
+) -> Result<Vec<LocalQp>, AppError> {
     let params = ConnectParams {
         access,
         ..ConnectParams::default()
@@ -158,11 +158,9 @@ pub fn create_qps(
     (0..n)
         .map(|_| {
             let (send_cq, recv_cq) = (dev.create_cq(), dev.create_cq());
-            let qpn = dev
-                .create_qp(pd, send_cq, recv_cq, caps)
-                .map_err(DriverError::from)?;
+            let qpn = dev.create_qp(pd, send_cq, recv_cq, caps)?;
             dev.modify_qp(qpn, &params.init_attr())
-                .map_err(DriverError::from)?;
+                .map_err(|source| AppError::Modify { qpn, source })?;
             Ok(LocalQp {
                 qpn,
                 send_cq,
@@ -181,13 +179,11 @@ pub fn qp_infos(qps: &[LocalQp], psns: &[Psn]) -> Vec<QpInfo> {
 }
 
 /// Refuses a peer that speaks another version of a control protocol (`what`: its name).
-pub fn check_protocol(what: &str, got: u32, want: u32) -> Result<(), DriverError> {
+pub fn check_protocol(what: &'static str, got: u32, want: u32) -> Result<(), PeerFault> {
     if got == want {
         Ok(())
     } else {
-        Err(DriverError::Peer(format!(
-            "{what} protocol {got}, this end speaks {want}"
-        )))
+        Err(PeerFault::Protocol { what, got, want })
     }
 }
 
@@ -217,11 +213,12 @@ pub fn connect_qps(
     w: &Wiring,
 ) -> Result<(), DriverError> {
     if peers.len() != qps.len() || psns.len() != qps.len() {
-        return Err(DriverError::Peer(format!(
-            "announced {} QPs, this end has {}",
-            peers.len(),
-            qps.len()
-        )));
+        return Err(PeerFault::Count {
+            what: "QPs",
+            announced: peers.len(),
+            here: qps.len(),
+        }
+        .into());
     }
     for ((q, peer), &sq_psn) in qps.iter().zip(peers).zip(psns) {
         let sport = PathConfig::udp_sport(q.qpn.0, peer.qpn.0);
@@ -242,7 +239,7 @@ pub fn connect_qps(
             ..w.params
         };
         dev.connect_qp(q.qpn, &c)
-            .map_err(|e| DriverError::Setup(format!("modify QP {}: {e}", q.qpn)))?;
+            .map_err(|e| DriverError::step(format!("modify QP {}", q.qpn), e))?;
         if !matches!(w.cc, CcConfig::None) {
             dev.set_congestion_control(q.qpn, w.cc.build(w.line_rate_bps));
         }

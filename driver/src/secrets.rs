@@ -9,7 +9,7 @@ use roce_proto::{Psn, QKey};
 use roce_stack::rng::Rng;
 use roce_stack::{Device, DeviceConfig};
 
-use crate::DriverError;
+use crate::SetupFailure;
 
 /// The source of an end's secrets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,10 +41,9 @@ impl Secrets {
 
     /// A generator of secret values for the use named by `salt` (distinct salts give
     /// independent streams from one seed).
-    pub fn rng(&self, salt: u64) -> Result<Rng, DriverError> {
+    pub fn rng(&self, salt: u64) -> Result<Rng, SetupFailure> {
         let seed = match self {
-            Self::OsRandom => getrandom::u64()
-                .map_err(|e| DriverError::step("the operating system's random generator", e))?,
+            Self::OsRandom => getrandom::u64().map_err(SetupFailure::Random)?,
             Self::Seeded(s) => s ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15),
         };
         Ok(Rng::new(seed))
@@ -52,7 +51,7 @@ impl Secrets {
 
     /// A device whose first QPN and memory keys and addresses come from these secrets
     /// (`salt` tells the two ends of a seeded run apart).
-    pub fn device(&self, salt: u64) -> Result<Device, DriverError> {
+    pub fn device(&self, salt: u64) -> Result<Device, SetupFailure> {
         let mut rng = self.rng(salt ^ 0xde71_ce00)?;
         let config = DeviceConfig::default();
         // Room for every QP the device may create below 2^24.
@@ -67,21 +66,21 @@ impl Secrets {
 
     /// The seed of a communication manager's communication and transaction IDs (`salt`
     /// tells the two ends of a seeded run apart).
-    pub fn cm_seed(&self, salt: u64) -> Result<u64, DriverError> {
+    pub fn cm_seed(&self, salt: u64) -> Result<u64, SetupFailure> {
         Ok(self.rng(salt ^ 0xc0_3300)?.next_u64())
     }
 
     /// A Q_Key for a run's UD QPs, so that nobody off the path can address a datagram to
     /// them (a fixed one, such as perftest's 0x11111111, is known to everyone): 31 random
     /// bits, the high bit clear (a set one names a controlled Q_Key, IBTA Vol 1 §10.2.4).
-    pub fn qkey(&self, salt: u64) -> Result<QKey, DriverError> {
+    pub fn qkey(&self, salt: u64) -> Result<QKey, SetupFailure> {
         Ok(QKey(
             (self.rng(salt ^ 0x0d_9e7)?.next_u64() as u32) & 0x7fff_ffff,
         ))
     }
 
     /// First PSNs of `n` QPs (`salt` tells the two ends of a seeded run apart).
-    pub fn start_psns(&self, n: u32, salt: u64) -> Result<Vec<Psn>, DriverError> {
+    pub fn start_psns(&self, n: u32, salt: u64) -> Result<Vec<Psn>, SetupFailure> {
         let mut rng = self.rng(salt)?;
         Ok((0..n).map(|_| Psn::new(rng.next_u64() as u32)).collect())
     }

@@ -72,9 +72,14 @@ fn junk_from_elsewhere_does_not_keep_a_silent_run_alive() {
             Endpoint::bind(dev, SocketAddr::new(local, 4791), Impairment::default()).unwrap();
         let never = async {
             tokio::time::sleep(Duration::from_secs(10)).await;
-            Err::<(), roce_driver::DriverError>(roce_driver::DriverError::Setup(
-                "the silence bound never fired".into(),
-            ))
+            // Past the bound, in the test's own words: the peer never spoke.
+            Err::<(), roce_driver::DriverError>(
+                roce_driver::PeerFault::Silent {
+                    what: "test's stop signal",
+                    within: Duration::from_secs(10),
+                }
+                .into(),
+            )
         };
         let r = ep
             .run(&mut Waiting, false, never, Duration::from_millis(500))

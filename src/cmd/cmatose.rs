@@ -1,10 +1,11 @@
 //! `roce ucmatose`, `roce rdma-server`, `roce rdma-client`: librdmacm's SEND exchanges over
 //! RDMA-CM, against the stock tools or roce.
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::cmatose::{self, SendsResult, SendsSpec, Tool};
+use roce_driver::connect::{AfterGivingUp, Connector, Ends, Exchange};
 use roce_driver::Secrets;
 
 use crate::args::LinkArgs;
@@ -87,31 +88,41 @@ fn report(r: &SendsResult, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(addr: IpAddr, spec: SendsSpec, c: &Common) -> anyhow::Result<ExitCode> {
-    if addr.is_unspecified() {
-        anyhow::bail!("{addr}: give the address the client reaches (roce binds it)");
-    }
-    let r = cmatose::serve(addr, spec, Secrets::from_seed(c.seed), c.link.link, || {
-        eprintln!(
-            "roce: waiting on {addr} (RDMA-CM port {}, UDP 4791)",
-            spec.port
-        );
-    })?;
-    report(&r, c.json)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn client(
-    server: IpAddr,
+/// Serves one client (`server` None, at `bind`) or connects to `server`.
+fn run(
+    server: Option<IpAddr>,
     bind: Option<IpAddr>,
     spec: SendsSpec,
     c: &Common,
 ) -> anyhow::Result<ExitCode> {
-    let local = match bind {
-        Some(b) => b,
-        None => crate::args::route_source(server)?,
+    let port = spec.port;
+    let ends = match server {
+        Some(s) => Ends::Client {
+            server: SocketAddr::new(s, port),
+            bind,
+        },
+        None => {
+            let addr = bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+            if addr.is_unspecified() {
+                anyhow::bail!("{addr}: give the address the client reaches (roce binds it)");
+            }
+            Ends::Server {
+                listen: SocketAddr::new(addr, port),
+                after: AfterGivingUp::ListenAgain,
+            }
+        }
     };
-    let r = cmatose::client(server, local, spec, Secrets::from_seed(c.seed), c.link.link)?;
+    let secrets = Secrets::from_seed(c.seed);
+    let connector =
+        Connector::new(Exchange::RdmaCm, ends, secrets, c.link.link).on_ready(move || {
+            if let Ends::Server { listen, .. } = ends {
+                eprintln!(
+                    "roce: waiting on {} (RDMA-CM port {port}, UDP 4791)",
+                    listen.ip()
+                );
+            }
+        });
+    let r = cmatose::run(connector, spec)?;
     report(&r, c.json)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -124,16 +135,10 @@ pub(crate) fn ucmatose(a: UcmatoseArgs) -> anyhow::Result<ExitCode> {
         port: a.port,
         ..SendsSpec::new(Tool::Ucmatose)
     };
-    spec.validate()?;
-    match a.server {
-        Some(s) => client(s, a.bind, spec, &a.common),
-        None => {
-            let Some(b) = a.bind else {
-                anyhow::bail!("the server needs -b ADDR, the address the client reaches");
-            };
-            serve(b, spec, &a.common)
-        }
+    if a.server.is_none() && a.bind.is_none() {
+        anyhow::bail!("the server needs -b ADDR, the address the client reaches");
     }
+    run(a.server, a.bind, spec, &a.common)
 }
 
 pub(crate) fn rdma_server(a: RdmaServerArgs) -> anyhow::Result<ExitCode> {
@@ -141,7 +146,7 @@ pub(crate) fn rdma_server(a: RdmaServerArgs) -> anyhow::Result<ExitCode> {
         port: a.port,
         ..SendsSpec::new(Tool::RdmaServer)
     };
-    serve(a.addr, spec, &a.common)
+    run(None, Some(a.addr), spec, &a.common)
 }
 
 pub(crate) fn rdma_client(a: RdmaClientArgs) -> anyhow::Result<ExitCode> {
@@ -149,5 +154,5 @@ pub(crate) fn rdma_client(a: RdmaClientArgs) -> anyhow::Result<ExitCode> {
         port: a.port,
         ..SendsSpec::new(Tool::RdmaServer)
     };
-    client(a.server, a.bind, spec, &a.common)
+    run(Some(a.server), a.bind, spec, &a.common)
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::pingpong::{self, PingPongResult, PingPongSpec, Tool};
+use roce_driver::connect::{AfterGivingUp, Connector, Ends, Exchange, Ran};
 use roce_driver::Secrets;
 
 use crate::args::{size_flag, LinkArgs};
@@ -111,32 +112,43 @@ pub(crate) fn run(a: PingPongArgs) -> anyhow::Result<ExitCode> {
     spec.validate()?;
     let secrets = Secrets::from_seed(a.seed);
     let link = a.link.link;
-    if a.loopback {
-        let (c, s) = pingpong::loopback(a.client_ip, a.server_ip, a.port, spec, secrets, link)?;
-        print(&c, a.json)?;
-        print(&s, a.json)?;
-        verified(&s)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let r = match &a.host {
-        Some(h) => {
-            let mut server = crate::args::resolve(h)?;
-            if !h.contains(':') || h.starts_with('[') && !h.contains("]:") {
-                server.set_port(a.port);
-            }
-            eprintln!("roce pingpong: {} client of {server}", tool.name());
-            pingpong::client(server, a.bind, spec, secrets, link)?
+    let name = tool.name();
+    let ends = if a.loopback {
+        Ends::Both {
+            client: a.client_ip,
+            server: a.server_ip,
+            port: a.port,
         }
-        None => {
-            let bind = a.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-            pingpong::serve(bind, a.port, spec, secrets, link, || {
-                eprintln!(
-                    "roce pingpong: {} server waiting on TCP {bind}:{}",
-                    tool.name(),
-                    a.port
-                );
-            })?
+    } else if let Some(h) = &a.host {
+        let mut server = crate::args::resolve(h)?;
+        if !h.contains(':') || h.starts_with('[') && !h.contains("]:") {
+            server.set_port(a.port);
         }
+        eprintln!("roce pingpong: {name} client of {server}");
+        Ends::Client {
+            server,
+            bind: a.bind,
+        }
+    } else {
+        let bind = a.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        Ends::Server {
+            listen: std::net::SocketAddr::new(bind, a.port),
+            after: AfterGivingUp::ListenAgain,
+        }
+    };
+    let c = Connector::new(Exchange::Pingpong, ends, secrets, link).on_ready(move || {
+        if let Ends::Server { listen, .. } = ends {
+            eprintln!("roce pingpong: {name} server waiting on TCP {listen}");
+        }
+    });
+    let r = match pingpong::run(c, spec)? {
+        Ran::Both { client, server } => {
+            print(&client, a.json)?;
+            print(&server, a.json)?;
+            verified(&server)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Ran::Client(r) | Ran::Served(r) => r,
     };
     eprintln!("  remote address: {}", r.peer);
     print(&r, a.json)?;

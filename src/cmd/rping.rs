@@ -1,9 +1,10 @@
 //! `roce rping`: librdmacm's rping over RDMA-CM, against the stock `rping` or roce itself.
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::rping::{self, RpingResult, RpingSpec};
+use roce_driver::connect::{AfterGivingUp, Connector, Ends, Exchange};
 use roce_driver::Secrets;
 
 use crate::args::LinkArgs;
@@ -74,26 +75,29 @@ pub(crate) fn run(a: RpingArgs) -> anyhow::Result<ExitCode> {
         port: a.port,
     };
     let secrets = Secrets::from_seed(a.seed);
-    let r = if a.server {
+    let port = a.port;
+    let ends = if a.server {
         if a.addr.is_unspecified() {
             anyhow::bail!(
                 "-a {}: give the address rping's client reaches (roce binds it)",
                 a.addr
             );
         }
-        rping::serve(a.addr, spec, secrets, a.link.link, || {
-            eprintln!(
-                "roce rping: waiting on {} (RDMA-CM port {}, UDP 4791)",
-                a.addr, a.port
-            );
-        })?
+        Ends::Server {
+            listen: SocketAddr::new(a.addr, port),
+            after: AfterGivingUp::ListenAgain,
+        }
     } else {
-        let local = match a.src {
-            Some(s) => s,
-            None => crate::args::route_source(a.addr)?,
-        };
-        rping::client(a.addr, local, spec, secrets, a.link.link)?
+        Ends::Client {
+            server: SocketAddr::new(a.addr, port),
+            bind: a.src,
+        }
     };
+    let addr = a.addr;
+    let c = Connector::new(Exchange::RdmaCm, ends, secrets, a.link.link).on_ready(move || {
+        eprintln!("roce rping: waiting on {addr} (RDMA-CM port {port}, UDP 4791)");
+    });
+    let r = rping::run(c, spec)?;
     report(&r, a.json)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,10 +1,11 @@
 //! `roce udaddy`: librdmacm's udaddy (SIDR, then UD SENDs both ways), against the stock
 //! udaddy or roce.
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::udaddy::{self, UdaddySpec};
+use roce_driver::connect::{AfterGivingUp, Connector, Ends, Exchange};
 use roce_driver::Secrets;
 
 use crate::args::LinkArgs;
@@ -48,26 +49,31 @@ pub(crate) fn run(a: UdaddyArgs) -> anyhow::Result<ExitCode> {
     };
     spec.validate()?;
     let secrets = Secrets::from_seed(a.seed);
-    let r = match a.server {
-        Some(s) => {
-            let local = match a.bind {
-                Some(b) => b,
-                None => crate::args::route_source(s)?,
-            };
-            udaddy::client(s, local, spec, secrets, a.link.link)?
-        }
+    let port = a.port;
+    let ends = match a.server {
+        Some(s) => Ends::Client {
+            server: SocketAddr::new(s, port),
+            bind: a.bind,
+        },
         None => {
             let Some(b) = a.bind.filter(|b| !b.is_unspecified()) else {
                 anyhow::bail!("the server needs -b ADDR, the address the client reaches");
             };
-            udaddy::serve(b, spec, secrets, a.link.link, || {
-                eprintln!(
-                    "roce udaddy: waiting on {b} (RDMA-CM UDP port {}, UDP 4791)",
-                    a.port
-                );
-            })?
+            Ends::Server {
+                listen: SocketAddr::new(b, port),
+                after: AfterGivingUp::ListenAgain,
+            }
         }
     };
+    let c = Connector::new(Exchange::Sidr, ends, secrets, a.link.link).on_ready(move || {
+        if let Ends::Server { listen, .. } = ends {
+            eprintln!(
+                "roce udaddy: waiting on {} (RDMA-CM UDP port {port}, UDP 4791)",
+                listen.ip()
+            );
+        }
+    });
+    let r = udaddy::run(c, spec)?;
     if a.json {
         outln!("{}", serde_json::to_string(&r).unwrap_or_default())?;
     } else {

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use roce_driver::connect::cm_session::{CmSession, SessionEvent, Terms};
 use roce_driver::connect::rdma_cm::cm_end;
-use roce_driver::connect::{QpRequest, Side};
+use roce_driver::connect::{Connector, Exchange, QpRequest, Side};
 use roce_driver::qps::LocalQp;
-use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
+use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, PeerFault, Secrets};
 use roce_stack::{
     Access, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList, WcOpcode, WcStatus,
     WorkRequest, WrOp,
@@ -35,6 +35,16 @@ pub enum Tool {
     Ucmatose,
     /// `rdma_server` / `rdma_client`: the client sends first, both disconnect.
     RdmaServer,
+}
+
+impl Tool {
+    /// The stock tool's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ucmatose => "ucmatose",
+            Self::RdmaServer => "rdma_server/rdma_client",
+        }
+    }
 }
 
 /// A run's settings.
@@ -75,17 +85,11 @@ impl SendsSpec {
     }
 
     /// Refuses what cannot run.
-    pub fn validate(&self) -> Result<(), DriverError> {
-        let bad = |s: String| Err(DriverError::Config(s));
-        if !(1..=64).contains(&self.connections) {
-            return bad(format!("-c {}: 1 to 64", self.connections));
-        }
-        if !(1..=4096).contains(&self.count) {
-            return bad(format!("-C {}: 1 to 4096", self.count));
-        }
-        if !(1..=1 << 20).contains(&self.size) {
-            return bad(format!("-S {}: 1 B to 1 MiB", self.size));
-        }
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        use crate::ConfigError as C;
+        C::check_flag("-c", self.connections.into(), 1, 64, None)?;
+        C::check_flag("-C", self.count.into(), 1, 4096, None)?;
+        C::check_flag("-S", self.size.into(), 1, 1 << 20, Some("bytes"))?;
         Ok(())
     }
 }
@@ -226,10 +230,13 @@ impl Sends {
                 let c = &self.conns[i];
                 // Our last SENDs may complete after the peer's DREQ: posted is enough.
                 if c.received < self.spec.count || c.sent < self.spec.count {
-                    return Err(AppError::Failed(format!(
-                        "connection {i} released after {} of {} messages received and {} sent",
-                        c.received, self.spec.count, c.send_done
-                    )));
+                    return Err(PeerFault::ReleasedEarly {
+                        conn: i,
+                        received: c.received.into(),
+                        sent: c.send_done.into(),
+                        expected: self.spec.count.into(),
+                    }
+                    .into());
                 }
                 self.conns[i].state = State::Released;
             }
@@ -286,17 +293,16 @@ impl Sends {
                         }
                         continue;
                     }
-                    return Err(AppError::Failed(format!(
-                        "connection {i}: completion error {:?}",
-                        c.status
-                    )));
+                    return Err(AppError::completion("a message", &c));
                 }
                 if c.opcode == WcOpcode::Recv {
                     if c.byte_len != self.spec.size {
-                        return Err(AppError::Failed(format!(
-                            "connection {i}: a message of {} bytes, not -S {}",
-                            c.byte_len, self.spec.size
-                        )));
+                        return Err(AppError::Size {
+                            qpn: c.qp_num,
+                            got: c.byte_len.into(),
+                            want: self.spec.size.into(),
+                            hint: Some("both sides need the same -S"),
+                        });
                     }
                     self.conns[i].received += 1;
                 } else {
@@ -330,7 +336,7 @@ impl Sends {
     }
 }
 
-async fn run(
+async fn run_end(
     spec: SendsSpec,
     client: bool,
     local: IpAddr,
@@ -386,27 +392,18 @@ async fn run(
     })
 }
 
-/// The server: waits on `bind` (UDP 4791, RDMA-CM port `spec.port`) for the client's
-/// connections and runs the exchange on each; `ready` once listening.
-pub fn serve(
-    bind: IpAddr,
-    spec: SendsSpec,
-    secrets: Secrets,
-    link: LinkChoice,
-    ready: impl FnOnce(),
-) -> Result<SendsResult, DriverError> {
+/// Runs one end of the exchange, as the connector names it: a server that serves one client
+/// and exits (as the stock tool), or a client. The exchange is RDMA-CM; the port is the
+/// connector's.
+pub fn run(mut c: Connector, mut spec: SendsSpec) -> Result<SendsResult, DriverError> {
+    let name = spec.tool.name();
+    c.expect(name, &[Exchange::RdmaCm])?;
+    let end = c.one_end(name)?;
+    spec.port = end.port;
     spec.validate()?;
-    runtime()?.block_on(run(spec, false, bind, None, secrets, link, ready))
-}
-
-/// The client: connects to `server` from `local` and runs the exchange.
-pub fn client(
-    server: IpAddr,
-    local: IpAddr,
-    spec: SendsSpec,
-    secrets: Secrets,
-    link: LinkChoice,
-) -> Result<SendsResult, DriverError> {
-    spec.validate()?;
-    runtime()?.block_on(run(spec, true, local, Some(server), secrets, link, || {}))
+    let ready = c.take_ready();
+    let (secrets, link) = (c.secrets, c.link);
+    runtime()?.block_on(run_end(
+        spec, end.client, end.local, end.server, secrets, link, ready,
+    ))
 }

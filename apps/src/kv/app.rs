@@ -51,7 +51,7 @@ impl KvSender {
         remote_va: u64,
         rkey: RKey,
     ) -> Result<Self, AppError> {
-        let bad = |why: &str| AppError::Failed(why.into());
+        let bad = AppError::Defect;
         let m = dev.mr(src).ok_or_else(|| bad("source region unknown"))?;
         if (m.len() as u64) < transfer.source_len {
             return Err(bad("source region smaller than the transfer's source"));
@@ -149,8 +149,8 @@ impl Application for KvSender {
             while let Some(c) = dev.poll_cq(self.qps[q].cq) {
                 if c.status != WcStatus::Success {
                     let e = format!("qp {q}: WRITE #{} completed with {:?}", c.wr_id, c.status);
-                    self.error = Some(e.clone());
-                    return Err(AppError::Failed(e));
+                    self.error = Some(e);
+                    return Err(AppError::completion("a WRITE", &c));
                 }
                 self.qps[q].done = true;
             }
@@ -208,7 +208,7 @@ impl KvReceiver {
         pool: MrHandle,
         qps: &[(Qpn, CqHandle)],
     ) -> Result<Self, AppError> {
-        let bad = |why: &str| AppError::Failed(why.into());
+        let bad = AppError::Defect;
         if qps.len() != transfer.per_qp.len() {
             return Err(bad("QP count differs from the transfer's"));
         }

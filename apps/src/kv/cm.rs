@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::qps::{LocalQp, RemoteBuffer};
-use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError};
+use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError, PeerFault};
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{
     Access, CcConfig, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, QpStats,
@@ -83,7 +83,7 @@ impl QpChannel {
     fn slot_sge(&self, dev: &Device, at: usize, len: u32) -> Result<Sge, AppError> {
         dev.mr(self.mr)
             .map(|m| m.sge((at * MAX_CONTROL_MESSAGE) as u64, len))
-            .ok_or_else(|| AppError::Failed("control region vanished".into()))
+            .ok_or(AppError::Defect("the control region vanished"))
     }
 
     fn post_recv(&self, dev: &mut Device, slot: usize) -> Result<(), AppError> {
@@ -100,28 +100,26 @@ impl QpChannel {
 
     /// Queues `msg`.
     pub(crate) fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), AppError> {
-        let v = serde_json::to_vec(msg)
-            .map_err(|e| AppError::Failed(format!("control message: {e}")))?;
+        let v = serde_json::to_vec(msg).map_err(|e| AppError::check("a control message", e))?;
         if v.len() > MAX_CONTROL_MESSAGE {
-            return Err(AppError::Failed(format!(
-                "control message of {} bytes, more than {MAX_CONTROL_MESSAGE}",
-                v.len()
-            )));
+            return Err(AppError::Defect("a control message larger than its slot"));
         }
         self.outbox.push_back(v);
         Ok(())
     }
 
     /// The next message received, decoded (`Some(Err)`: not a message of this protocol).
-    pub(crate) fn recv<T: DeserializeOwned>(&mut self) -> Option<Result<T, AppError>> {
+    pub(crate) fn recv<T: DeserializeOwned>(&mut self) -> Option<Result<T, PeerFault>> {
         self.inbox.pop_front().map(|b| {
-            serde_json::from_slice(&b)
-                .map_err(|e| AppError::Failed(format!("the peer's control message: {e}")))
+            serde_json::from_slice(&b).map_err(|e| PeerFault::Unreadable {
+                what: "control message",
+                source: Box::new(e),
+            })
         })
     }
 
-    fn failed(what: &str, c: &Completion) -> AppError {
-        AppError::Failed(format!("control {what} completed with {:?}", c.status))
+    fn failed(what: &'static str, c: &Completion) -> AppError {
+        AppError::completion(what, c)
     }
 
     /// Takes completions, re-posts receives, sends what is queued.
@@ -131,9 +129,11 @@ impl QpChannel {
                 return Err(Self::failed("receive", &c));
             }
             if self.inbox.len() >= MAX_INBOX {
-                return Err(AppError::Failed(
-                    "the peer sent control messages faster than they were read".into(),
-                ));
+                return Err(PeerFault::Overran {
+                    what: "control messages",
+                    limit: MAX_INBOX,
+                }
+                .into());
             }
             let slot = (c.wr_id as usize).min(RECV_SLOTS - 1);
             let at = (1 + slot) * MAX_CONTROL_MESSAGE;
@@ -221,7 +221,7 @@ struct KvCmServer {
     pool: Option<MrHandle>,
     plan: Option<ServerPlan>,
     next_plan: u32,
-    refused: Option<String>,
+    refused: Option<PeerFault>,
     out: KvServerOutcome,
     /// Stop once every QP is established (the first phase), or once every QP is released.
     until_established: bool,
@@ -283,8 +283,9 @@ impl KvCmServer {
     }
 
     /// Refuses the client's hello: the reason goes in the DREQs.
-    fn refuse(&mut self, now: Instant, why: String) {
-        let text = why.as_bytes();
+    fn refuse(&mut self, now: Instant, why: PeerFault) {
+        let why_text = why.to_string();
+        let text = why_text.as_bytes();
         let text = &text[..text.len().min(200)];
         for i in self.conns.iter().flatten() {
             self.session.set_release_data(*i, text);
@@ -302,15 +303,14 @@ impl KvCmServer {
             ..
         } = msg
         else {
-            self.refuse(now, "expected a kv hello".into());
+            self.refuse(now, PeerFault::Expected("a kv hello"));
             return Ok(());
         };
         let checked = roce_driver::qps::check_protocol("kv", protocol, super::run::KV_PROTOCOL)
-            .map_err(|e| e.to_string())
             .and_then(|()| {
                 let qps = self.conns.len() - 1;
                 check_hello(&spec, &plans, &transport, self.cfg.max_pool, qps)
-                    .map_err(|e| e.to_string())
+                    .map_err(PeerFault::invalid)
             });
         if let Err(why) = checked {
             self.refuse(now, why);
@@ -324,7 +324,7 @@ impl KvCmServer {
         let pool_buffer = dev
             .mr(pool)
             .map(RemoteBuffer::of)
-            .ok_or_else(|| AppError::Failed("pool region vanished".into()))?;
+            .ok_or(AppError::Defect("the pool region vanished"))?;
         self.pool = Some(pool);
         self.hello = Some((spec, plans));
         if let Some(ch) = &mut self.chan {
@@ -347,7 +347,7 @@ impl KvCmServer {
         let Some(plan) = plans.get(i as usize) else {
             return Ok(());
         };
-        let bad = |e: super::KvError| AppError::Failed(format!("plan {}: {e}", plan.name));
+        let bad = |e: super::KvError| AppError::check(format!("plan {}", plan.name), e);
         let blocks = spec.allocate(plan, i).map_err(bad)?;
         let transfer: Transfer = spec.transfer(plan, i, &blocks).map_err(bad)?;
         let receiver = KvReceiver::new(dev, transfer, pool, &data_qps(&self.mine, true))?;
@@ -364,7 +364,7 @@ impl KvCmServer {
         match msg {
             KvMsg::Sent { plan } if plan == p.i => {}
             _ => {
-                self.refuse(now, "unexpected control message".into());
+                self.refuse(now, PeerFault::OutOfTurn("a control message"));
                 return Ok(());
             }
         }
@@ -412,7 +412,7 @@ impl Application for KvCmServer {
                 ch.poll(dev)?;
                 if let Some(m) = ch.recv::<KvMsg>() {
                     match m {
-                        Err(e) => self.refuse(now, e.to_string()),
+                        Err(e) => self.refuse(now, e),
                         Ok(m) if self.hello.is_none() => self.on_hello(dev, now, m)?,
                         Ok(m) => self.on_sent(dev, now, m)?,
                     }
@@ -513,7 +513,7 @@ pub fn serve_cm(
                 continue;
             }
             if let Some(why) = app.refused {
-                return Err(DriverError::Peer(format!("refused the client: {why}")));
+                return Err(why.into());
             }
             return Ok(app.out);
         }
@@ -572,14 +572,12 @@ impl KvCmClient {
                         .release_data(k)
                         .map(release_text)
                         .unwrap_or_default();
-                    return Err(AppError::Failed(format!(
-                        "the decode server ended the connection: {}",
-                        if why.is_empty() {
-                            "no reason given"
-                        } else {
-                            &why
-                        }
-                    )));
+                    let why = if why.is_empty() {
+                        "no reason given".to_string()
+                    } else {
+                        why
+                    };
+                    return Err(PeerFault::Refused { who: "client", why }.into());
                 }
             }
             // A server's only.
@@ -590,11 +588,15 @@ impl KvCmClient {
 
     /// The control message the current phase waits for.
     fn on_message(&mut self, dev: &mut Device, now: Instant, m: KvMsg) -> Result<(), AppError> {
-        let unexpected = || AppError::Failed("unexpected control message from the server".into());
+        let unexpected = || AppError::Peer(PeerFault::OutOfTurn("a control message"));
         match (self.phase, m) {
             (Phase::Welcome, KvMsg::Welcome { pool, .. }) => {
                 if pool.len < self.cfg.spec.pool_bytes {
-                    return Err(AppError::Failed("the server's pool is too short".into()));
+                    return Err(PeerFault::invalid(super::run::ServerAnswer::ShortPool {
+                        has: pool.len,
+                        needs: self.cfg.spec.pool_bytes,
+                    })
+                    .into());
                 }
                 self.pool = Some(pool);
                 self.phase = Phase::Blocks;
@@ -604,7 +606,7 @@ impl KvCmClient {
                 let p = &self.plans[plan as usize];
                 let transfer = spec
                     .transfer(p, plan, &blocks)
-                    .map_err(|e| AppError::Failed(format!("plan {}: {e}", p.name)))?;
+                    .map_err(|e| AppError::check(format!("plan {}", p.name), e))?;
                 let data = transfer.source();
                 if let Some(m) = dev.mr_mut(self.src) {
                     m.as_mut_slice()[..data.len()].copy_from_slice(&data);

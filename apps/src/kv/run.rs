@@ -23,8 +23,8 @@ use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{check_protocol, LocalQp, QpInfo, RemoteBuffer};
 use roce_driver::{
-    client_roce_port, in_one_process, runtime, Accepted, Application, ClientConfig, DriverError,
-    Link, LinkChoice, Listener, Secrets,
+    client_roce_port, in_one_process, runtime, Accepted, AppError, Application, ClientConfig,
+    DriverError, Link, LinkChoice, Listener, PeerFault, Secrets, SetupFailure,
 };
 use roce_proto::{Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
@@ -312,7 +312,13 @@ pub(crate) fn create_kv_qps(
         max_unacked_psns: window.clamp(32, 256) as u32,
         ..QpCaps::default()
     };
-    roce_driver::qps::create_qps(dev, pd, n, caps, Access::REMOTE_WRITE)
+    Ok(roce_driver::qps::create_qps(
+        dev,
+        pd,
+        n,
+        caps,
+        Access::REMOTE_WRITE,
+    )?)
 }
 
 /// A kv end's [`Side`]: `n` RC QPs as [`create_kv_qps`] sizes them, with `transport`'s
@@ -451,6 +457,37 @@ pub enum HelloRefused {
     Transport(#[from] roce_stack::ModifyError),
 }
 
+/// A decode server's answer the prefill client refuses.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerAnswer {
+    /// A pool shorter than the spec's.
+    #[error("its pool is {has} bytes, the spec needs {needs}")]
+    ShortPool {
+        /// The pool's length.
+        has: u64,
+        /// The spec's pool.
+        needs: u64,
+    },
+    /// The blocks of another plan than the next.
+    #[error("blocks of plan {got}, expected {expected}")]
+    WrongPlan {
+        /// The plan they are for.
+        got: u32,
+        /// The plan due.
+        expected: u32,
+    },
+    /// Blocks a plan's transfer cannot be built on.
+    #[error("plan {plan}: {source}")]
+    Plan {
+        /// The plan's name.
+        plan: String,
+        /// Why.
+        #[source]
+        source: KvError,
+    },
+}
+
 /// Plan `i` (`plan`) is over at the decode side: `app` checked, counted in `out`; the verdict
 /// for the client.
 pub(crate) fn plan_verdict(
@@ -517,14 +554,11 @@ async fn serve_kv_client(
         plans,
     } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
     else {
-        return Err(DriverError::Peer("expected a kv hello".into()));
+        return Err(PeerFault::Expected("a kv hello").into());
     };
     check_protocol("kv", protocol, KV_PROTOCOL)?;
-    check_hello(&spec, &plans, &transport, max_pool, qps.len()).map_err(|e| {
-        DriverError::PeerInvalid {
-            source: Box::new(e),
-        }
-    })?;
+    check_hello(&spec, &plans, &transport, max_pool, qps.len())
+        .map_err(DriverError::peer_invalid)?;
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let mut side = kv_side(
         &secrets, 0xdec0, spec.qps, transport, local, link, impairment,
@@ -540,7 +574,7 @@ async fn serve_kv_client(
         .dev
         .mr(pool)
         .map(RemoteBuffer::of)
-        .ok_or_else(|| DriverError::Setup("pool region vanished".into()))?;
+        .ok_or(SetupFailure::Gone("the pool region"))?;
     let remote = SocketAddr::new(a.peer.ip(), client_port);
     side.connect_to(&peers(&qps), remote)?;
     ctl.send(&KvMsg::Welcome {
@@ -556,7 +590,7 @@ async fn serve_kv_client(
     let mut out = KvServerOutcome::default();
     for (i, plan) in plans.iter().enumerate() {
         let i = i as u32;
-        let bad = |e: KvError| DriverError::Setup(format!("plan {}: {e}", plan.name));
+        let bad = |e: KvError| AppError::check(format!("plan {}", plan.name), e);
         let blocks = spec.allocate(plan, i).map_err(bad)?;
         let transfer = spec.transfer(plan, i, &blocks).map_err(bad)?;
         let mut app =
@@ -565,10 +599,8 @@ async fn serve_kv_client(
         let stop = async {
             match ctl.recv().await {
                 Ok(KvMsg::Sent { plan }) if plan == i => Ok(()),
-                Ok(_) => Err(DriverError::Peer("unexpected control message".into())),
-                Err(DriverError::Peer(m)) => Err(DriverError::Peer(format!(
-                    "the client {m} before finishing"
-                ))),
+                Ok(_) => Err(PeerFault::OutOfTurn("a control message").into()),
+                Err(DriverError::Peer(m)) => Err(m.named("client", true).into()),
                 Err(e) => Err(e),
             }
         };
@@ -624,12 +656,21 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
         pool,
     } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
     else {
-        return Err(DriverError::Peer("expected a kv welcome".into()));
+        return Err(PeerFault::Expected("a kv welcome").into());
     };
-    if qps.len() != side.qps.len() || pool.len < spec.pool_bytes {
-        return Err(DriverError::Peer(
-            "welcome lists the wrong number of QPs or a short pool".into(),
-        ));
+    if qps.len() != side.qps.len() {
+        return Err(PeerFault::Count {
+            what: "QPs",
+            announced: qps.len(),
+            here: side.qps.len(),
+        }
+        .into());
+    }
+    if pool.len < spec.pool_bytes {
+        return Err(DriverError::peer_invalid(ServerAnswer::ShortPool {
+            has: pool.len,
+            needs: spec.pool_bytes,
+        }));
     }
     let remote = SocketAddr::new(client.server.ip(), roce_port);
     side.connect_to(&peers(&qps), remote)?;
@@ -643,16 +684,20 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
         let i = i as u32;
         let (blocks, got) = match ctl.recv_timeout(Duration::from_secs(30)).await? {
             KvMsg::Blocks { plan, blocks } => (blocks, plan),
-            _ => return Err(DriverError::Peer("expected the blocks of a plan".into())),
+            _ => return Err(PeerFault::Expected("the blocks of a plan").into()),
         };
         if got != i {
-            return Err(DriverError::Peer(format!(
-                "blocks of plan {got}, expected {i}"
-            )));
+            return Err(DriverError::peer_invalid(ServerAnswer::WrongPlan {
+                got,
+                expected: i,
+            }));
         }
-        let transfer = spec
-            .transfer(plan, i, &blocks)
-            .map_err(|e| DriverError::Peer(format!("plan {}: {e}", plan.name)))?;
+        let transfer = spec.transfer(plan, i, &blocks).map_err(|source| {
+            DriverError::peer_invalid(ServerAnswer::Plan {
+                plan: plan.name.clone(),
+                source,
+            })
+        })?;
         let data = transfer.source();
         if let Some(m) = ep.dev.mr_mut(src) {
             m.as_mut_slice()[..data.len()].copy_from_slice(&data);
@@ -676,7 +721,7 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
                     mismatches,
                     ..
                 } if plan == i => (complete, arrived, mismatches),
-                _ => return Err(DriverError::Peer("expected the verdict of a plan".into())),
+                _ => return Err(PeerFault::Expected("the verdict of a plan").into()),
             };
         if !complete && mismatches.is_empty() {
             errors.push(format!(

@@ -203,7 +203,7 @@ impl PerfApp {
         };
         let sge = dev
             .mr(self.dst)
-            .ok_or_else(|| AppError::Failed("region gone".into()))?
+            .ok_or(AppError::Defect("the test's region is gone"))?
             .sge(0, self.recv_len + grh);
         dev.post_recv(
             self.qps[i].qpn,
@@ -220,7 +220,7 @@ impl PerfApp {
         let size = spec.msg_size() as u32;
         let sge = dev
             .mr(self.src)
-            .ok_or_else(|| AppError::Failed("region gone".into()))?
+            .ok_or(AppError::Defect("the test's region is gone"))?
             .sge(0, size);
         let op = match spec.test {
             PerfTest::Write => WrOp::Write(self.remote),
@@ -230,13 +230,13 @@ impl PerfApp {
                 remote: self.remote,
                 add: 1,
             },
-            PerfTest::Udp => return Err(AppError::Failed("udp is not an RDMA test".into())),
+            PerfTest::Udp => return Err(AppError::Defect("udp is not an RDMA test")),
         };
         if spec.service == Service::Ud {
             let ah = *self
                 .ud
                 .get(i)
-                .ok_or_else(|| AppError::Failed("no address handle for a UD QP".into()))?;
+                .ok_or(AppError::Defect("no address handle for a UD QP"))?;
             dev.post_ud_send(
                 self.qps[i].qpn,
                 roce_stack::ud::UdSend {
@@ -288,10 +288,7 @@ impl PerfApp {
         for i in 0..self.qps.len() {
             while let Some(c) = dev.poll_cq(self.qps[i].scq) {
                 if c.status != WcStatus::Success {
-                    return Err(AppError::Failed(format!(
-                        "completion {:?} on QP {}",
-                        c.status, c.qp_num
-                    )));
+                    return Err(AppError::completion("a request", &c));
                 }
                 self.qps[i].outstanding = self.qps[i].outstanding.saturating_sub(1);
                 if self.spec.lat {
@@ -323,10 +320,7 @@ impl PerfApp {
                     }
                 }
                 if c.status != WcStatus::Success {
-                    return Err(AppError::Failed(format!(
-                        "receive {:?} on QP {}",
-                        c.status, c.qp_num
-                    )));
+                    return Err(AppError::completion("a receive", &c));
                 }
                 self.post_recv(dev, i)?;
                 n += 1;

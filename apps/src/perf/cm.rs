@@ -15,7 +15,7 @@ use std::time::Duration;
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
-    bind_endpoint, runtime, AppError, Application, DriverError, LinkChoice, Secrets,
+    bind_endpoint, runtime, AppError, Application, DriverError, LinkChoice, PeerFault, Secrets,
 };
 use roce_proto::{Psn, RKey, ROCEV2_UDP_PORT};
 use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, RemoteAddr, Service};
@@ -346,11 +346,12 @@ impl Application for Running {
                             b"roce perf: the REP carries no target region",
                         );
                         self.session.flush(dev);
-                        return Err(AppError::Failed(
-                            "the server's REP carries no perf target region (not a roce perf server over the CM? \
-                             a stock perftest -R server needs --perftest); told it with a REJ"
-                                .into(),
-                        ));
+                        return Err(PeerFault::Foreign {
+                            what: "perf target region",
+                            server: "roce perf server over the CM",
+                            hint: Some("a stock perftest -R server needs --perftest"),
+                        }
+                        .into());
                     };
                     self.targets[i] = Some(t);
                     self.established += 1;
@@ -472,7 +473,7 @@ pub fn run_client_cm(
             ep.run(&mut r, true, pending(), Duration::from_secs(5))
                 .await?;
             let Some(app) = &mut r.app else {
-                return Err(DriverError::Peer("the run never started".into()));
+                return Err(PeerFault::Left("the run started").into());
             };
             let mut res = app.result();
             res.retransmitted_packets = ep.dev.stats().retransmitted_packets;

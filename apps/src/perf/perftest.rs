@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use roce_driver::connect::perftest::{Report, Session, PAGE, STEP_TIMEOUT};
 use roce_driver::connect::AfterGivingUp;
-use roce_driver::connect::{gid_of, ip_of_gid, QpRequest, Side};
+use roce_driver::connect::{check_peer_gid, gid_of, QpRequest, Side};
 use roce_driver::qps::LocalQp;
-use roce_driver::{runtime, DriverError, LinkChoice, Secrets};
+use roce_driver::{runtime, DriverError, LinkChoice, PeerFault, Secrets, SetupFailure};
 use roce_proto::perftest::Dest;
 use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{Psn, QKey, Qpn, RKey, ROCEV2_UDP_PORT};
@@ -25,8 +25,8 @@ pub use roce_driver::connect::perftest::{ANNOUNCED_VERSION, MB_PER_GBIT, PORT};
 use super::app::spin;
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
 
-fn err(what: &str, e: impl std::fmt::Display) -> DriverError {
-    DriverError::Peer(format!("perftest exchange, {what}: {e}"))
+fn err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> DriverError {
+    PeerFault::step(format!("perftest exchange, {what}"), e).into()
 }
 
 /// How a perftest-speaking end reports, and where its peer's GID may point.
@@ -108,59 +108,22 @@ fn dest(q: &LocalQp, psn: Psn, out_reads: u8, rkey: RKey, vaddr: u64, local: IpA
     }
 }
 
-/// The peer's address, from its GID.
-fn peer_ip(d: &Dest) -> Result<IpAddr, DriverError> {
-    d.gid.and_then(ip_of_gid).ok_or_else(|| {
-        err(
-            "keys",
-            "the peer sent no GID (give it -x, its RoCEv2 GID index)",
-        )
-    })
-}
-
-/// A peer's GID this side will not send to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PeerGid {
-    /// An address no RC peer can have: unspecified, multicast or broadcast.
-    #[error("the peer's GID names {0}, which is not a unicast address")]
-    NotUnicast(IpAddr),
-    /// Another host than the one the exchange came from (or than `--peer-roce`): a key
-    /// record may not aim this end's traffic at a third host.
-    #[error("the peer's GID names {named}, but the exchange came from {from}: refused (--peer-roce {named} if that is the peer's RoCE address)")]
-    Elsewhere {
-        /// What the GID names.
-        named: IpAddr,
-        /// Where the exchange came from, or the address the user named.
-        from: IpAddr,
-    },
-}
-
 /// The peer's address from its key record, refused unless it is a unicast address and,
 /// when of one family, the address the exchange came from (`control`: the TCP connection's
 /// peer), or the one the user named (`peer_roce`, for an exchange over a management
-/// network). An IPv6 GID over an IPv4 exchange (perftest 4.5's exchange is IPv4 only) is
-/// taken.
+/// network): [`check_peer_gid`]. An IPv6 GID over an IPv4 exchange (perftest 4.5's
+/// exchange is IPv4 only) is taken.
 fn checked_peer(
     d: &Dest,
     control: Option<IpAddr>,
     peer_roce: Option<IpAddr>,
 ) -> Result<IpAddr, DriverError> {
-    let ip = peer_ip(d)?.to_canonical();
-    let unicast = match ip {
-        IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
-        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
-    };
-    let refuse = |e: PeerGid| DriverError::PeerInvalid {
-        source: Box::new(e),
-    };
-    if !unicast {
-        return Err(refuse(PeerGid::NotUnicast(ip)));
-    }
-    let from = peer_roce.or(control).map(|c| c.to_canonical());
-    if let Some(from) = from.filter(|f| f.is_ipv4() == ip.is_ipv4() && *f != ip) {
-        return Err(refuse(PeerGid::Elsewhere { named: ip, from }));
-    }
-    Ok(ip)
+    check_peer_gid(
+        d.gid,
+        peer_roce.or(control),
+        "give it -x, its RoCEv2 GID index",
+    )
+    .map_err(|e| err("keys", e))
 }
 
 fn report_of(r: &PerfResult) -> Report {
@@ -176,7 +139,7 @@ fn report_of(r: &PerfResult) -> Report {
 /// Runs one perftest-compatible test over `channel`, as the client (the side given a host)
 /// or the server. `local` is the address of this side's RoCE socket (UDP 4791); `ready` is
 /// called once a server listens (RDMA-CM; over TCP the caller's listener is open already).
-/// The peer's GID must be unicast and name the host the exchange came from ([`PeerGid`],
+/// The peer's GID must be unicast and name the host the exchange came from ([`roce_driver::connect::PeerGid`],
 /// [`PerftestOpts::peer_roce`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn run_session(
@@ -198,7 +161,7 @@ pub async fn run_session(
     let gbits = opts.gbits;
     let spec = specs
         .first()
-        .ok_or_else(|| DriverError::Config("no test to run".into()))?;
+        .ok_or(crate::ConfigError::Conflict("no test to run"))?;
     let sweep = specs.len() > 1;
     let largest = specs.iter().map(|s| s.msg_size()).max().unwrap_or(0);
     let salt = if client { 0xc11e } else { 0x5e7e };
@@ -240,7 +203,7 @@ pub async fn run_session(
     let (rkey, vaddr) = dev
         .mr(dst)
         .map(|m| (m.rkey(), m.va()))
-        .ok_or_else(|| DriverError::Setup("region gone".into()))?;
+        .ok_or(SetupFailure::Gone("the test's region"))?;
     let mine: Vec<Dest> = side
         .qps
         .iter()
@@ -539,7 +502,7 @@ pub fn run_perftest_client(
             roce_driver::connect::tcp_connect(server, bind),
         )
         .await
-        .map_err(|_| DriverError::Peer(format!("no answer from {server} (TCP)")))??;
+        .map_err(|_| SetupFailure::Unreachable(server))??;
         // The RoCE address is `--bind`'s (it may be IPv6 while perftest's exchange listens
         // on IPv4 only), else the exchange's own.
         let local = match bind.filter(|ip| !ip.is_unspecified()) {

@@ -9,7 +9,7 @@ use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
     client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError, LinkChoice,
-    Listener, Secrets,
+    Listener, PeerFault, Secrets,
 };
 use roce_proto::{Psn, QKey, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, MrHandle, Service};
@@ -135,12 +135,15 @@ async fn run_one(
         roce_port,
     } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
     else {
-        return Err(DriverError::Peer("expected a welcome".into()));
+        return Err(DriverError::from(PeerFault::Expected("a welcome")));
     };
     let (Some(b), true) = (buffers.first(), peer_qps.len() == side.qps.len()) else {
-        return Err(DriverError::Peer(
-            "welcome lists the wrong number of QPs".into(),
-        ));
+        return Err(PeerFault::Count {
+            what: "QPs (and a buffer)",
+            announced: peer_qps.len(),
+            here: side.qps.len(),
+        }
+        .into());
     };
     side.connect_to(&peers(&peer_qps), SocketAddr::new(peer_ip, roce_port))?;
     let Side {
@@ -158,7 +161,7 @@ async fn run_one(
     result?;
     ctl.done(true).await?;
     let PerfMsg::Summary { .. } = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
-        return Err(DriverError::Peer("expected a summary".into()));
+        return Err(DriverError::from(PeerFault::Expected("a summary")));
     };
     let mut r = app.result();
     r.retransmitted_packets = ep.dev.stats().retransmitted_packets;
@@ -210,7 +213,7 @@ async fn serve_session(
                 let qkey = QKey(qkey & 0x7fff_ffff);
                 serve_one(ctl, &spec, (local, remote), peer, (secrets, qkey), link).await?;
             }
-            _ => return Err(DriverError::Peer("expected a perf hello".into())),
+            _ => return Err(DriverError::from(PeerFault::Expected("a perf hello"))),
         }
         runs += 1;
     }
@@ -224,14 +227,17 @@ async fn serve_one(
     (secrets, qkey): (Secrets, QKey),
     link: LinkChoice,
 ) -> Result<(), DriverError> {
-    spec.validate().map_err(|e| DriverError::PeerInvalid {
-        source: Box::new(e),
-    })?;
+    spec.validate().map_err(DriverError::peer_invalid)?;
     if spec.test == PerfTest::Udp {
         return udp_server(ctl, spec, local, remote).await;
     }
     if peer_qps.len() != spec.nqps() as usize || blocks.len() != 1 {
-        return Err(DriverError::Peer("QP count differs from the spec".into()));
+        return Err(PeerFault::Count {
+            what: "QPs (and one buffer)",
+            announced: peer_qps.len(),
+            here: spec.nqps() as usize,
+        }
+        .into());
     }
     let (mut side, mrs) = perf_side(spec, (secrets, 0x5e7e), qkey, local, link)?;
     side.connect_to(&peers(peer_qps), remote)?;

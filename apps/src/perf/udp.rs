@@ -8,7 +8,7 @@ use std::time::{Duration, Instant as StdInstant};
 use roce_driver::control::{Control, Frame, ANSWER_TIMEOUT};
 use roce_driver::endpoint::RunError;
 use roce_driver::socket::{RoceSocket, SEND_BATCH};
-use roce_driver::{setup, DriverError};
+use roce_driver::{setup, DriverError, PeerFault};
 use roce_proto::Ecn;
 use roce_stack::PathConfig;
 
@@ -71,7 +71,7 @@ pub(crate) async fn udp_client(
     })
     .await?;
     let PerfMsg::Welcome { roce_port, .. } = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
-        return Err(DriverError::Peer("expected a welcome".into()));
+        return Err(DriverError::from(PeerFault::Expected("a welcome")));
     };
     let dst = SocketAddr::new(peer_ip, roce_port);
     let mut sock = RoceSocket::bind(local).map_err(setup("UDP socket"))?;
@@ -156,7 +156,7 @@ async fn finish(ctl: &mut Control) -> Result<Counted, DriverError> {
             peak_per_s,
             foreign,
         }),
-        _ => Err(DriverError::Peer("expected a summary".into())),
+        _ => Err(DriverError::from(PeerFault::Expected("a summary"))),
     }
 }
 
@@ -276,7 +276,7 @@ pub(crate) async fn udp_server(
         let stop = async {
             match ctl.recv_frame::<PerfMsg>().await {
                 Ok(Frame::Done { .. }) => Ok(()),
-                Ok(_) => Err(DriverError::Peer("unexpected control message".into())),
+                Ok(_) => Err(DriverError::from(PeerFault::OutOfTurn("a control message"))),
                 Err(e) => Err(e),
             }
         };

@@ -16,7 +16,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::{pingpong, QpRequest, Side};
+use roce_driver::connect::{
+    pingpong, AfterGivingUp, Connector, Ends, Exchange, QpRequest, Ran, Side,
+};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_proto::QKey;
 use roce_stack::ud::{UdSend, GRH_LEN};
@@ -90,33 +92,36 @@ impl PingPongSpec {
     }
 
     /// Refuses what the tools refuse.
-    pub fn validate(&self) -> Result<(), DriverError> {
-        let bad = |s: String| Err(DriverError::Config(s));
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        use crate::ConfigError as C;
         if !roce_stack::qp::PATH_MTUS.contains(&self.mtu) {
-            return bad(format!("-m {}: use 256, 512, 1024, 2048 or 4096", self.mtu));
+            return Err(C::Flag {
+                flag: "-m",
+                value: self.mtu.into(),
+                lo: 256,
+                hi: 4096,
+                note: Some("256, 512, 1024, 2048 or 4096"),
+            });
         }
-        if self.size == 0 || self.size > 1 << 30 {
-            return bad(format!("-s {}: 1 B to 1 GiB", self.size));
-        }
-        if self.tool == Tool::Ud && self.size > self.mtu {
-            return bad(format!(
-                "-s {}: a UD message is one packet, at most the MTU ({})",
-                self.size, self.mtu
-            ));
-        }
-        if self.iters == 0 || self.iters > 1 << 32 {
-            return bad(format!("-n {}: 1 to 2^32", self.iters));
-        }
-        if !(2..=16384).contains(&self.rx_depth) {
-            return bad(format!("-r {}: 2 to 16384", self.rx_depth));
-        }
-        if self.tool == Tool::Srq
-            && (self.num_qp == 0 || self.num_qp >= 256 || self.num_qp > self.rx_depth)
-        {
-            return bad(format!(
-                "-q {}: 1 to 255, and at most -r ({})",
-                self.num_qp, self.rx_depth
-            ));
+        let (most, note) = match self.tool {
+            Tool::Ud => (
+                self.mtu.into(),
+                Some("a UD message is one packet, at most the MTU"),
+            ),
+            _ => (1 << 30, Some("bytes")),
+        };
+        C::check_flag("-s", self.size.into(), 1, most, note)?;
+        C::check_flag("-n", self.iters, 1, 1 << 32, None)?;
+        C::check_flag("-r", self.rx_depth.into(), 2, 16384, None)?;
+        if self.tool == Tool::Srq {
+            let most = self.rx_depth.min(255).into();
+            C::check_flag(
+                "-q",
+                self.num_qp.into(),
+                1,
+                most,
+                Some("at most 255 and -r"),
+            )?;
         }
         Ok(())
     }
@@ -421,10 +426,7 @@ impl Application for PingPong {
             let q = self.qps[i];
             while let Some(c) = dev.poll_cq(q.send_cq).or_else(|| dev.poll_cq(q.recv_cq)) {
                 if c.status != WcStatus::Success {
-                    return Err(AppError::Failed(format!(
-                        "Failed status {:?} for wr_id {} on QP {}",
-                        c.status, c.wr_id, c.qp_num
-                    )));
+                    return Err(AppError::completion("a message", &c));
                 }
                 if c.opcode == WcOpcode::Recv && self.sent_by_a_stranger(&c) {
                     // Anyone with the QPN and Q_Key can send to a UD QP: only the peer the
@@ -436,10 +438,12 @@ impl Application for PingPong {
                 self.last = now;
                 if c.opcode == WcOpcode::Recv {
                     if c.byte_len != want {
-                        return Err(AppError::Failed(format!(
-                            "a message of {} bytes arrived on QP {}; both sides need the same -s ({})",
-                            c.byte_len, c.qp_num, self.spec.size
-                        )));
+                        return Err(AppError::Size {
+                            qpn: c.qp_num,
+                            got: c.byte_len.into(),
+                            want: want.into(),
+                            hint: Some("both sides need the same -s"),
+                        });
                     }
                     self.rcnt += 1;
                     self.routs = self.routs.saturating_sub(1);
@@ -519,22 +523,51 @@ async fn run_side(
 /// How long a server waits for a client that completes a run.
 const WAIT: Duration = Duration::from_secs(600);
 
-/// `roce pingpong TOOL` without a host: waits on TCP `bind:port` for a client (a stock
-/// tool, or roce) and runs the ping-pong with it; `ready` is called once listening. A
-/// client that breaks the exchange or the run (a record refused, a message of another
-/// size, silence) costs the server that client: one line, and the next is served, within
-/// 600 s of the start.
-pub fn serve(
-    bind: IpAddr,
-    port: u16,
+/// Runs the ping-pong as the connector's end(s), over the verbs examples' records:
+/// - a server waits on its TCP address for a client (a stock tool, or roce); a client that
+///   breaks the exchange or the run (a record refused, a message of another size, silence)
+///   costs the server that client: one line, and the next is served, within 600 s of the
+///   start (unless the connector's server fails after a peer it gave up);
+/// - a client connects to a server (a stock tool started without a host, or roce);
+/// - both ends in one process: a server thread and the client.
+pub fn run(
+    mut c: Connector,
+    spec: PingPongSpec,
+) -> Result<Ran<PingPongResult, PingPongResult>, DriverError> {
+    c.expect(spec.tool.name(), &[Exchange::Pingpong])?;
+    spec.validate()?;
+    let (secrets, link) = (c.secrets, c.link);
+    match c.ends {
+        Ends::Server { listen, after } => {
+            serve(listen, after, spec, secrets, link, c.take_ready()).map(Ran::Served)
+        }
+        Ends::Client { server, bind } => client(server, bind, spec, secrets, link).map(Ran::Client),
+        Ends::Both {
+            client: client_ip,
+            server: server_ip,
+            port,
+        } => {
+            let listen = SocketAddr::new(server_ip, port);
+            let (client, server) = roce_driver::connect::one_process(
+                "pingpong-server",
+                move |ready| serve(listen, AfterGivingUp::Fail, spec, secrets, link, ready),
+                || client(listen, Some(client_ip), spec, secrets, link),
+            )?;
+            Ok(Ran::Both { client, server })
+        }
+    }
+}
+
+fn serve(
+    listen: SocketAddr,
+    after: AfterGivingUp,
     spec: PingPongSpec,
     secrets: Secrets,
     link: LinkChoice,
     ready: impl FnOnce(),
 ) -> Result<PingPongResult, DriverError> {
-    spec.validate()?;
     runtime()?.block_on(async move {
-        let door = roce_driver::connect::TcpDoor::bind(bind, port).await?;
+        let door = roce_driver::connect::TcpDoor::bind(listen.ip(), listen.port()).await?;
         ready();
         let until = tokio::time::Instant::now() + WAIT;
         loop {
@@ -545,7 +578,7 @@ pub fn serve(
                 |a| a.ip().to_canonical().to_string(),
             );
             match run_side(tcp, spec, false, secrets, link, None).await {
-                Err(e) if e.costs_the_peer() => {
+                Err(e) if e.costs_the_peer() && after == AfterGivingUp::ListenAgain => {
                     eprintln!("roce pingpong: gave up a set-up from {from} ({e}); listening again");
                 }
                 r => return r,
@@ -554,44 +587,15 @@ pub fn serve(
     })
 }
 
-/// `roce pingpong TOOL HOST`: connects to a server (a stock tool started without a host, or
-/// roce) and runs the ping-pong.
-pub fn client(
+fn client(
     server: SocketAddr,
     bind: Option<IpAddr>,
     spec: PingPongSpec,
     secrets: Secrets,
     link: LinkChoice,
 ) -> Result<PingPongResult, DriverError> {
-    spec.validate()?;
     runtime()?.block_on(async move {
         let tcp = roce_driver::connect::tcp_connect(server, bind).await?;
         run_side(tcp, spec, true, secrets, link, bind).await
     })
-}
-
-/// Both ends in one process: a server thread on `server_ip`, the client on `client_ip`
-/// (two loopback addresses). Returns (client, server) results.
-pub fn loopback(
-    client_ip: IpAddr,
-    server_ip: IpAddr,
-    port: u16,
-    spec: PingPongSpec,
-    secrets: Secrets,
-    link: LinkChoice,
-) -> Result<(PingPongResult, PingPongResult), DriverError> {
-    spec.validate()?;
-    roce_driver::connect::one_process(
-        "pingpong-server",
-        move |ready| serve(server_ip, port, spec, secrets, link, ready),
-        || {
-            client(
-                SocketAddr::new(server_ip, port),
-                Some(client_ip),
-                spec,
-                secrets,
-                link,
-            )
-        },
-    )
 }

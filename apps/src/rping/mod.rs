@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use roce_driver::connect::cm_session::{CmSession, SessionEvent, Terms};
 use roce_driver::connect::rdma_cm::cm_end;
-use roce_driver::connect::{QpRequest, Side};
-use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
+use roce_driver::connect::{Connector, Exchange, QpRequest, Side};
+use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, PeerFault, Secrets};
 use roce_stack::{
     Access, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, RemoteAddr, SgList,
     WcOpcode, WcStatus, WorkRequest, WrOp,
@@ -59,15 +59,19 @@ impl Default for RpingSpec {
 
 impl RpingSpec {
     /// Refuses what rping refuses.
-    pub fn validate(&self) -> Result<(), DriverError> {
-        if !(26..=65535).contains(&self.size) {
-            return Err(DriverError::Config(format!(
-                "-S {}: 26 to 65535, as rping",
-                self.size
-            )));
-        }
-        Ok(())
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        crate::ConfigError::check_flag("-S", self.size.into(), 26, 65535, Some("as rping"))
     }
+}
+
+/// A client's buffer larger than this server's `-S`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the client's buffer is {len} bytes, more than this server's -S {most}")]
+pub struct BufferTooLarge {
+    /// The client's buffer.
+    pub len: u32,
+    /// This server's `-S`.
+    pub most: u32,
 }
 
 /// What a run did.
@@ -323,9 +327,7 @@ impl Rping {
             }
             SessionEvent::Released(_) => {
                 if !self.client && self.step == Step::Rdma {
-                    return Err(AppError::Failed(
-                        "the client disconnected in the middle of a ping".into(),
-                    ));
+                    return Err(PeerFault::Left("the end of its ping").into());
                 }
                 self.step = Step::Done;
             }
@@ -345,18 +347,17 @@ impl Rping {
             if self.step == Step::Done || self.step == Step::Closing {
                 return Ok(()); // flushed at the end
             }
-            return Err(AppError::Failed(format!(
-                "completion error {:?} (wr_id {})",
-                c.status, c.wr_id
-            )));
+            return Err(AppError::completion("a request", &c));
         }
         match c.opcode {
             WcOpcode::Recv => {
                 if c.byte_len != INFO_LEN {
-                    return Err(AppError::Failed(format!(
-                        "Received bogus data, size {}",
-                        c.byte_len
-                    )));
+                    return Err(AppError::Size {
+                        qpn: c.qp_num,
+                        got: c.byte_len.into(),
+                        want: INFO_LEN.into(),
+                        hint: Some("rping's buffer descriptor"),
+                    });
                 }
                 self.got = true;
             }
@@ -403,12 +404,12 @@ impl Rping {
                         dev.mr(self.rdma).expect("buffer").as_slice().to_vec(),
                     );
                     if self.spec.validate && src != dst {
-                        return Err(AppError::Failed(format!(
-                            "data mismatch in ping {}: sent {:?}, got back {:?}",
-                            self.ping,
-                            c_string(&src),
-                            c_string(&dst)
-                        )));
+                        return Err(AppError::Mismatch {
+                            what: "ping",
+                            n: self.ping,
+                            sent: c_string(&src),
+                            got: c_string(&dst),
+                        });
                     }
                     self.result.verified += u64::from(self.spec.validate);
                     if self.spec.verbose {
@@ -426,10 +427,11 @@ impl Rping {
         }
         let (va, rkey, len) = parse_info(&msg);
         if len > self.spec.size {
-            return Err(AppError::Failed(format!(
-                "the client's buffer is {len} bytes, more than this server's -S {}",
-                self.spec.size
-            )));
+            return Err(PeerFault::invalid(BufferTooLarge {
+                len,
+                most: self.spec.size,
+            })
+            .into());
         }
         self.remote_len = len;
         let remote = RemoteAddr {
@@ -487,7 +489,7 @@ impl Application for Rping {
 /// How long a side waits for the peer while a ping is under way.
 const SILENCE: Duration = Duration::from_secs(10);
 
-async fn run(
+async fn run_end(
     spec: RpingSpec,
     client: bool,
     local: IpAddr,
@@ -531,29 +533,20 @@ async fn run(
     Ok(app.result)
 }
 
-/// `roce rping -s -a ADDR`: serves one rping client on `ADDR` (UDP 4791, RDMA-CM port
-/// `spec.port`) until it disconnects; `ready` once listening.
-pub fn serve(
-    bind: IpAddr,
-    spec: RpingSpec,
-    secrets: Secrets,
-    link: LinkChoice,
-    ready: impl FnOnce(),
-) -> Result<RpingResult, DriverError> {
+/// Runs one end of the exchange, as the connector names it: a server that serves one client
+/// and exits (as the stock tool), or a client. The exchange is RDMA-CM; the port is the
+/// connector's.
+pub fn run(mut c: Connector, mut spec: RpingSpec) -> Result<RpingResult, DriverError> {
+    let name = "rping";
+    c.expect(name, &[Exchange::RdmaCm])?;
+    let end = c.one_end(name)?;
+    spec.port = end.port;
     spec.validate()?;
-    runtime()?.block_on(run(spec, false, bind, None, secrets, link, ready))
-}
-
-/// `roce rping -c -a SERVER [-I ADDR]`: pings `server` from `local`.
-pub fn client(
-    server: IpAddr,
-    local: IpAddr,
-    spec: RpingSpec,
-    secrets: Secrets,
-    link: LinkChoice,
-) -> Result<RpingResult, DriverError> {
-    spec.validate()?;
-    runtime()?.block_on(run(spec, true, local, Some(server), secrets, link, || {}))
+    let ready = c.take_ready();
+    let (secrets, link) = (c.secrets, c.link);
+    runtime()?.block_on(run_end(
+        spec, end.client, end.local, end.server, secrets, link, ready,
+    ))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use roce_driver::connect::rdma_cm::cm_end;
 use roce_driver::connect::sidr::SidrSession;
-use roce_driver::connect::{QpRequest, Side};
+use roce_driver::connect::{Connector, Exchange, QpRequest, Side};
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, Secrets};
 use roce_proto::{QKey, Qpn};
 use roce_stack::ud::{AddressHandle, UdSend, GRH_LEN};
@@ -61,17 +61,10 @@ impl Default for UdaddySpec {
 
 impl UdaddySpec {
     /// Refuses what udaddy refuses.
-    pub fn validate(&self) -> Result<(), DriverError> {
-        if self.size == 0 || self.size > self.mtu {
-            return Err(DriverError::Config(format!(
-                "-S {}: 1 to the MTU ({})",
-                self.size, self.mtu
-            )));
-        }
-        if !(1..=4096).contains(&self.count) {
-            return Err(DriverError::Config(format!("-C {}: 1 to 4096", self.count)));
-        }
-        Ok(())
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        use crate::ConfigError as C;
+        C::check_flag("-S", self.size.into(), 1, self.mtu.into(), Some("the MTU"))?;
+        C::check_flag("-C", self.count.into(), 1, 4096, None)
     }
 }
 
@@ -205,16 +198,17 @@ impl Udaddy {
             return self.post_recv(dev);
         };
         if c.byte_len != self.spec.size + GRH_LEN as u32 {
-            let why = format!(
-                "a message of {} bytes, not -S {}",
-                (c.byte_len as usize).saturating_sub(GRH_LEN),
-                self.spec.size
-            );
+            let e = AppError::Size {
+                qpn: c.qp_num,
+                got: u64::from(c.byte_len).saturating_sub(GRH_LEN as u64),
+                want: self.spec.size.into(),
+                hint: Some("both sides need the same -S"),
+            };
             if self.client {
-                return Err(AppError::Failed(why));
+                return Err(e);
             }
             // This message's receive and those the peer's earlier ones took.
-            return self.restart(dev, peer.remote, &why, self.received + 1);
+            return self.restart(dev, peer.remote, &e.to_string(), self.received + 1);
         }
         self.ah = Some(peer);
         self.heard = now;
@@ -254,7 +248,7 @@ impl Application for Udaddy {
         let q = self.qp;
         while let Some(c) = dev.poll_cq(q.send_cq).or_else(|| dev.poll_cq(q.recv_cq)) {
             if c.status != WcStatus::Success {
-                return Err(AppError::Failed(format!("completion error {:?}", c.status)));
+                return Err(AppError::completion("a message", &c));
             }
             if c.opcode == WcOpcode::Recv {
                 self.on_recv(dev, now, &c)?;
@@ -286,7 +280,7 @@ impl Application for Udaddy {
     }
 }
 
-async fn run(
+async fn run_end(
     spec: UdaddySpec,
     client: bool,
     local: IpAddr,
@@ -343,10 +337,11 @@ async fn run(
         .run(&mut app, true, std::future::pending(), silence)
         .await;
     if let Err(e) = r {
-        return Err(DriverError::Peer(format!(
-            "{e} ({} of {} messages received, {} sent)",
+        let what = format!(
+            "udaddy stopped after {} of {} messages received and {} sent",
             app.received, spec.count, app.send_done
-        )));
+        );
+        return Err(DriverError::step(what, e));
     }
     Ok(UdaddyResult {
         role: if client { "client" } else { "server" },
@@ -362,26 +357,18 @@ async fn run(
     })
 }
 
-/// `roce udaddy -b ADDR`: answers one client's SIDR request on `bind` and its messages.
-pub fn serve(
-    bind: IpAddr,
-    spec: UdaddySpec,
-    secrets: Secrets,
-    link: LinkChoice,
-    ready: impl FnOnce(),
-) -> Result<UdaddyResult, DriverError> {
+/// Runs one end of the exchange, as the connector names it: a server that serves one client
+/// and exits (as the stock tool), or a client. The exchange is SIDR; the port is the
+/// connector's.
+pub fn run(mut c: Connector, mut spec: UdaddySpec) -> Result<UdaddyResult, DriverError> {
+    let name = "udaddy";
+    c.expect(name, &[Exchange::Sidr])?;
+    let end = c.one_end(name)?;
+    spec.port = end.port;
     spec.validate()?;
-    runtime()?.block_on(run(spec, false, bind, None, secrets, link, ready))
-}
-
-/// `roce udaddy -s SERVER`: resolves the server's UD QP through SIDR and exchanges messages.
-pub fn client(
-    server: IpAddr,
-    local: IpAddr,
-    spec: UdaddySpec,
-    secrets: Secrets,
-    link: LinkChoice,
-) -> Result<UdaddyResult, DriverError> {
-    spec.validate()?;
-    runtime()?.block_on(run(spec, true, local, Some(server), secrets, link, || {}))
+    let ready = c.take_ready();
+    let (secrets, link) = (c.secrets, c.link);
+    runtime()?.block_on(run_end(
+        spec, end.client, end.local, end.server, secrets, link, ready,
+    ))
 }

@@ -22,7 +22,8 @@ use roce_driver::endpoint::{Tap, Taps};
 use roce_driver::impair::Impairment;
 use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
-    bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, Secrets,
+    bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, PeerFault,
+    Secrets,
 };
 use roce_proto::{Psn, ROCEV2_UDP_PORT};
 use roce_stack::{
@@ -546,20 +547,19 @@ impl CmClient {
                     self.session
                         .refuse_reply(now, k, b"roce: the REP carries no responder block");
                     self.session.flush(dev);
-                    return Err(AppError::Failed(
-                        "the server's REP carries no roce responder block (not a roce server?); \
-                         told it with a REJ"
-                            .into(),
-                    ));
+                    return Err(PeerFault::Foreign {
+                        what: "roce responder block",
+                        server: "roce server",
+                        hint: None,
+                    }
+                    .into());
                 };
                 self.blocks[k] = Some(b);
                 self.established += 1;
             }
             SessionEvent::Released(k) => {
                 if self.phase != Phase::Releasing {
-                    return Err(AppError::Failed(
-                        "the server released the connection before the workload finished".into(),
-                    ));
+                    return Err(PeerFault::Left("the workload finished").into());
                 }
                 self.released += 1;
                 if let Some(s) = self.session.release_data(k).and_then(decode_summary) {
@@ -709,7 +709,7 @@ pub fn run_client_cm(
         let Some(r) = &app.requester else {
             return Err(match result {
                 Err(e) => e.into(),
-                Ok(()) => DriverError::Peer("the connections were never established".into()),
+                Ok(()) => PeerFault::Left("the connections were established").into(),
             });
         };
         let mine_side = Side::of(r.mismatches(), r.tally(), &ep, r.done());

@@ -133,7 +133,7 @@ impl Requester {
         let depth = self.plan.spec.depth as usize;
         let (mr_va, lkey) = match dev.mr(self.mr) {
             Some(m) => (m.va(), m.lkey()),
-            None => return Err(AppError::Failed("requester memory region vanished".into())),
+            None => return Err(AppError::Defect("the requester's memory region vanished")),
         };
         while self.qps[q].in_flight.len() < depth {
             let qp = &mut self.qps[q];

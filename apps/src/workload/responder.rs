@@ -173,7 +173,7 @@ impl Responder {
         let (va, rkey) = dev
             .mr(mr)
             .map(|m| (m.va(), m.rkey()))
-            .ok_or_else(|| AppError::Failed("responder memory region vanished".into()))?;
+            .ok_or(AppError::Defect("the responder's memory region vanished"))?;
         let remotes = (0..plan.spec.qps)
             .map(|q| RemoteBuffer {
                 va: va + l.responder_len() * u64::from(q),
@@ -236,7 +236,7 @@ impl Responder {
         let (va, lkey) = dev
             .mr(self.mr)
             .map(|m| (m.va(), m.lkey()))
-            .ok_or_else(|| AppError::Failed("responder memory region vanished".into()))?;
+            .ok_or(AppError::Defect("the responder's memory region vanished"))?;
         let qp = &mut self.qps[q];
         if qp.transport.lossy() {
             // Receives of the largest size, numbered in posting order.

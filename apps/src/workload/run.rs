@@ -17,7 +17,7 @@ use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
 use roce_driver::Application;
 use roce_driver::{
     in_one_process, loopback_addrs, runtime, Accepted, ClientConfig, DriverError, Link, LinkChoice,
-    Listener, Secrets,
+    Listener, PeerFault, Secrets,
 };
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::{CcConfig, ConnectParams, CqHandle, QpCaps, QpStats};
@@ -38,7 +38,7 @@ const LOSSY_DRAIN: Duration = Duration::from_millis(200);
 /// path can address a datagram to them), sent to the server in its hello; the high bit clear
 /// (a set one would name a controlled Q_Key, IBTA Vol 1 §10.2.4).
 fn ud_qkey(secrets: &Secrets) -> Result<roce_proto::QKey, DriverError> {
-    secrets.qkey(0)
+    Ok(secrets.qkey(0)?)
 }
 
 /// What a run does and with which transport settings; the client sends it to the server.
@@ -270,7 +270,7 @@ async fn serve_client(
     tap: Option<Tap>,
 ) -> Result<ServerOutcome, DriverError> {
     let WorkloadMsg::Hello(hello) = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
-        return Err(DriverError::Peer("expected a hello".into()));
+        return Err(DriverError::from(PeerFault::Expected("a hello")));
     };
     let Hello {
         protocol,
@@ -291,11 +291,14 @@ async fn serve_client(
         line_rate_bps,
         ..RunConfig::default()
     };
-    cfg.validate().map_err(|e| DriverError::PeerInvalid {
-        source: Box::new(e),
-    })?;
+    cfg.validate().map_err(DriverError::peer_invalid)?;
     if qps.len() != cfg.spec.qps as usize {
-        return Err(DriverError::Peer("QP count differs from the spec".into()));
+        return Err(PeerFault::Count {
+            what: "QPs",
+            announced: qps.len(),
+            here: cfg.spec.qps as usize,
+        }
+        .into());
     }
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let remote = SocketAddr::new(a.peer.ip(), client_port);
@@ -396,12 +399,15 @@ async fn client_async(
         roce_port,
     } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
     else {
-        return Err(DriverError::Peer("expected a welcome".into()));
+        return Err(DriverError::from(PeerFault::Expected("a welcome")));
     };
     if qps.len() != side.qps.len() || blocks.len() != side.qps.len() {
-        return Err(DriverError::Peer(
-            "welcome lists the wrong number of QPs".into(),
-        ));
+        return Err(PeerFault::Count {
+            what: "QPs (and a block each)",
+            announced: qps.len().min(blocks.len()),
+            here: side.qps.len(),
+        }
+        .into());
     }
     let remote = SocketAddr::new(peer_ip, roce_port);
     side.connect_to(&peers(&qps), remote)?;
@@ -457,7 +463,7 @@ async fn client_async(
     }
     match ctl.recv_timeout(ANSWER_TIMEOUT).await {
         Ok(WorkloadMsg::Summary(s)) => Ok(report(&s)),
-        Ok(_) => after_failure(DriverError::Peer("expected a summary".into())),
+        Ok(_) => after_failure(DriverError::from(PeerFault::Expected("a summary"))),
         Err(e) => after_failure(e),
     }
 }

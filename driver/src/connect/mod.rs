@@ -29,13 +29,18 @@ use roce_stack::{ConnectParams, Device, PathConfig, PdHandle, QpCaps, Service};
 
 use crate::impair::Impairment;
 use crate::qps::LocalQp;
-use crate::{bind_endpoint, DriverError, Endpoint, LinkChoice};
+use crate::{
+    bind_endpoint, DriverError, Endpoint, LinkChoice, PeerFault, SetupFailure, Unsupported,
+};
 
 pub mod cm_session;
+mod connector;
 pub mod perftest;
 pub mod pingpong;
 pub mod rdma_cm;
 pub mod sidr;
+
+pub use connector::{local_toward, Connector, Ends, Exchange, Ran};
 
 /// What an application asks of the layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -144,26 +149,20 @@ impl Side {
             req.service = k;
         }
         if req.srq.is_some() && kinds.iter().any(|k| *k != Service::Rc) {
-            return Err(DriverError::Config(
-                "a shared receive queue is for RC QPs".into(),
-            ));
+            return Err(Unsupported::SrqNotRc.into());
         }
         if psns.len() != req.count as usize {
-            return Err(DriverError::Config(format!(
-                "{} start PSNs for {} QPs",
-                psns.len(),
-                req.count
-            )));
+            return Err(Unsupported::PsnCount {
+                psns: psns.len(),
+                qps: req.count,
+            }
+            .into());
         }
         let set = DriverError::from;
         let pd = dev.alloc_pd();
         let srq = match (req.srq, req.service) {
             (Some(n), Service::Rc) => Some(dev.create_srq(pd, n).map_err(set)?),
-            (Some(_), _) => {
-                return Err(DriverError::Config(
-                    "a shared receive queue is for RC QPs".into(),
-                ))
-            }
+            (Some(_), _) => return Err(Unsupported::SrqNotRc.into()),
             (None, _) => None,
         };
         let init = req.params.init_attr();
@@ -275,11 +274,12 @@ impl Side {
         self.ep.set_peer_port(remote.port());
         let (remote, remote_port) = (remote.ip(), remote.port());
         if peers.len() != self.qps.len() {
-            return Err(DriverError::Peer(format!(
-                "the peer announced {} QPs, this end has {}",
-                peers.len(),
-                self.qps.len()
-            )));
+            return Err(PeerFault::Count {
+                what: "QPs",
+                announced: peers.len(),
+                here: self.qps.len(),
+            }
+            .into());
         }
         let local = self.ep.local_addr();
         self.ahs.clear();
@@ -316,7 +316,7 @@ impl Side {
             self.ep
                 .dev
                 .connect_qp(q.qpn, &c)
-                .map_err(|e| DriverError::Setup(format!("modify QP {}: {e}", q.qpn)))?;
+                .map_err(|e| DriverError::step(format!("modify QP {}", q.qpn), e))?;
         }
         Ok(())
     }
@@ -357,7 +357,7 @@ pub async fn tcp_connect(
     }
     let stream = tokio::time::timeout(std::time::Duration::from_secs(5), sock.connect(server))
         .await
-        .map_err(|_| DriverError::Setup(format!("cannot reach server {server}: timed out")))?
+        .map_err(|_| SetupFailure::Unreachable(server))?
         .map_err(|e| DriverError::step(format!("cannot reach server {server}"), e))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
@@ -410,7 +410,7 @@ impl AfterGivingUp {
     pub fn set_up_given_up(self) -> Result<(), DriverError> {
         match self {
             Self::ListenAgain => Ok(()),
-            Self::Fail => Err(DriverError::Peer("the client's set-up was given up".into())),
+            Self::Fail => Err(PeerFault::GivenUp("client").into()),
         }
     }
 }
@@ -449,12 +449,16 @@ impl TcpDoor {
                 }
             }
         };
-        let accepted = match timeout {
-            Some(t) => tokio::time::timeout(t, admitted)
-                .await
-                .map_err(|_| DriverError::Setup(format!("no peer connected within {t:?}")))?,
-            None => admitted.await,
-        };
+        let accepted =
+            match timeout {
+                Some(t) => tokio::time::timeout(t, admitted).await.map_err(|_| {
+                    SetupFailure::NobodyCame {
+                        who: "peer",
+                        within: t,
+                    }
+                })?,
+                None => admitted.await,
+            };
         let tcp = accepted.map_err(|e| DriverError::step("accept", e))?;
         let _ = tcp.set_nodelay(true);
         Ok(tcp)
@@ -498,16 +502,14 @@ pub fn one_process_both<C, S: Send + 'static>(
     if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
         return match server.join() {
             Ok(Err(e)) => Err(e),
-            _ => Err(DriverError::Setup("the server did not start".into())),
+            _ => Err(SetupFailure::ServerDidNotStart.into()),
         };
     }
     let c = client();
     if c.is_err() {
         return Ok((c, None));
     }
-    let s = server
-        .join()
-        .map_err(|_| DriverError::Setup("server thread panicked".into()))?;
+    let s = server.join().map_err(|_| SetupFailure::ServerPanicked)?;
     Ok((c, Some(s)))
 }
 
@@ -517,6 +519,58 @@ pub fn gid_of(ip: IpAddr) -> [u8; 16] {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
     }
+}
+
+/// A peer's GID (in an exchange's record) this end will not send to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerGid {
+    /// No GID, or the zero GID (`hint`: the peer tool's flag that gives one).
+    #[error("the peer sent no GID ({hint})")]
+    Missing {
+        /// How the peer's tool is given its GID index.
+        hint: &'static str,
+    },
+    /// An address no peer can have: unspecified, multicast or broadcast.
+    #[error("the peer's GID names {0}, which is not a unicast address: refused")]
+    NotUnicast(IpAddr),
+    /// Another host than the one the exchange came from (or than `--peer-roce`): a record
+    /// may not aim this end's traffic at a third host.
+    #[error("the peer's GID names {named}, but the exchange came from {from}: refused (--peer-roce {named} if that is the peer's RoCE address)")]
+    Elsewhere {
+        /// What the GID names.
+        named: IpAddr,
+        /// Where the exchange came from, or the address the user named.
+        from: IpAddr,
+    },
+}
+
+/// The address a peer's GID names, refused unless it is a unicast address and, when of
+/// one family, `from`: where the exchange came from, or the peer's RoCE address the user
+/// named (for an exchange over a management network). An IPv6 GID over an IPv4 exchange
+/// (the stock tools' exchanges listen on IPv4 only) is taken. `hint` says how the peer's
+/// tool is given a GID, for a record without one.
+pub fn check_peer_gid(
+    gid: Option<[u8; 16]>,
+    from: Option<IpAddr>,
+    hint: &'static str,
+) -> Result<IpAddr, PeerGid> {
+    let ip = gid
+        .and_then(ip_of_gid)
+        .ok_or(PeerGid::Missing { hint })?
+        .to_canonical();
+    let unicast = match ip {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
+        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
+    };
+    if !unicast {
+        return Err(PeerGid::NotUnicast(ip));
+    }
+    let from = from.map(|f| f.to_canonical());
+    if let Some(from) = from.filter(|f| f.is_ipv4() == ip.is_ipv4() && *f != ip) {
+        return Err(PeerGid::Elsewhere { named: ip, from });
+    }
+    Ok(ip)
 }
 
 /// The address a RoCEv2 GID names, or `None` for the zero GID (no address).

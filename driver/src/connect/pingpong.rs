@@ -28,15 +28,15 @@ use roce_proto::{Psn, Qpn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{gid_of, ip_of_gid, Side};
-use crate::DriverError;
+use super::{check_peer_gid, gid_of, PeerGid, Side};
+use crate::{DriverError, PeerFault};
 
 /// How long the whole exchange may take, every step and record included (256 records each
 /// way for `ibv_srq_pingpong`).
 pub const EXCHANGE: Duration = Duration::from_secs(30);
 
-fn err(what: &str, e: impl std::fmt::Display) -> DriverError {
-    DriverError::Peer(format!("pingpong exchange, {what}: {e}"))
+fn err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> DriverError {
+    PeerFault::step(format!("pingpong exchange, {what}"), e).into()
 }
 
 /// Records each way: 256 for `ibv_srq_pingpong` (`srq`), else one per QP.
@@ -80,39 +80,49 @@ async fn read_records(tcp: &mut TcpStream, n: usize) -> Result<Vec<Record>, Driv
     let mut out = Vec::with_capacity(n);
     let mut b = [0u8; RECORD_LEN];
     for i in 0..n {
-        tcp.read_exact(&mut b)
-            .await
-            .map_err(|e| err("reading the peer's address", format!("record {i}: {e}")))?;
+        tcp.read_exact(&mut b).await.map_err(|source| {
+            err(
+                "reading the peer's address",
+                RecordFault::Short { n: i, source },
+            )
+        })?;
         out.push(Record::parse(&b).map_err(|e| err("the peer's address", e))?);
     }
     Ok(out)
 }
 
-/// Whether `ip`, from a peer's GID, may be sent to: a unicast address, and `from` (where
-/// the exchange came from, or the peer's RoCE address the user named) when both are of
-/// one family.
-fn check_gid(ip: IpAddr, from: IpAddr) -> Result<(), DriverError> {
-    let from = from.to_canonical();
-    let unicast = match ip {
-        IpAddr::V4(v4) => !(v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast()),
-        IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_multicast()),
-    };
-    if !unicast {
-        return Err(err(
-            "the peer's address",
-            format!("its GID names {ip}, not a unicast address: refused"),
-        ));
-    }
-    if ip.is_ipv4() == from.is_ipv4() && ip != from {
-        return Err(err(
-            "the peer's address",
-            format!(
-                "its GID names {ip}, but the exchange came from {from}: refused (a record may not send this end's traffic to another host; --peer-roce {ip} if that is the peer's RoCE address)"
-            ),
-        ));
-    }
-    Ok(())
+/// What a peer's records say that this end refuses.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordFault {
+    /// Its first record's GID.
+    #[error(transparent)]
+    Gid(#[from] PeerGid),
+    /// Another number of QPs than this end's.
+    #[error("it announced {announced} QPs, this end has {here} (give both ends the same -q)")]
+    Count {
+        /// The peer's QPs (records with a QPN).
+        announced: usize,
+        /// This end's.
+        here: usize,
+    },
+    /// Not done within [`EXCHANGE`].
+    #[error("not done within {} s", EXCHANGE.as_secs())]
+    Late,
+    /// Record `n` could not be read whole.
+    #[error("record {n}: {source}")]
+    Short {
+        /// Its index.
+        n: usize,
+        /// The connection's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
+
+/// The hint of [`PeerGid::Missing`] for the verbs examples.
+const GID_HINT: &str =
+    "its GID is zero: run the peer with -g, the GID index of its RoCEv2 address, 1 on rxe";
 
 /// The QPs the peer announced for this side's `qps` and where it is: its first records, the
 /// address from record 0's GID (`ibv_srq_pingpong` addresses every QP with it), checked
@@ -122,25 +132,18 @@ fn peers(
     recs: &[Record],
     from: IpAddr,
 ) -> Result<(Vec<(Qpn, Psn)>, IpAddr), DriverError> {
-    let first = recs
-        .first()
-        .ok_or_else(|| err("the peer's address", "no record"))?;
-    let ip = ip_of_gid(first.gid).ok_or_else(|| {
-        err(
-            "the peer's address",
-            "its GID is zero: run the peer with -g (the GID index of its RoCEv2 address, 1 on rxe)",
-        )
-    })?;
-    check_gid(ip, from)?;
+    let gid = recs.first().map(|r| r.gid);
+    let ip = check_peer_gid(gid, Some(from), GID_HINT)
+        .map_err(|e| err("the peer's address", RecordFault::from(e)))?;
     let n = side.qps.len();
     let used = &recs[..n.min(recs.len())];
     if used.len() < n || used.iter().any(|r| r.qpn.0 == 0) {
         return Err(err(
             "the peer's address",
-            format!(
-                "it announced {} QPs, this end has {n} (give both ends the same -q)",
-                recs.iter().filter(|r| r.qpn.0 != 0).count()
-            ),
+            RecordFault::Count {
+                announced: recs.iter().filter(|r| r.qpn.0 != 0).count(),
+                here: n,
+            },
         ));
     }
     Ok((used.iter().map(|r| (r.qpn, r.psn)).collect(), ip))
@@ -181,7 +184,7 @@ async fn bounded(
 ) -> Result<Peer, DriverError> {
     tokio::time::timeout(EXCHANGE, steps)
         .await
-        .map_err(|_| err("the exchange", "not done within 30 s"))?
+        .map_err(|_| err("the exchange", RecordFault::Late))?
 }
 
 /// Where the peer's GID must point: `peer_roce`, else where the exchange came from.
@@ -245,16 +248,23 @@ mod tests {
     #[test]
     fn a_gid_must_be_unicast_and_where_the_exchange_came_from() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(check_gid(ip("10.0.0.2"), ip("10.0.0.2")).is_ok());
+        let check =
+            |gid: &str, from: &str| check_peer_gid(Some(gid_of(ip(gid))), Some(ip(from)), GID_HINT);
+        assert_eq!(check("10.0.0.2", "10.0.0.2"), Ok(ip("10.0.0.2")));
         // The exchange over IPv4 (a stock server's), the RoCE address IPv6, and back.
-        assert!(check_gid(ip("2001:db8::2"), ip("10.0.0.2")).is_ok());
-        assert!(check_gid(ip("10.0.0.2"), ip("::ffff:10.0.0.2")).is_ok());
+        assert!(check("2001:db8::2", "10.0.0.2").is_ok());
+        assert!(check("10.0.0.2", "::ffff:10.0.0.2").is_ok());
         for bad in ["10.0.0.3", "0.0.0.0", "255.255.255.255", "224.0.0.1"] {
-            let e = check_gid(ip(bad), ip("10.0.0.2")).unwrap_err().to_string();
+            let e = check(bad, "10.0.0.2").unwrap_err().to_string();
             assert!(e.contains(bad) && e.contains("refused"), "{e}");
         }
-        for bad in ["ff02::1", "::", "2001:db8::3"] {
-            assert!(check_gid(ip(bad), ip("2001:db8::2")).is_err(), "{bad}");
+        for bad in ["ff02::1", "2001:db8::3"] {
+            assert!(check(bad, "2001:db8::2").is_err(), "{bad}");
         }
+        // The zero GID is no address at all: the peer's tool needs its GID index.
+        assert_eq!(
+            check_peer_gid(Some([0; 16]), Some(ip("10.0.0.2")), GID_HINT),
+            Err(PeerGid::Missing { hint: GID_HINT })
+        );
     }
 }

@@ -70,7 +70,7 @@ pub fn connect_qp(
         ..*base
     };
     dev.connect_qp(q.qpn, &n.connect_params(base))
-        .map_err(|e| AppError::Failed(format!("modify QP {}: {e}", q.qpn)))?;
+        .map_err(|source| AppError::Modify { qpn: q.qpn, source })?;
     if !matches!(cc, CcConfig::None) {
         dev.set_congestion_control(q.qpn, cc.build(line_rate_bps));
     }

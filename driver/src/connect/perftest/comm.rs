@@ -22,7 +22,9 @@ use super::STEP_TIMEOUT;
 use crate::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
 use crate::connect::Side;
 use crate::qps::LocalQp;
-use crate::{AppError, Application, DriverError, Endpoint, Secrets};
+use crate::{
+    AppError, Application, DriverError, Endpoint, PeerFault, Secrets, SetupFailure, Unsupported,
+};
 
 /// What [`Comm::wait`] waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +88,98 @@ pub(super) struct Comm {
     /// The peer released the connection before the closing exchange (a failure, unless the
     /// test running beside it had already ended: see [`Beside`]).
     pub(super) left_early: bool,
-    pub(super) failure: Option<String>,
+    pub(super) failure: Option<CommFault>,
+}
+
+/// Which of the exchange's connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// The comm connection the records cross.
+    Comm,
+    /// Data QP `n`'s.
+    Data(usize),
+}
+
+impl std::fmt::Display for Which {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Comm => write!(f, "the exchange's connection"),
+            Self::Data(i) => write!(f, "data QP {i}'s connection"),
+        }
+    }
+}
+
+/// Why perftest's exchange over RDMA-CM failed (a peer's doing, seen by this end's check).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommFault {
+    /// The server refused a data QP's REQs as not listening, every retry.
+    #[error("the server refused data QP {qp}'s {what} {tries} times (not listening)")]
+    NotListening {
+        /// The data QP.
+        qp: usize,
+        /// What it refused.
+        what: &'static str,
+        /// The tries.
+        tries: u32,
+    },
+    /// The server rejected a connection (IBTA Vol 1 Table 112).
+    #[error("the server rejected {which}: {} ({reason})", rej_reason_name(*.reason).unwrap_or("unknown reason"))]
+    Rejected {
+        /// Which connection.
+        which: Which,
+        /// The REJ's reason.
+        reason: u16,
+    },
+    /// The peer stopped answering the CM.
+    #[error("{} stopped answering the CM (no REP, RTU or DREP)", .0.map_or_else(|| "the peer".to_string(), |p| p.to_string()))]
+    Stopped(Option<IpAddr>),
+    /// The peer released a connection before the end of the test.
+    #[error("the peer disconnected before the end of the test")]
+    LeftEarly,
+    /// A SIDR_REP with a status other than 0 (IBTA Vol 1 Table 122).
+    #[error("the server answered data QP {qp}'s SIDR_REQ with status {}", roce_proto::cm::sidr_status_name(*.status).unwrap_or("unknown"))]
+    Sidr {
+        /// The data QP.
+        qp: usize,
+        /// The status.
+        status: u8,
+    },
+    /// A UD QP whose Q_Key is not RDMA-CM's.
+    #[error("the server's UD QP has Q_Key {0:#x}, not rdma_cm's {RDMA_UDP_QKEY:#x}")]
+    QKey(u32),
+    /// More messages than the exchange's turns allow.
+    #[error("the peer sent messages out of turn")]
+    OutOfTurn,
+    /// A work request of the exchange (or a data QP's UD hello) completed in error.
+    #[error("{what} failed: {status:?}")]
+    Completion {
+        /// Which request.
+        what: &'static str,
+        /// The device's status.
+        status: WcStatus,
+    },
+    /// The exchange's receive could not be posted.
+    #[error("the exchange's receive: {0}")]
+    Post(#[source] roce_stack::PostError),
+    /// This end has no server to ask (a client without one).
+    #[error("no server to connect to")]
+    NoServer,
+    /// The local CM would not send a request (its reason code).
+    #[error(transparent)]
+    CannotAsk(#[from] CmFailure),
+}
+
+impl From<CommFault> for AppError {
+    fn from(f: CommFault) -> Self {
+        Self::check("perftest's exchange over RDMA-CM", f)
+    }
+}
+
+impl From<CommFault> for DriverError {
+    fn from(f: CommFault) -> Self {
+        AppError::from(f).into()
+    }
 }
 
 /// Bytes of each of the comm QP's buffers: a binary key record and room to spare.
@@ -208,7 +301,7 @@ impl Comm {
     pub(super) fn connect_comm(&mut self, now: Instant) -> Result<(), DriverError> {
         let o = self
             .options(self.comm_offer(), 1024, 0xc000)
-            .ok_or_else(|| DriverError::Config("no server".into()))?;
+            .ok_or(CommFault::NoServer)?;
         let id = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
         self.conn = Some(id);
         Ok(())
@@ -217,9 +310,10 @@ impl Comm {
     /// The data QPs this session connects, from `side`.
     pub(super) fn plan_data(&mut self, side: &Side, latency: bool) -> Result<(), DriverError> {
         if side.request().service == Service::Uc {
-            return Err(DriverError::Config(
-                "-c UC with rdma_cm: roce's CM connects RC (REQ/REP) and UD (SIDR)".into(),
-            ));
+            return Err(Unsupported::Service(
+                "-c UC with rdma_cm: roce's CM connects RC (REQ/REP) and UD (SIDR)",
+            )
+            .into());
         }
         self.service = side.request().service;
         self.base = side.request().params;
@@ -246,7 +340,7 @@ impl Comm {
     }
 
     /// Client: a REQ (or SIDR_REQ) for every data QP not connected yet.
-    pub(super) fn connect_data(&mut self, now: Instant) -> Result<(), DriverError> {
+    pub(super) fn connect_data(&mut self, now: Instant) -> Result<(), CommFault> {
         for i in 0..self.data.len() {
             if self.data[i].id.is_some() {
                 continue;
@@ -267,7 +361,7 @@ impl Comm {
                 _ => {
                     let o = self
                         .options(self.data_offer(i), self.base.mtu, src_port)
-                        .ok_or_else(|| DriverError::Config("no server".into()))?;
+                        .ok_or(CommFault::NoServer)?;
                     self.cm.connect(now, &o)
                 }
             }
@@ -290,17 +384,19 @@ impl Comm {
         }
     }
 
-    fn fail(&mut self, why: String) {
+    fn fail(&mut self, why: CommFault) {
         self.failure.get_or_insert(why);
     }
 
     /// Retries the REQs a server refused because it was not listening yet, or fails.
-    fn refused(&mut self, now: Instant, i: usize, what: &str) {
+    fn refused(&mut self, now: Instant, i: usize, what: &'static str) {
         let attempts = self.retry.map_or(0, |(_, n)| n);
         if attempts >= DATA_RETRIES {
-            self.fail(format!(
-                "the server refused data QP {i}'s {what} {DATA_RETRIES} times (not listening)"
-            ));
+            self.fail(CommFault::NotListening {
+                qp: i,
+                what,
+                tries: DATA_RETRIES,
+            });
             return;
         }
         self.data[i].id = None;
@@ -366,18 +462,19 @@ impl Comm {
                 }
             }
             CmEvent::Rejected { conn, reason, .. } => {
-                let name = rej_reason_name(reason).unwrap_or("unknown reason");
                 if Some(conn) == self.conn {
-                    self.fail(format!(
-                        "the server rejected the exchange's connection: {name} ({reason})"
-                    ));
+                    self.fail(CommFault::Rejected {
+                        which: Which::Comm,
+                        reason,
+                    });
                 } else if let Some(i) = self.find(conn) {
                     if reason == reason::INVALID_SERVICE_ID {
                         self.refused(now, i, "REQ");
                     } else {
-                        self.fail(format!(
-                            "the server rejected data QP {i}'s connection: {name} ({reason})"
-                        ));
+                        self.fail(CommFault::Rejected {
+                            which: Which::Data(i),
+                            reason,
+                        });
                     }
                 }
             }
@@ -387,12 +484,7 @@ impl Comm {
                 if released {
                     self.mark_released(conn);
                 } else if Some(conn) == self.conn || self.find(conn).is_some() {
-                    let who = self
-                        .peer
-                        .map_or_else(|| "the peer".into(), |p| p.to_string());
-                    self.fail(format!(
-                        "{who} stopped answering the CM (no REP, RTU or DREP)"
-                    ));
+                    self.fail(CommFault::Stopped(self.peer));
                 }
             }
             CmEvent::Disconnected { conn } => {
@@ -400,7 +492,7 @@ impl Comm {
                 self.mark_released(conn);
                 if ours && !self.closing && !self.last {
                     self.left_early = true;
-                    self.fail("the peer disconnected before the end of the test".into());
+                    self.fail(CommFault::LeftEarly);
                 }
             }
             CmEvent::SidrRequest { req } => self.on_sidr_request(dev, &req)?,
@@ -475,16 +567,11 @@ impl Comm {
             return Ok(());
         }
         if status != 0 {
-            self.fail(format!(
-                "the server answered data QP {i}'s SIDR_REQ with status {}",
-                roce_proto::cm::sidr_status_name(status).unwrap_or("unknown")
-            ));
+            self.fail(CommFault::Sidr { qp: i, status });
             return Ok(());
         }
         if qkey != RDMA_UDP_QKEY {
-            self.fail(format!(
-                "the server's UD QP has Q_Key {qkey:#x}, not rdma_cm's {RDMA_UDP_QKEY:#x}"
-            ));
+            self.fail(CommFault::QKey(qkey));
             return Ok(());
         }
         self.data[i].remote_qpn = Some(qpn);
@@ -527,14 +614,17 @@ impl Comm {
             if at <= now {
                 self.retry = self.retry.map(|(_, n)| (Instant::from_nanos(u64::MAX), n));
                 if let Err(e) = self.connect_data(now) {
-                    self.fail(e.to_string());
+                    self.fail(e);
                 }
             }
         }
         while let Some(c) = dev.poll_cq(self.qp.recv_cq) {
             if c.status != WcStatus::Success {
                 if !self.closing && !self.gone() {
-                    self.fail(format!("the exchange's receive failed: {:?}", c.status));
+                    self.fail(CommFault::Completion {
+                        what: "the exchange's receive",
+                        status: c.status,
+                    });
                 }
                 continue;
             }
@@ -546,7 +636,7 @@ impl Comm {
                 .map(|m| m.as_slice()[at..at + len].to_vec())
                 .unwrap_or_default();
             if self.inbox.len() >= 2 {
-                self.fail("the peer sent messages out of turn".into());
+                self.fail(CommFault::OutOfTurn);
             }
             self.inbox.push_back(bytes);
             let sgl = SgList::one(
@@ -561,12 +651,15 @@ impl Comm {
                     sgl,
                 },
             ) {
-                self.fail(format!("the exchange's receive: {e}"));
+                self.fail(CommFault::Post(e));
             }
         }
         while let Some(c) = dev.poll_cq(self.qp.send_cq) {
             if c.status != WcStatus::Success && !self.closing && !self.gone() {
-                self.fail(format!("the exchange's SEND failed: {:?}", c.status));
+                self.fail(CommFault::Completion {
+                    what: "the exchange's SEND",
+                    status: c.status,
+                });
             }
             self.sends_done += 1;
         }
@@ -575,7 +668,7 @@ impl Comm {
         }
         flush(&mut self.cm, dev);
         match self.failure.take() {
-            Some(f) => Err(AppError::Failed(f)),
+            Some(f) => Err(f.into()),
             None => Ok(()),
         }
     }
@@ -586,7 +679,10 @@ impl Comm {
             let q = self.data[i].qp;
             while let Some(c) = dev.poll_cq(q.send_cq).or_else(|| dev.poll_cq(q.recv_cq)) {
                 if c.status != WcStatus::Success {
-                    self.fail(format!("data QP {i}: the UD hello failed: {:?}", c.status));
+                    self.fail(CommFault::Completion {
+                        what: "a data QP's UD hello",
+                        status: c.status,
+                    });
                     continue;
                 }
                 if self.client {
@@ -647,15 +743,16 @@ impl Comm {
             return Ok(());
         }
         if bytes.len() > SLOT as usize {
-            return Err(DriverError::Config(format!(
-                "a {}-byte message does not fit the exchange's {SLOT}-byte buffers",
-                bytes.len()
-            )));
+            return Err(Unsupported::MessageTooBig {
+                len: bytes.len(),
+                limit: SLOT,
+            }
+            .into());
         }
         let dev = &mut ep.dev;
         let mr = dev
             .mr_mut(self.mr)
-            .ok_or_else(|| DriverError::Setup("the exchange's buffer is gone".into()))?;
+            .ok_or(SetupFailure::Gone("the exchange's buffer"))?;
         mr.as_mut_slice()[SEND_AT as usize..SEND_AT as usize + bytes.len()].copy_from_slice(bytes);
         let sgl = SgList::one(mr.sge(u64::from(SEND_AT), bytes.len() as u32));
         dev.post_send(self.qp.qpn, WorkRequest::new(0, WrOp::Send, sgl))
@@ -666,9 +763,9 @@ impl Comm {
 
     pub(super) async fn recv(&mut self, ep: &mut Endpoint) -> Result<Vec<u8>, DriverError> {
         self.wait(ep, Until::Message, STEP_TIMEOUT).await?;
-        self.inbox.pop_front().ok_or_else(|| {
-            DriverError::Peer("it disconnected before sending its closing record".into())
-        })
+        self.inbox
+            .pop_front()
+            .ok_or_else(|| PeerFault::invalid(super::ExchangeFault::NoClosingRecord).into())
     }
 }
 

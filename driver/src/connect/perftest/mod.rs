@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 
 use super::rdma_cm::flush;
 use super::Side;
-use crate::{Application, DriverError, Endpoint, Secrets};
+use crate::{Application, DriverError, Endpoint, PeerFault, Secrets, Unsupported};
 
 mod comm;
 use comm::{Beside, Comm, Until};
@@ -85,12 +85,12 @@ impl Report {
     /// refuses anything else (NaN, infinity, or zero iterations is a peer that measured
     /// nothing, whatever it says).
     pub fn checked(self) -> Result<Self, DriverError> {
-        let bad = |why: String| Err(DriverError::Peer(format!("the client's report: {why}")));
+        let bad = |why: ExchangeFault| Err(PeerFault::step("the client's report", why).into());
         if self.iterations == 0 || self.size == 0 {
-            return bad(format!(
-                "{} iterations of {} bytes: it ran no test",
-                self.iterations, self.size
-            ));
+            return bad(ExchangeFault::NoTest {
+                iterations: self.iterations,
+                size: self.size,
+            });
         }
         for (name, v) in [
             ("peak bandwidth", self.peak_gbps),
@@ -98,15 +98,68 @@ impl Report {
             ("message rate", self.rate_mpps),
         ] {
             if !v.is_finite() || v < 0.0 {
-                return bad(format!("its {name} is {v}"));
+                return bad(ExchangeFault::Figure { name, value: v });
             }
         }
         Ok(self)
     }
 }
 
-fn err(what: &str, e: impl std::fmt::Display) -> DriverError {
-    DriverError::Peer(format!("perftest exchange, {what}: {e}"))
+/// What a perftest peer sent, or did not send, that ends the exchange with it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExchangeFault {
+    /// Nothing came within a step's bound.
+    #[error("the peer sent nothing for {} s", .0.as_secs())]
+    Silent(Duration),
+    /// A message of another length than the step's.
+    #[error("the peer sent {got} bytes where {due} were due")]
+    Length {
+        /// What came.
+        got: usize,
+        /// What the step needs.
+        due: usize,
+    },
+    /// A version older than the exchange this end speaks.
+    #[error("the peer announces {0:?}; perftest 5.70 or newer is needed")]
+    Version(String),
+    /// A key record that does not parse.
+    #[error("the peer's key record does not parse ({0}); is it RoCE with a GID?")]
+    Record(#[source] roce_proto::perftest::Error),
+    /// A report of no test.
+    #[error("{iterations} iterations of {size} bytes: it ran no test")]
+    NoTest {
+        /// Its iterations.
+        iterations: u64,
+        /// Its message size.
+        size: u64,
+    },
+    /// A figure of a report that is not a finite, non-negative number.
+    #[error("its {name} is {value}")]
+    Figure {
+        /// Which figure.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// The client's closing record did not come within the test's length and a margin.
+    #[error("the client's {what} did not come within {} s (the test's length and a margin)", .limit.as_secs())]
+    Late {
+        /// The record.
+        what: String,
+        /// The bound.
+        limit: Duration,
+    },
+    /// The client went away in the middle of the test.
+    #[error("the client went away before the end of the test: {0}")]
+    WentAway(#[source] std::io::Error),
+    /// The peer disconnected before its closing record.
+    #[error("it disconnected before sending its closing record")]
+    NoClosingRecord,
+}
+
+fn err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> DriverError {
+    PeerFault::step(format!("perftest exchange, {what}"), e).into()
 }
 
 enum Wire {
@@ -223,7 +276,7 @@ impl Session {
                 match tokio::time::timeout(STEP_TIMEOUT, step).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(err(what, e)),
-                    Err(_) => return Err(err(what, "the peer sent nothing for 30 s")),
+                    Err(_) => return Err(err(what, ExchangeFault::Silent(STEP_TIMEOUT))),
                 }
                 theirs
             }
@@ -239,11 +292,10 @@ impl Session {
                 if theirs.len() != mine.len() {
                     return Err(err(
                         what,
-                        format!(
-                            "the peer sent {} bytes where {} were due",
-                            theirs.len(),
-                            mine.len()
-                        ),
+                        ExchangeFault::Length {
+                            got: theirs.len(),
+                            due: mine.len(),
+                        },
                     ));
                 }
                 theirs
@@ -272,10 +324,7 @@ impl Session {
             .collect();
         self.peer_version = num.parse().unwrap_or(0.0);
         if self.peer_version < 5.70 {
-            return Err(err(
-                "versions",
-                format!("the peer announces {text:?}; perftest 5.70 or newer is needed"),
-            ));
+            return Err(err("versions", ExchangeFault::Version(text)));
         }
         // Both sides gate each optional step on the other's version: every step below runs
         // for any peer that passed the check above, as it does for "6.27" on the peer's side.
@@ -316,12 +365,7 @@ impl Session {
         if self.uses_cm() {
             return Dest::parse_binary(theirs).map_err(|e| err(what, e));
         }
-        Dest::parse(theirs, mine.variant()).map_err(|e| {
-            err(
-                what,
-                format!("the peer's key record does not parse ({e}); is it RoCE with a GID?"),
-            )
-        })
+        Dest::parse(theirs, mine.variant()).map_err(|e| err(what, ExchangeFault::Record(e)))
     }
 
     /// The bandwidth reports (`xchg_bw_reports`): size, iterations, peak and average
@@ -390,9 +434,10 @@ impl Session {
         self.keys(&mut side.ep, "record before the rdma_cm connections", &zero)
             .await?;
         let Wire::Cm(comm) = &mut self.wire else {
-            return Err(DriverError::Config(
-                "the data QPs connect through rdma_cm only over its exchange".into(),
-            ));
+            return Err(Unsupported::WrongExchange(
+                "the data QPs connect through rdma_cm only over its exchange",
+            )
+            .into());
         };
         comm.base = side.request().params;
         if self.client {
@@ -472,10 +517,13 @@ impl Session {
         let silence = limit.saturating_add(Duration::from_secs(5));
         let late = move || async move {
             tokio::time::sleep(limit).await;
-            Err::<(), DriverError>(DriverError::Peer(format!(
-                "the client's {what} did not come within {} s (the test's length and a margin)",
-                limit.as_secs()
-            )))
+            Err::<(), DriverError>(
+                PeerFault::invalid(ExchangeFault::Late {
+                    what: what.to_string(),
+                    limit,
+                })
+                .into(),
+            )
         };
         let theirs = match &mut self.wire {
             Wire::Tcp(tcp) => {
@@ -485,9 +533,7 @@ impl Session {
                     let stop = async move {
                         tokio::select! {
                             r = tcp.read_exact(buf) => r.map(|_| ()).map_err(|e| {
-                                DriverError::Peer(format!(
-                                    "the client went away before the end of the test: {e}"
-                                ))
+                                PeerFault::invalid(ExchangeFault::WentAway(e)).into()
                             }),
                             r = late() => r,
                         }
@@ -509,9 +555,10 @@ impl Session {
                     };
                     ep.run(&mut both, true, late(), silence).await?;
                 }
-                let t = comm.inbox.pop_front().ok_or_else(|| {
-                    DriverError::Peer("it disconnected before sending its closing record".into())
-                })?;
+                let t = comm
+                    .inbox
+                    .pop_front()
+                    .ok_or_else(|| PeerFault::invalid(ExchangeFault::NoClosingRecord))?;
                 comm.send(ep, &rec).await.map_err(|e| err(what, e))?;
                 t
             }

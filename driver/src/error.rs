@@ -1,0 +1,420 @@
+//! Errors above the sans-IO core, typed by who is at fault ([`Fault`]): the peer
+//! ([`PeerFault`]), this host ([`SetupFailure`], a refused step of our own), the user's settings
+//! ([`Unsupported`], an application's own typed refusal) or an application's check of what
+//! happened ([`crate::AppError`]).
+//!
+//! Containment runs one way: a [`DriverError`] may hold an [`AppError`](crate::AppError) (the
+//! application stopped the run), never the reverse. Each prints as one line; its `source`
+//! keeps the typed cause (an I/O error, a refused transition, a parse error).
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::endpoint::RunError;
+use crate::AppError;
+
+/// A boxed typed error of another crate or layer, kept as a `source`.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A failed run or set-up: what went wrong, in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// Settings this layer cannot run (an application's own settings are [`Self::Invalid`]).
+    #[error(transparent)]
+    Config(#[from] Unsupported),
+    /// This host could not set something up.
+    #[error(transparent)]
+    Setup(#[from] SetupFailure),
+    /// The peer refused, broke or abandoned the exchange.
+    #[error("peer: {0}")]
+    Peer(#[from] PeerFault),
+    /// The run itself failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The device refused to create a QP, CQ or SRQ.
+    #[error(transparent)]
+    Create(#[from] roce_stack::CreateError),
+    /// A QP refused a state transition.
+    #[error(transparent)]
+    Modify(#[from] roce_stack::ModifyError),
+    /// An application could not be set up (its regions, its first posts) or stopped.
+    #[error(transparent)]
+    App(#[from] AppError),
+    /// A setting an application refused, as its own typed error (the CLI can downcast it,
+    /// and see which setting it was).
+    #[error(transparent)]
+    Invalid(BoxError),
+    /// A step failed (`what`), for a reason of its own type (`source`: an I/O error, a
+    /// refused transition or post, ...; downcast it to tell).
+    #[error("{what}: {source}")]
+    Step {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: BoxError,
+    },
+    /// A control message could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+}
+
+/// Whose fault a failure is: a server gives up a set-up the peer broke and serves the next
+/// peer; the other failures end it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The peer: what it sent, refused or never sent.
+    Peer,
+    /// This host: a socket, a resource, a step of our own.
+    Local,
+    /// The user's settings.
+    Settings,
+    /// The application's own check of what happened (a completion error, a message it
+    /// cannot take: caused by the peer or the path to it).
+    Check,
+}
+
+impl DriverError {
+    /// Whose fault this failure is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::Config(_) | Self::Invalid(_) => Fault::Settings,
+            Self::Peer(_) => Fault::Peer,
+            Self::Run(RunError::PeerSilent(_)) => Fault::Peer,
+            Self::Run(RunError::Stopped(e)) => e.fault(),
+            Self::Run(RunError::App(a)) | Self::App(a) => a.fault(),
+            Self::Run(_)
+            | Self::Setup(_)
+            | Self::Create(_)
+            | Self::Modify(_)
+            | Self::Step { .. }
+            | Self::Encode(_) => Fault::Local,
+        }
+    }
+
+    /// Whether a server gives the peer up and serves the next for this failure: the peer's
+    /// fault, or the application's check of what the peer did.
+    pub fn costs_the_peer(&self) -> bool {
+        matches!(self.fault(), Fault::Peer | Fault::Check)
+    }
+
+    /// The peer's fault, if this is one ([`Self::Peer`]).
+    pub fn peer_fault(&self) -> Option<&PeerFault> {
+        match self {
+            Self::Peer(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// [`DriverError::Step`]: `what` failed because of `source`, which stays typed.
+    pub fn step(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Step {
+            what: what.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// [`PeerFault::Invalid`]: the peer sent `source`'s reason to refuse it.
+    pub fn peer_invalid(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Peer(PeerFault::Invalid(Box::new(source)))
+    }
+}
+
+/// A peer's text as one printable line: control characters (a newline, an escape sequence
+/// for the terminal) are shown escaped, the rest as sent.
+struct Printable<'a>(&'a str);
+
+impl std::fmt::Display for Printable<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a peer did that ends this exchange with it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerFault {
+    /// It sent another message than the one this point of the exchange needs.
+    #[error("expected {0}")]
+    Expected(&'static str),
+    /// It sent a frame of the control channel out of turn.
+    #[error("sent {0} out of turn")]
+    OutOfTurn(&'static str),
+    /// It gave up, and said why in its own words (printed on one line, control characters
+    /// escaped).
+    #[error("{}", Printable(.0))]
+    Said(String),
+    /// It refused this end (an application's refusal in its own words, printed as
+    /// [`PeerFault::Said`]).
+    #[error("refused the {who}: {}", Printable(.why))]
+    Refused {
+        /// Whom it refused: "client" or "server".
+        who: &'static str,
+        /// Its reason.
+        why: String,
+    },
+    /// It closed a channel.
+    #[error("closed the {0}")]
+    Closed(&'static str),
+    /// It released connection `conn` before the run's messages crossed.
+    #[error("it released connection {conn} after {received} of {expected} messages received and {sent} sent")]
+    ReleasedEarly {
+        /// The application's index of the connection.
+        conn: usize,
+        /// Messages received on it.
+        received: u64,
+        /// Messages this end sent on it (completed).
+        sent: u64,
+        /// Messages each way the run needs.
+        expected: u64,
+    },
+    /// Its REP lacks what this application's server puts there: another program answered
+    /// (it was told with a REJ).
+    #[error("the server's REP carries no {what} (not a {server}?{}); told it with a REJ", hint.map(|h| format!(" {h}")).unwrap_or_default())]
+    Foreign {
+        /// What the REP lacks.
+        what: &'static str,
+        /// The program that would have put it there.
+        server: &'static str,
+        /// What to run instead, where known.
+        hint: Option<&'static str>,
+    },
+    /// It went away, or released the connection, before `before`.
+    #[error("went away before {0}")]
+    Left(&'static str),
+    /// Nothing came within a bound.
+    #[error("no answer on the {what} within {within:?}")]
+    Silent {
+        /// The channel or step waited on.
+        what: &'static str,
+        /// The bound.
+        within: Duration,
+    },
+    /// A count it announced differs from this end's.
+    #[error("announced {announced} {what}, this end has {here}")]
+    Count {
+        /// What was counted.
+        what: &'static str,
+        /// The peer's count.
+        announced: usize,
+        /// This end's.
+        here: usize,
+    },
+    /// It speaks another version of a protocol.
+    #[error("{what} protocol {got}, this end speaks {want}")]
+    Protocol {
+        /// The protocol.
+        what: &'static str,
+        /// The peer's version.
+        got: u32,
+        /// This end's.
+        want: u32,
+    },
+    /// Reading from or writing to a channel it holds the other end of failed.
+    #[error("{what}: {source}")]
+    Channel {
+        /// The channel.
+        what: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A message of it cannot be read.
+    #[error("unreadable {what}: {source}")]
+    Unreadable {
+        /// What message.
+        what: &'static str,
+        /// The parser's reason.
+        #[source]
+        source: BoxError,
+    },
+    /// A message longer than this end takes.
+    #[error("sent a {what} longer than {limit} bytes")]
+    TooLong {
+        /// What message.
+        what: &'static str,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// It sent more messages than this end holds before reading them.
+    #[error("sent more than {limit} {what} before they were read")]
+    Overran {
+        /// What messages.
+        what: &'static str,
+        /// How many this end holds.
+        limit: usize,
+    },
+    /// A value it sent that this end refuses (the typed reason as `source`).
+    #[error(transparent)]
+    Invalid(BoxError),
+    /// Step `what` failed because of it, for `source`'s typed reason (an exchange's own
+    /// refusal, an I/O error on its connection).
+    #[error("{what}: {source}")]
+    Step {
+        /// The exchange and step ("perftest exchange, versions").
+        what: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// A peer named by its role (`who`: "client", "server") did `fault` (`before_finishing`:
+    /// in the middle of a run).
+    #[error("the {who} {fault}{}", if *.before_finishing { " before finishing" } else { "" })]
+    Named {
+        /// The peer's role.
+        who: String,
+        /// What it did.
+        #[source]
+        fault: Box<Self>,
+        /// Whether it happened before the run finished.
+        before_finishing: bool,
+    },
+    /// Its set-up was given up (silent, or past the set-up's bound), and this end does not
+    /// listen again.
+    #[error("the {0}'s set-up was given up")]
+    GivenUp(&'static str),
+}
+
+impl PeerFault {
+    /// [`PeerFault::Invalid`] for `source`'s reason.
+    pub fn invalid(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Invalid(Box::new(source))
+    }
+
+    /// [`PeerFault::Step`]: step `what` failed for `source`'s reason.
+    pub fn step(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Step {
+            what: what.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// This fault, said of the peer in role `who`.
+    pub fn named(self, who: &str, before_finishing: bool) -> Self {
+        Self::Named {
+            who: who.to_string(),
+            fault: Box::new(self),
+            before_finishing,
+        }
+    }
+}
+
+/// What this host could not set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupFailure {
+    /// A TCP port could not be listened on (in use, not a local address, ...).
+    #[error("cannot listen on TCP {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server did not answer a connection within the bound.
+    #[error("cannot reach server {0}: timed out")]
+    Unreachable(SocketAddr),
+    /// No route to a peer's address.
+    #[error("no route to {0}")]
+    NoRoute(std::net::IpAddr),
+    /// Nobody came to a listening end within its bound.
+    #[error("no {who} connected within {within:?}")]
+    NobodyCame {
+        /// Who was waited for: "client", "peer".
+        who: &'static str,
+        /// The bound.
+        within: Duration,
+    },
+    /// The server of a run in one process never said it listens.
+    #[error("the server did not start")]
+    ServerDidNotStart,
+    /// The server thread of a run in one process panicked.
+    #[error("server thread panicked")]
+    ServerPanicked,
+    /// The operating system's random generator failed (start PSNs, keys, seeds).
+    #[error("the operating system's random generator: {0}")]
+    Random(#[source] getrandom::Error),
+    /// A resource of this end's own (a region, a buffer) is gone: a defect, not the peer.
+    #[error("{0} is gone")]
+    Gone(&'static str),
+}
+
+/// Settings this layer does not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unsupported {
+    /// A shared receive queue for QPs other than RC.
+    #[error("a shared receive queue is for RC QPs")]
+    SrqNotRc,
+    /// Not one start PSN per QP.
+    #[error("{psns} start PSNs for {qps} QPs")]
+    PsnCount {
+        /// PSNs given.
+        psns: usize,
+        /// QPs asked for.
+        qps: u32,
+    },
+    /// A client without a server address.
+    #[error("no server")]
+    NoServer,
+    /// An exchange that does not carry this service.
+    #[error("{0}")]
+    Service(&'static str),
+    /// A message larger than an exchange's buffers.
+    #[error("a {len}-byte message does not fit the exchange's {limit}-byte buffers")]
+    MessageTooBig {
+        /// Its length.
+        len: usize,
+        /// The buffers'.
+        limit: u32,
+    },
+    /// An exchange an application does not run over.
+    #[error("{app} does not run over {exchange}")]
+    Exchange {
+        /// The application.
+        app: &'static str,
+        /// The exchange asked for.
+        exchange: crate::connect::Exchange,
+    },
+    /// Both ends in one process, for an application that runs one end per process.
+    #[error("{0} runs one end per process: a server, or a client")]
+    OneProcess(&'static str),
+    /// A step of one exchange asked of another.
+    #[error("{0}")]
+    WrongExchange(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peers_words_print_on_one_line_and_as_sent() {
+        let e = DriverError::from(PeerFault::Said("the client's pool\n\x1b[2Jis short".into()));
+        assert_eq!(
+            e.to_string(),
+            "peer: the client's pool\\n\\u{1b}[2Jis short"
+        );
+        let named = PeerFault::Closed("control connection").named("client", true);
+        assert_eq!(
+            named.to_string(),
+            "the client closed the control connection before finishing"
+        );
+        assert!(DriverError::from(named).costs_the_peer());
+        assert!(!DriverError::from(SetupFailure::ServerPanicked).costs_the_peer());
+    }
+}
