@@ -4,8 +4,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 use clap::Args;
 use roce_driver::impair::Impairment;
-use roce_driver::{ClientConfig, LinkChoice, Listener, ServerConfig, DEFAULT_CONTROL_PORT};
-use roce_proto::ROCEV2_UDP_PORT;
+use roce_driver::{LinkChoice, DEFAULT_CONTROL_PORT};
 
 use crate::units;
 
@@ -120,31 +119,31 @@ pub(crate) struct Ends {
 }
 
 impl Ends {
-    /// Server mode: the listener on `--bind` (default all addresses) and `--port`, RoCE on 4791.
-    pub(crate) fn listener(&self) -> anyhow::Result<Listener> {
-        listener(
-            self.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-            self.port,
-        )
-    }
-
-    /// Client mode: where the server is, from where.
-    pub(crate) fn client_config(&self, host: &str) -> anyhow::Result<ClientConfig> {
-        Ok(ClientConfig {
-            server: resolve(host)?,
-            bind: self.bind,
-            roce_port: ROCEV2_UDP_PORT,
+    /// This process's end(s) for a connector: the server on `--bind` (default all
+    /// addresses) and `--port`; the client of `--client`'s host (its port, else `--port`'s
+    /// default); else both ends in one process on `--client-ip`/`--server-ip` and `--port`
+    /// (any free port with `any_port`).
+    pub(crate) fn connect(&self, any_port: bool) -> anyhow::Result<roce_driver::connect::Ends> {
+        use roce_driver::connect::{AfterGivingUp, Ends};
+        Ok(if self.server {
+            let bind = self.bind.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+            Ends::Server {
+                listen: SocketAddr::new(bind, self.port),
+                after: AfterGivingUp::ListenAgain,
+            }
+        } else if let Some(host) = &self.client {
+            Ends::Client {
+                server: resolve(host)?,
+                bind: self.bind,
+            }
+        } else {
+            Ends::Both {
+                client: self.client_ip,
+                server: self.server_ip,
+                port: if any_port { 0 } else { self.port },
+            }
         })
     }
-}
-
-/// A control listener on `ip:port`, the RoCE socket on UDP 4791, no accept timeout.
-pub(crate) fn listener(ip: IpAddr, port: u16) -> anyhow::Result<Listener> {
-    Ok(Listener::bind(ServerConfig {
-        listen: SocketAddr::new(ip, port),
-        roce_port: ROCEV2_UDP_PORT,
-        accept_timeout: None,
-    })?)
 }
 
 /// `HOST`, `HOST:PORT`, `IP` or `[IPv6]:PORT` to a socket address (default port 18515).
@@ -163,18 +162,4 @@ pub(crate) fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
     found
         .map_err(|e| anyhow::anyhow!("cannot resolve {s}: {e}"))?
         .ok_or_else(|| anyhow::anyhow!("cannot resolve {s}"))
-}
-
-/// The local address the route to `peer` leaves from (a UDP socket connected to it: no
-/// datagram is sent).
-pub(crate) fn route_source(peer: IpAddr) -> anyhow::Result<IpAddr> {
-    let any: IpAddr = if peer.is_ipv4() {
-        std::net::Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        std::net::Ipv6Addr::UNSPECIFIED.into()
-    };
-    let s = std::net::UdpSocket::bind((any, 0))?;
-    s.connect((peer, ROCEV2_UDP_PORT))
-        .map_err(|e| anyhow::anyhow!("no route to {peer}: {e}"))?;
-    Ok(s.local_addr()?.ip())
 }

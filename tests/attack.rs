@@ -200,12 +200,26 @@ fn attacked_run(n: u8, victim: Victim, forge: Forge, cc: CcConfig) -> (Report, u
         secrets: Secrets::OsRandom,
         ..RunConfig::default()
     };
-    let r = workload::loopback_between(
-        &cfg,
-        (client, ROCEV2_UDP_PORT),
-        (server, ROCEV2_UDP_PORT),
-        roce_driver::Taps::client(Some(spy(seen))),
+    let ends = roce_driver::connect::Ends::Both {
+        client,
+        server,
+        port: 0,
+    };
+    let c = roce_driver::connect::Connector::new(
+        roce_driver::connect::Exchange::Control,
+        ends,
+        cfg.secrets,
+        cfg.link,
     );
+    let w = workload::WorkloadRun {
+        cfg: &cfg,
+        impairment: cfg.impairment,
+        taps: roce_driver::Taps::client(Some(spy(seen))),
+    };
+    let r = workload::run(c, w).map(|r| match r {
+        roce_driver::connect::Ran::Client(r) => r,
+        other => panic!("both ends ran in this process: {other:?}"),
+    });
     stop.store(true, Ordering::Relaxed);
     thread.join().unwrap();
     let r = r.unwrap_or_else(|e| panic!("the attacked run failed: {e}"));
@@ -421,18 +435,26 @@ fn perf_udp_baseline_answers_only_its_client() {
     })
     .unwrap();
     let mut results = Vec::new();
-    let r = perf::loopback(
-        client.parse().unwrap(),
-        server.parse().unwrap(),
-        &specs,
-        false,
+    let ends = roce_driver::connect::Ends::Both {
+        client: client.parse().unwrap(),
+        server: server.parse().unwrap(),
+        port: 0,
+    };
+    let c = roce_driver::connect::Connector::new(
+        roce_driver::connect::Exchange::Control,
+        ends,
         Secrets::OsRandom,
         roce_driver::LinkChoice::Auto,
-        |r: &perf::PerfResult| {
-            results.push(r.clone());
-            true
-        },
     );
+    let run = perf::PerfRun {
+        specs: &specs,
+        baseline: false,
+        perftest: Default::default(),
+    };
+    let r = perf::run(c, run, |r: &perf::PerfResult| {
+        results.push(r.clone());
+        true
+    });
     stop.store(true, Ordering::Relaxed);
     let (sent, answered) = thread.join().unwrap();
     r.unwrap();

@@ -573,6 +573,17 @@ fn perftest(
     flags: &str,
     kernel_server: bool,
 ) -> (String, common::rxe::Analysis) {
+    perftest_on(Net::V4, tool, roce, flags, kernel_server)
+}
+
+/// [`perftest`] over `net`'s addresses (the guest's tools given its GID index).
+fn perftest_on(
+    net: Net,
+    tool: &str,
+    roce: &[&str],
+    flags: &str,
+    kernel_server: bool,
+) -> (String, common::rxe::Analysis) {
     let peer = match Peer::lock() {
         Ok(p) => p,
         Err(why) => {
@@ -585,7 +596,10 @@ fn perftest(
         .split_whitespace()
         .map(|f| if f == "-R" { "--cm" } else { f })
         .collect();
-    let what = format!("ib_{tool} {flags} (kernel server: {kernel_server})");
+    let what = format!(
+        "ib_{tool} {flags} (kernel server: {kernel_server}, over {})",
+        net.vm
+    );
     // perftest turns CPU cycles into times with a clock rate it measures first; in a guest
     // starved of CPU (the VM beside a loaded host) that measurement can fail its own
     // linearity check, and the tool then exits without a report ("Correlation coefficient
@@ -594,7 +608,7 @@ fn perftest(
     let mut attempt = 0;
     let (cap, rc, out, code, rout, rerr) = loop {
         attempt += 1;
-        let r = perftest_run(&peer, tool, roce, &fl, flags, kernel_server);
+        let r = perftest_run(&peer, net, tool, roce, &fl, flags, kernel_server);
         let clock_failed = r.1 != Some(0) && r.2.contains("Correlation coefficient r^2");
         if clock_failed && attempt < 3 {
             eprintln!("{what}: perftest could not measure its CPU clock (attempt {attempt}); running it again");
@@ -619,42 +633,46 @@ fn perftest(
     // resends, never a NAK, and every message is counted by the caller.
     if flags.contains("-a") {
         assert!(
-            a.retransmitted_by(HOST) * 20 <= a.packets,
+            a.retransmitted_by(net.host) * 20 <= a.packets,
             "{what}: more than 5% resent: {a:?}"
         );
     } else {
-        assert_eq!(a.retransmitted_by(HOST), 0, "{what}: {a:?}");
+        assert_eq!(a.retransmitted_by(net.host), 0, "{what}: {a:?}");
     }
     (rout, a)
 }
 
 /// One run of perftest's `ib_{tool}` against roce's `perf` (see [`perftest`]): the capture
 /// of it, the tool's exit code and output, roce's exit code, stdout and stderr.
+#[allow(clippy::too_many_arguments)]
 fn perftest_run(
     peer: &Peer,
+    net: Net,
     tool: &str,
     roce: &[&str],
     fl: &[&str],
     flags: &str,
     kernel_server: bool,
 ) -> (Capture, Option<i32>, String, Option<i32>, String, String) {
+    net.set_up();
     let cap = Capture::start();
+    let pt = format!("-d rxe0 -x {}", net.gid);
     if kernel_server {
-        let guest = start_kernel_server(peer, &format!("ib_{tool} {PT} {flags}"));
+        let guest = start_kernel_server(peer, &net.guest(&format!("ib_{tool} {pt} {flags}")));
         let mut args = roce.to_vec();
-        args.extend(["--perftest", "--client", VM, "--bind", HOST]);
+        args.extend(["--perftest", "--client", net.vm, "--bind", net.host]);
         args.extend_from_slice(fl);
         let (code, rout, rerr) = Host::start(&args).finish(120);
         let (rc, out) = guest.finish(60);
         (cap, rc, out, code, rout, rerr)
     } else {
         let mut args = roce.to_vec();
-        args.extend(["--perftest", "--server", "--bind", HOST]);
+        args.extend(["--perftest", "--server", "--bind", net.host]);
         args.extend_from_slice(fl);
         let host = Host::start(&args);
         host_listening(&host.args());
         let (rc, out) = peer
-            .start(&format!("ib_{tool} {PT} {flags} {HOST}"))
+            .start(&net.guest(&format!("ib_{tool} {pt} {flags} {}", net.host)))
             .finish(120);
         let (code, rout, rerr) = host.finish(30);
         (cap, rc, out, code, rout, rerr)

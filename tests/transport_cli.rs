@@ -120,7 +120,7 @@ fn transports_that_cannot_run_the_mix_are_refused_in_one_line() {
         (&["--transport", "rc,xrc"][..], "unknown transport"),
         (
             &["--transport", "ud", "--cm"][..],
-            "--cm connects RC QPs only",
+            "the CM connects RC QPs only",
         ),
     ] {
         let mut a = vec!["loopback"];

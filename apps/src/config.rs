@@ -51,6 +51,10 @@ pub enum Combination {
     /// Both CM ends in one process on one address (both need UDP 4791).
     #[error("the CM runs both ends on UDP 4791: give them two addresses")]
     CmNeedsTwoAddresses,
+    /// UC or UD QPs in a workload over the CM, which connects RC QPs here (a UD QP would need
+    /// SIDR, a UC one a REQ of its own type).
+    #[error("UC and UD run over the TCP-made connections; the CM connects RC QPs only")]
+    LossyOverCm,
     /// The UDP baseline over the CM (it runs over the TCP control connection).
     #[error("the UDP baseline needs the TCP control connection, not the CM")]
     BaselineNeedsTcp,
@@ -85,6 +89,7 @@ impl Combination {
             Self::VictimNeedsSwitch => &[S::Victim, S::Topology],
             Self::HpccNeedsFabric => &[S::Cc, S::Topology],
             Self::BaselineNeedsTcp => &[],
+            Self::LossyOverCm => &[S::Transports],
             Self::CmNeedsBind
             | Self::CmNeedsTwoAddresses
             | Self::PerftestCmServerNeedsBind

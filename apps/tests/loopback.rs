@@ -2,7 +2,8 @@
 //! process, clean and impaired, over IPv4 and IPv6.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use roce_apps::workload::{loopback_between, Report, RunConfig, WorkloadSpec};
+use roce_apps::workload::{self, Report, RunConfig, WorkloadRun, WorkloadSpec};
+use roce_driver::connect::{Connector, Ends, Exchange, Ran};
 use roce_driver::DriverError;
 
 /// Tests run in parallel: each takes its own pair of loopback addresses (127.0.<n>.1 and
@@ -12,7 +13,33 @@ fn run(n: u8, cfg: &RunConfig) -> Result<Report, DriverError> {
         IpAddr::V4(Ipv4Addr::new(127, 0, n, 1)),
         IpAddr::V4(Ipv4Addr::new(127, 0, n, 2)),
     );
-    loopback_between(cfg, (c, 4791), (s, 4791), roce_driver::Taps::default())
+    loopback_between(cfg, c, s, 4791, roce_driver::Taps::default())
+}
+
+/// Both ends of `cfg` in this process, the server's RoCE socket on UDP `port` (the client's
+/// the next when the two share an address).
+fn loopback_between(
+    cfg: &RunConfig,
+    client: IpAddr,
+    server: IpAddr,
+    port: u16,
+    taps: roce_driver::Taps,
+) -> Result<Report, DriverError> {
+    let ends = Ends::Both {
+        client,
+        server,
+        port: 0,
+    };
+    let c = Connector::new(Exchange::Control, ends, cfg.secrets, cfg.link).with_roce_port(port);
+    let w = WorkloadRun {
+        cfg,
+        impairment: cfg.impairment,
+        taps,
+    };
+    match workload::run(c, w)? {
+        Ran::Client(r) | Ran::Both { client: r, .. } => Ok(r),
+        Ran::Served(_) => unreachable!("both ends ran"),
+    }
 }
 
 fn small(seed: u64) -> RunConfig {
@@ -69,13 +96,7 @@ fn loopback_ipv6_verifies() {
         };
         c.fetch_add(1, Ordering::Relaxed);
     });
-    let r = loopback_between(
-        &small(3),
-        (l, 14792),
-        (l, 14791),
-        roce_driver::Taps::client(Some(tap)),
-    )
-    .unwrap();
+    let r = loopback_between(&small(3), l, l, 14791, roce_driver::Taps::client(Some(tap))).unwrap();
     assert!(r.ok, "{r}");
     let (v6, other) = (v6.load(Ordering::Relaxed), other.load(Ordering::Relaxed));
     assert!(v6 > 100, "{v6} IPv6 datagrams");

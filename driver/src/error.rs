@@ -3,7 +3,7 @@
 //! ([`Unsupported`], an application's own typed refusal) or an application's check of what
 //! happened ([`crate::AppError`]).
 //!
-//! Containment runs one way: a [`DriverError`] may hold an [`AppError`](crate::AppError) (the
+//! Containment runs one way: a [`DriverError`] may hold an [`AppError`] (the
 //! application stopped the run), never the reverse. Each prints as one line; its `source`
 //! keeps the typed cause (an I/O error, a refused transition, a parse error).
 use std::net::SocketAddr;

@@ -2,14 +2,13 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use roce_apps::kv::cm as kv_cm;
-use roce_apps::kv::run::{self as kv, KvConfig, KvServerConfig, DEFAULT_MAX_POOL};
-use roce_apps::kv::{AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
-use roce_driver::connect::AfterGivingUp;
+use roce_apps::kv::run::{KvConfig, KvServerConfig, DEFAULT_MAX_POOL};
+use roce_apps::kv::{self, AllocKind, KvLayout, KvSpec, ModelShape, PlanSpec};
+use roce_driver::connect::{self, Connector, Exchange, Ran};
 use roce_driver::Secrets;
 use roce_stack::ConnectParams;
 
-use crate::args::{resolve, route_source, size_flag, Ends, ImpairArgs, LinkArgs};
+use crate::args::{size_flag, Ends, ImpairArgs, LinkArgs};
 use crate::output::report;
 
 #[derive(Debug, Args)]
@@ -93,47 +92,37 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
     let seed = a.seed.unwrap_or(1);
     let imp = a.impair.impairment(seed)?;
     let secrets = Secrets::from_seed(a.seed);
-    if a.ends.server && a.cm {
-        let bind = a
-            .ends
-            .bind
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let port = a.ends.port;
-        let max_pool = size_flag("--max-pool", Some(&a.max_pool))?.unwrap_or(DEFAULT_MAX_POOL);
-        let o = kv_cm::serve_cm(
-            bind,
-            port,
-            KvServerConfig {
-                impairment: imp,
-                secrets,
-                max_pool,
-                link: a.link.link,
-            },
-            AfterGivingUp::ListenAgain,
-            || {
-                eprintln!(
-                    "roce kv: decode side waiting for a prefill client's CM REQ on {bind} UDP 4791 (RDMA-CM port {port})"
-                );
-            },
-        )?;
-        return Ok(served(&o));
-    }
+    let max_pool = size_flag("--max-pool", Some(&a.max_pool))?.unwrap_or(DEFAULT_MAX_POOL);
+    let server = KvServerConfig {
+        impairment: imp,
+        secrets,
+        max_pool,
+        link: a.link.link,
+    };
+    let exchange = if a.cm {
+        Exchange::RdmaCm
+    } else {
+        Exchange::Control
+    };
     if a.ends.server {
-        let listener = a.ends.listener()?;
-        eprintln!(
-            "roce kv: decode side waiting for a prefill client on {}",
-            listener.local_addr()
-        );
-        let max_pool = size_flag("--max-pool", Some(&a.max_pool))?.unwrap_or(DEFAULT_MAX_POOL);
-        let o = kv::serve(
-            listener,
-            KvServerConfig {
-                impairment: imp,
-                secrets,
-                max_pool,
-                link: a.link.link,
-            },
-        )?;
+        let ends = a.ends.connect(false)?;
+        let cm = a.cm;
+        let c = Connector::new(exchange, ends, secrets, a.link.link).on_ready(move || {
+            if let connect::Ends::Server { listen, .. } = ends {
+                if cm {
+                    eprintln!(
+                        "roce kv: decode side waiting for a prefill client's CM REQ on {} UDP 4791 (RDMA-CM port {})",
+                        listen.ip(),
+                        listen.port()
+                    );
+                } else {
+                    eprintln!("roce kv: decode side waiting for a prefill client on {listen}");
+                }
+            }
+        });
+        let Ran::Served(o) = kv::run(c, &KvConfig::default(), server)? else {
+            unreachable!("a server serves")
+        };
         return Ok(served(&o));
     }
     let shape = ModelShape {
@@ -173,30 +162,25 @@ pub(crate) fn run(a: KvArgs) -> anyhow::Result<ExitCode> {
         ..KvConfig::default()
     };
     cfg.validate()?;
-    let r = match (&a.ends.client, a.cm) {
-        (Some(host), true) => {
-            let server = resolve(host)?;
-            let local = match a.ends.bind {
-                Some(b) => b,
-                None => route_source(server.ip())?,
-            };
-            // HOST without a port: the RDMA-CM port given with --port.
-            let port = if host.contains(':') && !host.ends_with(']') {
-                server.port()
-            } else {
-                a.ends.port
-            };
-            kv_cm::run_client_cm(local, server.ip(), port, &cfg)?
+    let mut ends = a.ends.connect(true)?;
+    if let (connect::Ends::Client { server, .. }, Some(host), true) =
+        (&mut ends, &a.ends.client, a.cm)
+    {
+        // HOST without a port: the RDMA-CM port given with --port.
+        if !host.contains(':') || host.ends_with(']') {
+            server.set_port(a.ends.port);
         }
-        (Some(host), false) => kv::run_client(a.ends.client_config(host)?, &cfg)?,
-        (None, true) => kv_cm::loopback_cm(a.ends.client_ip, a.ends.server_ip, &cfg)?,
-        (None, false) => kv::loopback(a.ends.client_ip, a.ends.server_ip, &cfg)?,
+    }
+    let c = Connector::new(exchange, ends, secrets, a.link.link);
+    let r = match kv::run(c, &cfg, server)? {
+        Ran::Client(r) | Ran::Both { client: r, .. } => r,
+        Ran::Served(_) => unreachable!("a client ran"),
     };
     report(&r, r.ok, a.json)
 }
 
 /// What a decode server says when its client is done; its exit code.
-fn served(o: &kv::KvServerOutcome) -> ExitCode {
+fn served(o: &kv::run::KvServerOutcome) -> ExitCode {
     for m in &o.mismatches {
         eprintln!("roce kv: {m}");
     }

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use roce_apps::perf::{self, PerfResult, PerfTest};
-use roce_driver::connect::AfterGivingUp;
+use roce_driver::connect::{self, Connector, Exchange};
 use roce_driver::Secrets;
 use roce_stack::Service;
 
@@ -139,216 +139,77 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
     if let Some(s) = a.seed {
         eprintln!("roce perf: secrets derived from seed {s} (PSNs, QPNs and keys are predictable)");
     }
-    if a.perftest {
-        return run_perftest(&a, specs, secrets);
-    }
-    if a.ends.server && a.cm {
-        let bind = a
-            .ends
-            .bind
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let port = a.ends.port;
-        let runs = perf::cm::serve_cm(
-            bind,
-            port,
-            secrets,
-            a.link.link,
-            AfterGivingUp::ListenAgain,
-            || {
-                eprintln!(
-                "roce perf: waiting for a client's CM REQ on {bind} UDP 4791 (RDMA-CM port {port})"
-            );
-            },
-        )?;
-        eprintln!("roce perf: client finished after {runs} runs");
-        return Ok(ExitCode::SUCCESS);
-    }
-    if a.ends.server {
-        let listener = a.ends.listener()?;
-        eprintln!(
-            "roce perf: waiting for a client on {}",
-            listener.local_addr()
-        );
-        let runs = perf::serve(listener, secrets, a.link.link)?;
-        eprintln!("roce perf: client finished after {runs} runs");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let json = a.json;
-    let mut first = true;
-    // A reader that went away (`| head`) ends the run quietly, as with `decode`.
-    let out = |r: &PerfResult| {
+    let exchange = match (a.perftest, a.cm) {
+        (true, cm) => Exchange::Perftest { cm },
+        (false, true) => Exchange::RdmaCm,
+        (false, false) => Exchange::Control,
+    };
+    // A one-process run over roce's control channel takes any free TCP port.
+    let ends = a.ends.connect(exchange == Exchange::Control)?;
+    let how = match exchange {
+        Exchange::Control => "a client on TCP".to_string(),
+        Exchange::RdmaCm => "a client's CM REQ on".to_string(),
+        e => format!("a client of {e} on"),
+    };
+    let c = Connector::new(exchange, ends, secrets, a.link.link).on_ready(move || {
+        if let connect::Ends::Server { listen, .. } = ends {
+            match exchange {
+                Exchange::RdmaCm => eprintln!(
+                    "roce perf: waiting for {how} {} UDP 4791 (RDMA-CM port {})",
+                    listen.ip(),
+                    listen.port()
+                ),
+                _ => eprintln!("roce perf: waiting for {how} {listen}"),
+            }
+        }
+    });
+    let gbits = a.report_gbits;
+    let run = perf::PerfRun {
+        specs: &specs,
+        baseline: a.baseline,
+        perftest: perf::perftest::PerftestOpts {
+            gbits,
+            peer_roce: a.peer_roce,
+        },
+    };
+    let (json, lat, perftest) = (a.json, a.lat, a.perftest);
+    let mut rows = 0usize;
+    // A reader that went away (`| head`) ends the run quietly, as with `decode`; perftest's
+    // shape: its header once, a row per size.
+    let mut out = |r: &PerfResult| {
         let mut o = std::io::stdout().lock();
+        let first = rows == 0;
+        rows += 1;
         let written = if json {
             writeln!(o, "{}", serde_json::to_string(r).unwrap_or_default())
-        } else if std::mem::take(&mut first) {
-            writeln!(o, "{}\n{r}", PerfResult::header(a.lat))
+        } else if perftest {
+            let text = r.perftest_report(gbits);
+            let skip = usize::from(!first);
+            text.lines()
+                .skip(skip)
+                .try_for_each(|line| writeln!(o, "{line}"))
+        } else if first {
+            writeln!(o, "{}\n{r}", PerfResult::header(lat))
         } else {
             writeln!(o, "{r}")
         };
         written.and_then(|()| o.flush()).is_ok()
     };
-    if a.cm {
-        match &a.ends.client {
-            Some(host) => {
-                let server = crate::args::resolve(host)?;
-                let local = match a.ends.bind {
-                    Some(b) => b,
-                    None => crate::args::route_source(server.ip())?,
-                };
-                perf::cm::run_client_cm(
-                    local,
-                    server.ip(),
-                    server.port(),
-                    &specs,
-                    secrets,
-                    a.link.link,
-                    out,
-                )?;
-            }
-            None => perf::cm::loopback_cm(
-                a.ends.client_ip,
-                a.ends.server_ip,
-                &specs,
-                secrets,
-                a.link.link,
-                out,
-            )?,
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    match &a.ends.client {
-        Some(host) => perf::run_client(
-            a.ends.client_config(host)?,
-            &specs,
-            a.baseline,
-            secrets,
-            a.link.link,
-            out,
-        )?,
-        None => perf::loopback(
-            a.ends.client_ip,
-            a.ends.server_ip,
-            &specs,
-            a.baseline,
-            secrets,
-            a.link.link,
-            out,
-        )?,
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `--perftest`: perftest's exchange (TCP, or with --cm its rdma_cm), as the server, the
-/// client, or both in one process; the figures printed in perftest's columns.
-fn run_perftest(
-    a: &PerfArgs,
-    specs: Vec<perf::PerfSpec>,
-    secrets: Secrets,
-) -> anyhow::Result<ExitCode> {
-    let gbits = a.report_gbits;
-    let opts = perf::perftest::PerftestOpts {
-        gbits,
-        peer_roce: a.peer_roce,
-    };
-    // perftest's shape: the header once, a row per size.
-    let print = |rs: &[PerfResult]| -> anyhow::Result<()> {
-        for (k, r) in rs.iter().enumerate() {
-            if a.json {
-                outln!("{}", serde_json::to_string(r).unwrap_or_default())?;
+    match perf::run(c, run, &mut out)? {
+        Some(perf::Served::Runs(n)) => eprintln!("roce perf: client finished after {n} runs"),
+        Some(perf::Served::Figures(rs)) => {
+            if specs[0].test == PerfTest::Send || specs[0].lat {
+                eprintln!("roce perf: this server's figures:");
             } else {
-                let text = r.perftest_report(gbits);
-                let skip = usize::from(k > 0);
-                for line in text.lines().skip(skip) {
-                    outln!("{line}")?;
+                eprintln!("roce perf: the client's figures:");
+            }
+            for r in &rs {
+                if !out(r) {
+                    break;
                 }
             }
         }
-        Ok(())
-    };
-    if a.ends.server {
-        let bind = a
-            .ends
-            .bind
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let port = a.ends.port;
-        let cm = a.cm;
-        let r = perf::perftest::serve_perftest(
-            bind,
-            port,
-            cm,
-            &specs,
-            secrets,
-            a.link.link,
-            opts,
-            AfterGivingUp::ListenAgain,
-            || {
-                let how = if cm { "RDMA-CM" } else { "TCP" };
-                eprintln!("roce perf: waiting for a perftest client on {how} {bind}:{port}");
-            },
-        )?;
-        if specs[0].test == PerfTest::Send || specs[0].lat {
-            eprintln!("roce perf: this server's figures:");
-        } else {
-            eprintln!("roce perf: the client's figures:");
-        }
-        print(&r)?;
-        return Ok(ExitCode::SUCCESS);
+        None => {}
     }
-    let r = match &a.ends.client {
-        Some(host) => {
-            let server = crate::args::resolve(host)?;
-            // RDMA-CM names this side's address in its REQs: the route's, unless given.
-            let bind = match (a.ends.bind, a.cm) {
-                (None, true) => Some(crate::args::route_source(server.ip())?),
-                (b, _) => b,
-            };
-            perf::perftest::run_perftest_client(
-                server,
-                bind,
-                a.cm,
-                &specs,
-                secrets,
-                a.link.link,
-                opts,
-            )?
-        }
-        None => {
-            // One process: a perftest-speaking server thread and the client.
-            let (c, sv) = (a.ends.client_ip, a.ends.server_ip);
-            let port = a.ends.port;
-            let link = a.link.link;
-            let cm = a.cm;
-            let server_specs = specs.clone();
-            roce_driver::connect::one_process(
-                "perftest-server",
-                move |ready| {
-                    perf::perftest::serve_perftest(
-                        sv,
-                        port,
-                        cm,
-                        &server_specs,
-                        secrets,
-                        link,
-                        opts,
-                        AfterGivingUp::Fail,
-                        ready,
-                    )
-                },
-                || {
-                    perf::perftest::run_perftest_client(
-                        std::net::SocketAddr::new(sv, port),
-                        Some(c),
-                        cm,
-                        &specs,
-                        secrets,
-                        link,
-                        opts,
-                    )
-                },
-            )?
-            .0
-        }
-    };
-    print(&r)?;
     Ok(ExitCode::SUCCESS)
 }

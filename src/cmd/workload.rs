@@ -1,16 +1,16 @@
 //! `roce loopback`, `roce server`, `roce client`: the verified workload.
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use roce_apps::workload::{self, OpKind, RunConfig, Transport, WorkloadSpec};
-use roce_driver::connect::AfterGivingUp;
-use roce_driver::{Secrets, DEFAULT_CONTROL_PORT};
+use roce_apps::workload::{self, OpKind, RunConfig, Transport, WorkloadRun, WorkloadSpec};
+use roce_driver::connect::{AfterGivingUp, Connector, Ends, Exchange, Ran};
+use roce_driver::{Secrets, Taps, DEFAULT_CONTROL_PORT};
 use roce_proto::ROCEV2_UDP_PORT;
 use roce_stack::ConnectParams;
 
-use crate::args::{flag, listener, resolve, ImpairArgs, LinkArgs};
+use crate::args::{flag, resolve, ImpairArgs, LinkArgs};
 use crate::output::{pcap_tap, pcap_taps_at_departure, report};
 use crate::{cc, units};
 
@@ -202,90 +202,84 @@ fn run_config(a: &RunArgs) -> anyhow::Result<RunConfig> {
     Ok(cfg)
 }
 
-/// The CM connects RC QPs here (a UD QP would need SIDR, a UC one a REQ of its own type).
-fn no_lossy_over_cm(cfg: &RunConfig) -> anyhow::Result<()> {
-    if cfg.spec.any_lossy() {
-        anyhow::bail!(
-            "--transport uc and ud run over the TCP-made connections; --cm connects RC QPs only"
-        );
+fn exchange(cm: bool) -> Exchange {
+    if cm {
+        Exchange::RdmaCm
+    } else {
+        Exchange::Control
     }
-    Ok(())
 }
 
 pub(crate) fn loopback(a: LoopbackArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
     let (taps, pcap) = pcap_taps_at_departure(&a.run.pcap)?;
-    if a.cm {
-        no_lossy_over_cm(&cfg)?;
-        let (c, s) = match (a.client_ip, a.server_ip) {
-            (Some(c), Some(s)) => (c, s),
-            _ => roce_driver::loopback_addrs(false),
-        };
-        let r = workload::cm::loopback_cm(&cfg, c, s, taps)?;
-        pcap.finish()?;
-        return report(&r, r.ok, a.run.json);
-    }
-    let r = match (a.ipv6, a.client_ip, a.server_ip) {
-        (false, Some(c), Some(s)) => {
-            workload::loopback_between(&cfg, (c, ROCEV2_UDP_PORT), (s, ROCEV2_UDP_PORT), taps)?
-        }
-        _ => workload::loopback(&cfg, a.ipv6, taps)?,
+    let (client, server) = match (a.ipv6 && !a.cm, a.client_ip, a.server_ip) {
+        (false, Some(c), Some(s)) => (c, s),
+        (ipv6, _, _) => roce_driver::connect::loopback_addrs(ipv6),
     };
+    let ends = Ends::Both {
+        client,
+        server,
+        port: DEFAULT_CONTROL_PORT,
+    };
+    let c = Connector::new(exchange(a.cm), ends, cfg.secrets, cfg.link);
+    let w = WorkloadRun {
+        cfg: &cfg,
+        impairment: cfg.impairment,
+        taps,
+    };
+    let r = workload::run(c, w)?;
     pcap.finish()?;
-    report(&r, r.ok, a.run.json)
+    match r {
+        Ran::Client(r) | Ran::Both { client: r, .. } => report(&r, r.ok, a.run.json),
+        Ran::Served(_) => unreachable!("both ends ran"),
+    }
 }
 
 pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let imp = a.impair.impairment(a.seed.unwrap_or(2))?;
     let (tap, pcap) = pcap_tap(&a.pcap)?;
-    if a.cm {
-        let secrets = Secrets::from_seed(a.seed);
-        let (bind, port) = (a.bind, a.port);
-        let after = AfterGivingUp::ListenAgain;
-        let o = workload::cm::serve_cm(bind, port, imp, secrets, a.link.link, tap, after, || {
+    let secrets = Secrets::from_seed(a.seed);
+    let (bind, port, cm) = (a.bind, a.port, a.cm);
+    let ends = Ends::Server {
+        listen: SocketAddr::new(bind, port),
+        after: AfterGivingUp::ListenAgain,
+    };
+    let c = Connector::new(exchange(cm), ends, secrets, a.link.link).on_ready(move || {
+        if cm {
             eprintln!(
                 "roce server: waiting for a client's CM REQ on {bind} UDP {ROCEV2_UDP_PORT} (RDMA-CM port {port})"
             );
-        })?;
-        pcap.finish()?;
-        for m in &o.mismatches {
-            eprintln!("roce server: {m}");
-        }
-        let who = o.peer.map_or_else(|| "?".to_string(), |p| p.to_string());
-        return if o.complete {
-            eprintln!(
-                "roce server: client {who} finished and released, every QP verified, {} bytes verified here",
-                o.verified_bytes
-            );
-            Ok(ExitCode::SUCCESS)
         } else {
-            eprintln!(
-                "roce server: FAILED: client {who} released before every QP's memory verified ({} bytes verified here)",
-                o.verified_bytes
-            );
-            Ok(ExitCode::FAILURE)
-        };
-    }
-    let listener = listener(a.bind, a.port)?;
-    eprintln!(
-        "roce server: waiting for a client on {}",
-        listener.local_addr()
-    );
-    let secrets = Secrets::from_seed(a.seed);
-    let o = workload::serve(listener, imp, secrets, a.link.link, tap)?;
+            eprintln!("roce server: waiting for a client on {}", SocketAddr::new(bind, port));
+        }
+    });
+    let cfg = RunConfig::default();
+    let w = WorkloadRun {
+        cfg: &cfg,
+        impairment: imp,
+        taps: Taps {
+            client: None,
+            server: tap,
+        },
+    };
+    let Ran::Served(o) = workload::run(c, w)? else {
+        unreachable!("a server serves")
+    };
     pcap.finish()?;
     for m in &o.mismatches {
         eprintln!("roce server: {m}");
     }
+    let who = o.peer.map_or_else(|| "?".to_string(), |p| p.to_string());
     if o.complete {
         eprintln!(
-            "roce server: client finished, every QP verified, {} bytes verified here",
+            "roce server: client {who} finished, every QP verified, {} bytes verified here",
             o.verified_bytes
         );
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
-            "roce server: FAILED: the client stopped before every QP's memory verified ({} bytes verified here)",
+            "roce server: FAILED: client {who} stopped before every QP's memory verified ({} bytes verified here)",
             o.verified_bytes
         );
         Ok(ExitCode::FAILURE)
@@ -295,25 +289,25 @@ pub(crate) fn server(a: ServerArgs) -> anyhow::Result<ExitCode> {
 pub(crate) fn client(a: ClientArgs) -> anyhow::Result<ExitCode> {
     let cfg = run_config(&a.run)?;
     let (tap, pcap) = pcap_tap(&a.run.pcap)?;
-    if a.cm {
-        no_lossy_over_cm(&cfg)?;
-        let server = resolve(&a.server)?;
-        let local = match a.bind {
-            Some(b) => b,
-            None => crate::args::route_source(server.ip())?,
-        };
-        let r = workload::cm::run_client_cm(local, server.ip(), server.port(), &cfg, tap)?;
-        pcap.finish()?;
-        return report(&r, r.ok, a.run.json);
-    }
-    let client = roce_driver::ClientConfig {
+    let ends = Ends::Client {
         server: resolve(&a.server)?,
         bind: a.bind,
-        roce_port: ROCEV2_UDP_PORT,
     };
-    let r = workload::run_client(client, &cfg, tap)?;
+    let c = Connector::new(exchange(a.cm), ends, cfg.secrets, cfg.link);
+    let w = WorkloadRun {
+        cfg: &cfg,
+        impairment: cfg.impairment,
+        taps: Taps {
+            client: tap,
+            server: None,
+        },
+    };
+    let r = workload::run(c, w)?;
     pcap.finish()?;
-    report(&r, r.ok, a.run.json)
+    match r {
+        Ran::Client(r) | Ran::Both { client: r, .. } => report(&r, r.ok, a.run.json),
+        Ran::Served(_) => unreachable!("a client runs"),
+    }
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use roce_driver::connect::cm_session::{CmSession, SessionEvent, Terms};
+use roce_driver::connect::qps::LocalQp;
 use roce_driver::connect::rdma_cm::cm_end;
 use roce_driver::connect::{Connector, Exchange, QpRequest, Side};
-use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, AppError, Application, DriverError, LinkChoice, PeerFault, Secrets};
 use roce_stack::{
     Access, Device, Instant, MrHandle, QpCaps, RecvRequest, SgList, WcOpcode, WcStatus,

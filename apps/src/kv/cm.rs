@@ -13,7 +13,7 @@ use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::qps::{LocalQp, RemoteBuffer};
+use roce_driver::connect::qps::{LocalQp, RemoteBuffer};
 use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError, PeerFault};
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{
@@ -247,7 +247,7 @@ impl KvCmServer {
                 return Ok(());
             }
             let n = u32::from(total);
-            self.mine = roce_driver::qps::create_qps(
+            self.mine = roce_driver::connect::qps::create_qps(
                 dev,
                 self.pd,
                 n,
@@ -306,12 +306,13 @@ impl KvCmServer {
             self.refuse(now, PeerFault::Expected("a kv hello"));
             return Ok(());
         };
-        let checked = roce_driver::qps::check_protocol("kv", protocol, super::run::KV_PROTOCOL)
-            .and_then(|()| {
-                let qps = self.conns.len() - 1;
-                check_hello(&spec, &plans, &transport, self.cfg.max_pool, qps)
-                    .map_err(PeerFault::invalid)
-            });
+        let checked =
+            roce_driver::connect::qps::check_protocol("kv", protocol, super::run::KV_PROTOCOL)
+                .and_then(|()| {
+                    let qps = self.conns.len() - 1;
+                    check_hello(&spec, &plans, &transport, self.cfg.max_pool, qps)
+                        .map_err(PeerFault::invalid)
+                });
         if let Err(why) = checked {
             self.refuse(now, why);
             return Ok(());
@@ -446,7 +447,7 @@ const SERVING_SILENCE: Duration = Duration::from_secs(30);
 /// port `port`, as the decode side. Blocking; `ready` is called once the socket is bound.
 /// A set-up given up, or a client that goes quiet half-way, costs the server that client
 /// (one line) when `after` says to listen again.
-pub fn serve_cm(
+pub(crate) fn serve_cm(
     bind: IpAddr,
     port: u16,
     cfg: KvServerConfig,
@@ -736,7 +737,7 @@ impl Application for KvCmClient {
 
 /// Connects to a `--cm` decode server at `server` (UDP 4791, RDMA-CM port `port`) from
 /// `local`, pushes every plan as the prefill side, releases the connections, and reports.
-pub fn run_client_cm(
+pub(crate) fn run_client_cm(
     local: IpAddr,
     server: IpAddr,
     port: u16,
@@ -814,7 +815,7 @@ pub fn run_client_cm(
 
 /// `roce kv --cm`: a `--cm` decode server at `server_ip` and the prefill client at
 /// `client_ip` (both UDP 4791, so two addresses), each on its own thread.
-pub fn loopback_cm(
+pub(crate) fn loopback_cm(
     client_ip: IpAddr,
     server_ip: IpAddr,
     cfg: &KvConfig,

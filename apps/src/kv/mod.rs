@@ -18,7 +18,8 @@
 //!   applications that run it on a device: [`KvSender`] (prefill) and [`KvReceiver`]
 //!   (decode), which verifies each QP's bytes the moment that QP's immediate arrives, and
 //!   every byte (and that nothing outside the blocks changed) once all QPs have reported;
-//! * [`run`]: `roce kv` over real sockets, plan by plan, with the model of the times.
+//! * [`mod@run`]: `roce kv` over real sockets, plan by plan, with the model of the times;
+//!   [`run()`] is its one entry, the connector's end(s) over roce's control channel or RDMA-CM.
 use std::fmt;
 
 use roce_stack::rng::Rng;
@@ -28,9 +29,11 @@ use crate::workload::fill_pattern;
 
 pub mod app;
 pub mod cm;
+mod ends;
 pub mod run;
 
 pub use app::{KvReceiver, KvSender};
+pub use ends::run;
 
 /// Longest WRITE a merged run may become (the stack's largest message, 1 GiB).
 pub const MAX_WRITE: u64 = 1 << 30;

@@ -18,13 +18,13 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::control::{self, Control, ANSWER_TIMEOUT};
+use roce_driver::connect::qps::{check_protocol, LocalQp, QpInfo, RemoteBuffer};
+use roce_driver::connect::{client_roce_port, in_one_process, Accepted, ClientConfig, Listener};
 use roce_driver::connect::{QpRequest, Side};
-use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::impair::Impairment;
-use roce_driver::qps::{check_protocol, LocalQp, QpInfo, RemoteBuffer};
 use roce_driver::{
-    client_roce_port, in_one_process, runtime, Accepted, AppError, Application, ClientConfig,
-    DriverError, Link, LinkChoice, Listener, PeerFault, Secrets, SetupFailure,
+    runtime, AppError, Application, DriverError, Link, LinkChoice, PeerFault, Secrets, SetupFailure,
 };
 use roce_proto::{Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
@@ -312,7 +312,7 @@ pub(crate) fn create_kv_qps(
         max_unacked_psns: window.clamp(32, 256) as u32,
         ..QpCaps::default()
     };
-    Ok(roce_driver::qps::create_qps(
+    Ok(roce_driver::connect::qps::create_qps(
         dev,
         pd,
         n,
@@ -527,7 +527,10 @@ pub(crate) fn plan_verdict(
 }
 
 /// Accepts one prefill client on `listener` and serves its plans as the decode side. Blocking.
-pub fn serve(listener: Listener, cfg: KvServerConfig) -> Result<KvServerOutcome, DriverError> {
+pub(crate) fn serve(
+    listener: Listener,
+    cfg: KvServerConfig,
+) -> Result<KvServerOutcome, DriverError> {
     listener.serve(|mut ctl, a| async move {
         let r = serve_kv_client(&mut ctl, a, cfg).await;
         (ctl, r)
@@ -616,7 +619,7 @@ async fn serve_kv_client(
 }
 
 /// Connects to a decode server, pushes every plan as the prefill side, and reports.
-pub fn run_client(client: ClientConfig, cfg: &KvConfig) -> Result<KvReport, DriverError> {
+pub(crate) fn run_client(client: ClientConfig, cfg: &KvConfig) -> Result<KvReport, DriverError> {
     cfg.validate()?;
     runtime()?.block_on(kv_client_async(client, cfg))
 }
@@ -832,7 +835,7 @@ pub(crate) fn kv_report(
 /// Both ends in one process over loopback: the decode server on its own thread and runtime,
 /// the prefill client on the calling thread, at `client_ip`/`server_ip` with UDP port 4791
 /// each (4792 for the client when both share an address).
-pub fn loopback(
+pub(crate) fn loopback(
     client_ip: IpAddr,
     server_ip: IpAddr,
     cfg: &KvConfig,

@@ -2,7 +2,7 @@
 //! (target of WRITE/READ/atomics, receiver of SENDs, the other side of a ping-pong).
 use std::time::{Duration, Instant as StdInstant};
 
-use roce_driver::qps::LocalQp;
+use roce_driver::connect::qps::LocalQp;
 use roce_driver::{AppError, Application};
 use roce_proto::Qpn;
 use roce_stack::{

@@ -12,8 +12,8 @@ use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::impair::Impairment;
-use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
     bind_endpoint, runtime, AppError, Application, DriverError, LinkChoice, PeerFault, Secrets,
 };
@@ -243,7 +243,7 @@ impl Application for Serving {
 /// first endpoint is bound. A run whose set-up is given up, or whose client goes quiet or
 /// breaks it, costs the server that run (one line); it listens again. Returns the number
 /// of runs.
-pub fn serve_cm(
+pub(crate) fn serve_cm(
     bind: IpAddr,
     port: u16,
     secrets: Secrets,
@@ -401,7 +401,7 @@ impl Application for Running {
 
 /// Runs every spec against a `--cm` perf server at `server` (RDMA-CM port `port`) from
 /// `local`, handing each result to `out` (`false`: stop after it).
-pub fn run_client_cm(
+pub(crate) fn run_client_cm(
     local: IpAddr,
     server: IpAddr,
     port: u16,
@@ -492,7 +492,7 @@ pub fn run_client_cm(
 
 /// Both ends in one process, connected through the CM: a `--cm` server thread at
 /// `server_ip` and the client at `client_ip` (both UDP 4791).
-pub fn loopback_cm(
+pub(crate) fn loopback_cm(
     client_ip: IpAddr,
     server_ip: IpAddr,
     specs: &[PerfSpec],

@@ -14,12 +14,13 @@
 //!   at the receiver for bandwidth and packets/s, a ping-pong for latency.
 //!
 //! Every loop busy-polls (as perftest polls its CQ): each endpoint owns a thread and a core.
-//! Both ends set up each run over the control channel (this application's [`run`] messages:
+//! Both ends set up each run over the control channel (this application's [`mod@run`] messages:
 //! `hello`, `welcome`, `summary`, `bye`), so one process or two behave the same.
 //!
 //! * this module: what to measure ([`PerfSpec`]) and what was measured ([`PerfResult`]);
 //! * [`app`]: the RDMA application on each end; [`udp`]: the plain-UDP baselines;
-//! * [`run`]: the runs over sockets (client, server, one process).
+//! * [`mod@run`]: the runs over sockets (client, server, one process); [`run()`] is the one
+//!   entry, the connector's end(s) over roce's control channel, RDMA-CM or perftest's exchange.
 use std::time::Duration;
 
 use roce_stack::Service;
@@ -29,13 +30,14 @@ use crate::{Combination, ConfigError, Setting};
 
 pub mod app;
 pub mod cm;
+mod ends;
 mod msg;
 pub mod perftest;
 pub mod run;
 pub mod udp;
 
 pub use app::PerfApp;
-pub use run::{loopback, run_client, serve};
+pub use ends::{run, PerfRun, Served};
 
 /// Peak bandwidth is the best rate over windows at least this long.
 pub(crate) const PEAK_WINDOW: Duration = Duration::from_millis(10);

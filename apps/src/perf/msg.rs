@@ -1,7 +1,7 @@
 //! The perf control protocol: the messages both ends of a run over sockets exchange (on
 //! roce's JSON control channel), for RDMA runs ([`super::run`]) and UDP baselines
 //! ([`super::udp`]) alike.
-use roce_driver::qps::{QpInfo, RemoteBuffer};
+use roce_driver::connect::qps::{QpInfo, RemoteBuffer};
 use serde::{Deserialize, Serialize};
 
 use super::PerfSpec;

@@ -11,9 +11,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::perftest::{Report, Session, PAGE, STEP_TIMEOUT};
+use roce_driver::connect::qps::LocalQp;
 use roce_driver::connect::AfterGivingUp;
 use roce_driver::connect::{check_peer_gid, gid_of, QpRequest, Side};
-use roce_driver::qps::LocalQp;
 use roce_driver::{runtime, DriverError, LinkChoice, PeerFault, Secrets, SetupFailure};
 use roce_proto::perftest::Dest;
 use roce_proto::rdma_cm::RDMA_UDP_QKEY;
@@ -142,7 +142,7 @@ fn report_of(r: &PerfResult) -> Report {
 /// The peer's GID must be unicast and name the host the exchange came from ([`roce_driver::connect::PeerGid`],
 /// [`PerftestOpts::peer_roce`]).
 #[allow(clippy::too_many_arguments)]
-pub async fn run_session(
+pub(crate) async fn run_session(
     channel: Channel,
     client: bool,
     specs: &[PerfSpec],
@@ -413,7 +413,7 @@ async fn measure(
 /// be the address the client reaches). Returns the client's figures (a SEND or latency test:
 /// this side's), one per size.
 #[allow(clippy::too_many_arguments)]
-pub fn serve_perftest(
+pub(crate) fn serve_perftest(
     bind: IpAddr,
     port: u16,
     cm: bool,
@@ -475,7 +475,7 @@ pub fn serve_perftest(
 /// `roce perf --perftest --client HOST`: connects to a perftest server (stock `ib_write_bw`
 /// with no host argument, or `roce perf --perftest --server`), over TCP or with `cm`
 /// RDMA-CM (then `bind`, this side's address, is needed), and runs the test.
-pub fn run_perftest_client(
+pub(crate) fn run_perftest_client(
     server: SocketAddr,
     bind: Option<IpAddr>,
     cm: bool,

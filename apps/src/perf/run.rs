@@ -4,13 +4,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::control::{self, Control, ANSWER_TIMEOUT};
+use roce_driver::connect::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
+use roce_driver::connect::{client_roce_port, in_one_process, Accepted, ClientConfig, Listener};
 use roce_driver::connect::{QpRequest, Side};
-use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
-use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
-use roce_driver::{
-    client_roce_port, in_one_process, runtime, Accepted, ClientConfig, DriverError, LinkChoice,
-    Listener, PeerFault, Secrets,
-};
+use roce_driver::{runtime, DriverError, LinkChoice, PeerFault, Secrets};
 use roce_proto::{Psn, QKey, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, MrHandle, Service};
 
@@ -74,7 +72,7 @@ fn peers(infos: &[QpInfo]) -> Vec<(Qpn, Psn)> {
 /// Connects to a perf server and runs every spec in turn (each followed by its UDP baseline
 /// when `baseline`), handing each result to `out` as soon as it is measured; `out` returns
 /// `false` to stop there (its reader went away).
-pub fn run_client(
+pub(crate) fn run_client(
     client: ClientConfig,
     specs: &[PerfSpec],
     baseline: bool,
@@ -172,7 +170,11 @@ async fn run_one(
 
 /// Accepts one perf client on `listener` and serves every run it asks for until it says
 /// goodbye. Blocking. Returns the number of runs served.
-pub fn serve(listener: Listener, secrets: Secrets, link: LinkChoice) -> Result<u64, DriverError> {
+pub(crate) fn serve(
+    listener: Listener,
+    secrets: Secrets,
+    link: LinkChoice,
+) -> Result<u64, DriverError> {
     listener.serve(|mut ctl, a| async move {
         let r = serve_session(&mut ctl, a, secrets, link).await;
         (ctl, r)
@@ -274,7 +276,7 @@ async fn serve_one(
 /// Both ends in one process: a server thread (with its own runtime) and the client on the
 /// calling thread, over `client_ip`/`server_ip` with UDP port 4791 on each (IPv6 ::1: the
 /// client uses 4792).
-pub fn loopback(
+pub(crate) fn loopback(
     client_ip: IpAddr,
     server_ip: IpAddr,
     specs: &[PerfSpec],

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant as StdInstant};
 
-use roce_driver::control::{Control, Frame, ANSWER_TIMEOUT};
+use roce_driver::connect::control::{Control, Frame, ANSWER_TIMEOUT};
 use roce_driver::endpoint::RunError;
 use roce_driver::socket::{RoceSocket, SEND_BATCH};
 use roce_driver::{setup, DriverError, PeerFault};

@@ -228,7 +228,7 @@ pub struct PingPong {
     spec: PingPongSpec,
     client: bool,
     buf: MrHandle,
-    qps: Vec<roce_driver::qps::LocalQp>,
+    qps: Vec<roce_driver::connect::qps::LocalQp>,
     ahs: Vec<roce_stack::ud::AddressHandle>,
     srq: Option<roce_stack::srq::SrqHandle>,
     /// Per QP: a SEND outstanding, a receive awaited.

@@ -169,7 +169,7 @@ pub struct Rping {
     spec: RpingSpec,
     client: bool,
     session: CmSession,
-    qp: roce_driver::qps::LocalQp,
+    qp: roce_driver::connect::qps::LocalQp,
     /// 16-byte receive and send buffers, the client's source buffer, the RDMA buffer.
     recv: MrHandle,
     send: MrHandle,

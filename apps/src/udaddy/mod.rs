@@ -92,7 +92,7 @@ pub struct Udaddy {
     spec: UdaddySpec,
     client: bool,
     session: SidrSession,
-    qp: roce_driver::qps::LocalQp,
+    qp: roce_driver::connect::qps::LocalQp,
     buf: MrHandle,
     /// Where this side's messages go: the client's server once resolved, the server's
     /// peer once its first message came.

@@ -17,10 +17,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
+use roce_driver::connect::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::connect::AfterGivingUp;
 use roce_driver::endpoint::{Tap, Taps};
 use roce_driver::impair::Impairment;
-use roce_driver::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::{
     bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, PeerFault,
     Secrets,
@@ -30,7 +30,7 @@ use roce_stack::{
     CcConfig, ConnectParams, CqHandle, Device, Drops, Instant, Naks, PdHandle, QpCaps, QpStats,
 };
 
-use super::run::{RunConfig, Side};
+use super::run::{RunConfig, ServerOutcome, Side};
 use super::{OpKind, Plan, Report, Requester, Responder, WorkloadSpec};
 
 /// First bytes of every private data block this module writes.
@@ -403,25 +403,10 @@ impl Application for CmServer {
     }
 }
 
-/// What a `--cm` server saw.
-#[derive(Debug, Clone)]
-pub struct CmServerOutcome {
-    /// Every QP's memory verified, no mismatch.
-    pub complete: bool,
-    /// Mismatches found.
-    pub mismatches: Vec<String>,
-    /// Bytes verified.
-    pub verified_bytes: u64,
-    /// The client's address.
-    pub peer: Option<IpAddr>,
-    /// How the server received.
-    pub link: Link,
-}
-
 /// Serves one client that connects through the CM to `bind` (UDP 4791) on RDMA-CM port
 /// `port`. Blocking; `ready` is called once the socket is bound.
 #[allow(clippy::too_many_arguments)]
-pub fn serve_cm(
+pub(crate) fn serve_cm(
     bind: IpAddr,
     port: u16,
     impairment: Impairment,
@@ -430,7 +415,7 @@ pub fn serve_cm(
     tap: Option<Tap>,
     after: AfterGivingUp,
     ready: impl FnOnce(),
-) -> Result<CmServerOutcome, DriverError> {
+) -> Result<ServerOutcome, DriverError> {
     runtime()?.block_on(async move {
         let (mut tap, mut ready) = (tap, Some(ready));
         let mut attempts = 0u64;
@@ -497,14 +482,15 @@ pub fn serve_cm(
             break (ep, app);
         };
         let r = app.responder.as_ref();
-        Ok(CmServerOutcome {
+        Ok(ServerOutcome {
             complete: r.is_some_and(|r| r.verified() && r.mismatches().is_empty()),
             mismatches: r.map_or_else(Vec::new, |r| {
                 r.mismatches().iter().map(ToString::to_string).collect()
             }),
             verified_bytes: r.map_or(0, |r| r.tally().verified_bytes),
+            stats: ep.dev.stats(),
+            link: Some(ep.link()),
             peer: app.session.peer(),
-            link: ep.link(),
         })
     })
 }
@@ -627,7 +613,7 @@ impl Application for CmClient {
 
 /// Connects to `server`'s CM (UDP 4791, RDMA-CM port `port`) from `local`, runs the workload
 /// as the requester, releases the connections, and reports with the server's summary.
-pub fn run_client_cm(
+pub(crate) fn run_client_cm(
     local: IpAddr,
     server: IpAddr,
     port: u16,
@@ -736,7 +722,7 @@ pub fn run_client_cm(
 
 /// `roce loopback --cm`: a `--cm` server at `server_ip` and the client at `client_ip` (both
 /// UDP 4791, so two addresses), each on its own thread, the QPs connected through the CM.
-pub fn loopback_cm(
+pub(crate) fn loopback_cm(
     cfg: &RunConfig,
     client_ip: IpAddr,
     server_ip: IpAddr,

@@ -23,8 +23,8 @@
 //!   expected results from the in-order [`Model`];
 //! * [`requester`] and [`responder`]: the two [`Application`]s (no I/O: the driver or a
 //!   simulation loop runs them on a [`Device`](roce_stack::Device));
-//! * [`run`]: the runs over sockets (`roce loopback`, `roce server`, `roce client`) and their
-//!   control messages; [`report`]: what a run reports.
+//! * [`mod@run`]: the runs over sockets (`roce loopback`, `roce server`, `roce client`) and
+//!   their control messages, behind [`run()`], the one entry; [`report`]: what a run reports.
 //!
 //! [`Application`]: roce_driver::Application
 use std::fmt;
@@ -37,15 +37,17 @@ use serde::{Deserialize, Serialize};
 use crate::{Combination, ConfigError, Setting};
 
 pub mod cm;
+mod ends;
 pub mod report;
 pub mod requester;
 pub mod responder;
 pub mod run;
 
+pub use ends::{run, WorkloadRun};
 pub use report::Report;
 pub use requester::Requester;
 pub use responder::Responder;
-pub use run::{loopback, loopback_between, run_client, serve, RunConfig, ServerOutcome};
+pub use run::{RunConfig, ServerOutcome};
 
 /// The operations a workload mixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

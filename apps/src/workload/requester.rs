@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use roce_driver::qps::RemoteBuffer;
+use roce_driver::connect::qps::RemoteBuffer;
 use roce_driver::{AppError, Application};
 use roce_proto::{Psn, Qpn};
 use roce_stack::ud::{AddressHandle, UdSend};

@@ -9,17 +9,14 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use roce_driver::connect::control::{self, Control, ANSWER_TIMEOUT};
+use roce_driver::connect::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
+use roce_driver::connect::{in_one_process, Accepted, ClientConfig, Listener};
 use roce_driver::connect::{QpRequest, Side as ConnSide};
-use roce_driver::control::{self, Control, ANSWER_TIMEOUT};
 use roce_driver::endpoint::{Endpoint, LoopStats, Tap, Taps};
 use roce_driver::impair::{ImpairStats, Impairment};
-use roce_driver::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
 use roce_driver::Application;
-use roce_driver::{
-    in_one_process, loopback_addrs, runtime, Accepted, ClientConfig, DriverError, Link, LinkChoice,
-    Listener, PeerFault, Secrets,
-};
-use roce_proto::ROCEV2_UDP_PORT;
+use roce_driver::{runtime, DriverError, Link, LinkChoice, PeerFault, Secrets};
 use roce_stack::{CcConfig, ConnectParams, CqHandle, QpCaps, QpStats};
 use serde::{Deserialize, Serialize};
 
@@ -245,10 +242,12 @@ pub struct ServerOutcome {
     pub stats: QpStats,
     /// How the server received.
     pub link: Option<Link>,
+    /// The client's address, where the exchange names it (the CM's).
+    pub peer: Option<IpAddr>,
 }
 
 /// Accepts one client on `listener` and serves its workload as the responder. Blocking.
-pub fn serve(
+pub(crate) fn serve(
     listener: Listener,
     impairment: Impairment,
     secrets: Secrets,
@@ -358,11 +357,12 @@ async fn serve_client(
         mismatches: side.mismatches,
         verified_bytes: side.verified_bytes,
         stats: side.stats,
+        peer: Some(a.peer.ip()),
     })
 }
 
 /// Connects to a server, runs the workload as the requester, and reports.
-pub fn run_client(
+pub(crate) fn run_client(
     client: ClientConfig,
     cfg: &RunConfig,
     tap: Option<Tap>,
@@ -468,25 +468,8 @@ async fn client_async(
     }
 }
 
-/// Runs the workload between two endpoints over loopback in one process: a server thread
-/// (responder) and the client (requester), each with its own runtime and thread.
-/// IPv4 uses 127.0.0.1 and 127.0.0.2 with UDP port 4791 on both; IPv6 uses ::1 with 4791
-/// for the server and 4792 for the client.
-pub fn loopback(cfg: &RunConfig, ipv6: bool, taps: Taps) -> Result<Report, DriverError> {
-    let (client_ip, server_ip) = loopback_addrs(ipv6);
-    loopback_between(
-        cfg,
-        (
-            client_ip,
-            roce_driver::client_roce_port(client_ip, server_ip),
-        ),
-        (server_ip, ROCEV2_UDP_PORT),
-        taps,
-    )
-}
-
 /// [`loopback`] between given local addresses and RoCE UDP ports (client, server).
-pub fn loopback_between(
+pub(crate) fn loopback_between(
     cfg: &RunConfig,
     client: (IpAddr, u16),
     server: (IpAddr, u16),

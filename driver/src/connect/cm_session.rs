@@ -41,7 +41,7 @@ use roce_stack::cm::reason::CONSUMER_REJECT;
 
 use super::rdma_cm::{connect_qp, flush, pump, CmFailure};
 use super::Side;
-use crate::qps::LocalQp;
+use crate::connect::qps::LocalQp;
 use crate::{AppError, Secrets};
 
 /// What both ends' QPs are offered and asked for, besides what the [`Side`] says.

@@ -13,8 +13,8 @@ use crate::{DriverError, LinkChoice, Secrets, SetupFailure, Unsupported};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Exchange {
-    /// roce's own: JSON lines over TCP ([`crate::control`]), the QPs announced in them
-    /// ([`crate::qps`]).
+    /// roce's own: JSON lines over TCP ([`crate::connect::control`]), the QPs announced in them
+    /// ([`crate::connect::qps`]).
     Control,
     /// RDMA-CM over the IB CM on QP1 (IBTA Vol 1 ch. 12, Annex A11): REQ, REP and RTU with
     /// private data, through a [`super::cm_session::CmSession`].
@@ -121,6 +121,9 @@ pub struct Connector {
     pub secrets: Secrets,
     /// The RoCE link.
     pub link: LinkChoice,
+    /// The UDP port of the RoCE sockets (4791); with both ends in one process on one
+    /// address, the client's is the next.
+    pub roce_port: u16,
     ready: Box<dyn FnOnce() + Send>,
 }
 
@@ -131,6 +134,7 @@ impl std::fmt::Debug for Connector {
             .field("ends", &self.ends)
             .field("secrets", &self.secrets)
             .field("link", &self.link)
+            .field("roce_port", &self.roce_port)
             .finish_non_exhaustive()
     }
 }
@@ -143,8 +147,27 @@ impl Connector {
             ends,
             secrets,
             link,
+            roce_port: ROCEV2_UDP_PORT,
             ready: Box::new(|| {}),
         }
+    }
+
+    /// The RoCE sockets on UDP `port` instead of 4791 (a test's ends on `::1`).
+    pub fn with_roce_port(mut self, port: u16) -> Self {
+        self.roce_port = port;
+        self
+    }
+
+    /// The RoCE sockets' ports of both ends in one process at `client` and `server`: the
+    /// server's [`Connector::roce_port`], the client's the same, or the next when the two
+    /// share an address (IPv6 `::1`).
+    pub fn roce_ports(&self, client: IpAddr, server: IpAddr) -> (u16, u16) {
+        let c = if client == server {
+            self.roce_port.wrapping_add(1)
+        } else {
+            self.roce_port
+        };
+        (c, self.roce_port)
     }
 
     /// Calls `f` once the server listens, before its first peer (a CLI says so).

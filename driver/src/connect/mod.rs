@@ -18,6 +18,10 @@
 //! [`perftest`], perftest's lock-step messages over TCP or over an RDMA-CM connection of their
 //! own (`-R`), and its data QPs connected through RDMA-CM.
 //!
+//! A [`Connector`] names the exchange and this process's [`Ends`] (a server, a client, or
+//! both in one process); every application's one `run` takes one and answers with what it
+//! [`Ran`].
+//!
 //! Applications never drive the CM themselves (no file under `apps/` imports
 //! `roce_stack::cm`): a server that gives up a peer's set-up listens again, in the layer.
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -27,20 +31,27 @@ use roce_stack::srq::SrqHandle;
 use roce_stack::ud::AddressHandle;
 use roce_stack::{ConnectParams, Device, PathConfig, PdHandle, QpCaps, Service};
 
+use crate::connect::qps::LocalQp;
 use crate::impair::Impairment;
-use crate::qps::LocalQp;
 use crate::{
     bind_endpoint, DriverError, Endpoint, LinkChoice, PeerFault, SetupFailure, Unsupported,
 };
 
 pub mod cm_session;
 mod connector;
+pub mod control;
+mod listener;
 pub mod perftest;
 pub mod pingpong;
+pub mod qps;
 pub mod rdma_cm;
 pub mod sidr;
 
 pub use connector::{local_toward, Connector, Ends, Exchange, Ran};
+pub use listener::{
+    client_roce_port, in_one_process, loopback_addrs, Accepted, ClientConfig, Listener,
+    ServerConfig,
+};
 
 /// What an application asks of the layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -254,8 +265,8 @@ impl Side {
     }
 
     /// The QPs' numbers and first PSNs, as an exchange announces them.
-    pub fn infos(&self) -> Vec<crate::qps::QpInfo> {
-        crate::qps::qp_infos(&self.qps, &self.psns)
+    pub fn infos(&self) -> Vec<qps::QpInfo> {
+        qps::qp_infos(&self.qps, &self.psns)
     }
 
     /// Takes QP `i` to the peer's QP `peers[i]` (its QPN and first PSN) at `remote` (its UDP

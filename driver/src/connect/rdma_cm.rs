@@ -11,7 +11,7 @@ use roce_stack::gsi::OutgoingMad;
 use roce_stack::{CcConfig, ConnectParams, Device, Instant, PathConfig};
 
 use super::{QpRequest, Side};
-use crate::qps::{LocalQp, ALL_REMOTE};
+use crate::connect::qps::{LocalQp, ALL_REMOTE};
 use crate::{AppError, DriverError, LinkChoice, Secrets};
 
 /// Moves MADs from the device's QP1 to the CM and runs the CM's timers that are due: after

@@ -19,9 +19,9 @@ use roce_stack::{
 };
 
 use super::STEP_TIMEOUT;
+use crate::connect::qps::LocalQp;
 use crate::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
 use crate::connect::Side;
-use crate::qps::LocalQp;
 use crate::{
     AppError, Application, DriverError, Endpoint, PeerFault, Secrets, SetupFailure, Unsupported,
 };
