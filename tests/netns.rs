@@ -160,6 +160,76 @@ fn server_and_client_across_a_veth_pair_on_both_links() {
     }
 }
 
+/// perftest's exchange over RDMA-CM (`-R`) between two roce ends over IPv6, across the veth
+/// pair: the comm connection's and the data QP's REQ/REP/RTU carry IPv6 addresses, and the
+/// test runs. (perftest 4.5's own `-R` is IPv4 only, in both roles: `docs/stock-tools.md`.)
+#[test]
+fn perftest_over_rdma_cm_between_two_ipv6_ends() {
+    let Some(_pair) = Pair::new() else {
+        return skipped();
+    };
+    for (ns, addr) in [("roce-a", "fd00:78::1/64"), ("roce-b", "fd00:78::2/64")] {
+        let dev = if ns == "roce-a" { "roce-va" } else { "roce-vb" };
+        assert!(ip(&[
+            "-n", ns, "-6", "addr", "add", addr, "dev", dev, "nodad"
+        ]));
+    }
+    // Path MTU 1024: the veth pair's link MTU is 1500.
+    let test = [
+        "perf",
+        "write",
+        "--perftest",
+        "--cm",
+        "-s",
+        "65536",
+        "-n",
+        "200",
+        "-m",
+        "1024",
+    ];
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", "roce-b", BIN])
+        .args(test)
+        .args(["--server", "--bind", "fd00:78::2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let out = Command::new("ip")
+        .args(["netns", "exec", "roce-a", BIN])
+        .args(test)
+        .args([
+            "--client",
+            "[fd00:78::2]:18515",
+            "--bind",
+            "fd00:78::1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let started = Instant::now();
+    while server.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "server still running; the client: {text}{err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let served = server.wait_with_output().unwrap();
+    assert!(out.status.success(), "{text}{err}");
+    assert!(
+        served.status.success(),
+        "the server: {}",
+        String::from_utf8_lossy(&served.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(r["iterations"], 200, "{r}");
+    assert_eq!(r["size"], 65536, "{r}");
+}
+
 /// Across the veth pair the packet link also sends through its packet socket, writing the
 /// IPv4/UDP header itself, once the peer's first accepted datagram showed its hardware
 /// address; a UDP-link peer's kernel takes those datagrams like any others (IP checksum,
