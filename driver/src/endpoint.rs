@@ -70,28 +70,7 @@ impl std::fmt::Debug for Taps {
     }
 }
 
-/// Why a run stopped without finishing.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A socket call failed.
-    #[error("socket: {0}")]
-    Io(std::io::Error),
-    /// The application gave up (a post failed, a verification failed hard).
-    #[error(transparent)]
-    App(#[from] crate::app::AppError),
-    /// Nothing arrived from the peer for too long while work was pending.
-    #[error("no packet from the peer for {0:?}: it is unreachable or stopped")]
-    PeerSilent(Duration),
-    /// The stop signal said so (the peer went away, spoke out of turn): its reason.
-    #[error(transparent)]
-    Stopped(Box<crate::DriverError>),
-}
-
-impl From<std::io::Error> for RunError {
-    fn from(e: std::io::Error) -> Self {
-        Self::Io(e)
-    }
-}
+pub use crate::error::RunError;
 
 /// Counters of the loop itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,6 +1,5 @@
 //! `roce kv`'s one entry: the connector's end(s) over roce's control channel or RDMA-CM.
-use roce_driver::connect::ServerConfig;
-use roce_driver::connect::{Connector, Ends, Exchange, Ran};
+use roce_driver::connect::{Connector, Ends, Exchange, Listener, Ran};
 use roce_driver::DriverError;
 
 use super::cm;
@@ -20,11 +19,7 @@ pub fn run(
     let cm = c.exchange == Exchange::RdmaCm;
     match (cm, c.ends) {
         (false, Ends::Server { listen, .. }) => {
-            let l = roce_driver::connect::Listener::bind(ServerConfig {
-                listen,
-                roce_port: c.roce_port,
-                accept_timeout: None,
-            })?;
+            let l = Listener::at(listen, c.roce_port)?;
             ready();
             roce::serve(l, server).map(Ran::Served)
         }

@@ -1,7 +1,6 @@
 //! `roce perf`'s one entry: the connector's end(s) over roce's control channel, RDMA-CM, or
 //! perftest's exchange (over TCP, or over RDMA-CM as perftest's `-R`).
-use roce_driver::connect::ServerConfig;
-use roce_driver::connect::{one_process, AfterGivingUp, Connector, Ends, Exchange};
+use roce_driver::connect::{one_process, AfterGivingUp, Connector, Ends, Exchange, Listener};
 use roce_driver::DriverError;
 
 use super::perftest::{run_perftest_client, serve_perftest, PerftestOpts};
@@ -60,11 +59,7 @@ pub fn run(
     };
     match (c.exchange, c.ends) {
         (Exchange::Control, Ends::Server { listen, .. }) => {
-            let l = roce_driver::connect::Listener::bind(ServerConfig {
-                listen,
-                roce_port,
-                accept_timeout: None,
-            })?;
+            let l = Listener::at(listen, roce_port)?;
             ready();
             roce::serve(l, secrets, link).map(|n| Some(Served::Runs(n)))
         }

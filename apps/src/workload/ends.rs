@@ -1,6 +1,5 @@
 //! The workload's one entry: the connector's end(s) over roce's control channel or RDMA-CM.
-use roce_driver::connect::ServerConfig;
-use roce_driver::connect::{Connector, Ends, Exchange, Ran};
+use roce_driver::connect::{Connector, Ends, Exchange, Listener, Ran};
 use roce_driver::impair::Impairment;
 use roce_driver::{DriverError, Taps};
 
@@ -34,11 +33,7 @@ pub fn run(
     }
     match (cm, ends) {
         (false, Ends::Server { listen, .. }) => {
-            let l = roce_driver::connect::Listener::bind(ServerConfig {
-                listen,
-                roce_port,
-                accept_timeout: None,
-            })?;
+            let l = Listener::at(listen, roce_port)?;
             ready();
             roce::serve(l, w.impairment, secrets, link, w.taps.server).map(Ran::Served)
         }

@@ -52,6 +52,16 @@ impl Listener {
         Ok(Self { listener, cfg })
     }
 
+    /// A server's listener on `listen`, its RoCE socket on UDP `roce_port`, with no accept
+    /// timeout (a server waits for its client).
+    pub fn at(listen: SocketAddr, roce_port: u16) -> Result<Self, DriverError> {
+        Self::bind(ServerConfig {
+            listen,
+            roce_port,
+            accept_timeout: None,
+        })
+    }
+
     /// The bound control address.
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().unwrap_or(self.cfg.listen)
