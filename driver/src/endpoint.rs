@@ -229,7 +229,7 @@ impl Endpoint {
         until_done: bool,
         stop: S,
         silence: Duration,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), crate::DriverError> {
         tokio::pin!(stop);
         let mut last_rx = self.now();
         let mut last_io = last_rx;
@@ -270,7 +270,7 @@ impl Endpoint {
             }
             // Nothing to do right now: wait for a datagram, a deadline or the stop signal.
             if !app.done() && now.saturating_duration_since(last_rx) > silence {
-                return Err(RunError::PeerSilent(silence));
+                return Err(RunError::PeerSilent(silence).into());
             }
             if now.saturating_duration_since(last_io) < self.busy_poll.max(self.sock.idle_spin()) {
                 // Spin without yielding to the runtime (whose every turn is an epoll_wait):
@@ -286,14 +286,10 @@ impl Endpoint {
             let wake = deadline.map_or(cap, |t| self.to_tokio(t).min(cap));
             self.stats.wakeups += 1;
             tokio::select! {
-                r = self.sock.readable() => r?,
+                r = self.sock.readable() => r.map_err(RunError::Io)?,
                 _ = tokio::time::sleep_until(wake) => {}
-                r = &mut stop => {
-                    return match r {
-                        Ok(()) => Ok(()),
-                        Err(why) => Err(RunError::Stopped(Box::new(why))),
-                    };
-                }
+                // The stop signal's own reason, as it is.
+                r = &mut stop => return r,
             }
         }
     }

@@ -83,8 +83,7 @@ impl DriverError {
             Self::Config(_) | Self::Invalid(_) => Fault::Settings,
             Self::Peer(_) => Fault::Peer,
             Self::Run(RunError::PeerSilent(_)) => Fault::Peer,
-            Self::Run(RunError::Stopped(e)) => e.fault(),
-            Self::Run(RunError::App(a)) | Self::App(a) => a.fault(),
+            Self::App(a) => a.fault(),
             Self::Run(_)
             | Self::Setup(_)
             | Self::Create(_)
@@ -125,21 +124,17 @@ impl DriverError {
     }
 }
 
-/// Why a run stopped without finishing.
+/// Why an endpoint's loop stopped a run without finishing (the application's reason is an
+/// [`AppError`], the stop signal's its own [`DriverError`]: `Endpoint::run` returns them as
+/// they are).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A socket call failed.
     #[error("socket: {0}")]
     Io(std::io::Error),
-    /// The application gave up (a post failed, a verification failed hard).
-    #[error(transparent)]
-    App(#[from] AppError),
     /// Nothing arrived from the peer for too long while work was pending.
     #[error("no packet from the peer for {0:?}: it is unreachable or stopped")]
     PeerSilent(Duration),
-    /// The stop signal said so (the peer went away, spoke out of turn): its reason.
-    #[error(transparent)]
-    Stopped(Box<DriverError>),
 }
 
 impl From<std::io::Error> for RunError {

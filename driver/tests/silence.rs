@@ -90,7 +90,10 @@ fn junk_from_elsewhere_does_not_keep_a_silent_run_alive() {
     stop.store(true, Ordering::Relaxed);
     let sent = flood.join().unwrap();
     assert!(
-        matches!(r, Err(RunError::PeerSilent(_))),
+        matches!(
+            r,
+            Err(roce_driver::DriverError::Run(RunError::PeerSilent(_)))
+        ),
         "{r:?} after {took:?}"
     );
     assert!(received > 100, "the junk did arrive ({received} of {sent})");

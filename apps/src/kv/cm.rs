@@ -505,7 +505,7 @@ pub(crate) fn serve_cm(
                 app.until_established = false;
                 let ran = ep.run(&mut app, true, pending(), SERVING_SILENCE).await;
                 if let Err(e) = ran {
-                    after.tolerate(e.into(), "roce kv", app.session.peer())?;
+                    after.tolerate(e, "roce kv", app.session.peer())?;
                     continue;
                 }
             }

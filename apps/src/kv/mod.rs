@@ -46,9 +46,38 @@ pub const MAX_COPIES: u64 = 1 << 24;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KvError {
-    /// A value out of range (which, and why).
-    #[error("{0}")]
-    Invalid(String),
+    /// Something larger than this end allows (`what` is larger than `limit`).
+    #[error("{what} is larger than {limit}")]
+    TooLarge {
+        /// What.
+        what: &'static str,
+        /// Its bound, in words.
+        limit: &'static str,
+    },
+    /// More of something than this end allows.
+    #[error("more than {most} {what}{}", hint.map(|h| format!(": {h}")).unwrap_or_default())]
+    TooMany {
+        /// What.
+        what: &'static str,
+        /// The most allowed.
+        most: u64,
+        /// What to do instead.
+        hint: Option<&'static str>,
+    },
+    /// A stream plan whose WRITEs are empty or larger than 1 GiB.
+    #[error("a stream needs WRITEs of 1 B to 1 GiB")]
+    StreamWrites,
+    /// Another number of blocks than the request needs.
+    #[error("{given} blocks given, the request needs {need}")]
+    BlockCount {
+        /// Blocks given.
+        given: u64,
+        /// Blocks the request needs.
+        need: u64,
+    },
+    /// A block the pool does not have.
+    #[error("block {0} is outside the pool")]
+    BlockOutside(u32),
     /// A setting out of its range.
     #[error("{setting} must be {range}, not {value}")]
     OutOfRange {
@@ -175,9 +204,10 @@ impl ModelShape {
             return Err(KvError::EmptyShape);
         }
         if self.total_bytes() > 4 << 30 {
-            return Err(KvError::Invalid(
-                "the KV of the request is larger than 4 GiB".into(),
-            ));
+            return Err(KvError::TooLarge {
+                what: "the KV of the request",
+                limit: "4 GiB",
+            });
         }
         Ok(())
     }
@@ -257,7 +287,11 @@ pub fn allocate(
         });
     }
     if pool_blocks > u64::from(u32::MAX) {
-        return Err(KvError::Invalid("more than 2^32 blocks in the pool".into()));
+        return Err(KvError::TooMany {
+            what: "blocks in the pool",
+            most: u64::from(u32::MAX) + 1,
+            hint: None,
+        });
     }
     match kind {
         AllocKind::Contiguous => Ok((0..need as u32).collect()),
@@ -502,10 +536,17 @@ impl KvSpec {
             });
         }
         if self.pool_bytes > 16 << 30 {
-            return Err(KvError::Invalid("the pool is limited to 16 GiB".into()));
+            return Err(KvError::TooLarge {
+                what: "the pool",
+                limit: "16 GiB",
+            });
         }
         if plans.len() > 4096 {
-            return Err(KvError::Invalid("more than 4096 plans".into()));
+            return Err(KvError::TooMany {
+                what: "plans",
+                most: 4096,
+                hint: None,
+            });
         }
         for p in plans {
             match p.kind {
@@ -518,15 +559,20 @@ impl KvSpec {
                         });
                     }
                     if 2 * u64::from(page) * u64::from(self.shape.kv_bytes) > MAX_WRITE {
-                        return Err(KvError::Invalid("a page is larger than 512 MiB".into()));
+                        return Err(KvError::TooLarge {
+                            what: "a page",
+                            limit: "512 MiB",
+                        });
                     }
                     let g =
                         PoolGeometry::carve(&self.shape, page, KvLayout::Separate, self.pool_bytes);
                     let need = self.shape.blocks(page);
                     if u64::from(self.shape.layers) * need * 2 > MAX_COPIES {
-                        return Err(KvError::Invalid(format!(
-                            "more than {MAX_COPIES} block copies: use larger pages"
-                        )));
+                        return Err(KvError::TooMany {
+                            what: "block copies",
+                            most: MAX_COPIES,
+                            hint: Some("use larger pages"),
+                        });
                     }
                     if g.blocks < need {
                         return Err(KvError::PoolTooSmall {
@@ -541,12 +587,13 @@ impl KvSpec {
                         || u64::from(wr_len) > MAX_WRITE
                         || u64::from(wrs) > MAX_COPIES
                     {
-                        return Err(KvError::Invalid(
-                            "a stream needs WRITEs of 1 B to 1 GiB".into(),
-                        ));
+                        return Err(KvError::StreamWrites);
                     }
                     if u64::from(wr_len) * u64::from(wrs) > self.pool_bytes {
-                        return Err(KvError::Invalid("a stream is larger than the pool".into()));
+                        return Err(KvError::TooLarge {
+                            what: "a stream",
+                            limit: "the pool",
+                        });
                     }
                 }
             }
@@ -618,14 +665,14 @@ impl KvSpec {
             } => {
                 let need = self.shape.blocks(page);
                 if blocks.len() as u64 != need {
-                    return Err(KvError::Invalid(format!(
-                        "{} blocks given, the request needs {need}",
-                        blocks.len()
-                    )));
+                    return Err(KvError::BlockCount {
+                        given: blocks.len() as u64,
+                        need,
+                    });
                 }
                 let dst = PoolGeometry::carve(&self.shape, page, layout, self.pool_bytes);
                 if let Some(b) = blocks.iter().find(|&&b| u64::from(b) >= dst.blocks) {
-                    return Err(KvError::Invalid(format!("block {b} is outside the pool")));
+                    return Err(KvError::BlockOutside(*b));
                 }
                 let src = PoolGeometry {
                     blocks: need,

@@ -304,7 +304,7 @@ pub(crate) fn serve_cm(
                 .run(&mut s, true, pending(), Duration::from_secs(30))
                 .await;
             if let Err(e) = ran {
-                after.tolerate(e.into(), "roce perf", s.session.peer())?;
+                after.tolerate(e, "roce perf", s.session.peer())?;
                 continue;
             }
             if s.abandoned {

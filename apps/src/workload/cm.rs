@@ -469,7 +469,7 @@ pub(crate) fn serve_cm(
                     .run(&mut app, true, pending(), Duration::from_secs(30))
                     .await;
                 if let Err(e) = ran {
-                    after.tolerate(e.into(), "roce server", app.session.peer())?;
+                    after.tolerate(e, "roce server", app.session.peer())?;
                     tap = ep.take_tap();
                     continue;
                 }
@@ -694,7 +694,7 @@ pub(crate) fn run_client_cm(
         let result = ep.run(&mut app, true, pending(), silence).await;
         let Some(r) = &app.requester else {
             return Err(match result {
-                Err(e) => e.into(),
+                Err(e) => e,
                 Ok(()) => PeerFault::Left("the connections were established").into(),
             });
         };

@@ -456,7 +456,7 @@ async fn client_async(
         Ok(r)
     };
     if let Err(e) = result {
-        return after_failure(e.into());
+        return after_failure(e);
     }
     if let Err(e) = ctl.done(mine_side.mismatches.is_empty()).await {
         return after_failure(e);
