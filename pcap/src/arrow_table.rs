@@ -195,7 +195,8 @@ mod tests {
     use arrow_array::Array;
 
     use super::{record_batch, schema};
-    use crate::columns::{decode_columns, Batch, FIELDS};
+    use crate::columns::{Batch, FIELDS};
+    use crate::source::decode_columns;
 
     /// The rows of the benchmark capture's first 500 packets, as one batch.
     fn batch() -> Batch {

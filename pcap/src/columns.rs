@@ -975,85 +975,9 @@ impl crate::madfmt::JsonObj for MadColumns<'_> {
     fn gid(&mut self, _: &str, _: &[u8; 16]) {}
 }
 
-/// Rows per batch that [`decode_columns`] hands on by default (a Parquet row group of
+/// Rows per batch that `source::decode_columns` hands on by default (a Parquet row group of
 /// `roce decode --format parquet`).
 pub const BATCH_ROWS: usize = 64 * 1024;
-
-/// Decodes a whole capture into rows ([`Options::format`](crate::Options) is taken as
-/// [`OutputFormat::Columns`](crate::OutputFormat)), handing them to `sink` a batch of at
-/// most `rows` rows at a time, in order. Every row decoded before an error reaches `sink`
-/// before the error is returned in the [`Outcome`](crate::Outcome); an error of `sink` ends
-/// the decoding ([`DecodeError::Write`](crate::DecodeError)).
-pub fn decode_columns<R: std::io::Read>(
-    reader: &mut crate::CaptureReader<R>,
-    opts: crate::Options,
-    rows: usize,
-    progress: Option<&dyn crate::source::Progress>,
-    sink: &mut dyn FnMut(Batch) -> std::io::Result<()>,
-) -> crate::Outcome {
-    use crate::DecodeError;
-    let opts = crate::Options {
-        format: crate::OutputFormat::Columns,
-        analyze: false,
-        ..opts
-    };
-    let rows = rows.max(1);
-    let mut dec = crate::Decoder::new(opts);
-    let mut error = crate::decode::each_record(reader, &mut dec, progress, &mut |dec, rec| {
-        // Nothing goes to the writer in this format.
-        let _ = dec.record(rec, &mut std::io::sink());
-        if dec.columns().full(rows) {
-            sink(dec.columns().take())?;
-        }
-        Ok(())
-    });
-    if dec.columns().rows() > 0 && !matches!(error, Some(DecodeError::Write(_))) {
-        if let Err(e) = sink(dec.columns().take()) {
-            error.get_or_insert(DecodeError::Write(e));
-        }
-    }
-    crate::Outcome {
-        stats: dec.stats(),
-        error,
-    }
-}
-
-/// [`decode_columns`] on `workers` decoding threads (the records are read on one more): the
-/// same rows in the same order, in batches of the rows of at most `rows` records (a batch
-/// also closes at [`crate::parallel::BATCH_BYTES`] of records). With
-/// [`crate::Options::count`] (a count across batches) or one worker, it is
-/// [`decode_columns`].
-pub fn decode_columns_parallel<R: std::io::Read + Send>(
-    reader: &mut crate::CaptureReader<R>,
-    opts: crate::Options,
-    workers: usize,
-    rows: usize,
-    progress: Option<&dyn crate::source::Progress>,
-    sink: &mut dyn FnMut(Batch) -> std::io::Result<()>,
-) -> crate::Outcome {
-    if opts.count.is_some() || workers <= 1 {
-        return decode_columns(reader, opts, rows, progress, sink);
-    }
-    let opts = crate::Options {
-        format: crate::OutputFormat::Columns,
-        analyze: false,
-        ..opts
-    };
-    crate::parallel::in_order(
-        reader,
-        opts,
-        progress,
-        workers,
-        rows.max(1),
-        &mut |_, batch| {
-            if batch.rows() > 0 {
-                sink(batch)
-            } else {
-                Ok(())
-            }
-        },
-    )
-}
 
 #[cfg(test)]
 mod tests {

@@ -549,7 +549,7 @@ fn snap_cut(f: &Frame<'_>, rec: &Record<'_>) -> Option<format::SnapCut> {
 /// Hands every record of `reader` to `on` with the decoder, until the input ends, the decoder
 /// is [`Decoder::done`], `on` fails ([`DecodeError::Write`]) or the reader does
 /// ([`DecodeError::Read`]); reports progress every 4,096 records. The one record loop of the
-/// sequential decoders ([`decode()`], [`crate::columns::decode_columns`]).
+/// sequential decoders ([`decode()`], [`crate::source::decode_columns`]).
 pub(crate) fn each_record<R: Read>(
     reader: &mut CaptureReader<R>,
     dec: &mut Decoder,

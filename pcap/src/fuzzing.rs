@@ -52,7 +52,8 @@ pub fn capture(data: &[u8]) {
 /// (with knob 8) on two threads: every batch well formed (each column as long as the batch or empty, each
 /// dictionary key a text of its batch's dictionary, held once) and the same rows both ways.
 fn table(capture: &[u8], knobs: u8) {
-    use crate::columns::{decode_columns, decode_columns_parallel, Batch};
+    use crate::columns::Batch;
+    use crate::source::{decode_columns, decode_columns_parallel};
     let opts = Options {
         all: knobs & 4 != 0,
         ..Options::default()

@@ -259,7 +259,7 @@ impl RowGroups {
 /// Decodes a whole capture from `reader` into a Parquet file on `out`, with about `threads`
 /// threads: the rows are decoded on this thread, and encoded on a second, a row group of
 /// [`crate::columns::BATCH_ROWS`] rows at a time; with more than two threads, `threads - 1`
-/// decode (the records read on one more, [`crate::columns::decode_columns_parallel`]) and
+/// decode (the records read on one more, [`crate::source::decode_columns_parallel`]) and
 /// `threads - 1` encode the columns of each row group. Memory is bounded by a row group
 /// and the batches in flight, not by the capture. The file is the same bytes whatever
 /// `threads` is. It is finished (its footer written) even when the capture ends in an
@@ -303,7 +303,7 @@ pub fn decode_to_parquet<R: std::io::Read + Send, W: Write + Send>(
             writer.write_group(&groups.rest(), workers)?;
             writer.finish()
         });
-        let mut outcome = crate::columns::decode_columns_parallel(
+        let mut outcome = crate::source::decode_columns_parallel(
             reader,
             opts,
             workers,

@@ -93,3 +93,79 @@ pub fn decode_bytes(bytes: &[u8], name: &str, opts: Options) -> (Vec<u8>, Outcom
     };
     (out, outcome)
 }
+
+/// Decodes a whole capture into rows ([`Options::format`](crate::Options) is taken as
+/// [`OutputFormat::Columns`](crate::OutputFormat)), handing them to `sink` a batch of at
+/// most `rows` rows at a time, in order. Every row decoded before an error reaches `sink`
+/// before the error is returned in the [`Outcome`]; an error of `sink` ends
+/// the decoding ([`DecodeError::Write`](crate::DecodeError)).
+pub fn decode_columns<R: Read>(
+    reader: &mut CaptureReader<R>,
+    opts: Options,
+    rows: usize,
+    progress: Option<&dyn Progress>,
+    sink: &mut dyn FnMut(crate::columns::Batch) -> io::Result<()>,
+) -> Outcome {
+    use crate::DecodeError;
+    let opts = Options {
+        format: crate::OutputFormat::Columns,
+        analyze: false,
+        ..opts
+    };
+    let rows = rows.max(1);
+    let mut dec = crate::Decoder::new(opts);
+    let mut error = crate::decode::each_record(reader, &mut dec, progress, &mut |dec, rec| {
+        // Nothing goes to the writer in this format.
+        let _ = dec.record(rec, &mut io::sink());
+        if dec.columns().full(rows) {
+            sink(dec.columns().take())?;
+        }
+        Ok(())
+    });
+    if dec.columns().rows() > 0 && !matches!(error, Some(DecodeError::Write(_))) {
+        if let Err(e) = sink(dec.columns().take()) {
+            error.get_or_insert(DecodeError::Write(e));
+        }
+    }
+    Outcome {
+        stats: dec.stats(),
+        error,
+    }
+}
+
+/// [`decode_columns`] on `workers` decoding threads (the records are read on one more): the
+/// same rows in the same order, in batches of the rows of at most `rows` records (a batch
+/// also closes at [`crate::parallel::BATCH_BYTES`] of records). With
+/// [`crate::Options::count`] (a count across batches) or one worker, it is
+/// [`decode_columns`].
+pub fn decode_columns_parallel<R: Read + Send>(
+    reader: &mut CaptureReader<R>,
+    opts: Options,
+    workers: usize,
+    rows: usize,
+    progress: Option<&dyn Progress>,
+    sink: &mut dyn FnMut(crate::columns::Batch) -> io::Result<()>,
+) -> Outcome {
+    if opts.count.is_some() || workers <= 1 {
+        return decode_columns(reader, opts, rows, progress, sink);
+    }
+    let opts = Options {
+        format: crate::OutputFormat::Columns,
+        analyze: false,
+        ..opts
+    };
+    crate::parallel::in_order(
+        reader,
+        opts,
+        progress,
+        workers,
+        rows.max(1),
+        &mut |_, batch| {
+            if batch.rows() > 0 {
+                sink(batch)
+            } else {
+                Ok(())
+            }
+        },
+    )
+}

@@ -4,7 +4,8 @@
 //! Parquet file read back gives the same rows.
 mod common;
 
-use roce_pcap::columns::{decode_columns, Batch, Values, FIELDS, JSON_TEXT};
+use roce_pcap::columns::{Batch, Values, FIELDS, JSON_TEXT};
+use roce_pcap::source::decode_columns;
 use roce_pcap::{CaptureReader, Options, OutputFormat};
 use serde_json::{Map, Value};
 
@@ -375,7 +376,7 @@ fn the_parallel_decoder_gives_the_same_rows_in_order() {
     let (seq, s1) = batches(&bench, Options::default(), 1 << 20);
     let mut r = CaptureReader::new(&bench[..], "bench").unwrap();
     let mut par = Vec::new();
-    let s2 = roce_pcap::columns::decode_columns_parallel(
+    let s2 = roce_pcap::source::decode_columns_parallel(
         &mut r,
         Options::default(),
         3,

@@ -131,7 +131,7 @@ fn decode_ahead(
                     };
                     cut.decode(opts, rows, &tx)
                 }
-                None => roce_pcap::columns::decode_columns_parallel(
+                None => roce_pcap::source::decode_columns_parallel(
                     &mut reader,
                     opts,
                     workers,

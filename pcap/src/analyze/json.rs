@@ -66,7 +66,7 @@ macro_rules! view {
 
 /// The latency measures of a side, in sorted order of their names.
 fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
-    let mut m = super::report::measures(s);
+    let mut m = s.measures();
     m.sort_unstable_by_key(|x| x.0);
     m
 }
@@ -149,7 +149,7 @@ object!(
         m.serialize_entry("ecn_ce", &s.ecn_ce)?;
         m.serialize_entry("first_s", &(s.first_t as f64 / 1e9))?;
         m.serialize_entry("ghost_acks", &s.ghost_acks)?;
-        m.serialize_entry("goodput_gbps", &super::report::goodput_gbps(s))?;
+        m.serialize_entry("goodput_gbps", &s.goodput_gbps())?;
         m.serialize_entry("icrc_bad", &s.icrc_bad)?;
         m.serialize_entry("last_s", &(s.last_t as f64 / 1e9))?;
         m.serialize_entry("latency_us", &view!(SideLatency(s)))?;

@@ -38,6 +38,7 @@ mod responder;
 mod rules;
 mod side;
 pub mod stats;
+mod text;
 mod trace;
 
 /// Maps keyed by what a capture names (addresses, QPNs): a fast hash with a per-process

@@ -55,8 +55,6 @@ const MAX_FRAME_TIMES: usize = 1 << 21;
 /// is memory's: 65,536 senders on all eight priorities hold about 30 MB of open pauses).
 /// Frames of further senders are not counted.
 const MAX_SENDERS: usize = 1 << 16;
-/// Stalls kept per side for the check against pauses.
-pub(super) const STALLS_KEPT: usize = 64;
 
 /// What a priority's pauses were, over the capture.
 #[derive(Debug, Clone, Default, PartialEq)]

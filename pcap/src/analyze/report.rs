@@ -6,21 +6,11 @@ use std::io::Write;
 use serde_json::{json, Value};
 
 use super::side::endpoint;
-use super::stats::Dist;
+use super::text::{pad_right, push_u64};
 use super::{Analysis, Cause, Connection, Event, PriorityPfc, Side, NAK_KINDS, OPS};
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
-}
-
-pub(super) fn goodput_gbps(s: &Side) -> f64 {
-    let bytes: u64 = s.message_bytes.iter().sum();
-    let dt = s.last_t.saturating_sub(s.first_t);
-    if dt == 0 {
-        0.0
-    } else {
-        bytes as f64 * 8.0 / dt as f64
-    }
 }
 
 /// A rate with a unit that keeps three digits.
@@ -47,19 +37,6 @@ fn counts_into(o: &mut String, names: impl Iterator<Item = &'static str>, counts
     }
     if o.len() == start {
         o.push('-');
-    }
-}
-
-/// `n` in decimal.
-pub(super) fn push_u64(o: &mut String, n: u64) {
-    o.push_str(itoa::Buffer::new().format(n));
-}
-
-/// Pads what was written from `at` on with spaces to `width` characters, on the right
-/// (`{:<width}`; the report's texts are ASCII).
-pub(super) fn pad_right(o: &mut String, at: usize, width: usize) {
-    for _ in o.len() - at..width {
-        o.push(' ');
     }
 }
 
@@ -189,7 +166,7 @@ fn table_rows(o: &mut String, conns: &[Box<Connection>]) {
         push_u64_right(o, x.bytes + y.bytes, 11);
         o.push(' ');
         let at = o.len();
-        rate_into(o, goodput_gbps(x).max(goodput_gbps(y)));
+        rate_into(o, x.goodput_gbps().max(y.goodput_gbps()));
         pad_left(o, at, 8);
         o.push(' ');
         push_u64_right(o, x.retransmitted_packets + y.retransmitted_packets, 6);
@@ -308,7 +285,7 @@ fn section(o: &mut String, c: &Connection, events: bool) {
         }
         o.push('\n');
         anomalies_into(o, s);
-        for (name, d) in measures(s) {
+        for (name, d) in s.measures() {
             if d.count() > 0 {
                 let _ = writeln!(
                     o,
@@ -522,20 +499,6 @@ pub fn write_json_lines<W: Write + ?Sized>(
         }
     }
     Ok(())
-}
-
-/// The latency measures of a side, in the reports' order.
-pub(super) fn measures(s: &Side) -> [(&'static str, &Dist); 8] {
-    [
-        ("ack_rtt", &s.ack_rtt),
-        ("read", &s.read_latency),
-        ("nak_generation", &s.nak_generation),
-        ("nak_response", &s.nak_response),
-        ("retransmission_timeout", &s.retransmission_timeout),
-        ("rnr_wait", &s.rnr_wait),
-        ("cnp_interval", &s.cnp_interval),
-        ("ce_to_cnp", &s.ce_to_cnp),
-    ]
 }
 
 /// The JSON object of a connection (`type: connection`).

@@ -1,7 +1,7 @@
 //! The behaviour rules a connection is checked against: [`Rule`] (each one's wire name and
 //! what it checks, in one table), the per-connection tallies the handlers feed, and the
 //! [`Verdict`]s made of them.
-use super::report::{pad_right, push_u64};
+use super::text::{pad_right, push_u64};
 use std::fmt::Write as _;
 
 /// Declares [`Rule`] from one table: variant, wire name (the `rule` of the text and JSON

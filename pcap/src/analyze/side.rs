@@ -5,6 +5,9 @@ use std::net::IpAddr;
 
 use super::stats::Dist;
 
+/// Stalls kept per side for the check against pauses.
+const STALLS_KEPT: usize = 64;
+
 /// The first rate window: 10 us (it doubles whenever 512 windows are kept).
 pub const RATE_WINDOW_NS: u64 = 10_000;
 /// Rate windows kept per side.
@@ -119,10 +122,35 @@ pub struct Side {
 }
 
 impl Side {
+    /// Message bytes over the side's time span, Gb/s (0 over no time).
+    pub(super) fn goodput_gbps(&self) -> f64 {
+        let bytes: u64 = self.message_bytes.iter().sum();
+        let dt = self.last_t.saturating_sub(self.first_t);
+        if dt == 0 {
+            0.0
+        } else {
+            bytes as f64 * 8.0 / dt as f64
+        }
+    }
+
+    /// The latency measures of the side, in the reports' order.
+    pub(super) fn measures(&self) -> [(&'static str, &Dist); 8] {
+        [
+            ("ack_rtt", &self.ack_rtt),
+            ("read", &self.read_latency),
+            ("nak_generation", &self.nak_generation),
+            ("nak_response", &self.nak_response),
+            ("retransmission_timeout", &self.retransmission_timeout),
+            ("rnr_wait", &self.rnr_wait),
+            ("cnp_interval", &self.cnp_interval),
+            ("ce_to_cnp", &self.ce_to_cnp),
+        ]
+    }
+
     /// Counts a stall from `start` to `end` (ns), keeping the first spans.
     pub(super) fn note_stall(&mut self, start: u64, end: u64) {
         self.stalls += 1;
-        if self.stall_spans.len() < super::pfc::STALLS_KEPT {
+        if self.stall_spans.len() < STALLS_KEPT {
             self.stall_spans.push((start, end));
         }
     }
