@@ -99,14 +99,6 @@ impl DriverError {
         matches!(self.fault(), Fault::Peer | Fault::Check)
     }
 
-    /// The peer's fault, if this is one ([`Self::Peer`]).
-    pub fn peer_fault(&self) -> Option<&PeerFault> {
-        match self {
-            Self::Peer(p) => Some(p),
-            _ => None,
-        }
-    }
-
     /// [`DriverError::Step`]: `what` failed because of `source`, which stays typed.
     pub fn step(
         what: impl Into<String>,
@@ -526,9 +518,6 @@ pub enum Unsupported {
         /// QPs asked for.
         qps: u32,
     },
-    /// A client without a server address.
-    #[error("no server")]
-    NoServer,
     /// An exchange that does not carry this service.
     #[error("{0}")]
     Service(&'static str),

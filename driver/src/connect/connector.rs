@@ -92,24 +92,6 @@ pub enum Ran<S, C> {
     },
 }
 
-impl<S, C> Ran<S, C> {
-    /// The client's outcome, where this process was a client.
-    pub fn client(&self) -> Option<&C> {
-        match self {
-            Self::Client(c) | Self::Both { client: c, .. } => Some(c),
-            Self::Served(_) => None,
-        }
-    }
-
-    /// The server's outcome, where this process served.
-    pub fn server(&self) -> Option<&S> {
-        match self {
-            Self::Served(s) | Self::Both { server: s, .. } => Some(s),
-            Self::Client(_) => None,
-        }
-    }
-}
-
 /// A run's way to its peer: the exchange, this process's end(s), and what every end needs
 /// (its secrets, its link), with a hook for the moment a server listens.
 pub struct Connector {
