@@ -110,6 +110,24 @@ fn a_report_that_cannot_reach_stdout_fails_the_run() {
     let (code, err) = to_full_stdout(&["sim", "congestion", "--duration", "5"]);
     assert_ne!(code, 0, "{err}");
     one_line_naming(&err, "stdout");
+    // perf's figures as they come, and over perftest's exchange its table at the end.
+    let (c, s) = ips(147);
+    for extra in [&[][..], &["--perftest"]] {
+        let mut args = vec![
+            "perf",
+            "write",
+            "-n",
+            "200",
+            "--client-ip",
+            &c,
+            "--server-ip",
+            &s,
+        ];
+        args.extend_from_slice(extra);
+        let (code, err) = to_full_stdout(&args);
+        assert_ne!(code, 0, "{extra:?}: {err}");
+        one_line_naming(&err, "stdout");
+    }
 }
 
 #[test]

@@ -174,8 +174,9 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
     };
     let (json, lat, perftest) = (a.json, a.lat, a.perftest);
     let mut rows = 0usize;
-    // A reader that went away (`| head`) ends the run quietly, as with `decode`; perftest's
-    // shape: its header once, a row per size.
+    // A reader that went away (`| head`) ends the run quietly, as with `decode`; any other
+    // failed write ends it with an error. perftest's shape: its header once, a row per size.
+    let mut failed: Option<std::io::Error> = None;
     let mut out = |r: &PerfResult| {
         let mut o = std::io::stdout().lock();
         let first = rows == 0;
@@ -193,7 +194,13 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         } else {
             writeln!(o, "{r}")
         };
-        written.and_then(|()| o.flush()).is_ok()
+        match written.and_then(|()| o.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                failed.get_or_insert(e);
+                false
+            }
+        }
     };
     match perf::run(c, run, &mut out)? {
         Some(perf::Served::Runs(n)) => eprintln!("roce perf: client finished after {n} runs"),
@@ -211,5 +218,10 @@ pub(crate) fn run(a: PerfArgs) -> anyhow::Result<ExitCode> {
         }
         None => {}
     }
-    Ok(ExitCode::SUCCESS)
+    match failed {
+        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("writing the output to stdout"))
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }
