@@ -3,173 +3,36 @@
 //!
 //! As rdma_cm applications do, the client asks for one more RC QP than the transfer uses: the
 //! control QP, over which the two ends exchange the kv messages of the TCP path (hello,
-//! welcome, blocks, sent, verified) as SENDs, one JSON message each (`QpChannel`). Each REQ's
-//! private data (after RDMA-CM's `cma_hdr`) names its QP's index and the QP count; the REPs
-//! carry nothing. When every plan is done the client releases the connections (DREQ/DREP); a
+//! welcome, blocks, sent, verified) as SENDs, one JSON message each (the layer's
+//! `MessageChannel`). Each REQ's private data (after RDMA-CM's `cma_hdr`) names its QP's
+//! index and the QP count; the REPs carry nothing. When every plan is done the client releases the connections (DREQ/DREP); a
 //! server that refuses the hello releases them itself with the reason in the DREQ's private
 //! data, which the client reports.
-use std::collections::VecDeque;
 use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use roce_driver::connect::qps::{LocalQp, RemoteBuffer};
 use roce_driver::{bind_endpoint, runtime, AppError, Application, DriverError, PeerFault};
 use roce_proto::{Psn, Qpn, ROCEV2_UDP_PORT};
-use roce_stack::{
-    Access, CcConfig, Completion, CqHandle, Device, Instant, MrHandle, PdHandle, QpStats,
-    RecvRequest, SgList, Sge, WcStatus, WorkRequest, WrOp,
-};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
+use roce_stack::{Access, CcConfig, CqHandle, Device, Instant, MrHandle, PdHandle, QpStats};
 
 use super::run::{
     check_hello, kv_report, plan_row, plan_verdict, KvConfig, KvMsg, KvReport, KvServerConfig,
     KvServerOutcome,
 };
 use super::{KvReceiver, KvSender, KvSpec, PlanSpec, Transfer};
-use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
+use roce_driver::connect::channel::MessageChannel;
+use roce_driver::connect::cm_group::{
+    self, Accept, Admit, Group, Host, Hosted, Joined, Joining, Listen, Served,
+};
+use roce_driver::connect::cm_session::{Asked, CmSession, SourcePort, Terms};
 use roce_driver::connect::AfterGivingUp;
+use roce_driver::Endpoint;
 
 /// First bytes of a kv REQ's consumer private data.
 const MAGIC: &[u8; 4] = b"rkv1";
-
-/// Largest control message (one SEND).
-pub const MAX_CONTROL_MESSAGE: usize = 4 << 20;
-
-/// Receives the control channel keeps posted.
-const RECV_SLOTS: usize = 2;
-
-/// Control messages received and not yet taken, at most (a peer that floods is an error).
-const MAX_INBOX: usize = 8;
-
-/// Messages over an RC QP: one JSON document per SEND, at most [`MAX_CONTROL_MESSAGE`] bytes,
-/// one SEND in flight, [`RECV_SLOTS`] receives posted (the peer's extra SENDs wait in RNR
-/// retries).
-pub(crate) struct QpChannel {
-    qpn: Qpn,
-    send_cq: CqHandle,
-    recv_cq: CqHandle,
-    /// `[send slot | receive slot 0 | receive slot 1]`.
-    mr: MrHandle,
-    outbox: VecDeque<Vec<u8>>,
-    sending: bool,
-    inbox: VecDeque<Vec<u8>>,
-}
-
-impl QpChannel {
-    /// A channel on `qp` (connected, or about to be): registers its buffers, posts receives.
-    pub(crate) fn new(dev: &mut Device, pd: PdHandle, qp: &LocalQp) -> Result<Self, AppError> {
-        let mr = dev.reg_mr(
-            pd,
-            MAX_CONTROL_MESSAGE * (1 + RECV_SLOTS),
-            Access::LOCAL_WRITE,
-        );
-        let c = Self {
-            qpn: qp.qpn,
-            send_cq: qp.send_cq,
-            recv_cq: qp.recv_cq,
-            mr,
-            outbox: VecDeque::new(),
-            sending: false,
-            inbox: VecDeque::new(),
-        };
-        for slot in 0..RECV_SLOTS {
-            c.post_recv(dev, slot)?;
-        }
-        Ok(c)
-    }
-
-    fn slot_sge(&self, dev: &Device, at: usize, len: u32) -> Result<Sge, AppError> {
-        dev.mr(self.mr)
-            .map(|m| m.sge((at * MAX_CONTROL_MESSAGE) as u64, len))
-            .ok_or(AppError::Defect("the control region vanished"))
-    }
-
-    fn post_recv(&self, dev: &mut Device, slot: usize) -> Result<(), AppError> {
-        let sge = self.slot_sge(dev, 1 + slot, MAX_CONTROL_MESSAGE as u32)?;
-        dev.post_recv(
-            self.qpn,
-            RecvRequest {
-                wr_id: slot as u64,
-                sgl: SgList::one(sge),
-            },
-        )
-        .map_err(|e| AppError::post(0, "a control receive", e))
-    }
-
-    /// Queues `msg`.
-    pub(crate) fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), AppError> {
-        let v = serde_json::to_vec(msg).map_err(|e| AppError::check("a control message", e))?;
-        if v.len() > MAX_CONTROL_MESSAGE {
-            return Err(AppError::Defect("a control message larger than its slot"));
-        }
-        self.outbox.push_back(v);
-        Ok(())
-    }
-
-    /// The next message received, decoded (`Some(Err)`: not a message of this protocol).
-    pub(crate) fn recv<T: DeserializeOwned>(&mut self) -> Option<Result<T, PeerFault>> {
-        self.inbox.pop_front().map(|b| {
-            serde_json::from_slice(&b).map_err(|e| PeerFault::Unreadable {
-                what: "control message",
-                source: Box::new(e),
-            })
-        })
-    }
-
-    fn failed(what: &'static str, c: &Completion) -> AppError {
-        AppError::completion(what, c)
-    }
-
-    /// Takes completions, re-posts receives, sends what is queued.
-    pub(crate) fn poll(&mut self, dev: &mut Device) -> Result<(), AppError> {
-        while let Some(c) = dev.poll_cq(self.recv_cq) {
-            if c.status != WcStatus::Success {
-                return Err(Self::failed("receive", &c));
-            }
-            if self.inbox.len() >= MAX_INBOX {
-                return Err(PeerFault::Overran {
-                    what: "control messages",
-                    limit: MAX_INBOX,
-                }
-                .into());
-            }
-            let slot = (c.wr_id as usize).min(RECV_SLOTS - 1);
-            let at = (1 + slot) * MAX_CONTROL_MESSAGE;
-            let len = (c.byte_len as usize).min(MAX_CONTROL_MESSAGE);
-            let bytes = dev
-                .mr(self.mr)
-                .map(|m| m.as_slice()[at..at + len].to_vec())
-                .unwrap_or_default();
-            self.inbox.push_back(bytes);
-            self.post_recv(dev, slot)?;
-        }
-        while let Some(c) = dev.poll_cq(self.send_cq) {
-            if c.status != WcStatus::Success {
-                return Err(Self::failed("send", &c));
-            }
-            self.sending = false;
-        }
-        if !self.sending {
-            if let Some(m) = self.outbox.pop_front() {
-                if let Some(r) = dev.mr_mut(self.mr) {
-                    r.as_mut_slice()[..m.len()].copy_from_slice(&m);
-                }
-                let sge = self.slot_sge(dev, 0, m.len() as u32)?;
-                let sgl = if m.is_empty() {
-                    SgList::new()
-                } else {
-                    SgList::one(sge)
-                };
-                dev.post_send(self.qpn, WorkRequest::new(0, WrOp::Send, sgl))
-                    .map_err(|e| AppError::post(0, "a control send", e))?;
-                self.sending = true;
-            }
-        }
-        Ok(())
-    }
-}
 
 fn req_data(qp: u16, total: u16) -> Vec<u8> {
     let mut v = MAGIC.to_vec();
@@ -207,94 +70,35 @@ struct ServerPlan {
 
 /// The decode side over CM-made connections.
 struct KvCmServer {
-    session: CmSession,
     cfg: KvServerConfig,
     pd: PdHandle,
     mine: Vec<LocalQp>,
     psns: Vec<Psn>,
-    /// Each QP's connection, once its REQ was accepted.
-    conns: Vec<Option<usize>>,
-    established: usize,
-    released: usize,
-    chan: Option<QpChannel>,
+    chan: Option<MessageChannel>,
     hello: Option<(KvSpec, Vec<PlanSpec>)>,
     pool: Option<MrHandle>,
     plan: Option<ServerPlan>,
     next_plan: u32,
     refused: Option<PeerFault>,
     out: KvServerOutcome,
-    /// Stop once every QP is established (the first phase), or once every QP is released.
-    until_established: bool,
-    /// The set-up was given up (the session's bounds, our REP refused, a client gone
-    /// quiet): listen again, afresh.
-    abandoned: bool,
 }
 
 impl KvCmServer {
-    fn on_asked(&mut self, dev: &mut Device, now: Instant, asked: Asked) -> Result<(), AppError> {
-        let Some((k, total)) = decode_req(&asked.data) else {
-            eprintln!(
-                "roce kv: refused a CM REQ from {} (REJ consumer_reject): it carries no roce kv request",
-                asked.peer
-            );
-            self.session.refuse(&asked, b"not a roce kv REQ");
-            return Ok(());
-        };
-        if self.conns.is_empty() {
-            // 1..=64 data QPs and the control QP.
-            if !(2..=65).contains(&total) {
-                self.session.refuse(&asked, b"bad QP count");
-                return Ok(());
-            }
-            let n = u32::from(total);
-            self.mine = roce_driver::connect::qps::create_qps(
-                dev,
-                self.pd,
-                n,
-                roce_stack::QpCaps::default(),
-                Access::REMOTE_WRITE,
-            )?;
-            self.psns = self.cfg.secrets.start_psns(n, 0xdec0)?;
-            self.conns = vec![None; n as usize];
-        } else if usize::from(total) != self.conns.len() {
-            // The session refuses other peers while a set-up is under way.
-            self.session.refuse(&asked, b"busy");
-            return Ok(());
-        }
-        let k = usize::from(k);
-        if k >= self.conns.len() || self.conns[k].is_some() {
-            self.session.refuse(&asked, b"bad QP index");
-            return Ok(());
-        }
-        let i = self.session.accept(
-            dev,
-            now,
-            &asked,
-            self.mine[k],
-            self.psns[k],
-            &roce_stack::ConnectParams::default(),
-            16,
-            CcConfig::None,
-            100_000_000_000,
-            &[],
-        )?;
-        self.conns[k] = Some(i);
-        Ok(())
-    }
-
     /// Refuses the client's hello: the reason goes in the DREQs.
-    fn refuse(&mut self, now: Instant, why: PeerFault) {
+    fn refuse(&mut self, group: &mut Group, now: Instant, why: PeerFault) {
         let why_text = why.to_string();
         let text = why_text.as_bytes();
-        let text = &text[..text.len().min(200)];
-        for i in self.conns.iter().flatten() {
-            self.session.set_release_data(*i, text);
-            self.session.disconnect(now, *i);
-        }
+        group.release(now, &text[..text.len().min(200)]);
         self.refused = Some(why);
     }
 
-    fn on_hello(&mut self, dev: &mut Device, now: Instant, msg: KvMsg) -> Result<(), AppError> {
+    fn on_hello(
+        &mut self,
+        group: &mut Group,
+        dev: &mut Device,
+        now: Instant,
+        msg: KvMsg,
+    ) -> Result<(), AppError> {
         let KvMsg::Hello {
             protocol,
             spec,
@@ -303,18 +107,18 @@ impl KvCmServer {
             ..
         } = msg
         else {
-            self.refuse(now, PeerFault::Expected("a kv hello"));
+            self.refuse(group, now, PeerFault::Expected("a kv hello"));
             return Ok(());
         };
         let checked =
             roce_driver::connect::qps::check_protocol("kv", protocol, super::run::KV_PROTOCOL)
                 .and_then(|()| {
-                    let qps = self.conns.len() - 1;
+                    let qps = group.len() - 1;
                     check_hello(&spec, &plans, &transport, self.cfg.max_pool, qps)
                         .map_err(PeerFault::invalid)
                 });
         if let Err(why) = checked {
-            self.refuse(now, why);
+            self.refuse(group, now, why);
             return Ok(());
         }
         let pool = dev.reg_mr(
@@ -358,14 +162,20 @@ impl KvCmServer {
         Ok(())
     }
 
-    fn on_sent(&mut self, dev: &mut Device, now: Instant, msg: KvMsg) -> Result<(), AppError> {
+    fn on_sent(
+        &mut self,
+        group: &mut Group,
+        dev: &mut Device,
+        now: Instant,
+        msg: KvMsg,
+    ) -> Result<(), AppError> {
         let (Some(p), Some((spec, plans))) = (self.plan.as_mut(), &self.hello) else {
             return Ok(());
         };
         match msg {
             KvMsg::Sent { plan } if plan == p.i => {}
             _ => {
-                self.refuse(now, PeerFault::OutOfTurn("a control message"));
+                self.refuse(group, now, PeerFault::OutOfTurn("a control message"));
                 return Ok(());
             }
         }
@@ -381,67 +191,117 @@ impl KvCmServer {
     }
 }
 
-impl Application for KvCmServer {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        self.session.poll(dev, now)?;
-        while let Some(e) = self.session.next_event() {
-            match e {
-                SessionEvent::Asked(a) => self.on_asked(dev, now, a)?,
-                SessionEvent::Up(_) => self.established += 1,
-                // A refused client's release, answered or not, counts too.
-                SessionEvent::Released(_) => self.released += 1,
-                // Any address can send a REQ: one never confirmed, or a client gone quiet,
-                // costs the server its set-up (and the pool it made), not its life.
-                SessionEvent::Restarted => self.abandoned = true,
-                SessionEvent::Accepted(_) => {}
+impl Served for KvCmServer {
+    fn admit(&mut self, dev: &mut Device, asked: &Asked) -> Result<Admit, AppError> {
+        let Some((k, total)) = decode_req(&asked.data) else {
+            eprintln!(
+                "roce kv: refused a CM REQ from {} (REJ consumer_reject): it carries no roce kv request",
+                asked.peer
+            );
+            return Ok(Admit::Refuse(b"not a roce kv REQ"));
+        };
+        if self.mine.is_empty() {
+            // 1..=64 data QPs and the control QP.
+            if !(2..=65).contains(&total) {
+                return Ok(Admit::Refuse(b"bad QP count"));
             }
+            let n = u32::from(total);
+            self.mine = roce_driver::connect::qps::create_qps(
+                dev,
+                self.pd,
+                n,
+                roce_stack::QpCaps::default(),
+                Access::REMOTE_WRITE,
+            )?;
+            self.psns = self.cfg.secrets.start_psns(n, 0xdec0)?;
         }
-        if self.abandoned {
-            self.session.flush(dev);
-            return Ok(());
-        }
-        let all = !self.conns.is_empty() && self.established == self.conns.len();
-        if all && self.chan.is_none() {
-            let last = self.mine[self.mine.len() - 1];
-            self.chan = Some(QpChannel::new(dev, self.pd, &last)?);
-        }
-        if self.refused.is_none() {
-            if let Some(p) = &mut self.plan {
-                p.receiver.poll(dev, now)?;
-            }
-            if let Some(ch) = &mut self.chan {
-                ch.poll(dev)?;
-                if let Some(m) = ch.recv::<KvMsg>() {
-                    match m {
-                        Err(e) => self.refuse(now, e),
-                        Ok(m) if self.hello.is_none() => self.on_hello(dev, now, m)?,
-                        Ok(m) => self.on_sent(dev, now, m)?,
-                    }
-                }
-            }
-            if let Some(ch) = &mut self.chan {
-                ch.poll(dev)?;
-            }
-        }
-        self.session.flush(dev);
-        Ok(())
+        Ok(Admit::Member {
+            k: usize::from(k),
+            of: usize::from(total),
+        })
     }
 
-    fn done(&self) -> bool {
-        let all = !self.conns.is_empty();
-        if self.abandoned {
-            return true;
+    fn accept(&mut self, _dev: &mut Device, k: usize) -> Result<Accept, AppError> {
+        Ok(Accept {
+            qp: self.mine[k],
+            psn: self.psns[k],
+            base: roce_stack::ConnectParams::default(),
+            rd_atomic: 16,
+            cc: CcConfig::None,
+            line_rate_bps: 100_000_000_000,
+            reply: Vec::new(),
+        })
+    }
+
+    fn poll(&mut self, group: &mut Group, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if group.all_up() && self.chan.is_none() {
+            let last = self.mine[self.mine.len() - 1];
+            self.chan = Some(MessageChannel::new(dev, self.pd, &last)?);
         }
-        if self.until_established {
-            all && self.established == self.conns.len()
-        } else {
-            all && self.released == self.conns.len()
+        if self.refused.is_some() {
+            return Ok(());
         }
+        if let Some(p) = &mut self.plan {
+            p.receiver.poll(dev, now)?;
+        }
+        if let Some(ch) = &mut self.chan {
+            ch.poll(dev)?;
+            if let Some(m) = ch.recv::<KvMsg>() {
+                match m {
+                    Err(e) => self.refuse(group, now, e),
+                    Ok(m) if self.hello.is_none() => self.on_hello(group, dev, now, m)?,
+                    Ok(m) => self.on_sent(group, dev, now, m)?,
+                }
+            }
+        }
+        if let Some(ch) = &mut self.chan {
+            ch.poll(dev)?;
+        }
+        Ok(())
     }
 }
 
-/// How long a server serving a client waits with nothing from it.
-const SERVING_SILENCE: Duration = Duration::from_secs(30);
+/// The decode side's server: one prefill client (a set-up given up, or a client gone quiet,
+/// costs it that client when it listens again).
+struct KvHost {
+    cfg: KvServerConfig,
+}
+
+impl Host for KvHost {
+    type Run = KvCmServer;
+    type Output = KvServerOutcome;
+
+    fn name(&self) -> &'static str {
+        "roce kv"
+    }
+
+    fn open(&mut self, ep: &mut Endpoint) -> Result<KvCmServer, DriverError> {
+        Ok(KvCmServer {
+            cfg: self.cfg,
+            pd: ep.dev.alloc_pd(),
+            mine: Vec::new(),
+            psns: Vec::new(),
+            chan: None,
+            hello: None,
+            pool: None,
+            plan: None,
+            next_plan: 0,
+            refused: None,
+            out: KvServerOutcome::default(),
+        })
+    }
+
+    fn ended(
+        &mut self,
+        _ep: Endpoint,
+        h: Hosted<KvCmServer>,
+    ) -> Result<ControlFlow<KvServerOutcome>, DriverError> {
+        match h.run.refused {
+            Some(why) => Err(why.into()),
+            None => Ok(ControlFlow::Break(h.run.out)),
+        }
+    }
+}
 
 /// Serves one prefill client that connects through the CM to `bind` (UDP 4791) on RDMA-CM
 /// port `port`, as the decode side. Blocking; `ready` is called once the socket is bound.
@@ -454,71 +314,15 @@ pub(crate) fn serve_cm(
     after: AfterGivingUp,
     ready: impl FnOnce(),
 ) -> Result<KvServerOutcome, DriverError> {
-    runtime()?.block_on(async move {
-        let mut ready = Some(ready);
-        let mut attempts = 0u64;
-        // Each set-up on a fresh device, CM and endpoint: one given up takes its pool along.
-        loop {
-            attempts += 1;
-            let mut dev = cfg.secrets.device(0xdec0)?;
-            let pd = dev.alloc_pd();
-            let mut ep = bind_endpoint(
-                dev,
-                SocketAddr::new(bind, ROCEV2_UDP_PORT),
-                ROCEV2_UDP_PORT,
-                cfg.impairment,
-                cfg.link,
-            )?;
-            let terms = Terms {
-                port,
-                ..Terms::default()
-            };
-            let session =
-                CmSession::listener(ep.now(), terms, &cfg.secrets, 0xdec0 ^ attempts, "roce kv")?;
-            let mut app = KvCmServer {
-                session,
-                cfg,
-                pd,
-                mine: Vec::new(),
-                psns: Vec::new(),
-                conns: Vec::new(),
-                established: 0,
-                released: 0,
-                chan: None,
-                hello: None,
-                pool: None,
-                plan: None,
-                next_plan: 0,
-                refused: None,
-                out: KvServerOutcome::default(),
-                until_established: true,
-                abandoned: false,
-            };
-            if let Some(r) = ready.take() {
-                r();
-            }
-            // Waiting for a client has no silence bound; serving one has (a client that fails
-            // midway stops answering).
-            let forever = Duration::from_secs(365 * 24 * 3600);
-            ep.run(&mut app, true, pending(), forever).await?;
-            if !app.abandoned {
-                app.until_established = false;
-                let ran = ep.run(&mut app, true, pending(), SERVING_SILENCE).await;
-                if let Err(e) = ran {
-                    after.tolerate(e, "roce kv", app.session.peer())?;
-                    continue;
-                }
-            }
-            if app.abandoned {
-                after.set_up_given_up()?;
-                continue;
-            }
-            if let Some(why) = app.refused {
-                return Err(why.into());
-            }
-            return Ok(app.out);
-        }
-    })
+    let at = Listen {
+        bind,
+        port,
+        secrets: cfg.secrets,
+        link: cfg.link,
+        impairment: cfg.impairment,
+        salt: 0xdec0,
+    };
+    cm_group::serve(at, KvHost { cfg }, after, ready)
 }
 
 /// The prefill side's phases.
@@ -543,14 +347,11 @@ struct ClientPlan {
 }
 
 struct KvCmClient {
-    session: CmSession,
     cfg: KvConfig,
     plans: Vec<PlanSpec>,
     pd: PdHandle,
     mine: Vec<LocalQp>,
-    established: usize,
-    released: usize,
-    chan: Option<QpChannel>,
+    chan: Option<MessageChannel>,
     phase: Phase,
     src: MrHandle,
     pool: Option<RemoteBuffer>,
@@ -561,34 +362,14 @@ struct KvCmClient {
 }
 
 impl KvCmClient {
-    fn on_session_event(&mut self, e: SessionEvent) -> Result<(), AppError> {
-        match e {
-            SessionEvent::Up(_) => self.established += 1,
-            SessionEvent::Released(k) => {
-                if self.phase == Phase::Releasing {
-                    self.released += 1;
-                } else {
-                    let why = self
-                        .session
-                        .release_data(k)
-                        .map(release_text)
-                        .unwrap_or_default();
-                    let why = if why.is_empty() {
-                        "no reason given".to_string()
-                    } else {
-                        why
-                    };
-                    return Err(PeerFault::Refused { who: "client", why }.into());
-                }
-            }
-            // A server's only.
-            SessionEvent::Asked(_) | SessionEvent::Accepted(_) | SessionEvent::Restarted => {}
-        }
-        Ok(())
-    }
-
     /// The control message the current phase waits for.
-    fn on_message(&mut self, dev: &mut Device, now: Instant, m: KvMsg) -> Result<(), AppError> {
+    fn on_message(
+        &mut self,
+        group: &mut Group,
+        dev: &mut Device,
+        now: Instant,
+        m: KvMsg,
+    ) -> Result<(), AppError> {
         let unexpected = || AppError::Peer(PeerFault::OutOfTurn("a control message"));
         match (self.phase, m) {
             (Phase::Welcome, KvMsg::Welcome { pool, .. }) => {
@@ -670,9 +451,7 @@ impl KvCmClient {
                     self.phase = Phase::Blocks;
                 } else {
                     self.phase = Phase::Releasing;
-                    for i in 0..self.mine.len() {
-                        self.session.disconnect(now, i);
-                    }
+                    group.release(now, &[]);
                 }
             }
             _ => return Err(unexpected()),
@@ -681,15 +460,21 @@ impl KvCmClient {
     }
 }
 
-impl Application for KvCmClient {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        self.session.poll(dev, now)?;
-        while let Some(e) = self.session.next_event() {
-            self.on_session_event(e)?;
-        }
-        if self.phase == Phase::Connecting && self.established == self.mine.len() {
+impl Joined for KvCmClient {
+    fn released_early(&mut self, group: &Group, k: usize) -> Result<(), AppError> {
+        let why = group.release_data(k).map(release_text).unwrap_or_default();
+        let why = if why.is_empty() {
+            "no reason given".to_string()
+        } else {
+            why
+        };
+        Err(PeerFault::Refused { who: "client", why }.into())
+    }
+
+    fn poll(&mut self, group: &mut Group, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if self.phase == Phase::Connecting && group.all_up() {
             let last = self.mine[self.mine.len() - 1];
-            let mut ch = QpChannel::new(dev, self.pd, &last)?;
+            let mut ch = MessageChannel::new(dev, self.pd, &last)?;
             ch.send(&KvMsg::Hello {
                 protocol: super::run::KV_PROTOCOL,
                 spec: self.cfg.spec,
@@ -720,18 +505,13 @@ impl Application for KvCmClient {
             ch.poll(dev)?;
             if let Some(m) = ch.recv::<KvMsg>() {
                 let m = m?;
-                self.on_message(dev, now, m)?;
+                self.on_message(group, dev, now, m)?;
             }
         }
         if let Some(ch) = &mut self.chan {
             ch.poll(dev)?;
         }
-        self.session.flush(dev);
         Ok(())
-    }
-
-    fn done(&self) -> bool {
-        self.phase == Phase::Releasing && self.released == self.mine.len()
     }
 }
 
@@ -790,14 +570,12 @@ pub(crate) fn run_client_cm(
             server,
             |k| req_data(k as u16, total),
         )?;
-        let mut app = KvCmClient {
-            session,
+        let n = mine.len();
+        let app = KvCmClient {
             cfg: cfg.clone(),
             plans,
             pd,
             mine,
-            established: 0,
-            released: 0,
             chan: None,
             phase: Phase::Connecting,
             src,
@@ -807,9 +585,10 @@ pub(crate) fn run_client_cm(
             rows: Vec::new(),
             errors: Vec::new(),
         };
+        let mut app = Joining::new(session, n, app);
         let silence = cfg.silence.max(Duration::from_secs(5));
         ep.run(&mut app, true, pending(), silence).await?;
-        Ok(kv_report(cfg, app.rows, app.errors, ep.link()))
+        Ok(kv_report(cfg, app.run.rows, app.run.errors, ep.link()))
     })
 }
 

@@ -10,6 +10,7 @@
 //! channel and is not offered with `--cm`.
 use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use roce_driver::connect::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
@@ -22,8 +23,12 @@ use roce_stack::{Access, CcConfig, ConnectParams, Device, Instant, MrHandle, Rem
 
 use super::app::{perf_caps, spin};
 use super::{PerfApp, PerfResult, PerfSpec, PerfTest};
-use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
+use roce_driver::connect::cm_group::{
+    self, Accept, Admit, Group, Host, Hosted, Joined, Joining, Listen, Served, SERVING_SILENCE,
+};
+use roce_driver::connect::cm_session::{Asked, CmSession, SourcePort, Terms};
 use roce_driver::connect::AfterGivingUp;
+use roce_driver::Endpoint;
 
 const MAGIC: &[u8; 4] = b"rpf1";
 
@@ -124,117 +129,131 @@ fn base_params(spec: &PerfSpec) -> ConnectParams {
 
 /// The server's side of one run.
 struct Serving {
-    session: CmSession,
     secrets: Secrets,
     run: Option<(PerfSpec, bool)>,
     qps: Vec<LocalQp>,
     psns: Vec<Psn>,
     target: Option<RemoteBuffer>,
     app: Option<PerfApp>,
-    /// Each QP's connection, once its REQ was accepted.
-    conns: Vec<Option<usize>>,
-    established: usize,
-    released: usize,
-    until_established: bool,
-    /// The set-up of this run was given up (the session's bounds, a REP refused, a peer
-    /// gone quiet): the server drops what it made for it and listens again.
-    abandoned: bool,
 }
 
-impl Serving {
-    fn on_asked(&mut self, dev: &mut Device, now: Instant, asked: Asked) -> Result<(), AppError> {
+impl Served for Serving {
+    fn admit(&mut self, dev: &mut Device, asked: &Asked) -> Result<Admit, AppError> {
         let Some((spec, k, last)) = decode_req(&asked.data, asked.mtu) else {
             eprintln!(
                 "roce perf: refused a CM REQ from {} (REJ consumer_reject): it carries no roce perf request (for a perftest -R client use --perftest)",
                 asked.peer
             );
-            self.session.refuse(&asked, b"not a roce perf REQ");
-            return Ok(());
+            return Ok(Admit::Refuse(b"not a roce perf REQ"));
         };
         match self.run {
             None => {
                 if spec.validate().is_err() {
-                    self.session.refuse(&asked, b"invalid spec");
-                    return Ok(());
+                    return Ok(Admit::Refuse(b"invalid spec"));
                 }
                 let (qps, mrs) = perf_objects(dev, &spec)?;
                 self.psns = self.secrets.start_psns(spec.nqps(), 0x5e7e)?;
                 self.target = dev.mr(mrs.1).map(RemoteBuffer::of);
-                // The client's region arrives with its RTU (see `Up` below).
+                // The client's region arrives with its RTU (see `up` below).
                 let nowhere = RemoteAddr {
                     va: 0,
                     rkey: RKey(0),
                 };
                 self.app = Some(PerfApp::new(dev, spec, false, &qps, mrs, nowhere)?);
-                self.conns = vec![None; qps.len()];
                 self.qps = qps;
                 self.run = Some((spec, last));
             }
-            Some((s, _)) if s != spec => {
-                self.session.refuse(&asked, b"busy");
-                return Ok(());
-            }
+            Some((s, _)) if s != spec => return Ok(Admit::Refuse(b"busy")),
             Some(_) => {}
         }
-        let k = usize::from(k);
-        let (Some(target), true) = (self.target, k < self.conns.len() && self.conns[k].is_none())
-        else {
-            self.session.refuse(&asked, b"bad QP index");
-            return Ok(());
+        Ok(Admit::Member {
+            k: usize::from(k),
+            of: self.qps.len(),
+        })
+    }
+
+    fn accept(&mut self, _dev: &mut Device, k: usize) -> Result<Accept, AppError> {
+        let (Some((spec, _)), Some(target)) = (self.run, self.target) else {
+            return Err(AppError::Defect("a connection admitted before its run"));
         };
-        let i = self.session.accept(
-            dev,
-            now,
-            &asked,
-            self.qps[k],
-            self.psns[k],
-            &base_params(&spec),
-            spec.outs,
-            CcConfig::None,
-            0,
-            &encode_target(&target),
-        )?;
-        self.conns[k] = Some(i);
+        Ok(Accept {
+            qp: self.qps[k],
+            psn: self.psns[k],
+            base: base_params(&spec),
+            rd_atomic: spec.outs,
+            cc: CcConfig::None,
+            line_rate_bps: 0,
+            reply: encode_target(&target),
+        })
+    }
+
+    fn up(&mut self, group: &Group, _dev: &mut Device, k: usize) -> Result<(), AppError> {
+        let t = group.confirm_data(k).and_then(decode_target);
+        if let (Some(t), Some(app)) = (t, &mut self.app) {
+            app.set_remote(t.at(0));
+        }
         Ok(())
+    }
+
+    fn poll(&mut self, _group: &mut Group, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        match &mut self.app {
+            Some(app) => app.poll(dev, now),
+            None => Ok(()),
+        }
     }
 }
 
-impl Application for Serving {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        self.session.poll(dev, now)?;
-        while let Some(e) = self.session.next_event() {
-            match e {
-                SessionEvent::Asked(a) => self.on_asked(dev, now, a)?,
-                SessionEvent::Up(i) => {
-                    self.established += 1;
-                    let t = self.session.confirm_data(i).and_then(decode_target);
-                    if let (Some(t), Some(app)) = (t, &mut self.app) {
-                        app.set_remote(t.at(0));
-                    }
-                }
-                SessionEvent::Released(_) => self.released += 1,
-                // Any address can send a REQ: one never confirmed, or a client gone quiet,
-                // costs this server the run's set-up, not its life.
-                SessionEvent::Restarted => self.abandoned = true,
-                SessionEvent::Accepted(_) => {}
-            }
-        }
-        if let (Some(app), false) = (&mut self.app, self.abandoned) {
-            app.poll(dev, now)?;
-        }
-        self.session.flush(dev);
-        Ok(())
+/// A perf server over the CM: runs until the one its client marked as its last.
+struct PerfService {
+    secrets: Secrets,
+    runs: u64,
+}
+
+impl Host for PerfService {
+    type Run = Serving;
+    type Output = u64;
+
+    fn name(&self) -> &'static str {
+        "roce perf"
     }
 
-    fn done(&self) -> bool {
-        let n = self.conns.len();
-        self.abandoned
-            || n > 0
-                && if self.until_established {
-                    self.established == n
-                } else {
-                    self.released == n
-                }
+    fn open(&mut self, _ep: &mut Endpoint) -> Result<Serving, DriverError> {
+        Ok(Serving {
+            secrets: self.secrets,
+            run: None,
+            qps: Vec::new(),
+            psns: Vec::new(),
+            target: None,
+            app: None,
+        })
+    }
+
+    fn running(&mut self, ep: &mut Endpoint, run: &Serving) {
+        if let Some((spec, _)) = run.run {
+            ep.set_busy_poll(spin(&spec));
+        }
+    }
+
+    fn ended(
+        &mut self,
+        _ep: Endpoint,
+        h: Hosted<Serving>,
+    ) -> Result<ControlFlow<u64>, DriverError> {
+        self.runs += 1;
+        Ok(if h.run.run.is_some_and(|(_, last)| last) {
+            ControlFlow::Break(self.runs)
+        } else {
+            ControlFlow::Continue(())
+        })
+    }
+
+    fn wait(&self) -> Duration {
+        // The first run may wait forever; the next is asked for at once.
+        if self.runs == 0 {
+            cm_group::FOREVER
+        } else {
+            SERVING_SILENCE
+        }
     }
 }
 
@@ -251,117 +270,46 @@ pub(crate) fn serve_cm(
     after: AfterGivingUp,
     ready: impl FnOnce(),
 ) -> Result<u64, DriverError> {
-    let mut ready = Some(ready);
-    runtime()?.block_on(async move {
-        let mut runs = 0;
-        let mut attempts = 0u64;
-        loop {
-            attempts += 1;
-            let dev = secrets.device(0x5e7e)?;
-            let local = SocketAddr::new(bind, ROCEV2_UDP_PORT);
-            let mut ep = bind_endpoint(dev, local, ROCEV2_UDP_PORT, Impairment::default(), link)?;
-            let terms = Terms {
-                port,
-                ..Terms::default()
-            };
-            let session =
-                CmSession::listener(ep.now(), terms, &secrets, 0x5e7e ^ attempts, "roce perf")?;
-            if let Some(r) = ready.take() {
-                r();
-            }
-            let mut s = Serving {
-                session,
-                secrets,
-                run: None,
-                qps: Vec::new(),
-                psns: Vec::new(),
-                target: None,
-                app: None,
-                conns: Vec::new(),
-                established: 0,
-                released: 0,
-                until_established: true,
-                abandoned: false,
-            };
-            // The first run may wait forever; the next is asked for at once.
-            let wait = if runs == 0 {
-                Duration::from_secs(365 * 24 * 3600)
-            } else {
-                Duration::from_secs(30)
-            };
-            ep.run(&mut s, true, pending(), wait).await?;
-            if s.abandoned {
-                // A fresh device, CM and endpoint for the next REQ; this one's QPs and
-                // regions go with it.
-                after.set_up_given_up()?;
-                continue;
-            }
-            if let Some((spec, _)) = s.run {
-                ep.set_busy_poll(spin(&spec));
-            }
-            s.until_established = false;
-            let ran = ep
-                .run(&mut s, true, pending(), Duration::from_secs(30))
-                .await;
-            if let Err(e) = ran {
-                after.tolerate(e, "roce perf", s.session.peer())?;
-                continue;
-            }
-            if s.abandoned {
-                after.set_up_given_up()?;
-                continue;
-            }
-            runs += 1;
-            if s.run.is_some_and(|(_, last)| last) {
-                return Ok(runs);
-            }
-        }
-    })
+    let at = Listen {
+        bind,
+        port,
+        secrets,
+        link,
+        impairment: Impairment::default(),
+        salt: 0x5e7e,
+    };
+    cm_group::serve(at, PerfService { secrets, runs: 0 }, after, ready)
 }
 
 /// The client's side of one run.
 struct Running {
-    session: CmSession,
     spec: PerfSpec,
     qps: Vec<LocalQp>,
     mrs: (MrHandle, MrHandle),
     targets: Vec<Option<RemoteBuffer>>,
-    established: usize,
-    released: usize,
     app: Option<PerfApp>,
-    releasing: bool,
 }
 
-impl Application for Running {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        self.session.poll(dev, now)?;
-        while let Some(e) = self.session.next_event() {
-            match e {
-                SessionEvent::Up(i) => {
-                    let Some(t) = decode_target(self.session.peer_data(i)) else {
-                        // Tell the server (REJ instead of the RTU), then say why here.
-                        self.session.refuse_reply(
-                            now,
-                            i,
-                            b"roce perf: the REP carries no target region",
-                        );
-                        self.session.flush(dev);
-                        return Err(PeerFault::Foreign {
-                            what: "perf target region",
-                            server: "roce perf server over the CM",
-                            hint: Some("a stock perftest -R server needs --perftest"),
-                        }
-                        .into());
-                    };
-                    self.targets[i] = Some(t);
-                    self.established += 1;
-                }
-                SessionEvent::Released(_) => self.released += 1,
-                // A server's only.
-                SessionEvent::Asked(_) | SessionEvent::Accepted(_) | SessionEvent::Restarted => {}
+impl Joined for Running {
+    fn up(&mut self, _dev: &mut Device, k: usize, reply: &[u8]) -> Result<(), AppError> {
+        let Some(t) = decode_target(reply) else {
+            return Err(PeerFault::Foreign {
+                what: "perf target region",
+                server: "roce perf server over the CM",
+                hint: Some("a stock perftest -R server needs --perftest"),
             }
-        }
-        if self.app.is_none() && self.established == self.qps.len() {
+            .into());
+        };
+        self.targets[k] = Some(t);
+        Ok(())
+    }
+
+    fn released_early(&mut self, _group: &Group, _k: usize) -> Result<(), AppError> {
+        Ok(())
+    }
+
+    fn poll(&mut self, group: &mut Group, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if self.app.is_none() && group.all_up() {
             let t = self.targets[0].unwrap_or(RemoteBuffer {
                 va: 0,
                 rkey: RKey(0),
@@ -376,26 +324,13 @@ impl Application for Running {
                 t.at(0),
             )?);
         }
-        if let Some(app) = &mut self.app {
-            if !self.releasing {
-                app.poll(dev, now)?;
-                if app.done() {
-                    self.releasing = true;
-                    for i in 0..self.qps.len() {
-                        if !self.session.disconnect(now, i) {
-                            // The server released it first.
-                            self.released += 1;
-                        }
-                    }
-                }
+        if let (Some(app), false) = (&mut self.app, group.releasing()) {
+            app.poll(dev, now)?;
+            if app.done() {
+                group.release(now, &[]);
             }
         }
-        self.session.flush(dev);
         Ok(())
-    }
-
-    fn done(&self) -> bool {
-        self.releasing && self.released >= self.qps.len()
     }
 }
 
@@ -459,20 +394,20 @@ pub(crate) fn run_client_cm(
                     session.set_confirm_data(k, &encode_target(&t));
                 }
             }
-            let mut r = Running {
+            let mut r = Joining::new(
                 session,
-                spec: *spec,
-                qps,
-                mrs,
-                targets: vec![None; n],
-                established: 0,
-                released: 0,
-                app: None,
-                releasing: false,
-            };
+                n,
+                Running {
+                    spec: *spec,
+                    qps,
+                    mrs,
+                    targets: vec![None; n],
+                    app: None,
+                },
+            );
             ep.run(&mut r, true, pending(), Duration::from_secs(5))
                 .await?;
-            let Some(app) = &mut r.app else {
+            let Some(app) = &mut r.run.app else {
                 return Err(PeerFault::Left("the run started").into());
             };
             let mut res = app.result();

@@ -14,12 +14,16 @@
 //! as perftest and rping use). Both ends use UDP port 4791.
 use std::future::pending;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
-use roce_driver::connect::cm_session::{Asked, CmSession, SessionEvent, SourcePort, Terms};
+use roce_driver::connect::cm_group::{
+    self, Accept, Admit, Group, Host, Hosted, Joined, Joining, Listen, Served,
+};
+use roce_driver::connect::cm_session::{Asked, CmSession, SourcePort, Terms};
 use roce_driver::connect::qps::{create_qps, LocalQp, RemoteBuffer, ALL_REMOTE};
 use roce_driver::connect::AfterGivingUp;
-use roce_driver::endpoint::{Tap, Taps};
+use roce_driver::endpoint::{Endpoint, Tap, Taps};
 use roce_driver::impair::Impairment;
 use roce_driver::{
     bind_endpoint, runtime, AppError, Application, DriverError, Link, LinkChoice, PeerFault,
@@ -266,7 +270,6 @@ fn cc_of(dcqcn: bool) -> CcConfig {
 
 /// The server: accepts one client's REQs, then serves its workload until it releases.
 struct CmServer {
-    session: CmSession,
     secrets: Secrets,
     pd: PdHandle,
     req: Option<ReqData>,
@@ -274,132 +277,139 @@ struct CmServer {
     psns: Vec<Psn>,
     responder: Option<Responder>,
     blocks: Vec<RemoteBuffer>,
-    /// Each QP's connection, once its REQ was accepted.
-    conns: Vec<Option<usize>>,
-    established: usize,
-    released: usize,
-    /// Stop once every QP is established (the first phase), or once every QP is released.
-    until_established: bool,
-    /// The set-up was given up (the session's bounds, our REP refused, a client gone
-    /// quiet): listen again, afresh.
-    abandoned: bool,
     link: Link,
 }
 
-impl CmServer {
-    fn on_asked(&mut self, dev: &mut Device, now: Instant, asked: Asked) -> Result<(), AppError> {
+impl Served for CmServer {
+    fn admit(&mut self, dev: &mut Device, asked: &Asked) -> Result<Admit, AppError> {
         let Some(data) = ReqData::decode(&asked.data) else {
             eprintln!(
                 "roce: refused a CM REQ from {} (REJ consumer_reject): it carries no roce workload request; for librdmacm's tools use roce rping, ucmatose, rdma-server or udaddy",
                 asked.peer
             );
-            self.session.refuse(&asked, b"not a roce workload REQ");
-            return Ok(());
+            return Ok(Admit::Refuse(b"not a roce workload REQ"));
         };
         match &self.req {
             None => {
                 if data.spec.validate().is_err() || data.spec.qps > 1024 {
-                    self.session.refuse(&asked, b"invalid spec");
-                    return Ok(());
+                    return Ok(Admit::Refuse(b"invalid spec"));
                 }
                 let n = data.spec.qps;
                 self.mine = create_qps(dev, self.pd, n, QpCaps::default(), ALL_REMOTE)?;
                 self.psns = self.secrets.start_psns(n, 0x5e7e)?;
                 let recv: Vec<(roce_proto::Qpn, CqHandle)> =
                     self.mine.iter().map(|q| (q.qpn, q.recv_cq)).collect();
-                // Each QP's block and receives are made ready when its own REQ comes (below):
-                // one REQ costs the QP it connects, not the whole run it names.
+                // Each QP's block and receives are made ready when its own REQ comes
+                // (`accept`): one REQ costs the QP it connects, not the whole run it names.
                 let (r, blocks) =
                     Responder::unprepared(dev, self.pd, Plan::new(&data.spec), &recv)?;
                 self.responder = Some(r);
                 self.blocks = blocks;
-                self.conns = vec![None; n as usize];
                 self.req = Some(ReqData {
                     qp: 0,
                     ..data.clone()
                 });
             }
             // The session refuses other peers while a set-up is under way.
-            Some(first) if first.spec != data.spec => {
-                self.session.refuse(&asked, b"busy");
-                return Ok(());
-            }
+            Some(first) if first.spec != data.spec => return Ok(Admit::Refuse(b"busy")),
             Some(_) => {}
         }
-        let k = usize::from(data.qp);
-        if k >= self.conns.len() || self.conns[k].is_some() {
-            self.session.refuse(&asked, b"bad QP index");
+        Ok(Admit::Member {
+            k: usize::from(data.qp),
+            of: self.mine.len(),
+        })
+    }
+
+    fn accept(&mut self, dev: &mut Device, k: usize) -> Result<Accept, AppError> {
+        let (Some(req), Some(r)) = (&self.req, &mut self.responder) else {
+            return Err(AppError::Defect("a connection admitted before its run"));
+        };
+        // The QP is ready before the REP leaves: the client may send right after its RTU.
+        r.prepare(dev, k)?;
+        Ok(Accept {
+            qp: self.mine[k],
+            psn: self.psns[k],
+            base: ConnectParams::default(),
+            rd_atomic: 16,
+            cc: cc_of(req.dcqcn),
+            line_rate_bps: req.line_rate_bps,
+            reply: encode_block(&self.blocks[k]),
+        })
+    }
+
+    fn poll(&mut self, group: &mut Group, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        let Some(r) = &mut self.responder else {
+            return Ok(());
+        };
+        if !group.all_up() {
             return Ok(());
         }
-        if let Some(r) = &mut self.responder {
-            r.prepare(dev, k)?;
-        }
-        // The QP is ready before the REP leaves: the client may send right after its RTU.
-        let i = self.session.accept(
-            dev,
-            now,
-            &asked,
-            self.mine[k],
-            self.psns[k],
-            &ConnectParams::default(),
-            16,
-            cc_of(data.dcqcn),
-            data.line_rate_bps,
-            &encode_block(&self.blocks[k]),
-        )?;
-        self.conns[k] = Some(i);
+        r.poll(dev, now)?;
+        // What the DREP that answers the client's DREQ will say.
+        let side = Side {
+            mismatches: r.mismatches().iter().map(ToString::to_string).collect(),
+            verified_bytes: r.tally().verified_bytes,
+            stats: dev.stats(),
+            complete: r.verified() && r.mismatches().is_empty(),
+            link: Some(self.link),
+            ..Side::default()
+        };
+        group.set_release_data(&encode_summary(&side));
         Ok(())
     }
 }
 
-impl Application for CmServer {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        if let (Some(r), true) = (&self.responder, self.established == self.conns.len()) {
-            // What the DREP that answers the client's DREQ will say.
-            let side = Side {
-                mismatches: r.mismatches().iter().map(ToString::to_string).collect(),
-                verified_bytes: r.tally().verified_bytes,
-                stats: dev.stats(),
-                complete: r.verified() && r.mismatches().is_empty(),
-                link: Some(self.link),
-                ..Side::default()
-            };
-            let summary = encode_summary(&side);
-            for i in self.conns.iter().flatten() {
-                self.session.set_release_data(*i, &summary);
-            }
-        }
-        self.session.poll(dev, now)?;
-        while let Some(e) = self.session.next_event() {
-            match e {
-                SessionEvent::Asked(a) => self.on_asked(dev, now, a)?,
-                // The QP was connected when the REQ was accepted.
-                SessionEvent::Up(_) => self.established += 1,
-                SessionEvent::Released(_) => self.released += 1,
-                // Any address can send a REQ: one never confirmed costs the server its
-                // set-up (and what it made for it), not its life.
-                SessionEvent::Restarted => self.abandoned = true,
-                SessionEvent::Accepted(_) => {}
-            }
-        }
-        if self.established == self.conns.len() && !self.conns.is_empty() && !self.abandoned {
-            if let Some(r) = &mut self.responder {
-                r.poll(dev, now)?;
-            }
-        }
-        self.session.flush(dev);
-        Ok(())
+/// A workload server over the CM: one client; a set-up given up costs it that set-up (the
+/// capture goes on in the next).
+struct WorkloadHost {
+    secrets: Secrets,
+    tap: Option<Tap>,
+}
+
+impl Host for WorkloadHost {
+    type Run = CmServer;
+    type Output = ServerOutcome;
+
+    fn name(&self) -> &'static str {
+        "roce server"
     }
 
-    fn done(&self) -> bool {
-        if self.abandoned {
-            return true;
+    fn open(&mut self, ep: &mut Endpoint) -> Result<CmServer, DriverError> {
+        if let Some(t) = self.tap.take() {
+            ep.set_tap(t);
         }
-        if self.until_established {
-            !self.conns.is_empty() && self.established == self.conns.len()
-        } else {
-            !self.conns.is_empty() && self.released == self.conns.len()
-        }
+        Ok(CmServer {
+            secrets: self.secrets,
+            pd: ep.dev.alloc_pd(),
+            req: None,
+            mine: Vec::new(),
+            psns: Vec::new(),
+            responder: None,
+            blocks: Vec::new(),
+            link: ep.link(),
+        })
+    }
+
+    fn lost(&mut self, ep: &mut Endpoint) {
+        self.tap = ep.take_tap();
+    }
+
+    fn ended(
+        &mut self,
+        ep: Endpoint,
+        h: Hosted<CmServer>,
+    ) -> Result<ControlFlow<ServerOutcome>, DriverError> {
+        let r = h.run.responder.as_ref();
+        Ok(ControlFlow::Break(ServerOutcome {
+            complete: r.is_some_and(|r| r.verified() && r.mismatches().is_empty()),
+            mismatches: r.map_or_else(Vec::new, |r| {
+                r.mismatches().iter().map(ToString::to_string).collect()
+            }),
+            verified_bytes: r.map_or(0, |r| r.tally().verified_bytes),
+            stats: ep.dev.stats(),
+            link: Some(ep.link()),
+            peer: h.group.peer(),
+        }))
     }
 }
 
@@ -416,83 +426,15 @@ pub(crate) fn serve_cm(
     after: AfterGivingUp,
     ready: impl FnOnce(),
 ) -> Result<ServerOutcome, DriverError> {
-    runtime()?.block_on(async move {
-        let (mut tap, mut ready) = (tap, Some(ready));
-        let mut attempts = 0u64;
-        // Each set-up on a fresh device, CM and endpoint: one given up takes what was made
-        // for it along (the capture goes on in the next).
-        let (ep, app) = loop {
-            let mut dev = secrets.device(0x5e7e)?;
-            let pd = dev.alloc_pd();
-            let mut ep = bind_endpoint(
-                dev,
-                SocketAddr::new(bind, ROCEV2_UDP_PORT),
-                ROCEV2_UDP_PORT,
-                impairment,
-                link,
-            )?;
-            if let Some(t) = tap.take() {
-                ep.set_tap(t);
-            }
-            attempts += 1;
-            let terms = Terms {
-                port,
-                ..Terms::default()
-            };
-            let session =
-                CmSession::listener(ep.now(), terms, &secrets, 0x5e7e ^ attempts, "roce server")?;
-            let mut app = CmServer {
-                session,
-                secrets,
-                pd,
-                req: None,
-                mine: Vec::new(),
-                psns: Vec::new(),
-                responder: None,
-                blocks: Vec::new(),
-                conns: Vec::new(),
-                established: 0,
-                released: 0,
-                until_established: true,
-                abandoned: false,
-                link: ep.link(),
-            };
-            if let Some(r) = ready.take() {
-                r();
-            }
-            // Waiting for a client has no silence bound; serving one has.
-            let forever = Duration::from_secs(365 * 24 * 3600);
-            ep.run(&mut app, true, pending(), forever).await?;
-            if !app.abandoned {
-                app.until_established = false;
-                let ran = ep
-                    .run(&mut app, true, pending(), Duration::from_secs(30))
-                    .await;
-                if let Err(e) = ran {
-                    after.tolerate(e, "roce server", app.session.peer())?;
-                    tap = ep.take_tap();
-                    continue;
-                }
-            }
-            if app.abandoned {
-                after.set_up_given_up()?;
-                tap = ep.take_tap();
-                continue;
-            }
-            break (ep, app);
-        };
-        let r = app.responder.as_ref();
-        Ok(ServerOutcome {
-            complete: r.is_some_and(|r| r.verified() && r.mismatches().is_empty()),
-            mismatches: r.map_or_else(Vec::new, |r| {
-                r.mismatches().iter().map(ToString::to_string).collect()
-            }),
-            verified_bytes: r.map_or(0, |r| r.tally().verified_bytes),
-            stats: ep.dev.stats(),
-            link: Some(ep.link()),
-            peer: app.session.peer(),
-        })
-    })
+    let at = Listen {
+        bind,
+        port,
+        secrets,
+        link,
+        impairment,
+        salt: 0x5e7e,
+    };
+    cm_group::serve(at, WorkloadHost { secrets, tap }, after, ready)
 }
 
 /// The client's phases.
@@ -504,13 +446,10 @@ enum Phase {
 }
 
 struct CmClient {
-    session: CmSession,
     cfg: RunConfig,
     pd: PdHandle,
     mine: Vec<LocalQp>,
     blocks: Vec<Option<RemoteBuffer>>,
-    established: usize,
-    released: usize,
     requester: Option<Requester>,
     phase: Phase,
     summary: Option<Side>,
@@ -518,50 +457,36 @@ struct CmClient {
     seconds: f64,
 }
 
-impl CmClient {
-    /// One session event: a connection up (its REP's responder block) or released.
-    fn on_event(
-        &mut self,
-        dev: &mut Device,
-        now: Instant,
-        e: SessionEvent,
-    ) -> Result<(), AppError> {
-        match e {
-            SessionEvent::Up(k) => {
-                let Some(b) = decode_block(self.session.peer_data(k)) else {
-                    // Tell the server (REJ instead of the RTU), then say why here.
-                    self.session
-                        .refuse_reply(now, k, b"roce: the REP carries no responder block");
-                    self.session.flush(dev);
-                    return Err(PeerFault::Foreign {
-                        what: "roce responder block",
-                        server: "roce server",
-                        hint: None,
-                    }
-                    .into());
-                };
-                self.blocks[k] = Some(b);
-                self.established += 1;
+impl Joined for CmClient {
+    /// A connection up: its REP's responder block.
+    fn up(&mut self, _dev: &mut Device, k: usize, reply: &[u8]) -> Result<(), AppError> {
+        let Some(b) = decode_block(reply) else {
+            return Err(PeerFault::Foreign {
+                what: "roce responder block",
+                server: "roce server",
+                hint: None,
             }
-            SessionEvent::Released(k) => {
-                if self.phase != Phase::Releasing {
-                    return Err(PeerFault::Left("the workload finished").into());
-                }
-                self.released += 1;
-                if let Some(s) = self.session.release_data(k).and_then(decode_summary) {
-                    self.summary = Some(s);
-                }
-            }
-            // A server's only.
-            SessionEvent::Asked(_) | SessionEvent::Accepted(_) | SessionEvent::Restarted => {}
-        }
+            .into());
+        };
+        self.blocks[k] = Some(b);
         Ok(())
+    }
+
+    fn released_early(&mut self, _group: &Group, _k: usize) -> Result<(), AppError> {
+        Err(PeerFault::Left("the workload finished").into())
+    }
+
+    /// The server's summary rides in its DREP.
+    fn released(&mut self, group: &Group, k: usize) {
+        if let Some(s) = group.release_data(k).and_then(decode_summary) {
+            self.summary = Some(s);
+        }
     }
 
     /// Once every connection is up: the requester; once it is done, the release (with the
     /// verdict in the DREQ).
-    fn step(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        if self.phase == Phase::Connecting && self.established == self.mine.len() {
+    fn poll(&mut self, group: &mut Group, dev: &mut Device, now: Instant) -> Result<(), AppError> {
+        if self.phase == Phase::Connecting && group.all_up() {
             let blocks: Vec<RemoteBuffer> = self.blocks.iter().flatten().copied().collect();
             let send: Vec<(roce_proto::Qpn, CqHandle)> =
                 self.mine.iter().map(|q| (q.qpn, q.send_cq)).collect();
@@ -584,30 +509,11 @@ impl CmClient {
                     let mut data = MAGIC.to_vec();
                     data.extend_from_slice(&ok);
                     self.phase = Phase::Releasing;
-                    for i in 0..self.mine.len() {
-                        self.session.set_release_data(i, &data);
-                        self.session.disconnect(now, i);
-                    }
+                    group.release(now, &data);
                 }
             }
         }
         Ok(())
-    }
-}
-
-impl Application for CmClient {
-    fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        self.session.poll(dev, now)?;
-        while let Some(e) = self.session.next_event() {
-            self.on_event(dev, now, e)?;
-        }
-        self.step(dev, now)?;
-        self.session.flush(dev);
-        Ok(())
-    }
-
-    fn done(&self) -> bool {
-        self.phase == Phase::Releasing && self.released == self.mine.len()
     }
 }
 
@@ -675,14 +581,11 @@ pub(crate) fn run_client_cm(
                 .encode()
             },
         )?;
-        let mut app = CmClient {
-            session,
+        let app = CmClient {
             cfg: cfg.clone(),
             pd,
             mine,
             blocks: vec![None; n],
-            established: 0,
-            released: 0,
             requester: None,
             phase: Phase::Connecting,
             summary: None,
@@ -691,7 +594,9 @@ pub(crate) fn run_client_cm(
         };
         // The CM's own retries bound the wait for the server (about 2 s).
         let silence = cfg.silence.max(Duration::from_secs(5));
+        let mut app = Joining::new(session, n, app);
         let result = ep.run(&mut app, true, pending(), silence).await;
+        let app = app.run;
         let Some(r) = &app.requester else {
             return Err(match result {
                 Err(e) => e,

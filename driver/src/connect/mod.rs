@@ -16,7 +16,9 @@
 //! accepted, confirmed, released and given up in one place (its plumbing on QP1 inside the
 //! endpoint's loop is [`rdma_cm`]'s); [`sidr`], a UD QP found through service ID resolution;
 //! [`perftest`], perftest's lock-step messages over TCP or over an RDMA-CM connection of their
-//! own (`-R`), and its data QPs connected through RDMA-CM.
+//! own (`-R`), and its data QPs connected through RDMA-CM; [`cm_group`], roce's own `--cm`
+//! runs (a group of connections, one per QP, and the server's loop that gives a run up and
+//! listens again), with [`channel`]'s JSON messages over one of the run's QPs.
 //!
 //! A [`Connector`] names the exchange and this process's [`Ends`] (a server, a client, or
 //! both in one process); every application's one `run` takes one and answers with what it
@@ -37,6 +39,8 @@ use crate::{
     bind_endpoint, DriverError, Endpoint, LinkChoice, PeerFault, SetupFailure, Unsupported,
 };
 
+pub mod channel;
+pub mod cm_group;
 pub mod cm_session;
 mod connector;
 pub mod control;
