@@ -53,6 +53,22 @@ pub enum Layer {
     Mad,
     /// A communication-management message inside a MAD.
     Cm,
+    /// MRC Message Extended Transport Header (RQMSN, MSN).
+    Meth,
+    /// MRC Timestamp Extended Transport Header.
+    Tseth,
+    /// MRC Selective-ACK Extended Transport Header.
+    Seth,
+    /// MRC congestion-control state (after the SETH).
+    CcState,
+    /// MRC NACK Extended Transport Header.
+    Neth,
+    /// MRC Probe Extended Transport Header.
+    Peth,
+    /// MRC Endpoint Request Transport Header.
+    Erth,
+    /// MRC Endpoint rEsponse Transport Header.
+    Eeth,
 }
 
 impl Layer {
@@ -83,6 +99,14 @@ impl Layer {
             Self::Buffer => "buffer",
             Self::Mad => "mad",
             Self::Cm => "cm",
+            Self::Meth => "mrc.meth",
+            Self::Tseth => "mrc.tseth",
+            Self::Seth => "mrc.seth",
+            Self::CcState => "mrc.cc_state",
+            Self::Neth => "mrc.neth",
+            Self::Peth => "mrc.peth",
+            Self::Erth => "mrc.erth",
+            Self::Eeth => "mrc.eeth",
         }
     }
 }

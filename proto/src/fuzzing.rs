@@ -151,3 +151,45 @@ pub fn mad(data: &[u8]) {
         }
     }
 }
+
+/// Decodes arbitrary bytes as the headers after an MRC BTH: the first byte picks the opcode
+/// (of the twelve), BTH byte 8's flags and the reading (each flag reading, each TSETH rule),
+/// the rest is what follows the BTH. What parses emits back to exactly the bytes it was read
+/// from (every bit, reserved ones included, is kept).
+pub fn mrc(data: &[u8]) {
+    use crate::mrc::{FlagReading, Headers, MrcOpcode, Reading, TsethRule};
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let op = MrcOpcode::ALL[usize::from(sel) % MrcOpcode::ALL.len()];
+    let flags = sel & 0x30 | 0x80;
+    for reading in [
+        Reading::default(),
+        Reading {
+            flags: FlagReading::Ns3,
+            tseth: TsethRule::Flag,
+        },
+        Reading {
+            flags: FlagReading::Emulator,
+            tseth: TsethRule::Present,
+        },
+        Reading {
+            flags: FlagReading::Emulator,
+            tseth: TsethRule::Absent,
+        },
+    ] {
+        let Ok(h) = Headers::parse(op, flags, rest, reading) else {
+            continue;
+        };
+        assert!(h.len <= rest.len());
+        let mut out = [0u8; 64];
+        let n = h.body.emit(&mut out).expect("parsed headers emit");
+        assert_eq!(n, h.len);
+        assert_eq!(
+            &out[..n],
+            &rest[..n],
+            "{}: emit gives other bytes",
+            op.name()
+        );
+    }
+}

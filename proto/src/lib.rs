@@ -50,6 +50,7 @@ pub mod icrc_solve;
 pub mod lrh;
 pub mod mac_control;
 pub mod mad;
+pub mod mrc;
 pub mod opcode;
 pub mod packet;
 pub mod perftest;

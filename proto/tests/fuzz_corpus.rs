@@ -39,3 +39,8 @@ fn roundtrip_corpus() {
 fn mad_corpus() {
     assert!(replay("mad", roce_proto::fuzzing::mad) >= 20);
 }
+
+#[test]
+fn mrc_corpus() {
+    assert!(replay("mrc", roce_proto::fuzzing::mrc) >= 12);
+}

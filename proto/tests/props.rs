@@ -266,6 +266,7 @@ proptest! {
         roce_proto::fuzzing::packet(&data);
         roce_proto::fuzzing::frame(&data);
         roce_proto::fuzzing::roundtrip(&data);
+        roce_proto::fuzzing::mrc(&data);
     }
 }
 
