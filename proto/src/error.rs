@@ -69,6 +69,14 @@ pub enum Layer {
     Erth,
     /// MRC Endpoint rEsponse Transport Header.
     Eeth,
+    /// UET entropy header (native IP).
+    UetEntropy,
+    /// UET security header (TSS).
+    Tss,
+    /// UET Packet Delivery Sub-layer header.
+    Pds,
+    /// UET Semantic Sub-layer header.
+    Ses,
 }
 
 impl Layer {
@@ -107,6 +115,10 @@ impl Layer {
             Self::Peth => "mrc.peth",
             Self::Erth => "mrc.erth",
             Self::Eeth => "mrc.eeth",
+            Self::UetEntropy => "uet.entropy",
+            Self::Tss => "uet.tss",
+            Self::Pds => "uet.pds",
+            Self::Ses => "uet.ses",
         }
     }
 }

@@ -193,3 +193,28 @@ pub fn mrc(data: &[u8]) {
         );
     }
 }
+
+/// Decodes arbitrary bytes as UET headers: the first byte picks UDP or IP (an entropy
+/// header first) and the CCX reading, the rest is the packet. What parses emits back to
+/// exactly the bytes it was read from.
+pub fn uet(data: &[u8]) {
+    use crate::uet::{CcxReading, Headers, Reading};
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let reading = Reading {
+        ccx: if sel & 2 == 0 {
+            CcxReading::Xdp2
+        } else {
+            CcxReading::Wireshark
+        },
+    };
+    let Ok(h) = Headers::parse(rest, sel & 1 == 1, reading) else {
+        return;
+    };
+    assert_eq!(h.len, h.buffer_len());
+    let mut out = [0u8; 160];
+    let n = h.emit(&mut out).expect("parsed headers emit");
+    assert_eq!(&out[..n], &rest[..n], "emit gives other bytes");
+    assert_eq!(Headers::parse(&out[..n], sel & 1 == 1, reading), Ok(h));
+}

@@ -59,6 +59,7 @@ pub mod rdma_cm;
 pub mod reth;
 pub mod small;
 pub mod types;
+pub mod uet;
 
 #[cfg(any(test, fuzzing, feature = "fuzzing"))]
 #[doc(hidden)]

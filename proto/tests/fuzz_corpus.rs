@@ -44,3 +44,8 @@ fn mad_corpus() {
 fn mrc_corpus() {
     assert!(replay("mrc", roce_proto::fuzzing::mrc) >= 12);
 }
+
+#[test]
+fn uet_corpus() {
+    assert!(replay("uet", roce_proto::fuzzing::uet) >= 8);
+}

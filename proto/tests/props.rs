@@ -267,6 +267,7 @@ proptest! {
         roce_proto::fuzzing::frame(&data);
         roce_proto::fuzzing::roundtrip(&data);
         roce_proto::fuzzing::mrc(&data);
+        roce_proto::fuzzing::uet(&data);
     }
 }
 
