@@ -117,6 +117,14 @@ enum Command {
         /// recomputed), so they decode as plain UD SENDs without the MAD decode (its baseline).
         #[arg(long, requires = "cm_from")]
         plain_ud: bool,
+        /// MRC conversations instead (UDP 4971): a WRITE sprayed over four entropy values,
+        /// a trimmed packet and its NACK, SACKs, the retransmission, a probe.
+        #[arg(long, conflicts_with_all = ["rc", "cm_from", "psn_jumps", "uet"])]
+        mrc: bool,
+        /// UET conversations instead (UDP 4793): RUD requests with SES WRITEs over several
+        /// entropy values, ACK_CC with SACK, a trimmed request and its NACK, the RETX.
+        #[arg(long, conflicts_with_all = ["rc", "cm_from", "psn_jumps"])]
+        uet: bool,
         /// Output pcap file.
         file: String,
     },
@@ -183,6 +191,8 @@ impl Command {
                 psn_jumps,
                 cm_from,
                 plain_ud,
+                mrc,
+                uet,
                 file,
             } => cmd::decode::gen_capture(
                 packets,
@@ -197,6 +207,7 @@ impl Command {
                 ),
                 cm_from.as_deref(),
                 plain_ud,
+                (mrc, uet),
                 &file,
             ),
         }

@@ -56,6 +56,15 @@ pub struct Options {
     /// events (retransmission, nak, psn_gap, ...) to its summary line, tree and JSON
     /// (`--analyze`; sequential).
     pub analyze: bool,
+    /// Where MRC and UET are looked for and how their disputed bits are read.
+    pub fabric: crate::fabric::FabricOptions,
+    /// Only packets of this transport (`--transport`).
+    pub transport: Option<crate::fabric::Transport>,
+    /// Only packets with this entropy value: the UDP source port, or UET's entropy header
+    /// (`--entropy`).
+    pub entropy: Option<u32>,
+    /// Only MRC/UET packets naming this PDC (or MRC QP) as source or destination (`--pdc`).
+    pub pdc: Option<u32>,
 }
 
 /// Parses an opcode filter: a name as printed (`RC_SEND_ONLY`, `cnp`, `UNKNOWN_0x18`,
@@ -80,6 +89,10 @@ pub struct Stats {
     pub packets: u64,
     /// RoCE packets (well-formed or not).
     pub roce: u64,
+    /// MRC packets (well-formed or not; their malformed and ICRC failures count below too).
+    pub mrc: u64,
+    /// UET packets (well-formed or not; the malformed count below too).
+    pub uet: u64,
     /// RoCE packets whose ICRC is wrong.
     pub icrc_failures: u64,
     /// RoCE packets that could not be fully decoded.
@@ -117,8 +130,15 @@ impl Stats {
         } else {
             String::new()
         };
+        let mut fabric = String::new();
+        if self.mrc > 0 {
+            fabric += &format!(", {} MRC", self.mrc);
+        }
+        if self.uet > 0 {
+            fabric += &format!(", {} UET", self.uet);
+        }
         format!(
-            "{} packets read, {} RoCE, {} ICRC failures, {} malformed{snap}, {} skipped (not RoCE){pause}",
+            "{} packets read, {} RoCE{fabric}, {} ICRC failures, {} malformed{snap}, {} skipped (not RoCE){pause}",
             self.packets, self.roce, self.icrc_failures, self.malformed, self.skipped
         )
     }
@@ -348,12 +368,31 @@ impl Decoder {
             scratch.extend_from_slice(&f.transport[..roce_proto::bth::HEADER_LEN]);
             scratch.extend_from_slice(&f.transport[*skip..]);
         }
+        // MRC's opcodes on RoCEv2's port, when the user says they are MRC.
+        if self.opts.fabric.mrc_on_rocev2 {
+            if let Ok(f) = parsed {
+                let mrc_op = f
+                    .bth()
+                    .is_some_and(|b| roce_proto::mrc::MrcOpcode::from_opcode(b.opcode).is_some());
+                if mrc_op {
+                    if let Some(p) =
+                        crate::fabric::classify(rec.link_type, rec.data, &self.opts.fabric)
+                    {
+                        return self.fabric_packet(rec, frame_no, rel, &p, out);
+                    }
+                }
+            }
+        }
         // The frame stays where `link::parse` put it; `Decoded` borrows it (no copy).
         let (frame, packet) = match parsed {
             Ok(f) if dc.is_some() => (Some(f), RocePacket::new_checked(&scratch[..])),
             Ok(f) => (Some(f), f.packet()),
             Err(e) if link::is_roce_error(e) => (None, Err(*e)),
             Err(e) => {
+                if let Some(p) = crate::fabric::classify(rec.link_type, rec.data, &self.opts.fabric)
+                {
+                    return self.fabric_packet(rec, frame_no, rel, &p, out);
+                }
                 self.stats.skipped += 1;
                 if let Some((src, mc)) = link::mac_control(rec.link_type, rec.data) {
                     self.stats.pause_frames += 1;
@@ -475,7 +514,88 @@ impl Decoder {
         self.emitted(out)
     }
 
+    /// An MRC or UET packet: counted, filtered, written in the chosen format.
+    fn fabric_packet<W: Write>(
+        &mut self,
+        rec: &Record<'_>,
+        frame_no: u64,
+        rel: Timestamp,
+        p: &crate::fabric::Packet,
+        out: &mut W,
+    ) -> io::Result<()> {
+        use crate::fabric::Transport;
+        match p.transport {
+            Transport::Mrc => self.stats.mrc += 1,
+            Transport::Uet => self.stats.uet += 1,
+            Transport::Roce => {}
+        }
+        let icrc_bad = p.icrc_ok == Some(false);
+        if p.malformed() {
+            self.stats.malformed += 1;
+        } else if icrc_bad {
+            self.stats.icrc_failures += 1;
+        }
+        let o = &self.opts;
+        let mrc_bth = p.bth.filter(|_| p.transport == Transport::Mrc);
+        let shown = !o.quiet
+            && !self.done()
+            && o.transport.is_none_or(|t| t == p.transport)
+            && (!o.errors || p.malformed() || icrc_bad)
+            && o.mad_class.is_none()
+            && o.cm_comm_id.is_none()
+            && o.qp
+                .is_none_or(|q| mrc_bth.is_some_and(|b| b.dest_qp.0 == q))
+            && o.opcode
+                .is_none_or(|op| mrc_bth.is_some_and(|b| b.opcode == op))
+            && o.entropy.is_none_or(|e| p.entropy() == Some(e))
+            && o.pdc.is_none_or(|d| p.pdcs().contains(&Some(d)));
+        if !shown {
+            return Ok(());
+        }
+        match self.opts.format {
+            OutputFormat::Summary => {
+                crate::fabric::summary(&mut self.line, frame_no, rel, rec.ts_digits, p)
+            }
+            OutputFormat::Verbose => {
+                crate::fabric::verbose(&mut self.line, frame_no, rec.ts, rel, rec.ts_digits, p)
+            }
+            OutputFormat::Json => {
+                crate::fabric::json(&mut self.line, frame_no, rec.ts, rec.ts_digits, p)
+            }
+            // The table's columns are RoCE's: the packet is a row that says what it is.
+            OutputFormat::Columns => {
+                let why = roce_proto::Error::NotRoce {
+                    reason: match p.transport {
+                        Transport::Mrc => "MRC (no MRC columns in the table yet)",
+                        _ => "UET (no UET columns in the table yet)",
+                    },
+                };
+                self.columns().other(frame_no, rec.ts, &why)
+            }
+        }
+        self.emitted(out)
+    }
+
+    /// The transport, entropy and PDC filters on a RoCE packet.
+    fn roce_passes(&self, d: &Decoded<'_>) -> bool {
+        let o = &self.opts;
+        if o.transport
+            .is_some_and(|t| t != crate::fabric::Transport::Roce)
+            || o.pdc.is_some()
+        {
+            return false;
+        }
+        o.entropy.is_none_or(|e| {
+            d.frame
+                .and_then(|f| f.udp)
+                .is_some_and(|u| u32::from(u.src_port) == e)
+        })
+    }
+
     fn matches(&self, d: &Decoded<'_>) -> bool {
+        if !self.roce_passes(d) {
+            return false;
+        }
         if self.opts.errors && !((d.is_malformed() && d.snap.is_none()) || d.icrc_bad()) {
             return false;
         }

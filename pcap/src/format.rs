@@ -432,7 +432,7 @@ impl<'o> Obj<'o> {
         out.push(b'{');
         Self { out, first: true }
     }
-    fn key(&mut self, k: &str) -> &mut Vec<u8> {
+    pub(crate) fn key(&mut self, k: &str) -> &mut Vec<u8> {
         if !self.first {
             self.out.push(b',');
         }
@@ -442,14 +442,14 @@ impl<'o> Obj<'o> {
         self.out.extend_from_slice(b"\":");
         self.out
     }
-    fn num(&mut self, k: &str, v: u64) {
+    pub(crate) fn num(&mut self, k: &str, v: u64) {
         dec(self.key(k), v);
     }
-    fn boolean(&mut self, k: &str, v: bool) {
+    pub(crate) fn boolean(&mut self, k: &str, v: bool) {
         let s: &[u8] = if v { b"true" } else { b"false" };
         self.key(k).extend_from_slice(s);
     }
-    fn string(&mut self, k: &str, v: &str) {
+    pub(crate) fn string(&mut self, k: &str, v: &str) {
         let o = self.key(k);
         o.push(b'"');
         escape(o, v.as_bytes());

@@ -31,6 +31,7 @@ pub mod columns;
 pub mod decode;
 mod digits;
 pub mod error;
+pub mod fabric;
 pub mod format;
 #[cfg(any(test, fuzzing, feature = "fuzzing"))]
 pub mod fuzzing;
@@ -45,6 +46,7 @@ mod progress;
 pub mod reader;
 pub mod source;
 pub mod synth;
+pub mod synth_fabric;
 pub mod tap;
 pub mod writer;
 

@@ -112,15 +112,31 @@ struct Done {
 }
 
 fn add(total: &mut Stats, s: &Stats) {
-    total.packets += s.packets;
-    total.roce += s.roce;
-    total.icrc_failures += s.icrc_failures;
-    total.malformed += s.malformed;
-    total.snap_truncated += s.snap_truncated;
-    total.lengths_rewritten += s.lengths_rewritten;
-    total.skipped += s.skipped;
-    total.pause_frames += s.pause_frames;
-    total.printed += s.printed;
+    // Every field by name: a counter added to `Stats` does not compile until it is summed.
+    let Stats {
+        packets,
+        roce,
+        mrc,
+        uet,
+        icrc_failures,
+        malformed,
+        snap_truncated,
+        lengths_rewritten,
+        skipped,
+        printed,
+        pause_frames,
+    } = *s;
+    total.packets += packets;
+    total.roce += roce;
+    total.mrc += mrc;
+    total.uet += uet;
+    total.icrc_failures += icrc_failures;
+    total.malformed += malformed;
+    total.snap_truncated += snap_truncated;
+    total.lengths_rewritten += lengths_rewritten;
+    total.skipped += skipped;
+    total.pause_frames += pause_frames;
+    total.printed += printed;
 }
 
 /// The largest record buffer kept for reuse: a batch closes at [`BATCH_BYTES`], and its

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use roce_pcap::fabric::{FabricOptions, Transport};
 use roce_pcap::outfile::OutFile;
 use roce_pcap::{live, DecodeError, Options, OutputFormat};
 
@@ -71,9 +72,71 @@ pub(crate) struct DecodeArgs {
     /// Exit 1 also when a RoCE packet is malformed or fails its ICRC.
     #[arg(long)]
     check: bool,
+    /// Only packets of this transport: roce, mrc (OCP MRC, UDP 4971) or uet (Ultra Ethernet,
+    /// UDP 4793 or IP protocol 253).
+    #[arg(long, value_enum, value_name = "NAME")]
+    transport: Option<TransportArg>,
+    /// Only packets with this entropy value (the UDP source port; UET over IP: its entropy
+    /// header), decimal or 0x hex.
+    #[arg(long, value_parser = units::number_u32, value_name = "EV")]
+    entropy: Option<u32>,
+    /// Only MRC/UET packets naming this PDC (UET) or PDC/QP (MRC) as source or destination.
+    #[arg(long, value_parser = units::number_u32, value_name = "ID")]
+    pdc: Option<u32>,
+    /// MRC's UDP destination port.
+    #[arg(long, default_value_t = roce_proto::mrc::MRC_UDP_PORT, value_name = "PORT")]
+    mrc_port: u16,
+    /// Also read opcodes 0xC6-0xDE on UDP 4791 as MRC (on 4791 they are any vendor's).
+    #[arg(long)]
+    mrc_on_4791: bool,
+    /// Where MRC's BTH byte 8 keeps its flags, which the public sources disagree on:
+    /// emulator (rtx 0x20, TSETH present 0x10) or ns3 (rtx 0x40).
+    #[arg(long, value_enum, default_value_t = MrcFlags::Emulator, value_name = "READING")]
+    mrc_flags: MrcFlags,
+    /// Whether an MRC WRITE carries a TSETH: flag (the BTH flag of --mrc-flags), absent or
+    /// present.
+    #[arg(long, value_enum, default_value_t = MrcTseth::Flag, value_name = "RULE")]
+    mrc_tseth: MrcTseth,
+    /// UET's UDP destination port.
+    #[arg(long, default_value_t = roce_proto::uet::UET_UDP_PORT, value_name = "PORT")]
+    uet_port: u16,
+    /// The length of UET's ACK_CCX/NACK_CCX extensions, which the sources disagree on:
+    /// xdp2 (20/8 bytes) or wireshark (28/16).
+    #[arg(long, value_enum, default_value_t = UetCcx::Xdp2, value_name = "READING")]
+    uet_ccx: UetCcx,
     /// Decoding threads for files (default: available parallelism; 1 = sequential).
     #[arg(long, hide = true)]
     threads: Option<usize>,
+}
+
+/// `--transport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TransportArg {
+    Roce,
+    Mrc,
+    Uet,
+}
+
+/// `--mrc-flags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MrcFlags {
+    Emulator,
+    Ns3,
+}
+
+/// `--mrc-tseth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MrcTseth {
+    Flag,
+    Absent,
+    Present,
+}
+
+/// `--uet-ccx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum UetCcx {
+    Xdp2,
+    Wireshark,
 }
 
 /// `--format`.
@@ -122,6 +185,14 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         cm_comm_id: a.cm_comm_id,
         rd: a.rd,
         analyze: a.analyze,
+        fabric: fabric_options(&a),
+        transport: a.transport.map(|t| match t {
+            TransportArg::Roce => Transport::Roce,
+            TransportArg::Mrc => Transport::Mrc,
+            TransportArg::Uet => Transport::Uet,
+        }),
+        entropy: a.entropy,
+        pdc: a.pdc,
     };
     check_outputs(&a)?;
     if format == Format::Parquet {
@@ -172,6 +243,33 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(finish(&outcome, &a))
+}
+
+/// Where MRC and UET are looked for, and the readings the user chose.
+fn fabric_options(a: &DecodeArgs) -> FabricOptions {
+    use roce_proto::{mrc, uet};
+    FabricOptions {
+        mrc_port: a.mrc_port,
+        mrc_on_rocev2: a.mrc_on_4791,
+        uet_port: a.uet_port,
+        mrc: mrc::Reading {
+            flags: match a.mrc_flags {
+                MrcFlags::Emulator => mrc::FlagReading::Emulator,
+                MrcFlags::Ns3 => mrc::FlagReading::Ns3,
+            },
+            tseth: match a.mrc_tseth {
+                MrcTseth::Flag => mrc::TsethRule::Flag,
+                MrcTseth::Absent => mrc::TsethRule::Absent,
+                MrcTseth::Present => mrc::TsethRule::Present,
+            },
+        },
+        uet: uet::Reading {
+            ccx: match a.uet_ccx {
+                UetCcx::Xdp2 => uet::CcxReading::Xdp2,
+                UetCcx::Wireshark => uet::CcxReading::Wireshark,
+            },
+        },
+    }
 }
 
 /// Refuses an output (`-o`, `--write`) that is the capture read, or each other, in one line.
@@ -305,6 +403,7 @@ pub(crate) fn gen_capture(
     (rc, loss_every, pauses, psn_jumps): (Option<u32>, u64, roce_pcap::synth::Pauses, bool),
     cm_from: Option<&str>,
     plain_ud: bool,
+    (mrc, uet): (bool, bool),
     file: &str,
 ) -> anyhow::Result<ExitCode> {
     let mut input = match cm_from {
@@ -327,6 +426,8 @@ pub(crate) fn gen_capture(
         OutFile::create(std::path::Path::new(file)).with_context(|| format!("creating {file}"))?;
     let mut w = BufWriter::new(f);
     match (rc, input.as_mut()) {
+        _ if mrc => roce_pcap::synth_fabric::write_mrc_capture(&mut w, packets),
+        _ if uet => roce_pcap::synth_fabric::write_uet_capture(&mut w, packets),
         (_, Some(r)) => roce_pcap::synth::write_cm_capture(r, &mut w, packets, plain_ud),
         (_, None) if psn_jumps => roce_pcap::synth::write_psn_jumps_capture(&mut w, packets),
         (Some(qps), None) => {
