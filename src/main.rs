@@ -125,6 +125,10 @@ enum Command {
         /// entropy values, ACK_CC with SACK, a trimmed request and its NACK, the RETX.
         #[arg(long, conflicts_with_all = ["rc", "cm_from", "psn_jumps"])]
         uet: bool,
+        /// With --mrc or --uet: the payload of a full packet, in bytes.
+        #[arg(long, default_value_t = roce_pcap::synth_fabric::DEFAULT_MTU as u32, value_name = "BYTES",
+              value_parser = clap::value_parser!(u32).range(1..=9000))]
+        mtu: u32,
         /// Output pcap file.
         file: String,
     },
@@ -193,6 +197,7 @@ impl Command {
                 plain_ud,
                 mrc,
                 uet,
+                mtu,
                 file,
             } => cmd::decode::gen_capture(
                 packets,
@@ -207,7 +212,7 @@ impl Command {
                 ),
                 cm_from.as_deref(),
                 plain_ud,
-                (mrc, uet),
+                (mrc, uet, mtu as usize),
                 &file,
             ),
         }

@@ -245,3 +245,31 @@ fn a_corrupted_mrc_packet_is_an_icrc_failure_and_a_short_one_malformed() {
     assert_eq!(roce(&["decode", "--check", bad]).status.code(), Some(1));
     assert_eq!(roce(&["decode", "--check", &path]).status.code(), Some(0));
 }
+
+#[test]
+fn mrc_opcodes_on_rocev2s_port_are_mrc_only_when_asked() {
+    let (dir, path) = generated("--mrc", 13);
+    let mut b = std::fs::read(&path).unwrap();
+    // Every datagram to 4971 now goes to 4791 (the ICRC, which covers the port, no longer
+    // matches: that is the point of the last assertion).
+    for at in frames(&b) {
+        let dport = at + 14 + 20 + 2;
+        if b[dport..dport + 2] == 4971u16.to_be_bytes() {
+            b[dport..dport + 2].copy_from_slice(&4791u16.to_be_bytes());
+        }
+    }
+    let moved = dir.path().join("on4791.pcap");
+    std::fs::write(&moved, &b).unwrap();
+    let moved = moved.to_str().unwrap();
+    // As RoCE: manufacturer opcodes, no MRC headers read.
+    let roce_view = json_lines(&["decode", "--json", moved]);
+    assert_eq!(roce_view.len(), 13);
+    assert!(roce_view.iter().all(|p| p.get("transport").is_none()));
+    assert_eq!(roce_view[0]["bth"]["opcode"], 0xc6);
+    // As MRC, when asked: the same packets with their MRC headers.
+    let mrc_view = json_lines(&["decode", "--json", "--mrc-on-4791", moved]);
+    assert_eq!(mrc_view.len(), 13);
+    assert!(mrc_view.iter().all(|p| p["transport"] == "mrc"));
+    assert_eq!(mrc_view[6]["mrc.neth.nack_reason_name"], "TRIMMED");
+    assert!(mrc_view.iter().all(|p| p["icrc_ok"] == false));
+}

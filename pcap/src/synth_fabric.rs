@@ -22,7 +22,8 @@ use crate::link;
 use crate::reader::Timestamp;
 use crate::writer::PcapWriter;
 
-const MTU: usize = 1024;
+/// The payload of a full packet when the caller does not say (`gen-capture`'s default).
+pub const DEFAULT_MTU: usize = 1024;
 /// The DSCP the ns-3 MRC model recognises trimmed packets by.
 const DSCP_TRIMMED: u8 = 9;
 
@@ -130,8 +131,9 @@ fn data(len: usize, seed: u32) -> Vec<u8> {
     (0..len).map(|i| ((i as u32 * 31) ^ seed) as u8).collect()
 }
 
-/// Writes `n` frames of MRC conversations (see the module) to `out`.
-pub fn write_mrc_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
+/// Writes `n` frames of MRC conversations (see the module) to `out`, `mtu` bytes of payload
+/// in a full packet.
+pub fn write_mrc_capture<W: Write>(out: W, n: u64, mtu: usize) -> io::Result<()> {
     let mut o = Out {
         w: PcapWriter::new(out, link::ETHERNET, false, 65_535)?,
         frame: Vec::new(),
@@ -144,7 +146,7 @@ pub fn write_mrc_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
     let mut round = 0u32;
     while !o.full() {
         let base = round.wrapping_mul(16) & 0xff_ffff;
-        let va = 0x7f00_0000_0000u64 + u64::from(round) * 8 * MTU as u64;
+        let va = 0x7f00_0000_0000u64 + u64::from(round) * 8 * mtu as u64;
         let trimmed = 5u32;
         for k in 0..8u32 {
             let ev = evs[(k % 4) as usize];
@@ -160,9 +162,9 @@ pub fn write_mrc_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
                     word: mrc::TsWord::DEFAULT,
                 }),
                 reth: RethRepr {
-                    va: va + u64::from(k) * MTU as u64,
+                    va: va + u64::from(k) * mtu as u64,
                     rkey: RKey(0x1234),
-                    dma_len: 8 * MTU as u32,
+                    dma_len: 8 * mtu as u32,
                 },
                 imm: None,
             };
@@ -173,7 +175,7 @@ pub fn write_mrc_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
             };
             // TSETH present (0x10); the last packet asks for an ACK.
             let flags = 0x10 | if k == 7 { 0x80 } else { 0 };
-            let pl = data(if cut { 0 } else { MTU }, k);
+            let pl = data(if cut { 0 } else { mtu }, k);
             o.mrc(&b, op, qp_b, base + k, flags, &body, &pl)?;
             if cut {
                 // The receiver sees the trimmed header and NACKs it at once.
@@ -216,7 +218,7 @@ pub fn write_mrc_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
                     tx_timestamp: 56,
                     ooo_count: 2,
                     rcv_cwnd_pen: 0,
-                    rcvd_bytes: (7 * MTU / 256) as u32,
+                    rcvd_bytes: (7 * mtu / 256) as u32,
                     ..CcState::default()
                 },
             )
@@ -237,13 +239,13 @@ pub fn write_mrc_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
                 word: mrc::TsWord::DEFAULT,
             }),
             reth: RethRepr {
-                va: va + u64::from(trimmed) * MTU as u64,
+                va: va + u64::from(trimmed) * mtu as u64,
                 rkey: RKey(0x1234),
-                dma_len: 8 * MTU as u32,
+                dma_len: 8 * mtu as u32,
             },
             imm: None,
         };
-        let pl = data(MTU, trimmed);
+        let pl = data(mtu, trimmed);
         o.mrc(
             &b,
             MrcOpcode::WriteMiddle,
@@ -270,8 +272,9 @@ pub fn write_mrc_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
     o.w.flush()
 }
 
-/// Writes `n` frames of UET RUD conversations (see the module) to `out`.
-pub fn write_uet_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
+/// Writes `n` frames of UET RUD conversations (see the module) to `out`, `mtu` bytes of
+/// payload in a full request.
+pub fn write_uet_capture<W: Write>(out: W, n: u64, mtu: usize) -> io::Result<()> {
     let mut o = Out {
         w: PcapWriter::new(out, link::ETHERNET, false, 65_535)?,
         frame: Vec::new(),
@@ -311,11 +314,11 @@ pub fn write_uet_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
             if !som {
                 common.flags &= !0x04;
             }
-            let payload_len = if cut { 0 } else { MTU };
+            let payload_len = if cut { 0 } else { mtu };
             let header_data = if som {
                 0
             } else {
-                (u64::from(MTU as u32) << 32) | u64::from(k * MTU as u32)
+                (u64::from(mtu as u32) << 32) | u64::from(k * mtu as u32)
             };
             let h = uet::Headers {
                 entropy: None,
@@ -328,7 +331,7 @@ pub fn write_uet_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
                         initiator: 0x10,
                         mem_key: 0xfeed,
                         header_data,
-                        request_length: 6 * MTU as u32,
+                        request_length: 6 * mtu as u32,
                     },
                     None,
                 )),
@@ -378,7 +381,7 @@ pub fn write_uet_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
                     sack_psn_offset: 1,
                     sack_bitmap: bitmap,
                     // NSCC: service time 12, rcvd bytes, ooo 2.
-                    cc_state: (12u64 << 48) | ((5 * MTU as u64 / 256) << 16) | 2,
+                    cc_state: (12u64 << 48) | ((5 * mtu as u64 / 256) << 16) | 2,
                 }),
             ),
             ses: None,
@@ -414,14 +417,14 @@ pub fn write_uet_capture<W: Write>(out: W, n: u64) -> io::Result<()> {
                     buffer_offset: 0,
                     initiator: 0x10,
                     mem_key: 0xfeed,
-                    header_data: (u64::from(MTU as u32) << 32) | u64::from(trimmed * MTU as u32),
-                    request_length: 6 * MTU as u32,
+                    header_data: (u64::from(mtu as u32) << 32) | u64::from(trimmed * mtu as u32),
+                    request_length: 6 * mtu as u32,
                 },
                 None,
             )),
             len: 0,
         };
-        o.uet(&b, &h, &data(MTU, trimmed))?;
+        o.uet(&b, &h, &data(mtu, trimmed))?;
         // A CONTROL asking for an ACK, and the final cumulative ACK.
         let ctl = uet::Headers {
             entropy: None,

@@ -403,7 +403,7 @@ pub(crate) fn gen_capture(
     (rc, loss_every, pauses, psn_jumps): (Option<u32>, u64, roce_pcap::synth::Pauses, bool),
     cm_from: Option<&str>,
     plain_ud: bool,
-    (mrc, uet): (bool, bool),
+    (mrc, uet, mtu): (bool, bool, usize),
     file: &str,
 ) -> anyhow::Result<ExitCode> {
     let mut input = match cm_from {
@@ -426,8 +426,8 @@ pub(crate) fn gen_capture(
         OutFile::create(std::path::Path::new(file)).with_context(|| format!("creating {file}"))?;
     let mut w = BufWriter::new(f);
     match (rc, input.as_mut()) {
-        _ if mrc => roce_pcap::synth_fabric::write_mrc_capture(&mut w, packets),
-        _ if uet => roce_pcap::synth_fabric::write_uet_capture(&mut w, packets),
+        _ if mrc => roce_pcap::synth_fabric::write_mrc_capture(&mut w, packets, mtu),
+        _ if uet => roce_pcap::synth_fabric::write_uet_capture(&mut w, packets, mtu),
         (_, Some(r)) => roce_pcap::synth::write_cm_capture(r, &mut w, packets, plain_ud),
         (_, None) if psn_jumps => roce_pcap::synth::write_psn_jumps_capture(&mut w, packets),
         (Some(qps), None) => {

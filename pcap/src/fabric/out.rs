@@ -1,5 +1,6 @@
 //! The outputs of an MRC or UET packet: the summary line (a selection of its values), the
 //! JSON object and the verbose tree (sinks of the field walk).
+use std::io::Write;
 use std::net::IpAddr;
 
 use roce_proto::mrc::{self, Body, MrcOpcode};
@@ -15,7 +16,12 @@ use crate::reader::Timestamp;
 fn addr(out: &mut Vec<u8>, a: IpAddr, port: Option<u16>) {
     match a {
         IpAddr::V4(v) => crate::digits::ipv4(out, v.octets()),
-        IpAddr::V6(v) => out.extend_from_slice(format!("[{v}]").as_bytes()),
+        IpAddr::V6(v) if port.is_some() => {
+            let _ = write!(out, "[{v}]");
+        }
+        IpAddr::V6(v) => {
+            let _ = write!(out, "{v}");
+        }
     }
     if let Some(p) = port {
         out.push(b':');
@@ -305,8 +311,12 @@ pub fn json(out: &mut Vec<u8>, frame_no: u64, ts: Timestamp, digits: u8, p: &Pac
     obj.num("frame", frame_no);
     time(obj.key("ts"), ts, digits);
     obj.string("transport", p.transport.name());
-    obj.string("src", &p.ends.src.to_string());
-    obj.string("dst", &p.ends.dst.to_string());
+    for (k, a) in [("src", p.ends.src), ("dst", p.ends.dst)] {
+        let o = obj.key(k);
+        o.push(b'"');
+        addr(o, a, None);
+        o.push(b'"');
+    }
     if let Some((s, d)) = p.ends.ports {
         obj.num("src_port", u64::from(s));
         obj.num("dst_port", u64::from(d));

@@ -173,6 +173,11 @@ fn ip_of(link_type: u32, data: &[u8]) -> Option<&[u8]> {
 /// Finds an MRC or UET packet in a captured frame (`None`: neither).
 pub fn classify(link_type: u32, data: &[u8], opts: &FabricOptions) -> Option<Packet> {
     let ip = ip_of(link_type, data)?;
+    // MRC is RoCEv2 on another port: the frame parser reads it in one pass (IP, UDP, BTH,
+    // the ICRC's pseudo-header), once the port says so.
+    if let Some(port) = udp_port_peek(ip).filter(|p| is_mrc_port(*p, ip, opts)) {
+        return mrc_packet(ip, port, opts);
+    }
     let (sl, _) = LaxIpSlice::from_slice(ip).ok()?;
     let (src, dst, dscp, ecn) = match &sl {
         LaxIpSlice::Ipv4(v) => {
@@ -220,16 +225,51 @@ pub fn classify(link_type: u32, data: &[u8], opts: &FabricOptions) -> Option<Pac
         let h = uet::Headers::parse(body, false, opts.uet);
         return Some(uet_packet(ends, h, body.len()));
     }
-    let mrc_here = dport == opts.mrc_port
-        || (opts.mrc_on_rocev2
-            && dport == roce_proto::ROCEV2_UDP_PORT
-            && body
-                .first()
-                .is_some_and(|&op| MrcOpcode::from_opcode(roce_proto::Opcode(op)).is_some()));
-    if !mrc_here {
-        return None;
+    if is_mrc_port(dport, ip, opts) {
+        return mrc_packet(ip, dport, opts);
     }
-    let f = Frame::parse_ip_port(ip, dport).ok()?;
+    None
+}
+
+/// The UDP destination port of an IPv4 packet, or of an IPv6 packet whose next header is
+/// UDP (no extension headers): a look before any parse.
+fn udp_port_peek(ip: &[u8]) -> Option<u16> {
+    let at = match ip.first()? >> 4 {
+        4 if *ip.get(9)? == 17 => usize::from(ip[0] & 0xf) * 4,
+        6 if *ip.get(6)? == 17 => 40,
+        _ => return None,
+    };
+    Some(u16::from_be_bytes([*ip.get(at + 2)?, *ip.get(at + 3)?]))
+}
+
+/// Whether a UDP datagram to `port` is MRC: MRC's port, or RoCEv2's with an MRC opcode when
+/// the user says those are MRC.
+fn is_mrc_port(port: u16, ip: &[u8], opts: &FabricOptions) -> bool {
+    if port == opts.mrc_port {
+        return true;
+    }
+    opts.mrc_on_rocev2 && port == roce_proto::ROCEV2_UDP_PORT && {
+        // The BTH's opcode, after the IP header and UDP's 8 bytes.
+        let at = match ip.first().map(|b| b >> 4) {
+            Some(4) => usize::from(ip[0] & 0xf) * 4 + 8,
+            _ => 48,
+        };
+        ip.get(at)
+            .is_some_and(|&op| MrcOpcode::from_opcode(roce_proto::Opcode(op)).is_some())
+    }
+}
+
+/// An MRC packet: the frame parser's IP/UDP/transport split, then MRC's headers.
+fn mrc_packet(ip: &[u8], port: u16, opts: &FabricOptions) -> Option<Packet> {
+    let f = Frame::parse_ip_port(ip, port).ok()?;
+    let (i, u) = (f.ip?, f.udp?);
+    let ends = Ends {
+        src: i.src,
+        dst: i.dst,
+        ports: Some((u.src_port, u.dst_port)),
+        ecn: i.ecn,
+        dscp: i.dscp,
+    };
     let bth = f.bth();
     let icrc_ok = if f.truncated {
         None

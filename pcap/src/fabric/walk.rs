@@ -318,38 +318,80 @@ fn walk_ack_cc(a: &pds::Ack, c: &pds::AckCc, f: &mut dyn Fields) {
     }
 }
 
-fn walk_common(p: &str, c: &ses::Common, f: &mut dyn Fields) {
-    let k = |s: &str| format!("{p}.{s}");
-    f.num(&k("opcode"), u64::from(c.byte0 & 0x3f));
-    f.text(&k("opcode_name"), c.opcode().name().unwrap_or("unknown"));
-    f.num(&k("ver"), u64::from(c.version()));
-    f.flag(&k("dc"), c.delivery_complete());
-    f.flag(&k("ie"), c.initiator_error());
-    f.flag(&k("rel"), c.relative());
-    f.flag(&k("hd"), c.header_data_present());
-    f.flag(&k("eom"), c.end_of_msg());
-    f.flag(&k("som"), c.start_of_msg());
-    f.num(&k("message_id"), u64::from(c.message_id));
-    f.num(&k("index_generation"), u64::from(c.ri_generation));
-    f.num(&k("job_id"), u64::from(c.job_id));
-    f.num(&k("pidonfep"), u64::from(c.pid_on_fep()));
-    f.num(&k("resource_index"), u64::from(c.resource_index()));
+/// The keys of a request's first 12 bytes, under each request size's prefix.
+macro_rules! common_keys {
+    ($p:literal) => {
+        [
+            concat!($p, ".opcode"),
+            concat!($p, ".opcode_name"),
+            concat!($p, ".ver"),
+            concat!($p, ".dc"),
+            concat!($p, ".ie"),
+            concat!($p, ".rel"),
+            concat!($p, ".hd"),
+            concat!($p, ".eom"),
+            concat!($p, ".som"),
+            concat!($p, ".message_id"),
+            concat!($p, ".index_generation"),
+            concat!($p, ".job_id"),
+            concat!($p, ".pidonfep"),
+            concat!($p, ".resource_index"),
+        ]
+    };
+}
+
+const STD_KEYS: [&str; 14] = common_keys!("uet.ses.std");
+const MEDIUM_KEYS: [&str; 14] = common_keys!("uet.ses.med_req");
+const SMALL_KEYS: [&str; 14] = common_keys!("uet.ses.small_req");
+
+fn walk_common(k: &[&'static str; 14], c: &ses::Common, f: &mut dyn Fields) {
+    f.num(k[0], u64::from(c.byte0 & 0x3f));
+    f.text(k[1], c.opcode().name().unwrap_or("unknown"));
+    f.num(k[2], u64::from(c.version()));
+    f.flag(k[3], c.delivery_complete());
+    f.flag(k[4], c.initiator_error());
+    f.flag(k[5], c.relative());
+    f.flag(k[6], c.header_data_present());
+    f.flag(k[7], c.end_of_msg());
+    f.flag(k[8], c.start_of_msg());
+    f.num(k[9], u64::from(c.message_id));
+    f.num(k[10], u64::from(c.ri_generation));
+    f.num(k[11], u64::from(c.job_id));
+    f.num(k[12], u64::from(c.pid_on_fep()));
+    f.num(k[13], u64::from(c.resource_index()));
 }
 
 fn walk_atomic(a: &Option<ses::Atomic>, f: &mut dyn Fields) {
     let Some(a) = a else { return };
-    let p = if a.cas.is_some() {
-        "uet.ses.comp_swap_ext_hdr"
-    } else {
-        "uet.ses.atomic_op_ext_hdr"
-    };
-    f.header("SES atomic extension", p);
-    f.num(&format!("{p}.atomic_opcode"), u64::from(a.code));
-    f.num(&format!("{p}.atomic_data_type"), u64::from(a.datatype));
-    f.hex(&format!("{p}.sem_ctl"), u64::from(a.semantic_control), 2);
     if let Some((c, s)) = &a.cas {
-        f.bytes(&format!("{p}.comp_value"), c);
-        f.bytes(&format!("{p}.swap_value"), s);
+        f.header(
+            "SES compare-and-swap extension",
+            "uet.ses.comp_swap_ext_hdr",
+        );
+        f.num("uet.ses.comp_swap_ext_hdr.atomic_opcode", u64::from(a.code));
+        f.num(
+            "uet.ses.comp_swap_ext_hdr.atomic_data_type",
+            u64::from(a.datatype),
+        );
+        f.hex(
+            "uet.ses.comp_swap_ext_hdr.sem_ctl",
+            u64::from(a.semantic_control),
+            2,
+        );
+        f.bytes("uet.ses.comp_swap_ext_hdr.comp_value", c);
+        f.bytes("uet.ses.comp_swap_ext_hdr.swap_value", s);
+    } else {
+        f.header("SES atomic extension", "uet.ses.atomic_op_ext_hdr");
+        f.num("uet.ses.atomic_op_ext_hdr.atomic_opcode", u64::from(a.code));
+        f.num(
+            "uet.ses.atomic_op_ext_hdr.atomic_data_type",
+            u64::from(a.datatype),
+        );
+        f.hex(
+            "uet.ses.atomic_op_ext_hdr.sem_ctl",
+            u64::from(a.semantic_control),
+            2,
+        );
     }
 }
 
@@ -371,7 +413,7 @@ fn walk_ses(s: &Ses, f: &mut dyn Fields) {
     match s {
         Ses::RequestStd(r, a) => {
             f.header("SES standard request", "uet.ses.std");
-            walk_common("uet.ses.std", &r.common, f);
+            walk_common(&STD_KEYS, &r.common, f);
             f.hex("uet.ses.std.buffer_offset", r.buffer_offset, 16);
             f.hex("uet.ses.std.initiator", u64::from(r.initiator), 8);
             f.hex("uet.ses.std.mem_key_match_bits", r.mem_key, 16);
@@ -386,7 +428,7 @@ fn walk_ses(s: &Ses, f: &mut dyn Fields) {
         }
         Ses::RequestMedium(r, a) => {
             f.header("SES medium request", "uet.ses.med_req");
-            walk_common("uet.ses.med_req", &r.common, f);
+            walk_common(&MEDIUM_KEYS, &r.common, f);
             f.hex("uet.ses.med_req.header_data", r.header_data, 16);
             f.hex("uet.ses.med_req.initiator", u64::from(r.initiator), 8);
             f.hex("uet.ses.med_req.mem_key_match_bits", r.mem_key, 16);
@@ -394,7 +436,7 @@ fn walk_ses(s: &Ses, f: &mut dyn Fields) {
         }
         Ses::RequestSmall(r, a) => {
             f.header("SES small request", "uet.ses.small_req");
-            walk_common("uet.ses.small_req", &r.common, f);
+            walk_common(&SMALL_KEYS, &r.common, f);
             f.hex("uet.ses.small_req.buffer_offset", r.buffer_offset, 16);
             walk_atomic(a, f);
         }
