@@ -15,7 +15,6 @@
 //! draws from a random stream of its own), and [`Sim::set_threads`] runs it on several
 //! threads, one part of the fabric each, with the same results as on one.
 use core::cmp::Ordering;
-use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 
@@ -31,14 +30,25 @@ use parallel::{lock, AbortOnPanic, Pool, Shared};
 pub use crate::rng::Rng;
 
 mod fabric;
+mod link;
 mod parallel;
 mod radix;
+mod seed;
 mod switch;
+mod tap;
+mod topology;
+mod view;
 mod wakeups;
 pub use fabric::{ecmp_hash, Fabric, FabricConfig, PortKind, PortStats, Topology};
+pub use link::LinkConfig;
+pub use seed::{seed_from_env, SeedGuard};
 pub use switch::{
     FlowKey, PfcConfig, RedConfig, Switch, SwitchConfig, SwitchStats, FRAME_OVERHEAD,
 };
+pub use tap::{Tap, TapEvent, TapKind};
+use tap::{TapKey, TapRecord, TapWhat, PHASE_EVENTS, PHASE_SENDS};
+pub use view::FabricView;
+use view::Fabrics;
 
 /// The switch's MAC address in the PFC frames it sends (locally administered).
 pub const SWITCH_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0xfe];
@@ -56,137 +66,6 @@ pub const PFC_REFRESH_NS: u64 = 100_000;
 /// The earlier of two optional deadlines (`None` = no deadline).
 fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     a.into_iter().chain(b).min()
-}
-
-/// The seed in `SIM_SEED` (decimal or 0x-hex), else `default`.
-pub fn seed_from_env(default: u64) -> u64 {
-    std::env::var("SIM_SEED")
-        .ok()
-        .and_then(|s| {
-            let s = s.trim();
-            match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
-            }
-        })
-        .unwrap_or(default)
-}
-
-/// Prints its seed (and how to replay it) if dropped while panicking.
-#[derive(Debug)]
-pub struct SeedGuard(pub u64);
-
-impl Drop for SeedGuard {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "simulation failed with seed {0}; replay with SIM_SEED={0}",
-                self.0
-            );
-        }
-    }
-}
-
-/// Impairments of one direction of a link.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkConfig {
-    /// Propagation delay.
-    pub delay: Duration,
-    /// Serialisation rate in bits per second (`None`: infinitely fast).
-    pub bandwidth_bps: Option<u64>,
-    /// Probability a datagram is lost.
-    pub loss: f64,
-    /// Probability a datagram is held back by up to `reorder_delay` extra.
-    pub reorder: f64,
-    /// Largest extra delay of a reordered datagram.
-    pub reorder_delay: Duration,
-    /// Probability a datagram is delivered twice.
-    pub duplicate: f64,
-    /// Probability one random bit of a datagram is flipped.
-    pub corrupt: f64,
-    /// Probability an ECN-capable datagram is marked CE.
-    pub ce_mark: f64,
-}
-
-impl Default for LinkConfig {
-    fn default() -> Self {
-        Self {
-            delay: Duration::from_micros(2),
-            bandwidth_bps: None,
-            loss: 0.0,
-            reorder: 0.0,
-            reorder_delay: Duration::from_micros(10),
-            duplicate: 0.0,
-            corrupt: 0.0,
-            ce_mark: 0.0,
-        }
-    }
-}
-
-/// What happened to a datagram a [`Tap`] sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TapKind {
-    /// As it left the sender.
-    Sent,
-    /// As it reached the receiver (after any corruption or CE mark).
-    Delivered,
-    /// Lost on the link.
-    Lost,
-}
-
-/// One datagram crossing a link.
-#[derive(Debug, Clone, Copy)]
-pub struct TapEvent<'a> {
-    /// Virtual time.
-    pub time: Instant,
-    /// What happened.
-    pub kind: TapKind,
-    /// The datagram's number: its send, and its delivery or loss, carry the same (a
-    /// duplicate too). Unique in a run: the sending endpoint's index in the high 24 bits,
-    /// from 1 in the order that endpoint sent them in the low 40 (the same however a
-    /// fabric's simulation is split across threads, [`Sim::set_threads`]).
-    pub id: u64,
-    /// Sending endpoint index.
-    pub from: usize,
-    /// Receiving endpoint index.
-    pub to: usize,
-    /// Source IP address.
-    pub src: IpAddr,
-    /// Destination IP address.
-    pub dst: IpAddr,
-    /// UDP source port.
-    pub src_port: u16,
-    /// UDP destination port (4791).
-    pub dst_port: u16,
-    /// ECN codepoint of the IP header.
-    pub ecn: Ecn,
-    /// The UDP payload (BTH through ICRC).
-    pub datagram: &'a [u8],
-}
-
-/// Receives every datagram the simulator moves.
-pub trait Tap {
-    /// Called for each send, delivery and loss.
-    fn on_datagram(&mut self, ev: &TapEvent<'_>);
-
-    /// Called for each link-level frame a node sends that is not a datagram: the switch's
-    /// PFC frames (a whole Ethernet frame without FCS, [`roce_proto::mac_control`]). Ignored
-    /// unless implemented.
-    fn on_frame(&mut self, time: Instant, frame: &[u8]) {
-        let _ = (time, frame);
-    }
-
-    /// Called for each host added after the tap was installed (its index and address).
-    /// Ignored unless implemented.
-    fn on_host(&mut self, index: usize, addr: IpAddr) {
-        let _ = (index, addr);
-    }
-}
-
-impl<F: FnMut(&TapEvent<'_>)> Tap for F {
-    fn on_datagram(&mut self, ev: &TapEvent<'_>) {
-        self(ev)
-    }
 }
 
 /// Link-level counters.
@@ -338,148 +217,6 @@ pub struct Sim {
     /// A part's tap calls, kept to be merged in the order one simulation makes them (when
     /// split with a tap).
     tap_log: Option<Vec<TapRecord>>,
-}
-
-/// Where in a run a tap call is made: the [`Sim::run_until`] call, the time, the round at
-/// that time (a step, or the run's first sends), what the round was doing (processing fabric
-/// events, or asking devices for datagrams), the event's key or the endpoint, and the call's
-/// number within. One simulation makes its tap calls in the order of their keys, and the
-/// parts of a split one make each of theirs with the key the whole would have given it, so
-/// sorting the parts' calls by key gives the whole's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-struct TapKey {
-    epoch: u64,
-    time: Instant,
-    round: u32,
-    phase: u8,
-    item: u64,
-    n: u32,
-}
-
-/// [`TapKey::phase`]: processing fabric events.
-const PHASE_EVENTS: u8 = 1;
-/// [`TapKey::phase`]: asking the devices for datagrams.
-const PHASE_SENDS: u8 = 2;
-
-/// A tap call a part of a split simulation keeps for the merge.
-#[derive(Debug)]
-struct TapRecord {
-    key: TapKey,
-    what: TapWhat,
-}
-
-#[derive(Debug)]
-enum TapWhat {
-    Datagram(TapKind, Arrival),
-    Frame(Vec<u8>),
-}
-
-/// What a view of a fabric reads: the simulation's own, or a split one's parts.
-#[derive(Debug, Clone, Copy)]
-enum Fabrics<'a> {
-    One(&'a Fabric),
-    Split(&'a [Sim]),
-}
-
-/// A fabric as the simulation runs it, whole or split across threads
-/// ([`Sim::set_threads`]): its shape, and its counters read from the part that keeps them.
-#[derive(Debug, Clone, Copy)]
-pub struct FabricView<'a> {
-    first: &'a Fabric,
-    all: Fabrics<'a>,
-}
-
-impl<'a> FabricView<'a> {
-    fn part_fabric(s: &'a Sim) -> &'a Fabric {
-        s.fabric.as_ref().expect("a part has its fabric")
-    }
-
-    /// The fabric that keeps node `n`'s counters.
-    fn of_node(&self, n: usize) -> &'a Fabric {
-        match self.all {
-            Fabrics::One(f) => f,
-            Fabrics::Split(parts) => parts
-                .get(self.first.part_of_node(n))
-                .map_or(self.first, Self::part_fabric),
-        }
-    }
-
-    fn sum(&self, f: impl Fn(&Fabric) -> u64) -> u64 {
-        match self.all {
-            Fabrics::One(x) => f(x),
-            Fabrics::Split(parts) => parts.iter().map(|p| f(Self::part_fabric(p))).sum(),
-        }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &'a FabricConfig {
-        self.first.config()
-    }
-
-    /// Number of hosts.
-    pub fn hosts(&self) -> usize {
-        self.first.hosts()
-    }
-
-    /// Number of ports (two per link).
-    pub fn port_count(&self) -> usize {
-        self.first.port_count()
-    }
-
-    /// Port `p`: (node, peer node, kind, rate in bits/s), as [`Fabric::port`].
-    pub fn port(&self, p: usize) -> (usize, usize, PortKind, u64) {
-        self.first.port(p)
-    }
-
-    /// Tier of node `n`, as [`Fabric::tier`].
-    pub fn tier(&self, n: usize) -> u8 {
-        self.first.tier(n)
-    }
-
-    /// A name for node `n`, as [`Fabric::node_name`].
-    pub fn node_name(&self, n: usize) -> String {
-        self.first.node_name(n)
-    }
-
-    /// The equal-cost egress ports of switch node `s` toward host `d`.
-    pub fn next_hops(&self, s: usize, d: usize) -> &'a [u32] {
-        self.first.next_hops(s, d)
-    }
-
-    /// The ports a datagram with this 5-tuple leaves on from host `from` to host `to`.
-    pub fn path(&self, from: usize, to: usize, src: IpAddr, dst: IpAddr, sport: u16) -> Vec<usize> {
-        self.first.path(from, to, src, dst, sport)
-    }
-
-    /// Counters of port `p` with its paused time brought up to `now`.
-    pub fn port_stats(&self, p: usize, now: Instant) -> PortStats {
-        self.of_node(self.first.port_node(p)).port_stats(p, now)
-    }
-
-    /// Bytes queued at port `p` now.
-    pub fn queue_bytes(&self, p: usize) -> u64 {
-        self.of_node(self.first.port_node(p)).queue_bytes(p)
-    }
-
-    /// `true` while PFC pauses host `h`'s port.
-    pub fn host_paused(&self, h: usize) -> bool {
-        self.of_node(h).host_paused(h)
-    }
-
-    /// Frames sent on any port so far.
-    pub fn hops(&self) -> u64 {
-        self.sum(Fabric::hops)
-    }
-
-    /// Frames dropped at any switch.
-    pub fn drops(&self) -> u64 {
-        self.sum(Fabric::drops)
-    }
-
-    /// PFC frames sent.
-    pub fn pfc_frames(&self) -> u64 {
-        self.sum(Fabric::pfc_frames)
-    }
 }
 
 impl core::fmt::Debug for Sim {
@@ -837,65 +574,6 @@ impl Sim {
         if let Some(t) = self.tap.as_mut() {
             let f = roce_proto::mac_control::pfc_frame(SWITCH_MAC, PFC_PRIORITY, quanta);
             t.on_frame(time, &f);
-        }
-    }
-
-    /// The key of the next tap call here ([`TapKey`]).
-    fn next_tap_key(&mut self) -> TapKey {
-        let k = self.tap_at;
-        self.tap_at.n += 1;
-        k
-    }
-
-    /// A new round at `now` doing `phase`: the first at this time in this run, or the next.
-    fn round(&mut self, phase: u8) {
-        let t = &mut self.tap_at;
-        if t.epoch == self.epoch && t.time == self.now {
-            t.round += 1;
-        } else {
-            t.epoch = self.epoch;
-            t.time = self.now;
-            t.round = 0;
-        }
-        t.phase = phase;
-        t.item = 0;
-        t.n = 0;
-    }
-
-    /// The tap calls from here on are about `item` (an event's key, or an endpoint).
-    fn tap_item(&mut self, item: u64) {
-        self.tap_at.item = item;
-        self.tap_at.n = 0;
-    }
-
-    /// A link-level frame for the tap.
-    fn tap_frame(&mut self, time: Instant, frame: &[u8]) {
-        if self.tap_log.is_some() {
-            let key = self.next_tap_key();
-            if let Some(log) = self.tap_log.as_mut() {
-                log.push(TapRecord {
-                    key,
-                    what: TapWhat::Frame(frame.to_vec()),
-                });
-            }
-        } else if let Some(t) = self.tap.as_mut() {
-            t.on_frame(time, frame);
-        }
-    }
-
-    fn tap(&mut self, kind: TapKind, a: &Arrival, time: Instant) {
-        if self.tap_log.is_some() {
-            let key = self.next_tap_key();
-            if let Some(log) = self.tap_log.as_mut() {
-                log.push(TapRecord {
-                    key,
-                    what: TapWhat::Datagram(kind, a.clone()),
-                });
-            }
-            return;
-        }
-        if let Some(t) = self.tap.as_mut() {
-            t.on_datagram(&a.tap_event(kind, time));
         }
     }
 
