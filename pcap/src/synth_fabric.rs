@@ -53,6 +53,15 @@ struct Out<W: Write> {
 }
 
 impl<W: Write> Out<W> {
+    /// A pcap of Ethernet frames on `out` that takes `limit` of them.
+    fn new(out: W, limit: u64) -> io::Result<Self> {
+        Ok(Self {
+            w: PcapWriter::new(out, link::ETHERNET, false, 65_535)?,
+            frame: Vec::new(),
+            n: 0,
+            limit,
+        })
+    }
     fn time(&self) -> Timestamp {
         Timestamp {
             secs: 1_790_000_000 + (self.n / 1_000_000) as i64,
@@ -86,8 +95,8 @@ impl<W: Write> Out<W> {
         let mut t = vec![0u8; body.buffer_len() + payload.len()];
         let n = body.emit(&mut t).map_err(err)?;
         t[n..].copy_from_slice(payload);
-        let p = PacketRepr {
-            bth: BthRepr {
+        let p = PacketRepr::bare(
+            BthRepr {
                 opcode: op.opcode(),
                 pad_count: PacketRepr::pad_for(t.len()),
                 pkey: roce_proto::PKey(0xffff),
@@ -97,18 +106,8 @@ impl<W: Write> Out<W> {
                 psn: Psn::new(psn),
                 ..BthRepr::default()
             },
-            rdeth: None,
-            deth: None,
-            xrceth: None,
-            feth: None,
-            reth: None,
-            atomic_eth: None,
-            aeth: None,
-            atomic_ack_eth: None,
-            immdt: None,
-            ieth: None,
-            payload: &t,
-        };
+            &t,
+        );
         self.frame.resize(b.frame_len(&p), 0);
         let len = b.build(&p, &mut self.frame).map_err(err)?;
         self.put(len)
@@ -134,12 +133,7 @@ fn data(len: usize, seed: u32) -> Vec<u8> {
 /// Writes `n` frames of MRC conversations (see the module) to `out`, `mtu` bytes of payload
 /// in a full packet.
 pub fn write_mrc_capture<W: Write>(out: W, n: u64, mtu: usize) -> io::Result<()> {
-    let mut o = Out {
-        w: PcapWriter::new(out, link::ETHERNET, false, 65_535)?,
-        frame: Vec::new(),
-        n: 0,
-        limit: n,
-    };
+    let mut o = Out::new(out, n)?;
     let port = mrc::MRC_UDP_PORT;
     let (qp_a, qp_b) = (0x11u32, 0x22u32);
     let evs = [0xc001u16, 0xc417, 0xd2a9, 0xe5f3];
@@ -275,12 +269,7 @@ pub fn write_mrc_capture<W: Write>(out: W, n: u64, mtu: usize) -> io::Result<()>
 /// Writes `n` frames of UET RUD conversations (see the module) to `out`, `mtu` bytes of
 /// payload in a full request.
 pub fn write_uet_capture<W: Write>(out: W, n: u64, mtu: usize) -> io::Result<()> {
-    let mut o = Out {
-        w: PcapWriter::new(out, link::ETHERNET, false, 65_535)?,
-        frame: Vec::new(),
-        n: 0,
-        limit: n,
-    };
+    let mut o = Out::new(out, n)?;
     let port = uet::UET_UDP_PORT;
     let (pdc_a, pdc_b) = (0x0101u16, 0x0202u16);
     let evs = [0x9101u16, 0x9b37, 0xa4c9, 0xb25d];

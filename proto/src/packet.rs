@@ -290,6 +290,26 @@ pub struct PacketRepr<'a> {
 }
 
 impl<'a> PacketRepr<'a> {
+    /// A packet of `bth` and `payload` only, no extended header: what a builder of a
+    /// transport the opcode table does not know (MRC's manufacturer-range opcodes) hands the
+    /// frame builder, its own headers at the start of `payload`.
+    pub const fn bare(bth: BthRepr, payload: &'a [u8]) -> Self {
+        Self {
+            bth,
+            rdeth: None,
+            deth: None,
+            xrceth: None,
+            feth: None,
+            reth: None,
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack_eth: None,
+            immdt: None,
+            ieth: None,
+            payload,
+        }
+    }
+
     /// The pad count that makes `payload_len` a multiple of four.
     pub const fn pad_for(payload_len: usize) -> u8 {
         (payload_len.wrapping_neg() & 3) as u8

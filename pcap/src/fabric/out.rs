@@ -73,6 +73,18 @@ impl Summary<'_> {
         self.first = false;
         self.out.extend_from_slice(s.as_bytes());
     }
+    /// The headers, or `None` after saying why they could not be read.
+    fn headers<'h, T>(&mut self, h: &'h Result<T, Error>) -> Option<&'h T> {
+        match h {
+            Ok(h) => Some(h),
+            Err(e) => {
+                self.word("[malformed:");
+                self.word(&e.to_string());
+                self.out.push(b']');
+                None
+            }
+        }
+    }
     fn kv(&mut self, k: &str, v: u64) {
         self.word(k);
         self.out.push(b'=');
@@ -97,14 +109,8 @@ fn summary_mrc(l: &mut Summary<'_>, p: &Packet, h: &Result<mrc::Headers, Error>)
     }
     l.kx("qp", u64::from(b.dest_qp.0), 6);
     l.kv("psn", u64::from(b.psn.value()));
-    let h = match h {
-        Ok(h) => h,
-        Err(e) => {
-            l.word("[malformed:");
-            l.word(&e.to_string());
-            l.out.push(b']');
-            return;
-        }
+    let Some(h) = l.headers(h) else {
+        return;
     };
     if h.flags.rtx(p.reading.flags) {
         l.word("RTX");
@@ -167,14 +173,8 @@ fn summary_mrc(l: &mut Summary<'_>, p: &Packet, h: &Result<mrc::Headers, Error>)
 
 fn summary_uet(l: &mut Summary<'_>, h: &Result<uet::Headers, Error>) {
     l.word("UET");
-    let h = match h {
-        Ok(h) => h,
-        Err(e) => {
-            l.word("[malformed:");
-            l.word(&e.to_string());
-            l.out.push(b']');
-            return;
-        }
+    let Some(h) = l.headers(h) else {
+        return;
     };
     if h.tss.is_some() {
         l.word("TSS");

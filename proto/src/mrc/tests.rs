@@ -35,8 +35,8 @@ fn frame(op: MrcOpcode, flags: u8, body: &Body, payload: &[u8], port: u16) -> Ve
     let mut transport = vec![0u8; body.buffer_len() + payload.len()];
     let n = body.emit(&mut transport).unwrap();
     transport[n..].copy_from_slice(payload);
-    let p = PacketRepr {
-        bth: BthRepr {
+    let p = PacketRepr::bare(
+        BthRepr {
             opcode: op.opcode(),
             pad_count: PacketRepr::pad_for(transport.len()),
             dest_qp: Qpn::new(0x11),
@@ -45,18 +45,8 @@ fn frame(op: MrcOpcode, flags: u8, body: &Body, payload: &[u8], port: u16) -> Ve
             psn: Psn::new(0x42),
             ..BthRepr::default()
         },
-        rdeth: None,
-        deth: None,
-        xrceth: None,
-        feth: None,
-        reth: None,
-        atomic_eth: None,
-        aeth: None,
-        atomic_ack_eth: None,
-        immdt: None,
-        ieth: None,
-        payload: &transport,
-    };
+        &transport,
+    );
     let mut b = FrameBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 0xc000);
     b.dst_port = port;
     let mut buf = vec![0u8; b.frame_len(&p)];
