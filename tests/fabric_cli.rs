@@ -273,3 +273,44 @@ fn mrc_opcodes_on_rocev2s_port_are_mrc_only_when_asked() {
     assert_eq!(mrc_view[6]["mrc.neth.nack_reason_name"], "TRIMMED");
     assert!(mrc_view.iter().all(|p| p["icrc_ok"] == false));
 }
+
+#[test]
+fn uet_over_ip_protocol_253_reads_its_entropy_header() {
+    let b = std::fs::read(format!("{UET_DATA}/uet_pds.pcap")).unwrap();
+    let at = frames(&b)[0];
+    let caplen = u32::from_le_bytes(b[at - 8..at - 4].try_into().unwrap()) as usize;
+    let frame = &b[at..at + caplen];
+    let (eth, ip, udp) = (&frame[..14], &frame[14..34], &frame[34..42]);
+    // The same packet over IP: protocol 253, a 4-byte entropy header (the UDP source port's
+    // value) in the UDP header's place.
+    let mut out = eth.to_vec();
+    let mut h = ip.to_vec();
+    h[9] = 253;
+    let total = (20 + 4 + frame.len() - 42) as u16;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&udp[..2]);
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&frame[42..]);
+    let mut pcap = b[..24].to_vec();
+    pcap.extend_from_slice(&b[at - 16..at - 8]);
+    pcap.extend_from_slice(&(out.len() as u32).to_le_bytes());
+    pcap.extend_from_slice(&(out.len() as u32).to_le_bytes());
+    pcap.extend_from_slice(&out);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ip253.pcap");
+    std::fs::write(&path, &pcap).unwrap();
+    let v = json_lines(&["decode", "--json", path.to_str().unwrap()]);
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["transport"], "uet");
+    assert!(v[0].get("src_port").is_none());
+    let ev = u64::from(u16::from_be_bytes([udp[0], udp[1]]));
+    assert_eq!(v[0]["uet.pds.entropy"].as_u64(), Some(ev));
+    assert_eq!(v[0]["uet.pds.type_name"], "RUD_REQ");
+    assert_eq!(v[0]["uet.ses.std.opcode_name"], "READ");
+    let p = path.to_str().unwrap();
+    assert_eq!(
+        json_lines(&["decode", "--json", "--entropy", &ev.to_string(), p]).len(),
+        1
+    );
+}

@@ -178,6 +178,11 @@ pub fn classify(link_type: u32, data: &[u8], opts: &FabricOptions) -> Option<Pac
     if let Some(port) = udp_port_peek(ip).filter(|p| is_mrc_port(*p, ip, opts)) {
         return mrc_packet(ip, port, opts);
     }
+    // Every packet that is not RoCE comes here: most are neither, and a look at two fields
+    // says so without parsing them.
+    if !maybe_uet(ip, opts) {
+        return None;
+    }
     let (sl, _) = LaxIpSlice::from_slice(ip).ok()?;
     let (src, dst, dscp, ecn) = match &sl {
         LaxIpSlice::Ipv4(v) => {
@@ -240,6 +245,25 @@ fn udp_port_peek(ip: &[u8]) -> Option<u16> {
         _ => return None,
     };
     Some(u16::from_be_bytes([*ip.get(at + 2)?, *ip.get(at + 3)?]))
+}
+
+/// Whether `ip` may carry UET: IP protocol 253, or UDP to UET's port (IPv6 with extension
+/// headers: the full parse finds what follows them).
+fn maybe_uet(ip: &[u8], opts: &FabricOptions) -> bool {
+    let (proto, l4, v6) = match ip.first().map(|b| b >> 4) {
+        Some(4) => (ip.get(9).copied(), usize::from(ip[0] & 0xf) * 4, false),
+        Some(6) => (ip.get(6).copied(), 40, true),
+        _ => return false,
+    };
+    match proto {
+        Some(uet::UET_IP_PROTO) => true,
+        Some(17) => ip
+            .get(l4 + 2..l4 + 4)
+            .is_some_and(|p| u16::from_be_bytes([p[0], p[1]]) == opts.uet_port),
+        // Hop-by-hop, routing, fragment and destination options.
+        Some(0 | 43 | 44 | 60) => v6,
+        _ => false,
+    }
 }
 
 /// Whether a UDP datagram to `port` is MRC: MRC's port, or RoCEv2's with an MRC opcode when
