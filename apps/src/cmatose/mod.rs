@@ -254,7 +254,7 @@ impl Sends {
                 self.post_receives(dev)?;
             }
             // A listener's only.
-            SessionEvent::Asked(_) => {}
+            SessionEvent::Asked(_) | SessionEvent::Resolve(_) | SessionEvent::Resolved { .. } => {}
         }
         Ok(())
     }

@@ -333,7 +333,7 @@ impl Rping {
             }
             SessionEvent::Restarted => self.restart(),
             // A listener's only.
-            SessionEvent::Asked(_) => {}
+            SessionEvent::Asked(_) | SessionEvent::Resolve(_) | SessionEvent::Resolved { .. } => {}
         }
         Ok(())
     }

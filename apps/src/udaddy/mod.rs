@@ -306,21 +306,13 @@ async fn run_end(
         },
     };
     let mut side = cm_end(&secrets, salt, req, local, link)?;
-    let (qpn, qkey) = (side.qps[0].qpn, QKey(RDMA_UDP_QKEY));
+    let (qp, qkey, now) = (side.qps[0], QKey(RDMA_UDP_QKEY), side.ep.now());
     let name = "roce udaddy";
     let session = match server {
-        Some(peer) => SidrSession::client(
-            local,
-            qpn,
-            qkey,
-            spec.port,
-            peer,
-            side.ep.now(),
-            &secrets,
-            salt,
-            name,
-        )?,
-        None => SidrSession::server(local, qpn, qkey, spec.port, &secrets, salt, name)?,
+        Some(peer) => {
+            SidrSession::client(local, qp, qkey, spec.port, peer, now, &secrets, salt, name)?
+        }
+        None => SidrSession::server(local, qp, qkey, spec.port, now, &secrets, salt, name)?,
     };
     let mut app = Udaddy::new(&mut side, spec, client, session).map_err(DriverError::from)?;
     app.session.flush(&mut side.ep.dev);

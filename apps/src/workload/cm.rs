@@ -559,6 +559,7 @@ pub(crate) fn run_client_cm(
             cc: cfg.cc,
             line_rate_bps: cfg.line_rate_bps,
             src_port: SourcePort::Fixed(ROCEV2_UDP_PORT),
+            not_listening_retries: 0,
         };
         let with_psns: Vec<(LocalQp, Psn)> = mine.iter().copied().zip(psns).collect();
         // A REQ per QP, each carrying the spec (the server builds the same plan from it).

@@ -241,7 +241,7 @@ impl<R: Served> Hosted<R> {
             a.qp,
             a.psn,
             &a.base,
-            a.rd_atomic,
+            (a.rd_atomic, a.rd_atomic),
             a.cc,
             a.line_rate_bps,
             &a.reply,
@@ -268,7 +268,9 @@ impl<R: Served> Application for Hosted<R> {
                 // Any address can send a REQ: one never confirmed, or a client gone quiet,
                 // costs this server the run's set-up (and what it made for it), not its life.
                 SessionEvent::Restarted => self.abandoned = true,
-                SessionEvent::Accepted(_) => {}
+                SessionEvent::Accepted(_)
+                | SessionEvent::Resolve(_)
+                | SessionEvent::Resolved { .. } => {}
             }
         }
         if !self.abandoned {
@@ -459,7 +461,11 @@ impl<R: Joined> Application for Joining<R> {
                     self.run.released(&self.group, k);
                 }
                 // A server's only.
-                SessionEvent::Asked(_) | SessionEvent::Accepted(_) | SessionEvent::Restarted => {}
+                SessionEvent::Asked(_)
+                | SessionEvent::Accepted(_)
+                | SessionEvent::Restarted
+                | SessionEvent::Resolve(_)
+                | SessionEvent::Resolved { .. } => {}
             }
         }
         self.run.poll(&mut self.group, dev, now)?;

@@ -1,7 +1,8 @@
-//! Service ID resolution (IBTA Vol 1 §12.11) as a session, the UD counterpart of
-//! [`super::cm_session`]: a client asks which UD QP serves an RDMA-CM port (UDP port space)
-//! and gets an [`AddressHandle`]; a server answers with its QP and Q_Key and remembers who
-//! asked, so that the application takes UD messages only from a peer the exchange named.
+//! Service ID resolution (IBTA Vol 1 §12.11) for one UD QP, on the layer's
+//! [`super::cm_session`] (the one place the CM's events are handled): a client asks which
+//! UD QP serves an RDMA-CM port (UDP port space) and gets an [`AddressHandle`]; a server
+//! answers with its QP and Q_Key and remembers who asked, so that the application takes UD
+//! messages only from a peer the exchange named.
 //!
 //! The CM rate-limits the SIDR_REQs it answers together with the REQs (one budget for
 //! every message that names no connection). A server remembers the last
@@ -11,14 +12,21 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_proto::rdma_cm::{service_id, PortSpace};
 use roce_proto::{QKey, Qpn, ROCEV2_UDP_PORT};
-use roce_stack::cm::{rdma_cm_req_private, Cm, CmEvent, ConnId};
 use roce_stack::ud::AddressHandle;
 use roce_stack::{Device, Instant};
 
-use super::rdma_cm::{flush, pump};
+use super::cm_session::{CmSession, SessionEvent, Terms};
+use super::qps::LocalQp;
 use crate::{AppError, DriverError, Secrets};
+
+/// The session's terms for RDMA-CM port `port`: SIDR asks for nothing else.
+fn terms(port: u16) -> Terms {
+    Terms {
+        port,
+        ..Terms::default()
+    }
+}
 
 /// Why a SIDR client got no UD QP.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,12 +51,13 @@ pub enum SidrFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     Server,
-    Client { peer: IpAddr, ask: Option<ConnId> },
+    Client { peer: IpAddr },
 }
 
-/// One end of a SIDR exchange for one UD QP.
+/// One end of a SIDR exchange for one UD QP, on the layer's [`CmSession`] (which runs the
+/// CM: the SIDR_REQ's retries, its answer's status, the rate limit).
 pub struct SidrSession {
-    cm: Cm,
+    session: CmSession,
     role: Role,
     local: IpAddr,
     qpn: Qpn,
@@ -75,28 +84,30 @@ impl SidrSession {
     /// How long it remembers each.
     pub const REMEMBERED: Duration = Duration::from_secs(30);
 
-    /// A server of UD QP `qpn` (Q_Key `qkey`) on RDMA-CM port `port` (UDP port space), at
-    /// `local`. `salt` draws the CM's IDs from `secrets`; `name` begins its lines.
+    /// A server of UD QP `qp` (Q_Key `qkey`) on RDMA-CM port `port` (UDP port space), at
+    /// `local`, from `now`. `salt` draws the CM's IDs from `secrets`; `name` begins its
+    /// lines.
+    #[allow(clippy::too_many_arguments)]
     pub fn server(
         local: IpAddr,
-        qpn: Qpn,
+        qp: LocalQp,
         qkey: QKey,
         port: u16,
+        now: Instant,
         secrets: &Secrets,
         salt: u64,
         name: &'static str,
     ) -> Result<Self, DriverError> {
-        let mut s = Self::new(local, qpn, qkey, secrets, salt, name, Role::Server)?;
-        s.cm.listen(service_id(PortSpace::UDP, port));
-        Ok(s)
+        let session = CmSession::ud_listener(now, terms(port), secrets, salt, name)?;
+        Ok(Self::new(session, local, qp.qpn, qkey, name, Role::Server))
     }
 
     /// A client at `local` asking `peer` for the UD QP on RDMA-CM port `port` (the SIDR_REQ
-    /// leaves with the first [`SidrSession::flush`]); its own QP is `qpn`.
+    /// leaves with the first [`SidrSession::flush`]); its own QP is `qp`.
     #[allow(clippy::too_many_arguments)]
     pub fn client(
         local: IpAddr,
-        qpn: Qpn,
+        qp: LocalQp,
         qkey: QKey,
         port: u16,
         peer: IpAddr,
@@ -105,38 +116,41 @@ impl SidrSession {
         salt: u64,
         name: &'static str,
     ) -> Result<Self, DriverError> {
-        let mut s = Self::new(
+        let mut session = CmSession::client_with(
             local,
-            qpn,
-            qkey,
+            now,
+            &[],
+            terms(port),
             secrets,
             salt,
             name,
-            Role::Client { peer, ask: None },
-        )?;
-        // RDMA-CM's header, as udaddy's rdma_resolve_route + rdma_connect send it.
-        let private = rdma_cm_req_private(local, peer, 0xc000 | (port & 0x3fff), &[]);
-        let ask =
-            s.cm.sidr_request(now, local, peer, service_id(PortSpace::UDP, port), &private)
-                .map_err(|_| DriverError::App(AppError::Sidr(SidrFailure::CannotAsk)))?;
-        s.role = Role::Client {
             peer,
-            ask: Some(ask),
-        };
-        Ok(s)
+            |_| Vec::new(),
+        )?;
+        // RDMA-CM's header names the source port udaddy's rdma_resolve_route binds.
+        session
+            .resolve(now, qp, 0xc000 | (port & 0x3fff))
+            .map_err(|_| DriverError::App(AppError::Sidr(SidrFailure::CannotAsk)))?;
+        Ok(Self::new(
+            session,
+            local,
+            qp.qpn,
+            qkey,
+            name,
+            Role::Client { peer },
+        ))
     }
 
     fn new(
+        session: CmSession,
         local: IpAddr,
         qpn: Qpn,
         qkey: QKey,
-        secrets: &Secrets,
-        salt: u64,
         name: &'static str,
         role: Role,
-    ) -> Result<Self, DriverError> {
-        Ok(Self {
-            cm: Cm::new(super::rdma_cm::cm_config(secrets, salt)?),
+    ) -> Self {
+        Self {
+            session,
             role,
             local,
             qpn,
@@ -145,14 +159,14 @@ impl SidrSession {
             resolved: None,
             given_up: 0,
             name,
-        })
+        }
     }
 
     /// The MADs that came in and the CM's timers. A server answers each SIDR_REQ in
-    /// RDMA-CM's form (status 2 for any other) and remembers who asked; a client's answer
-    /// is [`SidrSession::resolved`], its failure the `Err`.
+    /// RDMA-CM's form (the session refuses any other) and remembers who asked; a client's
+    /// answer is [`SidrSession::resolved`], its failure the `Err`.
     pub fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        pump(&mut self.cm, dev, now);
+        let polled = self.session.poll(dev, now);
         let remembered = Self::REMEMBERED;
         while self
             .askers
@@ -161,34 +175,17 @@ impl SidrSession {
         {
             self.askers.pop_front();
         }
-        while let Some(e) = self.cm.poll_event() {
+        while let Some(e) = self.session.next_event() {
             match (e, self.role) {
-                (CmEvent::SidrRequest { req }, Role::Server) => {
-                    if req.rdma_cm().is_none() {
-                        // Status 2: rejected (not RDMA-CM's).
-                        self.cm.sidr_reply(&req, 2, Qpn(0), 0, &[]);
-                        continue;
-                    }
-                    self.cm.sidr_reply(&req, 0, self.qpn, self.qkey.0, &[]);
-                    self.askers.retain(|&(p, _)| p != req.peer);
+                (SessionEvent::Resolve(r), Role::Server) => {
+                    self.session.answer(&r, Some((self.qpn, self.qkey.0)));
+                    self.askers.retain(|&(p, _)| p != r.peer);
                     if self.askers.len() >= Self::ASKERS {
                         self.askers.pop_front();
                     }
-                    self.askers.push_back((req.peer, now));
+                    self.askers.push_back((r.peer, now));
                 }
-                (
-                    CmEvent::SidrReply {
-                        conn,
-                        status,
-                        qpn,
-                        qkey,
-                        ..
-                    },
-                    Role::Client { peer, ask },
-                ) if Some(conn) == ask => {
-                    if status != 0 {
-                        return Err(AppError::Sidr(SidrFailure::Refused { peer, status }));
-                    }
+                (SessionEvent::Resolved { qpn, qkey, .. }, Role::Client { peer }) => {
                     self.resolved = Some(AddressHandle {
                         local: self.local,
                         remote: peer,
@@ -197,18 +194,15 @@ impl SidrSession {
                         qkey: QKey(qkey),
                     });
                 }
-                (CmEvent::TimedOut { conn }, Role::Client { peer, ask }) if Some(conn) == ask => {
-                    return Err(AppError::Sidr(SidrFailure::NoAnswer(peer)));
-                }
                 _ => {}
             }
         }
-        Ok(())
+        polled
     }
 
     /// Hands the MADs the session made to QP1. Call last in the application's `poll`.
     pub fn flush(&mut self, dev: &mut Device) {
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
     }
 
     /// Client: the server's UD QP, once its SIDR_REP came.
@@ -222,7 +216,7 @@ impl SidrSession {
     pub fn reply_to(&self, src: IpAddr, qpn: Qpn) -> Option<AddressHandle> {
         let known = match self.role {
             Role::Server => self.askers.iter().any(|&(p, _)| p == src),
-            Role::Client { peer, .. } => peer == src,
+            Role::Client { peer } => peer == src,
         };
         known.then_some(AddressHandle {
             local: self.local,

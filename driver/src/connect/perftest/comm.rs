@@ -1,26 +1,26 @@
 //! perftest's RDMA-CM "comm" connection (`perftest_communication.c`: `rdma_client_connect`,
 //! `rdma_server_connect`, `rdma_write_keys`/`rdma_read_keys`) and, for `-R`, its data QPs'
-//! RDMA-CM connections (`create_rdma_cm_connection`): the CM on QP1 and the comm QP's SENDs
-//! and receives, run inside the endpoint's loop whenever the session waits for the peer.
+//! RDMA-CM connections (`create_rdma_cm_connection`), through the layer's
+//! [`CmSession`]: the session runs the CM (REQ/REP/RTU/REJ, SIDR, DREQ/DREP, the timeouts,
+//! a set-up given up); this module decides which QP a request is for and moves the comm
+//! QP's SENDs and receives, inside the endpoint's loop whenever the exchange waits for the
+//! peer.
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_proto::cm::rej_reason_name;
-use roce_proto::rdma_cm::{service_id, PortSpace, RDMA_UDP_QKEY};
+use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{Psn, QKey, Qpn};
-use roce_stack::cm::{
-    rdma_cm_req_private, reason, Cm, CmEvent, ConnId, ConnectOptions, QpOffer, SidrRequest,
-};
 use roce_stack::ud::{AddressHandle, UdSend, GRH_LEN};
 use roce_stack::{
-    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, Service,
-    SgList, WcStatus, WorkRequest, WrOp,
+    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpAttr, QpCaps, QpState,
+    RecvRequest, Service, SgList, WcStatus, WorkRequest, WrOp,
 };
 
 use super::STEP_TIMEOUT;
+use crate::connect::cm_session::{Ask, Asked, CmSession, Resolve, SessionEvent, Terms};
 use crate::connect::qps::LocalQp;
-use crate::connect::rdma_cm::{cm_config, connect_qp, flush, pump, CmFailure};
+use crate::connect::rdma_cm::CmFailure;
 use crate::connect::Side;
 use crate::{
     AppError, Application, DriverError, Endpoint, PeerFault, Secrets, SetupFailure, Unsupported,
@@ -46,7 +46,8 @@ pub(super) enum Until {
 pub(super) struct DataConn {
     pub(super) qp: LocalQp,
     pub(super) psn: Psn,
-    pub(super) id: Option<ConnId>,
+    /// Its connection (or resolution) in the session.
+    pub(super) id: Option<usize>,
     pub(super) up: bool,
     pub(super) released: bool,
     /// UD: the peer's QP (the SIDR_REP's, or the server's from the client's first SEND).
@@ -55,17 +56,17 @@ pub(super) struct DataConn {
 
 /// perftest's comm connection, and its data connections for `-R`.
 pub(super) struct Comm {
-    pub(super) cm: Cm,
+    pub(super) session: CmSession,
     pub(super) client: bool,
     pub(super) local: IpAddr,
     pub(super) peer: Option<IpAddr>,
-    pub(super) port: u16,
     pub(super) qp: LocalQp,
     pub(super) psn: Psn,
     /// Two receive slots of [`SLOT`] bytes, one send slot, then one slot per data QP (UD
     /// latency: the client's 4-byte SEND and its GRH).
     pub(super) mr: MrHandle,
-    pub(super) conn: Option<ConnId>,
+    /// The comm connection in the session.
+    pub(super) conn: Option<usize>,
     pub(super) up: bool,
     pub(super) comm_released: bool,
     pub(super) inbox: VecDeque<Vec<u8>>,
@@ -79,7 +80,6 @@ pub(super) struct Comm {
     /// Connecting the data QPs: their CQs are this module's until the application's.
     pub(super) data_phase: bool,
     pub(super) accepted: usize,
-    pub(super) retry: Option<(Instant, u32)>,
     pub(super) closing: bool,
     /// The closing record is being exchanged: the peer may release the connections as soon
     /// as it has ours (perftest destroys its ids right after `ctx_close_connection`'s
@@ -89,62 +89,24 @@ pub(super) struct Comm {
     /// test running beside it had already ended: see [`Beside`]).
     pub(super) left_early: bool,
     pub(super) failure: Option<CommFault>,
-}
-
-/// Which of the exchange's connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
-    /// The comm connection the records cross.
-    Comm,
-    /// Data QP `n`'s.
-    Data(usize),
-}
-
-impl std::fmt::Display for Which {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Comm => write!(f, "the exchange's connection"),
-            Self::Data(i) => write!(f, "data QP {i}'s connection"),
-        }
-    }
+    /// The comm QP's first PSNs are drawn from these (again after a set-up given up).
+    secrets: Secrets,
+    salt: u64,
+    restarts: u64,
 }
 
 /// Why perftest's exchange over RDMA-CM failed (a peer's doing, seen by this end's check).
+/// The CM's own failures (a REJ, no answer, a SIDR refusal) are the session's
+/// ([`CmFailure`], [`crate::connect::sidr::SidrFailure`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CommFault {
-    /// The server refused a data QP's REQs as not listening, every retry.
-    #[error("the server refused data QP {qp}'s {what} {tries} times (not listening)")]
-    NotListening {
-        /// The data QP.
-        qp: usize,
-        /// What it refused.
-        what: &'static str,
-        /// The tries.
-        tries: u32,
-    },
-    /// The server rejected a connection (IBTA Vol 1 Table 112).
-    #[error("the server rejected {which}: {} ({reason})", rej_reason_name(*.reason).unwrap_or("unknown reason"))]
-    Rejected {
-        /// Which connection.
-        which: Which,
-        /// The REJ's reason.
-        reason: u16,
-    },
-    /// The peer stopped answering the CM.
-    #[error("{} stopped answering the CM (no REP, RTU or DREP)", .0.map_or_else(|| "the peer".to_string(), |p| p.to_string()))]
-    Stopped(Option<IpAddr>),
     /// The peer released a connection before the end of the test.
     #[error("the peer disconnected before the end of the test")]
     LeftEarly,
-    /// A SIDR_REP with a status other than 0 (IBTA Vol 1 Table 122).
-    #[error("the server answered data QP {qp}'s SIDR_REQ with status {}", roce_proto::cm::sidr_status_name(*.status).unwrap_or("unknown"))]
-    Sidr {
-        /// The data QP.
-        qp: usize,
-        /// The status.
-        status: u8,
-    },
+    /// The session gave the set-up up after the exchange had begun (it said why).
+    #[error("the CM set-up was given up")]
+    GivenUp,
     /// A UD QP whose Q_Key is not RDMA-CM's.
     #[error("the server's UD QP has Q_Key {0:#x}, not rdma_cm's {RDMA_UDP_QKEY:#x}")]
     QKey(u32),
@@ -162,9 +124,6 @@ pub enum CommFault {
     /// The exchange's receive could not be posted.
     #[error("the exchange's receive: {0}")]
     Post(#[source] roce_stack::PostError),
-    /// This end has no server to ask (a client without one).
-    #[error("no server to connect to")]
-    NoServer,
     /// The local CM would not send a request (its reason code).
     #[error(transparent)]
     CannotAsk(#[from] CmFailure),
@@ -188,10 +147,11 @@ const SLOT: u32 = 64;
 const SEND_AT: u32 = 2 * SLOT;
 /// The first data QP's slot.
 const DATA_AT: u32 = 3 * SLOT;
-/// REQ retries while a server is not listening yet (perftest's `rdma_cm_client_connection`).
+/// REQ retries while a server is not listening yet (perftest's `rdma_cm_client_connection`;
+/// the session waits [`CmSession::RETRY`] between them).
 const DATA_RETRIES: u32 = 10;
-/// Their interval.
-const RETRY_NS: u64 = 100_000_000;
+/// The comm QP's receive `wr_id`s are its two slots; this one is a data QP's UD hello.
+const HELLO_WR: u64 = u64::MAX;
 
 impl Comm {
     pub(super) fn new(
@@ -206,41 +166,38 @@ impl Comm {
             max_recv_wr: 4,
             ..QpCaps::default()
         })?;
-        let psn = secrets
-            .start_psns(1, salt ^ 0xc0de)?
-            .first()
-            .copied()
-            .unwrap_or(Psn::new(0));
         let n = side.qps.len() as u32;
+        let local = side.ep.local_addr().ip();
+        let now = side.ep.now();
+        let base = side.request().params;
+        let terms = Terms {
+            port: server.map_or(port, |s| s.port()),
+            rnr_retry: 7,
+            retry_count: 7,
+            local_ack_timeout: base.timeout,
+            base: comm_base(),
+            not_listening_retries: DATA_RETRIES,
+            ..Terms::default()
+        };
+        let name = "roce perf";
+        let session = match server {
+            Some(s) => {
+                CmSession::client_with(local, now, &[], terms, secrets, salt, name, s.ip(), |_| {
+                    Vec::new()
+                })?
+            }
+            None => CmSession::listener(now, terms, secrets, salt, name)?,
+        };
+        let service = side.request().service;
         let dev = &mut side.ep.dev;
         let mr = dev.reg_mr(side.pd, (DATA_AT + n * SLOT) as usize, Access::LOCAL_WRITE);
-        for slot in 0..2u32 {
-            let sgl = SgList::one(
-                dev.mr(mr)
-                    .expect("registered")
-                    .sge(u64::from(slot * SLOT), SLOT),
-            );
-            dev.post_recv(
-                qp.qpn,
-                RecvRequest {
-                    wr_id: u64::from(slot),
-                    sgl,
-                },
-            )
-            .map_err(|e| DriverError::step("comm QP receive", e))?;
-        }
-        let mut cm = Cm::new(cm_config(secrets, salt)?);
-        if server.is_none() {
-            cm.listen(service_id(PortSpace::TCP, port));
-        }
-        Ok(Self {
-            cm,
+        let mut comm = Self {
+            session,
             client: server.is_some(),
-            local: side.ep.local_addr().ip(),
+            local,
             peer: server.map(|s| s.ip()),
-            port: server.map_or(port, |s| s.port()),
             qp,
-            psn,
+            psn: Psn::new(0),
             mr,
             conn: None,
             up: false,
@@ -249,61 +206,89 @@ impl Comm {
             sends_posted: 0,
             sends_done: 0,
             data: Vec::new(),
-            service: side.request().service,
-            base: side.request().params,
+            service,
+            base,
             ud_hello: false,
             data_phase: false,
             accepted: 0,
-            retry: None,
             closing: false,
             last: false,
             left_early: false,
             failure: None,
-        })
+            secrets: *secrets,
+            salt,
+            restarts: 0,
+        };
+        comm.psn = comm.draw_psn()?;
+        comm.post_receives(dev)
+            .map_err(|e| DriverError::step("comm QP receive", e))?;
+        Ok(comm)
     }
 
-    /// The comm QP: SEND/RECV only.
-    fn comm_offer(&self) -> QpOffer {
-        QpOffer {
-            qpn: self.qp.qpn,
-            starting_psn: self.psn,
-            responder_resources: 0,
-            initiator_depth: 0,
-            rnr_retry_count: 7,
+    fn draw_psn(&self) -> Result<Psn, DriverError> {
+        Ok(self
+            .secrets
+            .start_psns(1, self.salt ^ 0xc0de ^ (self.restarts << 32))?
+            .first()
+            .copied()
+            .unwrap_or(Psn::new(0)))
+    }
+
+    /// The comm QP's two receives.
+    fn post_receives(&self, dev: &mut Device) -> Result<(), roce_stack::PostError> {
+        for slot in 0..2u32 {
+            self.post_receive(dev, slot)?;
         }
+        Ok(())
     }
 
-    fn data_offer(&self, i: usize) -> QpOffer {
-        let d = &self.data[i];
-        QpOffer {
-            qpn: d.qp.qpn,
-            starting_psn: d.psn,
-            responder_resources: self.base.max_dest_rd_atomic,
-            initiator_depth: self.base.max_rd_atomic,
-            rnr_retry_count: 7,
-        }
+    fn post_receive(&self, dev: &mut Device, slot: u32) -> Result<(), roce_stack::PostError> {
+        let sgl = SgList::one(
+            dev.mr(self.mr)
+                .expect("registered")
+                .sge(u64::from(slot * SLOT), SLOT),
+        );
+        dev.post_recv(
+            self.qp.qpn,
+            RecvRequest {
+                wr_id: u64::from(slot),
+                sgl,
+            },
+        )
     }
 
-    fn options(&self, offer: QpOffer, mtu: u32, src_port: u16) -> Option<ConnectOptions> {
-        let peer = self.peer?;
-        Some(ConnectOptions {
-            local: self.local,
-            peer,
-            service_id: service_id(PortSpace::TCP, self.port),
-            offer,
-            mtu,
-            retry_count: 7,
-            local_ack_timeout: self.base.timeout,
-            private_data: rdma_cm_req_private(self.local, peer, src_port, &[]),
-        })
+    /// Server: the session gave up a set-up before the exchange began (a REQ never
+    /// confirmed, a REP refused): the comm QP back to INIT with a new first PSN and its
+    /// receives, for the next client. Whoever saw the REP cannot speak into the next
+    /// connection.
+    fn listen_again(&mut self, dev: &mut Device) -> Result<(), AppError> {
+        self.restarts += 1;
+        let _ = dev.modify_qp(self.qp.qpn, &QpAttr::to(QpState::Reset));
+        let _ = dev.modify_qp(self.qp.qpn, &comm_base().init_attr());
+        while dev.poll_cq(self.qp.send_cq).is_some() {}
+        while dev.poll_cq(self.qp.recv_cq).is_some() {}
+        self.psn = self.draw_psn().map_err(|_| CommFault::GivenUp)?;
+        self.post_receives(dev).map_err(CommFault::Post)?;
+        self.conn = None;
+        self.peer = None;
+        self.inbox.clear();
+        (self.sends_posted, self.sends_done) = (0, 0);
+        Ok(())
     }
 
     pub(super) fn connect_comm(&mut self, now: Instant) -> Result<(), DriverError> {
-        let o = self
-            .options(self.comm_offer(), 1024, 0xc000)
-            .ok_or(CommFault::NoServer)?;
-        let id = self.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
-        self.conn = Some(id);
+        let ask = Ask {
+            qp: self.qp,
+            psn: self.psn,
+            responder_resources: 0,
+            initiator_depth: 0,
+            mtu: 1024,
+            local_ack_timeout: self.base.timeout,
+            base: comm_base(),
+            src_port: 0xc000,
+            data: Vec::new(),
+        };
+        self.conn = Some(self.session.ask(now, ask)?);
         Ok(())
     }
 
@@ -320,7 +305,7 @@ impl Comm {
         self.ud_hello = latency && self.service == Service::Ud;
         if !self.client && self.service == Service::Ud {
             // UD QPs are resolved through SIDR in the UDP port space, on the same port.
-            self.cm.listen(service_id(PortSpace::UDP, self.port));
+            self.session.listen_ud();
         }
         self.data = side
             .qps
@@ -339,43 +324,46 @@ impl Comm {
         Ok(())
     }
 
-    /// Client: a REQ (or SIDR_REQ) for every data QP not connected yet.
+    /// Client: a REQ (or SIDR_REQ) for every data QP not connected yet; the session asks
+    /// again while the server is not listening yet.
     pub(super) fn connect_data(&mut self, now: Instant) -> Result<(), CommFault> {
         for i in 0..self.data.len() {
             if self.data[i].id.is_some() {
                 continue;
             }
+            let d = &self.data[i];
             let src_port = 0xc001u16.wrapping_add(i as u16);
             let id = match self.service {
-                Service::Ud => {
-                    let peer = self.peer.unwrap_or(self.local);
-                    let private = rdma_cm_req_private(self.local, peer, src_port, &[]);
-                    self.cm.sidr_request(
-                        now,
-                        self.local,
-                        peer,
-                        service_id(PortSpace::UDP, self.port),
-                        &private,
-                    )
-                }
-                _ => {
-                    let o = self
-                        .options(self.data_offer(i), self.base.mtu, src_port)
-                        .ok_or(CommFault::NoServer)?;
-                    self.cm.connect(now, &o)
-                }
-            }
-            .map_err(CmFailure::CannotAsk)?;
+                Service::Ud => self.session.resolve(now, d.qp, src_port)?,
+                _ => self.session.ask(
+                    now,
+                    Ask {
+                        qp: d.qp,
+                        psn: d.psn,
+                        responder_resources: self.base.max_dest_rd_atomic,
+                        initiator_depth: self.base.max_rd_atomic,
+                        mtu: self.base.mtu,
+                        local_ack_timeout: self.base.timeout,
+                        base: self.base,
+                        src_port,
+                        data: Vec::new(),
+                    },
+                )?,
+            };
             self.data[i].id = Some(id);
         }
         Ok(())
     }
 
-    fn find(&self, id: ConnId) -> Option<usize> {
+    fn find(&self, id: usize) -> Option<usize> {
         self.data.iter().position(|d| d.id == Some(id))
     }
 
-    pub(super) fn mark_released(&mut self, id: ConnId) {
+    fn ours(&self, id: usize) -> bool {
+        self.conn == Some(id) || self.find(id).is_some()
+    }
+
+    pub(super) fn mark_released(&mut self, id: usize) {
         if self.conn == Some(id) {
             self.comm_released = true;
         }
@@ -388,138 +376,101 @@ impl Comm {
         self.failure.get_or_insert(why);
     }
 
-    /// Retries the REQs a server refused because it was not listening yet, or fails.
-    fn refused(&mut self, now: Instant, i: usize, what: &'static str) {
-        let attempts = self.retry.map_or(0, |(_, n)| n);
-        if attempts >= DATA_RETRIES {
-            self.fail(CommFault::NotListening {
-                qp: i,
-                what,
-                tries: DATA_RETRIES,
-            });
-            return;
-        }
-        self.data[i].id = None;
-        self.retry = Some((now.add_nanos(RETRY_NS), attempts + 1));
-    }
-
-    fn on_event(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
+    fn on_event(
+        &mut self,
+        dev: &mut Device,
+        now: Instant,
+        e: SessionEvent,
+    ) -> Result<(), AppError> {
         match e {
-            CmEvent::Request { conn, req } => {
-                let refuse = |cm: &mut Cm| {
-                    cm.reject(conn, reason::CONSUMER_REJECT, &[]);
-                };
-                if self.client || req.rdma_cm().is_none() {
-                    refuse(&mut self.cm);
-                } else if self.conn.is_none() {
-                    // The first REQ is the exchange's.
-                    self.peer = Some(req.peer);
-                    self.local = req.local;
-                    self.conn = Some(conn);
-                    // Ready to receive before the REP leaves; up only once the RTU (or
-                    // the CM's established event) says the client is there: a REQ never
-                    // confirmed must not start the session (the server gives it up).
-                    if let Some(n) = self.cm.accept(now, conn, self.comm_offer(), &[]) {
-                        connect_qp(dev, &self.qp, &n, &comm_base(), CcConfig::None, 0)?;
-                    }
-                } else if Some(req.peer) != self.peer
-                    || !self.data_phase
-                    || self.accepted >= self.data.len()
-                    || self.service != Service::Rc
-                {
-                    refuse(&mut self.cm);
-                } else {
-                    let i = self.accepted;
-                    let offer = QpOffer {
-                        responder_resources: self
-                            .base
-                            .max_dest_rd_atomic
-                            .min(req.initiator_depth.max(1)),
-                        initiator_depth: self.base.max_rd_atomic.min(req.responder_resources),
-                        ..self.data_offer(i)
-                    };
-                    if let Some(n) = self.cm.accept(now, conn, offer, &[]) {
-                        let q = self.data[i].qp;
-                        connect_qp(dev, &q, &n, &self.base, CcConfig::None, 0)?;
-                        self.data[i].id = Some(conn);
-                        self.data[i].up = true;
-                        self.accepted += 1;
-                    }
-                }
-            }
-            CmEvent::Established { conn, params } => {
-                if Some(conn) == self.conn {
-                    if self.client {
-                        connect_qp(dev, &self.qp, &params, &comm_base(), CcConfig::None, 0)?;
-                    }
+            SessionEvent::Asked(a) => self.on_asked(dev, now, &a)?,
+            SessionEvent::Resolve(r) => self.on_resolve(dev, &r)?,
+            SessionEvent::Resolved { i, qpn, qkey } => self.on_resolved(dev, i, qpn, qkey)?,
+            SessionEvent::Up(i) => {
+                if self.conn == Some(i) {
                     self.up = true;
-                } else if let Some(i) = self.find(conn) {
-                    if self.client {
-                        let q = self.data[i].qp;
-                        connect_qp(dev, &q, &params, &self.base, CcConfig::None, 0)?;
+                    if !self.client {
+                        // From here every step of the exchange has its own limit.
+                        self.session.bounded_by_the_application();
                     }
-                    self.data[i].up = true;
+                } else if let Some(k) = self.find(i) {
+                    self.data[k].up = true;
                 }
             }
-            CmEvent::Rejected { conn, reason, .. } => {
-                if Some(conn) == self.conn {
-                    self.fail(CommFault::Rejected {
-                        which: Which::Comm,
-                        reason,
-                    });
-                } else if let Some(i) = self.find(conn) {
-                    if reason == reason::INVALID_SERVICE_ID {
-                        self.refused(now, i, "REQ");
-                    } else {
-                        self.fail(CommFault::Rejected {
-                            which: Which::Data(i),
-                            reason,
-                        });
-                    }
-                }
-            }
-            CmEvent::TimedOut { conn } => {
-                let released =
-                    self.closing && (Some(conn) == self.conn || self.find(conn).is_some());
-                if released {
-                    self.mark_released(conn);
-                } else if Some(conn) == self.conn || self.find(conn).is_some() {
-                    self.fail(CommFault::Stopped(self.peer));
-                }
-            }
-            CmEvent::Disconnected { conn } => {
-                let ours = Some(conn) == self.conn || self.find(conn).is_some();
-                self.mark_released(conn);
+            SessionEvent::Released(i) => {
+                let ours = self.ours(i);
+                self.mark_released(i);
                 if ours && !self.closing && !self.last {
                     self.left_early = true;
                     self.fail(CommFault::LeftEarly);
                 }
             }
-            CmEvent::SidrRequest { req } => self.on_sidr_request(dev, &req)?,
-            CmEvent::SidrReply {
-                conn,
-                status,
-                qpn,
-                qkey,
-                ..
-            } => self.on_sidr_reply(dev, now, conn, status, qpn, qkey)?,
+            // A server whose set-up the session gave up (it said why): before the exchange
+            // began it listens again; after, the exchange has failed.
+            SessionEvent::Restarted if !self.up => self.listen_again(dev)?,
+            SessionEvent::Restarted => self.fail(CommFault::GivenUp),
+            SessionEvent::Accepted(_) => {}
         }
+        Ok(())
+    }
+
+    /// Server: the first REQ is the exchange's; later ones, from the same peer during the
+    /// data phase, connect the data QPs in arrival order (RC).
+    fn on_asked(&mut self, dev: &mut Device, now: Instant, a: &Asked) -> Result<(), AppError> {
+        if self.conn.is_none() {
+            self.peer = Some(a.peer);
+            self.local = a.local;
+            // Ready to receive before the REP leaves; up only once the RTU says the client
+            // is there: a REQ never confirmed does not start the exchange.
+            let (qp, psn) = (self.qp, self.psn);
+            let i = self.session.accept(
+                dev,
+                now,
+                a,
+                qp,
+                psn,
+                &comm_base(),
+                (0, 0),
+                CcConfig::None,
+                0,
+                &[],
+            )?;
+            self.conn = Some(i);
+            return Ok(());
+        }
+        let i = self.accepted;
+        if Some(a.peer) != self.peer
+            || !self.data_phase
+            || i >= self.data.len()
+            || self.service != Service::Rc
+        {
+            self.session.refuse(a, &[]);
+            return Ok(());
+        }
+        let depths = (
+            self.base.max_dest_rd_atomic.min(a.initiator_depth.max(1)),
+            self.base.max_rd_atomic.min(a.responder_resources),
+        );
+        let (qp, psn, base) = (self.data[i].qp, self.data[i].psn, self.base);
+        let k = self
+            .session
+            .accept(dev, now, a, qp, psn, &base, depths, CcConfig::None, 0, &[])?;
+        self.data[i].id = Some(k);
+        self.data[i].up = true;
+        self.accepted += 1;
         Ok(())
     }
 
     /// Server, UD: a SIDR_REQ for the next data QP (in arrival order), answered with its QPN
     /// and RDMA-CM's Q_Key; for a latency test, a receive posted first for the client's QPN.
-    fn on_sidr_request(&mut self, dev: &mut Device, req: &SidrRequest) -> Result<(), AppError> {
+    fn on_resolve(&mut self, dev: &mut Device, r: &Resolve) -> Result<(), AppError> {
         let i = self.accepted;
-        let ok = !self.client
-            && self.data_phase
-            && Some(req.peer) == self.peer
+        let ok = self.data_phase
+            && Some(r.peer) == self.peer
             && self.service == Service::Ud
-            && i < self.data.len()
-            && req.rdma_cm().is_some();
+            && i < self.data.len();
         if !ok {
-            // Status 2: rejected by the consumer.
-            self.cm.sidr_reply(req, 2, Qpn(0), 0, &[]);
+            self.session.answer(r, None);
             return Ok(());
         }
         let q = self.data[i].qp;
@@ -534,7 +485,7 @@ impl Comm {
             dev.post_recv(
                 q.qpn,
                 RecvRequest {
-                    wr_id: u64::MAX,
+                    wr_id: HELLO_WR,
                     sgl,
                 },
             )
@@ -542,81 +493,69 @@ impl Comm {
         } else {
             self.data[i].up = true;
         }
-        self.cm.sidr_reply(req, 0, q.qpn, RDMA_UDP_QKEY, &[]);
+        self.session.answer(r, Some((q.qpn, RDMA_UDP_QKEY)));
         self.accepted += 1;
         Ok(())
     }
 
-    /// Client, UD: the server's answer for data QP `conn`: its QPN (and for a latency test, a
-    /// SEND with immediate telling it ours), or a retry while it is not listening yet.
-    fn on_sidr_reply(
+    /// Client, UD: the server's QP for data QP `id` (and for a latency test, a SEND with
+    /// immediate telling it ours).
+    fn on_resolved(
         &mut self,
         dev: &mut Device,
-        now: Instant,
-        conn: ConnId,
-        status: u8,
+        id: usize,
         qpn: Qpn,
         qkey: u32,
     ) -> Result<(), AppError> {
-        let Some(i) = self.find(conn) else {
+        let Some(i) = self.find(id) else {
             return Ok(());
         };
-        if status == 1 {
-            // Unsupported service: the server is not listening yet.
-            self.refused(now, i, "SIDR_REQ");
-            return Ok(());
-        }
-        if status != 0 {
-            self.fail(CommFault::Sidr { qp: i, status });
-            return Ok(());
-        }
         if qkey != RDMA_UDP_QKEY {
             self.fail(CommFault::QKey(qkey));
             return Ok(());
         }
         self.data[i].remote_qpn = Some(qpn);
-        if self.ud_hello {
-            let Some(peer) = self.peer else {
-                return Ok(());
-            };
-            let q = self.data[i].qp;
-            let at = DATA_AT + i as u32 * SLOT;
-            let sgl = SgList::one(dev.mr(self.mr).expect("registered").sge(u64::from(at), 4));
-            dev.post_ud_send(
-                q.qpn,
-                UdSend {
-                    wr_id: u64::MAX,
-                    sgl,
-                    ah: AddressHandle {
-                        local: self.local,
-                        remote: peer,
-                        remote_port: roce_proto::ROCEV2_UDP_PORT,
-                        dest_qpn: qpn,
-                        qkey: QKey(qkey),
-                    },
-                    imm: Some(q.qpn.0),
-                    signaled: true,
-                },
-            )
-            .map_err(|e| AppError::post(i, "the UD hello", e))?;
-        } else {
+        if !self.ud_hello {
             self.data[i].up = true;
+            return Ok(());
         }
+        let Some(peer) = self.peer else {
+            return Ok(());
+        };
+        let q = self.data[i].qp;
+        let at = DATA_AT + i as u32 * SLOT;
+        let sgl = SgList::one(dev.mr(self.mr).expect("registered").sge(u64::from(at), 4));
+        dev.post_ud_send(
+            q.qpn,
+            UdSend {
+                wr_id: HELLO_WR,
+                sgl,
+                ah: AddressHandle {
+                    local: self.local,
+                    remote: peer,
+                    remote_port: roce_proto::ROCEV2_UDP_PORT,
+                    dest_qpn: qpn,
+                    qkey: QKey(qkey),
+                },
+                imm: Some(q.qpn.0),
+                signaled: true,
+            },
+        )
+        .map_err(|e| AppError::post(i, "the UD hello", e))?;
         Ok(())
     }
 
     fn poll(&mut self, dev: &mut Device, now: Instant) -> Result<(), AppError> {
-        pump(&mut self.cm, dev, now);
-        while let Some(e) = self.cm.poll_event() {
-            self.on_event(dev, now, e)?;
-        }
-        if let Some((at, _)) = self.retry {
-            if at <= now {
-                self.retry = self.retry.map(|(_, n)| (Instant::from_nanos(u64::MAX), n));
-                if let Err(e) = self.connect_data(now) {
-                    self.fail(e);
-                }
+        let cm = self.session.poll(dev, now);
+        while let Some(e) = self.session.next_event() {
+            if let Err(e) = self.on_event(dev, now, e) {
+                self.session.flush(dev);
+                return Err(e);
             }
+        }
+        if let Err(e) = cm {
+            self.session.flush(dev);
+            return Err(e);
         }
         while let Some(c) = dev.poll_cq(self.qp.recv_cq) {
             if c.status != WcStatus::Success {
@@ -639,18 +578,7 @@ impl Comm {
                 self.fail(CommFault::OutOfTurn);
             }
             self.inbox.push_back(bytes);
-            let sgl = SgList::one(
-                dev.mr(self.mr)
-                    .expect("registered")
-                    .sge(u64::from(slot * SLOT), SLOT),
-            );
-            if let Err(e) = dev.post_recv(
-                self.qp.qpn,
-                RecvRequest {
-                    wr_id: u64::from(slot),
-                    sgl,
-                },
-            ) {
+            if let Err(e) = self.post_receive(dev, slot) {
                 self.fail(CommFault::Post(e));
             }
         }
@@ -666,7 +594,7 @@ impl Comm {
         if self.data_phase {
             self.poll_data(dev);
         }
-        flush(&mut self.cm, dev);
+        self.session.flush(dev);
         match self.failure.take() {
             Some(f) => Err(f.into()),
             None => Ok(()),

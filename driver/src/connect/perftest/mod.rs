@@ -24,13 +24,11 @@ use std::time::Duration;
 use roce_proto::perftest::Dest;
 use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{QKey, Qpn};
-use roce_stack::cm::ConnId;
 use roce_stack::ud::AddressHandle;
 use roce_stack::Service;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::rdma_cm::flush;
 use super::Side;
 use crate::{Application, DriverError, Endpoint, PeerFault, Secrets, Unsupported};
 
@@ -222,7 +220,7 @@ impl Session {
         if client {
             comm.connect_comm(now)?;
         }
-        flush(&mut comm.cm, &mut side.ep.dev);
+        comm.session.flush(&mut side.ep.dev);
         ready();
         let silence = if client { STEP_TIMEOUT } else { FOREVER };
         comm.wait(&mut side.ep, Until::Up, silence).await?;
@@ -443,7 +441,7 @@ impl Session {
         if self.client {
             let now = side.ep.now();
             comm.connect_data(now)?;
-            flush(&mut comm.cm, &mut side.ep.dev);
+            comm.session.flush(&mut side.ep.dev);
         }
         comm.wait(&mut side.ep, Until::DataReady, STEP_TIMEOUT)
             .await
@@ -586,7 +584,7 @@ impl Session {
         };
         comm.closing = true;
         let now = ep.now();
-        let ids: Vec<ConnId> = comm
+        let ids: Vec<usize> = comm
             .data
             .iter()
             .filter(|d| !d.released)
@@ -594,11 +592,11 @@ impl Session {
             .chain(comm.conn.filter(|_| !comm.comm_released))
             .collect();
         for id in ids {
-            if !comm.cm.disconnect(now, id) {
+            if !comm.session.disconnect(now, id) {
                 comm.mark_released(id);
             }
         }
-        flush(&mut comm.cm, &mut ep.dev);
+        comm.session.flush(&mut ep.dev);
         // Best effort: the test has verified; a DREP that never comes is the peer's.
         let _ = tokio::time::timeout(
             Duration::from_secs(5),

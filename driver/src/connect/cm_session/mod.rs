@@ -1,7 +1,13 @@
 //! The CM session: the one place where connections through the IB CM (IBTA Vol 1 ch. 12)
-//! and RDMA-CM (Annex A11) are asked for, accepted, confirmed, released and given up, for
-//! applications whose QPs exist before the exchange ([`Side`]: `rping`, `ucmatose`,
-//! `rdma_server`/`rdma_client`).
+//! and RDMA-CM (Annex A11) are asked for, accepted, confirmed, released and given up, and
+//! UD QPs resolved (SIDR, §12.11): for applications whose QPs exist before the exchange
+//! ([`Side`]: `rping`, `ucmatose`, `rdma_server`/`rdma_client`), for roce's own `--cm`
+//! runs ([`super::cm_group`]), perftest's `-R` ([`super::perftest`]) and `udaddy`
+//! ([`super::sidr`]). No other module matches the CM's events.
+//!
+//! A client asks for its connections when it is made ([`CmSession::client_with`]) or one
+//! at a time ([`CmSession::ask`], [`CmSession::resolve`]); a request the server refuses as
+//! not listening is asked again [`Terms::not_listening_retries`] times.
 //!
 //! A [`CmSession::listener`] makes no QPs of its own: each REQ is handed to the
 //! application ([`SessionEvent::Asked`], with the consumer's private data), which makes the
@@ -30,19 +36,28 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use roce_proto::Psn;
-use roce_stack::cm::{
-    rdma_cm_req_private, rdma_cm_service_id, Cm, CmEvent, ConnId, ConnectOptions, PeerRequest,
-    QpOffer,
-};
+use roce_proto::rdma_cm::{service_id, PortSpace};
+use roce_proto::{Psn, Qpn};
+use roce_stack::cm::{rdma_cm_service_id, Cm, CmEvent, ConnId, PeerRequest, QpOffer, SidrRequest};
 use roce_stack::{CcConfig, ConnectParams, Device, Instant, QpAttr, QpState};
 
-use roce_stack::cm::reason::CONSUMER_REJECT;
+use roce_stack::cm::reason::{CONSUMER_REJECT, INVALID_SERVICE_ID};
+
+mod client;
+
+pub use client::Ask;
+use client::Request;
 
 use super::rdma_cm::{connect_qp, flush, pump, CmFailure};
+use super::sidr::SidrFailure;
 use super::Side;
 use crate::connect::qps::LocalQp;
 use crate::{AppError, Secrets};
+
+/// SIDR_REP status "service ID not supported" (IBTA Vol 1 Table 122): nothing listens.
+const SIDR_NOT_LISTENING: u8 = 1;
+/// SIDR_REP status "rejected by the consumer".
+const SIDR_REJECTED: u8 = 2;
 
 /// What both ends' QPs are offered and asked for, besides what the [`Side`] says.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,6 +86,12 @@ pub struct Terms {
     pub line_rate_bps: u64,
     /// The source port in a client's REQs' RDMA-CM header.
     pub src_port: SourcePort,
+    /// Client: how many times a request the server refused as not listening (a REJ with
+    /// reason "invalid service ID", a SIDR_REP with status "service not supported") is
+    /// asked again, [`CmSession::RETRY`] apart, before the refusal is the failure: a server
+    /// that listens on a port only once the exchange before it says so (perftest's data
+    /// QPs' with `-R`). librdmacm's examples: none.
+    pub not_listening_retries: u32,
 }
 
 /// The source port a client's REQ names in RDMA-CM's header (Annex A11: the port of the
@@ -111,6 +132,7 @@ impl Default for Terms {
             cc: CcConfig::None,
             line_rate_bps: 0,
             src_port: SourcePort::Ephemeral,
+            not_listening_retries: 0,
         }
     }
 }
@@ -134,6 +156,28 @@ pub enum SessionEvent {
     /// Listener: a peer asks for a connection (a REQ from the peer of the set-up under way,
     /// or from anyone when none is): [`CmSession::accept`] or [`CmSession::refuse`] it.
     Asked(Asked),
+    /// Listener on a UDP port ([`CmSession::listen_ud`]): a peer asks which UD QP serves it
+    /// (a SIDR_REQ in RDMA-CM's form): [`CmSession::answer`] it, with a QP or a refusal.
+    Resolve(Resolve),
+    /// Client: the server answered resolution `i` ([`CmSession::resolve`]) with its UD QP.
+    Resolved {
+        /// The resolution.
+        i: usize,
+        /// The server's UD QP.
+        qpn: Qpn,
+        /// Its Q_Key.
+        qkey: u32,
+    },
+}
+
+/// A SIDR_REQ a listener hands its application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolve {
+    req: SidrRequest,
+    /// Where it came from.
+    pub peer: IpAddr,
+    /// The address it was sent to.
+    pub local: IpAddr,
 }
 
 /// A REQ a listener hands its application.
@@ -146,6 +190,12 @@ pub struct Asked {
     pub data: Vec<u8>,
     /// The path MTU it asks for.
     pub mtu: u32,
+    /// The address it was sent to.
+    pub local: IpAddr,
+    /// READ/atomic requests the peer takes as a responder.
+    pub responder_resources: u8,
+    /// READ/atomic requests the peer keeps outstanding.
+    pub initiator_depth: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +216,29 @@ struct Slot {
     state: SlotState,
     /// The peer's private data: its REP's (client) or REQ's (listener).
     data: Vec<u8>,
+    /// The attributes the CM does not settle.
+    base: ConnectParams,
+    /// Client: what was asked, to ask again while the server is not listening.
+    asked: Option<Request>,
+    /// Client: the refusals as not listening so far, and when to ask again.
+    refusals: u32,
+    again_at: Option<Instant>,
+}
+
+impl Slot {
+    fn new(qp: LocalQp, psn: Psn, base: ConnectParams) -> Self {
+        Self {
+            qp,
+            psn,
+            conn: None,
+            state: SlotState::Idle,
+            data: Vec::new(),
+            base,
+            asked: None,
+            refusals: 0,
+            again_at: None,
+        }
+    }
 }
 
 /// A side's QPs, each with its first PSN.
@@ -193,6 +266,10 @@ pub struct CmSession {
     slots: Vec<Slot>,
     /// The peer of the set-up under way.
     peer: Option<IpAddr>,
+    /// A client's address.
+    local: IpAddr,
+    /// The silence and set-up bounds apply (until the application takes them over).
+    bounded: bool,
     events: VecDeque<SessionEvent>,
     secrets: Secrets,
     salt: u64,
@@ -222,6 +299,9 @@ impl CmSession {
     pub const SILENCE: Duration = Duration::from_secs(10);
     /// How long a server's set-up may take from its first REQ until every connection is up.
     pub const SETUP: Duration = Duration::from_secs(30);
+    /// How long a client waits before asking again a server that was not listening
+    /// (perftest's `rdma_cm_client_connection`: 100 ms).
+    pub const RETRY: Duration = Duration::from_millis(100);
 
     /// A server on `side`'s address, listening on RDMA-CM port `terms.port`, one connection
     /// per QP. `secrets` and `salt` draw the CM's IDs and, after a set-up is given up, the
@@ -263,39 +343,33 @@ impl CmSession {
         )
     }
 
-    /// A client at `local` of `peer` for the QPs `qps` (each with its first PSN): one REQ
-    /// each, carrying RDMA-CM's header and `data(i)`, sent with the first
-    /// [`CmSession::flush`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn client_with(
-        local: IpAddr,
+    /// A listener of SIDR_REQs only: RDMA-CM port `terms.port` in the UDP port space, each
+    /// request a [`SessionEvent::Resolve`] (a REQ finds nothing listening).
+    pub fn ud_listener(
         now: Instant,
-        qps: &[(LocalQp, Psn)],
         terms: Terms,
         secrets: &Secrets,
         salt: u64,
         name: &'static str,
-        peer: IpAddr,
-        data: impl Fn(usize) -> Vec<u8>,
     ) -> Result<Self, crate::DriverError> {
-        let mut s = Self::new(now, qps, terms, secrets, salt, name, Role::Client { peer })?;
-        s.peer = Some(peer);
-        for i in 0..s.slots.len() {
-            let o = ConnectOptions {
-                local,
-                peer,
-                service_id: rdma_cm_service_id(terms.port),
-                offer: s.offer(i),
-                mtu: terms.mtu,
-                retry_count: terms.retry_count,
-                local_ack_timeout: terms.local_ack_timeout,
-                private_data: rdma_cm_req_private(local, peer, terms.src_port.of(i), &data(i)),
-            };
-            let conn = s.cm.connect(now, &o).map_err(CmFailure::CannotAsk)?;
-            s.slots[i].conn = Some(conn);
-            s.slots[i].state = SlotState::Asked;
-        }
+        let mut s = Self::new(now, &[], terms, secrets, salt, name, Role::Listener)?;
+        s.listen_ud();
         Ok(s)
+    }
+
+    /// Listener: answers SIDR_REQs for RDMA-CM port `terms.port` in the UDP port space too
+    /// (IBTA Vol 1 §12.11; each is [`SessionEvent::Resolve`]).
+    pub fn listen_ud(&mut self) {
+        self.cm.listen(service_id(PortSpace::UDP, self.terms.port));
+    }
+
+    /// Listener: answers `r` with UD QP `qpn` and Q_Key `qkey`, or (`None`) refuses it
+    /// (status 2, rejected).
+    pub fn answer(&mut self, r: &Resolve, qp: Option<(Qpn, u32)>) {
+        match qp {
+            Some((qpn, qkey)) => self.cm.sidr_reply(&r.req, 0, qpn, qkey, &[]),
+            None => self.cm.sidr_reply(&r.req, SIDR_REJECTED, Qpn(0), 0, &[]),
+        }
     }
 
     /// A server listening on RDMA-CM port `terms.port` with no QPs of its own:
@@ -328,14 +402,10 @@ impl CmSession {
             terms,
             slots: qps
                 .iter()
-                .map(|&(qp, psn)| Slot {
-                    qp,
-                    psn,
-                    conn: None,
-                    state: SlotState::Idle,
-                    data: Vec::new(),
-                })
+                .map(|&(qp, psn)| Slot::new(qp, psn, terms.base))
                 .collect(),
+            local: IpAddr::from([0, 0, 0, 0]),
+            bounded: true,
             peer: None,
             events: VecDeque::new(),
             secrets: *secrets,
@@ -382,7 +452,12 @@ impl CmSession {
             self.progress = now;
             self.on_event(dev, now, e)?;
         }
-        if self.is_server() && self.under_way() {
+        for i in 0..self.slots.len() {
+            if self.slots[i].again_at.is_some_and(|t| t <= now) {
+                self.send_request(now, i)?;
+            }
+        }
+        if self.bounded && self.is_server() && self.under_way() {
             let quiet = now.saturating_duration_since(self.progress);
             let long = now.saturating_duration_since(self.began);
             if quiet >= Self::SILENCE {
@@ -462,17 +537,47 @@ impl CmSession {
 
     fn on_event(&mut self, dev: &mut Device, now: Instant, e: CmEvent) -> Result<(), AppError> {
         match e {
-            // These sessions resolve no service IDs and listen only in the TCP port space.
-            CmEvent::SidrRequest { .. } | CmEvent::SidrReply { .. } => {}
+            CmEvent::SidrRequest { req } => {
+                if self.role != Role::Listener || req.rdma_cm().is_none() {
+                    // Not RDMA-CM's, or a session that resolves nothing.
+                    self.cm.sidr_reply(&req, SIDR_REJECTED, Qpn(0), 0, &[]);
+                } else {
+                    self.events.push_back(SessionEvent::Resolve(Resolve {
+                        peer: req.peer,
+                        local: req.local,
+                        req,
+                    }));
+                }
+            }
+            CmEvent::SidrReply {
+                conn,
+                status,
+                qpn,
+                qkey,
+                ..
+            } => {
+                let (Some(i), Role::Client { peer }) = (self.find(conn), self.role) else {
+                    return Ok(());
+                };
+                match status {
+                    0 => {
+                        self.slots[i].state = SlotState::Up;
+                        self.events
+                            .push_back(SessionEvent::Resolved { i, qpn, qkey });
+                    }
+                    SIDR_NOT_LISTENING if self.not_listening(now, i) => {}
+                    _ => return Err(AppError::Sidr(SidrFailure::Refused { peer, status })),
+                }
+            }
             CmEvent::Request { conn, req } => self.on_request(dev, now, conn, &req)?,
             CmEvent::Established { conn, params } => {
                 let Some(i) = self.find(conn) else {
                     return Ok(());
                 };
                 if matches!(self.role, Role::Client { .. }) {
-                    let q = self.slots[i].qp;
+                    let (q, base) = (self.slots[i].qp, self.slots[i].base);
                     let t = &self.terms;
-                    connect_qp(dev, &q, &params, &t.base, t.cc, t.line_rate_bps)?;
+                    connect_qp(dev, &q, &params, &base, t.cc, t.line_rate_bps)?;
                     self.slots[i].data = params.private_data;
                 }
                 self.slots[i].state = SlotState::Up;
@@ -484,13 +589,19 @@ impl CmSession {
                 private_data,
             } => match self.role {
                 Role::Client { peer } => {
+                    let slot = self.find(conn);
+                    if reason == INVALID_SERVICE_ID
+                        && slot.is_some_and(|i| self.not_listening(now, i))
+                    {
+                        return Ok(());
+                    }
                     return Err(CmFailure::rejected(
                         Some(peer),
                         Some(self.terms.port),
                         reason,
                         &private_data,
                     )
-                    .into())
+                    .into());
                 }
                 Role::Server | Role::Listener if self.find(conn).is_some() => {
                     self.give_up(dev, now, "it refused our REP");
@@ -505,7 +616,10 @@ impl CmSession {
                     // Our DREQ went unanswered: released all the same (§12.9.8.4).
                     (_, SlotState::Closing) => self.release(i),
                     (Role::Client { peer }, SlotState::Asked) => {
-                        return Err(CmFailure::no_answer(peer).into())
+                        if matches!(self.slots[i].asked, Some(Request::Resolve { .. })) {
+                            return Err(AppError::Sidr(SidrFailure::NoAnswer(peer)));
+                        }
+                        return Err(CmFailure::no_answer(peer).into());
                     }
                     (Role::Client { .. }, _) => return Err(CmFailure::Stopped.into()),
                     (Role::Server | Role::Listener, _) => {
@@ -557,6 +671,9 @@ impl CmSession {
                 peer: req.peer,
                 data: consumer,
                 mtu: req.mtu,
+                local: req.local,
+                responder_resources: req.responder_resources,
+                initiator_depth: req.initiator_depth,
             }));
             return Ok(());
         }
@@ -593,6 +710,7 @@ impl CmSession {
             self.name
         );
         self.given_up += 1;
+        self.bounded = true;
         let psns = self
             .secrets
             .start_psns(self.slots.len() as u32, self.salt ^ self.given_up)
@@ -625,13 +743,21 @@ impl CmSession {
         self.events.push_back(SessionEvent::Restarted);
     }
 
+    /// Server: the application bounds every wait of this set-up from here on (an exchange
+    /// whose every step has its own limit, over UD QPs the session cannot see progress
+    /// on): [`CmSession::SILENCE`] and [`CmSession::SETUP`] no longer apply, until a set-up
+    /// is given up.
+    pub fn bounded_by_the_application(&mut self) {
+        self.bounded = false;
+    }
+
     /// Whether this is the server's end.
     pub fn is_server(&self) -> bool {
         matches!(self.role, Role::Server | Role::Listener)
     }
 
     /// Listener: accepts `asked` on QP `qp` (first PSN `psn`), connected with `base` (its
-    /// MTU, READ depths and timers; the CM settles the rest), `rd_atomic` READs each way
+    /// MTU, READ depths and timers; the CM settles the rest), `rd_atomic` READs (as responder, as initiator)
     /// offered, congestion control `cc` clamped to `line_rate_bps`; `reply` goes in the REP.
     /// The QP is ready to receive before the REP leaves. Returns the connection's index.
     #[allow(clippy::too_many_arguments)]
@@ -643,7 +769,7 @@ impl CmSession {
         qp: LocalQp,
         psn: Psn,
         base: &ConnectParams,
-        rd_atomic: u8,
+        rd_atomic: (u8, u8),
         cc: CcConfig,
         line_rate_bps: u64,
         reply: &[u8],
@@ -652,18 +778,16 @@ impl CmSession {
         let offer = QpOffer {
             qpn: qp.qpn,
             starting_psn: psn,
-            responder_resources: rd_atomic,
-            initiator_depth: rd_atomic,
+            responder_resources: rd_atomic.0,
+            initiator_depth: rd_atomic.1,
             rnr_retry_count: 7,
         };
         let i = self.slots.len();
-        self.slots.push(Slot {
-            qp,
-            psn,
-            conn: Some(asked.conn),
-            state: SlotState::Asked,
-            data: asked.data.clone(),
-        });
+        let mut slot = Slot::new(qp, psn, *base);
+        slot.conn = Some(asked.conn);
+        slot.state = SlotState::Asked;
+        slot.data = asked.data.clone();
+        self.slots.push(slot);
         if let Some(n) = self.cm.accept(now, asked.conn, offer, reply) {
             connect_qp(dev, &qp, &n, base, cc, line_rate_bps)?;
         }
