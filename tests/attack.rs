@@ -788,10 +788,10 @@ fn a_client_that_verifies_nothing_does_not_get_the_server_to_say_ok() {
 fn a_hello_with_four_billion_operations_takes_no_memory() {
     let mut hello = hello_of(&["--count", "7"]);
     assert_eq!(
-        hello["msg"]["hello"]["spec"]["count"], 7,
+        hello["offer"]["msg"]["hello"]["spec"]["count"], 7,
         "the hello's layout changed: {hello}"
     );
-    hello["msg"]["hello"]["spec"]["count"] = u32::MAX.into();
+    hello["offer"]["msg"]["hello"]["spec"]["count"] = u32::MAX.into();
     let lines = [hello.to_string(), "\"ready\"".into()];
     let (code, err, peak) = talk_to_server("127.0.77.2", 21077, &lines);
     // The client went away without running: the server fails, in one line, without having

@@ -278,7 +278,7 @@ fn gave_up(mut server: Child, limit: Duration) -> String {
             Ok(l) => {
                 seen.push_str(&l);
                 seen.push('\n');
-                if l.contains("gave up a perftest client") {
+                if l.contains("gave up a run with") {
                     std::thread::sleep(Duration::from_millis(200));
                     let running = server.try_wait().unwrap().is_none();
                     let _ = server.kill();

@@ -236,7 +236,7 @@ fn a_hostile_exchange_costs_the_server_that_client_only() {
     assert!(!err.contains("panicked"), "{err}");
     let lines: Vec<&str> = err
         .lines()
-        .filter(|l| l.contains("gave up a set-up from"))
+        .filter(|l| l.contains("gave up a run with"))
         .collect();
     assert_eq!(lines.len(), cases.len(), "{err}");
     for ((_, why), line) in cases.iter().zip(&lines) {

@@ -133,11 +133,7 @@ impl KvCmServer {
         self.pool = Some(pool);
         self.hello = Some((spec, plans));
         if let Some(ch) = &mut self.chan {
-            ch.send(&KvMsg::Welcome {
-                qps: Vec::new(),
-                roce_port: ROCEV2_UDP_PORT,
-                pool: pool_buffer,
-            })?;
+            ch.send(&KvMsg::Welcome { pool: pool_buffer })?;
         }
         self.start_plan(dev)
     }
@@ -372,7 +368,7 @@ impl KvCmClient {
     ) -> Result<(), AppError> {
         let unexpected = || AppError::Peer(PeerFault::OutOfTurn("a control message"));
         match (self.phase, m) {
-            (Phase::Welcome, KvMsg::Welcome { pool, .. }) => {
+            (Phase::Welcome, KvMsg::Welcome { pool }) => {
                 if pool.len < self.cfg.spec.pool_bytes {
                     return Err(PeerFault::invalid(super::run::ServerAnswer::ShortPool {
                         has: pool.len,
@@ -479,8 +475,6 @@ impl Joined for KvCmClient {
                 protocol: super::run::KV_PROTOCOL,
                 spec: self.cfg.spec,
                 transport: self.cfg.transport,
-                roce_port: ROCEV2_UDP_PORT,
-                qps: Vec::new(),
                 plans: self.plans.clone(),
             })?;
             self.chan = Some(ch);

@@ -18,15 +18,16 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use roce_driver::connect::control::{self, Control, ANSWER_TIMEOUT};
-use roce_driver::connect::qps::{check_protocol, LocalQp, QpInfo, RemoteBuffer};
+use roce_driver::connect::control::{self, Control};
+use roce_driver::connect::handshake::Offered;
+use roce_driver::connect::qps::{check_protocol, LocalQp, RemoteBuffer};
 use roce_driver::connect::{client_roce_port, in_one_process, Accepted, ClientConfig, Listener};
 use roce_driver::connect::{QpRequest, Side};
 use roce_driver::impair::Impairment;
 use roce_driver::{
     runtime, AppError, Application, DriverError, Link, LinkChoice, PeerFault, Secrets, SetupFailure,
 };
-use roce_proto::{Qpn, ROCEV2_UDP_PORT};
+use roce_proto::{QKey, Qpn, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, CqHandle, Device, PdHandle, QpCaps};
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +35,7 @@ use super::{AllocKind, KvError, KvReceiver, KvSender, KvSpec, ModelShape, PlanKi
 use crate::{ConfigError, Setting};
 
 /// Version of the kv control protocol.
-pub(crate) const KV_PROTOCOL: u32 = 2;
+pub(crate) const KV_PROTOCOL: u32 = 3;
 
 /// Bytes per WRITE of the bandwidth calibration stream.
 const CALIB_LARGE: u32 = 1 << 20;
@@ -47,21 +48,16 @@ const CALIB_TINY_WRS: u32 = 32_768;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum KvMsg {
-    /// Prefill → decode: the shape, the plans, the QPs.
+    /// Prefill → decode: the shape, the plans (the QPs travel in the exchange's own
+    /// handshake, or are the CM's).
     Hello {
         protocol: u32,
         spec: KvSpec,
         transport: ConnectParams,
-        roce_port: u16,
-        qps: Vec<QpInfo>,
         plans: Vec<PlanSpec>,
     },
-    /// Decode → prefill: its QPs and the pool (registered once).
-    Welcome {
-        qps: Vec<QpInfo>,
-        roce_port: u16,
-        pool: RemoteBuffer,
-    },
+    /// Decode → prefill: the pool (registered once).
+    Welcome { pool: RemoteBuffer },
     /// Decode → prefill: the blocks of plan `plan` (receives posted, pool zeroed).
     Blocks { plan: u32, blocks: Vec<u32> },
     /// Prefill → decode: every QP's last WRITE of plan `plan` completed.
@@ -350,10 +346,6 @@ fn kv_side(
     Side::impaired(secrets.device(salt)?, req, psns, local, link, impairment)
 }
 
-fn peers(infos: &[QpInfo]) -> Vec<(Qpn, roce_proto::Psn)> {
-    infos.iter().map(|q| (q.qpn, q.psn)).collect()
-}
-
 /// What the decode side saw, once its client finished.
 #[derive(Debug, Clone, Default)]
 pub struct KvServerOutcome {
@@ -548,19 +540,18 @@ async fn serve_kv_client(
         max_pool,
         link,
     } = server;
+    let Offered { msg, end, .. } = ctl.offered().await?;
     let KvMsg::Hello {
         protocol,
         spec,
         transport,
-        roce_port: client_port,
-        qps,
         plans,
-    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
+    } = msg
     else {
         return Err(PeerFault::Expected("a kv hello").into());
     };
     check_protocol("kv", protocol, KV_PROTOCOL)?;
-    check_hello(&spec, &plans, &transport, max_pool, qps.len())
+    check_hello(&spec, &plans, &transport, max_pool, end.len())
         .map_err(DriverError::peer_invalid)?;
     let local = SocketAddr::new(a.local_ip, a.roce_port);
     let mut side = kv_side(
@@ -578,14 +569,8 @@ async fn serve_kv_client(
         .mr(pool)
         .map(RemoteBuffer::of)
         .ok_or(SetupFailure::Gone("the pool region"))?;
-    let remote = SocketAddr::new(a.peer.ip(), client_port);
-    side.connect_to(&peers(&qps), remote)?;
-    ctl.send(&KvMsg::Welcome {
-        qps: side.infos(),
-        roce_port: local.port(),
-        pool: pool_buffer,
-    })
-    .await?;
+    let welcome = KvMsg::Welcome { pool: pool_buffer };
+    ctl.answer(&mut side, &end, welcome).await?;
     let Side {
         mut ep, qps: mine, ..
     } = side;
@@ -644,39 +629,21 @@ async fn kv_client_async(client: ClientConfig, cfg: &KvConfig) -> Result<KvRepor
         .ep
         .dev
         .reg_mr(side.pd, src_len as usize, Access::LOCAL_WRITE);
-    ctl.send(&KvMsg::Hello {
+    let hello = KvMsg::Hello {
         protocol: KV_PROTOCOL,
         spec,
         transport: cfg.transport,
-        roce_port: client.roce_port,
-        qps: side.infos(),
         plans: plans.clone(),
-    })
-    .await?;
-    let KvMsg::Welcome {
-        qps,
-        roce_port,
-        pool,
-    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
-    else {
+    };
+    let KvMsg::Welcome { pool } = ctl.offer(&mut side, QKey(0), hello).await? else {
         return Err(PeerFault::Expected("a kv welcome").into());
     };
-    if qps.len() != side.qps.len() {
-        return Err(PeerFault::Count {
-            what: "QPs",
-            announced: qps.len(),
-            here: side.qps.len(),
-        }
-        .into());
-    }
     if pool.len < spec.pool_bytes {
         return Err(DriverError::peer_invalid(ServerAnswer::ShortPool {
             has: pool.len,
             needs: spec.pool_bytes,
         }));
     }
-    let remote = SocketAddr::new(client.server.ip(), roce_port);
-    side.connect_to(&peers(&qps), remote)?;
     let Side {
         mut ep, qps: mine, ..
     } = side;

@@ -442,31 +442,30 @@ pub(crate) fn serve_perftest(
             false => Some(roce_driver::connect::TcpDoor::bind(bind, port).await?),
             true => None,
         };
-        loop {
-            let attempt = match &door {
-                None => {
-                    let ch = Channel::Cm { server: None, port };
-                    run_session(ch, false, specs, bind, secrets, link, opts, &mut said).await
-                }
-                Some(door) => {
-                    said();
-                    // No accept timeout: a server waits for its client, as perftest's does.
-                    let tcp = door.accept(None).await?;
+        // A client that broke the exchange or the test costs the server that client.
+        if let Some(door) = door {
+            said();
+            // No overall wait: a server waits for its client, as perftest's does.
+            return door
+                .serve("roce perf", after, None, |tcp| async move {
                     let local = tcp
                         .local_addr()
                         .map_err(roce_driver::setup("the control connection's address"))?
                         .ip();
                     let ch = Channel::Tcp(tcp);
-                    run_session(ch, false, specs, local, secrets, link, opts, || {}).await
-                }
-            };
-            match attempt {
+                    let (r, _) =
+                        run_session(ch, false, specs, local, secrets, link, opts, || {}).await?;
+                    Ok(r)
+                })
+                .await;
+        }
+        // Over RDMA-CM the session listens again itself for a set-up it gave up; a client
+        // that broke the exchange once it began costs the server that client here.
+        loop {
+            let ch = Channel::Cm { server: None, port };
+            match run_session(ch, false, specs, bind, secrets, link, opts, &mut said).await {
                 Ok((r, _)) => return Ok(r),
-                // A client that broke the exchange or the test costs the server that client.
-                Err(e) if after == AfterGivingUp::ListenAgain && e.costs_the_peer() => {
-                    eprintln!("roce perf: gave up a perftest client ({e}); listening again");
-                }
-                Err(e) => return Err(e),
+                Err(e) => after.tolerate(e, "roce perf", None)?,
             }
         }
     })

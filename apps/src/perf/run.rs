@@ -1,15 +1,17 @@
-//! A perf run over sockets: the client asks for each measurement in turn with a `hello`, the
-//! server sets up its end and answers `welcome`, the client says `ready`, measures, says
-//! `done`, and the server answers with a `summary`; `bye` ends the session.
+//! A perf run over sockets: the client offers each measurement in turn (a `hello` in the
+//! layer's handshake, [`roce_driver::connect::handshake`]), the server sets up its end and
+//! answers `welcome`, the client says `ready`, measures, says `done`, and the server answers
+//! with a `summary`; `bye` ends the session. A UDP baseline is asked for with `baseline`.
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::control::{self, Control, ANSWER_TIMEOUT};
-use roce_driver::connect::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
+use roce_driver::connect::handshake::{Offered, Turn};
+use roce_driver::connect::qps::{check_protocol, RemoteBuffer, ALL_REMOTE};
 use roce_driver::connect::{client_roce_port, in_one_process, Accepted, ClientConfig, Listener};
 use roce_driver::connect::{QpRequest, Side};
 use roce_driver::{runtime, DriverError, LinkChoice, PeerFault, Secrets};
-use roce_proto::{Psn, QKey, Qpn, ROCEV2_UDP_PORT};
+use roce_proto::{QKey, ROCEV2_UDP_PORT};
 use roce_stack::{Access, ConnectParams, MrHandle, Service};
 
 use super::app::{perf_caps, spin, PerfApp};
@@ -64,11 +66,6 @@ fn perf_side(
     Ok((side, (src, dst)))
 }
 
-/// The peer's QPs as [`Side::connect_to`] takes them.
-fn peers(infos: &[QpInfo]) -> Vec<(Qpn, Psn)> {
-    infos.iter().map(|q| (q.qpn, q.psn)).collect()
-}
-
 /// Connects to a perf server and runs every spec in turn (each followed by its UDP baseline
 /// when `baseline`), handing each result to `out` as soon as it is measured; `out` returns
 /// `false` to stop there (its reader went away).
@@ -118,32 +115,22 @@ async fn run_one(
     let qkey = secrets.qkey(0xc11e)?;
     let (mut side, mrs) = perf_side(spec, (secrets, 0xc11e), qkey, local, link)?;
     let target = side.ep.dev.mr(mrs.1).map(RemoteBuffer::of);
-    ctl.send(&PerfMsg::Hello {
+    let hello = PerfMsg::Hello {
         protocol: PROTOCOL,
         spec: *spec,
-        roce_port: local.port(),
-        qps: side.infos(),
         buffers: target.into_iter().collect(),
-        qkey: qkey.0,
-    })
-    .await?;
-    let PerfMsg::Welcome {
-        qps: peer_qps,
-        buffers,
-        roce_port,
-    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
-    else {
+    };
+    let PerfMsg::Welcome { buffers } = ctl.offer(&mut side, qkey, hello).await? else {
         return Err(DriverError::from(PeerFault::Expected("a welcome")));
     };
-    let (Some(b), true) = (buffers.first(), peer_qps.len() == side.qps.len()) else {
+    let Some(b) = buffers.first() else {
         return Err(PeerFault::Count {
-            what: "QPs (and a buffer)",
-            announced: peer_qps.len(),
-            here: side.qps.len(),
+            what: "buffers",
+            announced: 0,
+            here: 1,
         }
         .into());
     };
-    side.connect_to(&peers(&peer_qps), SocketAddr::new(peer_ip, roce_port))?;
     let Side {
         mut ep, qps, ahs, ..
     } = side;
@@ -199,23 +186,23 @@ async fn serve_session(
         } else {
             NEXT_REQUEST
         };
-        match ctl.recv_timeout(wait).await? {
-            PerfMsg::Bye => return Ok(runs),
-            PerfMsg::Hello {
+        match ctl.next_offer(wait).await? {
+            Turn::Msg(PerfMsg::Bye) => return Ok(runs),
+            Turn::Msg(PerfMsg::Baseline {
                 protocol,
                 spec,
                 roce_port,
-                qps,
-                buffers,
-                qkey,
-            } => {
+            }) => {
                 check_protocol("perf", protocol, PROTOCOL)?;
+                spec.validate().map_err(DriverError::peer_invalid)?;
+                if spec.test != PerfTest::Udp {
+                    return Err(PeerFault::Expected("a UDP baseline's spec").into());
+                }
                 let remote = SocketAddr::new(a.peer.ip(), roce_port);
-                let peer = (&qps[..], &buffers[..]);
-                let qkey = QKey(qkey & 0x7fff_ffff);
-                serve_one(ctl, &spec, (local, remote), peer, (secrets, qkey), link).await?;
+                udp_server(ctl, &spec, local, remote).await?;
             }
-            _ => return Err(DriverError::from(PeerFault::Expected("a perf hello"))),
+            Turn::Offer(offer) => serve_one(ctl, offer, local, secrets, link).await?,
+            Turn::Msg(_) => return Err(DriverError::from(PeerFault::Expected("a perf hello"))),
         }
         runs += 1;
     }
@@ -223,43 +210,50 @@ async fn serve_session(
 
 async fn serve_one(
     ctl: &mut Control,
-    spec: &PerfSpec,
-    (local, remote): (SocketAddr, SocketAddr),
-    (peer_qps, blocks): (&[QpInfo], &[RemoteBuffer]),
-    (secrets, qkey): (Secrets, QKey),
+    offer: Offered<PerfMsg>,
+    local: SocketAddr,
+    secrets: Secrets,
     link: LinkChoice,
 ) -> Result<(), DriverError> {
+    let Offered { msg, qkey, end } = offer;
+    let PerfMsg::Hello {
+        protocol,
+        spec,
+        buffers: blocks,
+    } = msg
+    else {
+        return Err(DriverError::from(PeerFault::Expected("a perf hello")));
+    };
+    check_protocol("perf", protocol, PROTOCOL)?;
     spec.validate().map_err(DriverError::peer_invalid)?;
     if spec.test == PerfTest::Udp {
-        return udp_server(ctl, spec, local, remote).await;
+        return Err(PeerFault::Expected("an RDMA test's spec").into());
     }
-    if peer_qps.len() != spec.nqps() as usize || blocks.len() != 1 {
+    if end.len() != spec.nqps() as usize || blocks.len() != 1 {
         return Err(PeerFault::Count {
             what: "QPs (and one buffer)",
-            announced: peer_qps.len(),
+            announced: end.len(),
             here: spec.nqps() as usize,
         }
         .into());
     }
-    let (mut side, mrs) = perf_side(spec, (secrets, 0x5e7e), qkey, local, link)?;
-    side.connect_to(&peers(peer_qps), remote)?;
-    let infos = side.infos();
+    let (mut side, mrs) = perf_side(&spec, (secrets, 0x5e7e), qkey, local, link)?;
+    let target = side.ep.dev.mr(mrs.1).map(RemoteBuffer::of);
+    let welcome = PerfMsg::Welcome {
+        buffers: target.into_iter().collect(),
+    };
+    ctl.answer(&mut side, &end, welcome).await?;
     let Side {
         mut ep, qps, ahs, ..
     } = side;
-    let mut app = PerfApp::new(&mut ep.dev, *spec, false, &qps, mrs, blocks[0].at(0))
+    // Nothing the client sends is read before the endpoint runs: the receives this posts are
+    // there first.
+    let mut app = PerfApp::new(&mut ep.dev, spec, false, &qps, mrs, blocks[0].at(0))
         .map_err(DriverError::from)?;
     if spec.service == Service::Ud {
         app.set_ud_peers(ahs);
     }
-    ep.set_busy_poll(spin(spec));
-    let target = ep.dev.mr(mrs.1).map(RemoteBuffer::of);
-    ctl.send(&PerfMsg::Welcome {
-        qps: infos,
-        buffers: target.into_iter().collect(),
-        roce_port: local.port(),
-    })
-    .await?;
+    ep.set_busy_poll(spin(&spec));
     ctl.expect_ready().await?;
     let stop = async { ctl.peer_done("client").await.map(|_| ()) };
     ep.run(&mut app, false, stop, Duration::from_secs(30))

@@ -61,17 +61,16 @@ pub(crate) async fn udp_client(
     local: SocketAddr,
     peer_ip: IpAddr,
 ) -> Result<PerfResult, DriverError> {
-    ctl.send(&PerfMsg::Hello {
+    ctl.send(&PerfMsg::Baseline {
         protocol: PROTOCOL,
         spec: *spec,
         roce_port: local.port(),
-        qps: Vec::new(),
-        buffers: Vec::new(),
-        qkey: 0,
     })
     .await?;
-    let PerfMsg::Welcome { roce_port, .. } = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
-        return Err(DriverError::from(PeerFault::Expected("a welcome")));
+    let PerfMsg::Port { roce_port } = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
+        return Err(DriverError::from(PeerFault::Expected(
+            "the baseline's port",
+        )));
     };
     let dst = SocketAddr::new(peer_ip, roce_port);
     let mut sock = RoceSocket::bind(local).map_err(setup("UDP socket"))?;
@@ -253,9 +252,7 @@ pub(crate) async fn udp_server(
     remote: SocketAddr,
 ) -> Result<(), DriverError> {
     let mut sock = RoceSocket::bind(local).map_err(setup("UDP socket"))?;
-    ctl.send(&PerfMsg::Welcome {
-        qps: Vec::new(),
-        buffers: Vec::new(),
+    ctl.send(&PerfMsg::Port {
         roce_port: local.port(),
     })
     .await?;

@@ -569,21 +569,10 @@ fn serve(
     runtime()?.block_on(async move {
         let door = roce_driver::connect::TcpDoor::bind(listen.ip(), listen.port()).await?;
         ready();
-        let until = tokio::time::Instant::now() + WAIT;
-        loop {
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            let tcp = door.accept(Some(left)).await?;
-            let from = tcp.peer_addr().map_or_else(
-                |_| "a peer".to_string(),
-                |a| a.ip().to_canonical().to_string(),
-            );
-            match run_side(tcp, spec, false, secrets, link, None).await {
-                Err(e) if e.costs_the_peer() && after == AfterGivingUp::ListenAgain => {
-                    eprintln!("roce pingpong: gave up a set-up from {from} ({e}); listening again");
-                }
-                r => return r,
-            }
-        }
+        door.serve("roce pingpong", after, Some(WAIT), |tcp| {
+            run_side(tcp, spec, false, secrets, link, None)
+        })
+        .await
     })
 }
 

@@ -1,16 +1,17 @@
 //! The verified workload over real sockets: `roce server` (the responder), `roce client` (the
 //! requester) and `roce loopback` (both, in one process on two threads).
 //!
-//! The exchange on the control channel, in the workload's own messages (`WorkloadMsg`):
-//! the client sends a `hello` (the spec, the connection settings, its QPs), the server
-//! answers `welcome` (its QPs and each QP's responder block), both move their QPs to RTS, the
-//! client says `ready` and runs; when it is done it says `done`, and the server answers with a
-//! `summary` of what it verified.
+//! The exchange on the control channel, in the workload's own messages (`WorkloadMsg`) inside
+//! the layer's handshake ([`roce_driver::connect::handshake`], which carries and connects the
+//! QPs): the client offers a `hello` (the spec, the connection settings), the server answers
+//! `welcome` (each QP's responder block), the client says `ready` and runs; when it is done it
+//! says `done`, and the server answers with a `summary` of what it verified.
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_driver::connect::control::{self, Control, ANSWER_TIMEOUT};
-use roce_driver::connect::qps::{check_protocol, QpInfo, RemoteBuffer, ALL_REMOTE};
+use roce_driver::connect::handshake::Offered;
+use roce_driver::connect::qps::{check_protocol, RemoteBuffer, ALL_REMOTE};
 use roce_driver::connect::{in_one_process, Accepted, ClientConfig, Listener};
 use roce_driver::connect::{QpRequest, Side as ConnSide};
 use roce_driver::endpoint::{Endpoint, LoopStats, Tap, Taps};
@@ -25,7 +26,7 @@ use super::{Mismatch, Plan, Report, Requester, Responder, Tally, Transport, Work
 use crate::{Combination, ConfigError, Setting};
 
 /// Version of the workload's control protocol (4: the spec lists the QPs' transports).
-const PROTOCOL: u32 = 4;
+const PROTOCOL: u32 = 5;
 
 /// How long a server waits, after its client finished, for UC and UD messages still on their
 /// way.
@@ -192,11 +193,6 @@ fn workload_side(
     )
 }
 
-/// The peer's QPs as [`ConnSide::connect_to`] takes them.
-fn peers(infos: &[QpInfo]) -> Vec<(roce_proto::Qpn, roce_proto::Psn)> {
-    infos.iter().map(|q| (q.qpn, q.psn)).collect()
-}
-
 /// Client → server: what to run.
 #[derive(Debug, Serialize, Deserialize)]
 struct Hello {
@@ -205,11 +201,6 @@ struct Hello {
     transport: ConnectParams,
     cc: CcConfig,
     line_rate_bps: u64,
-    roce_port: u16,
-    qps: Vec<QpInfo>,
-    /// The Q_Key of the UD QPs (unused without them).
-    #[serde(default)]
-    ud_qkey: u32,
 }
 
 /// The workload's control messages.
@@ -218,12 +209,8 @@ struct Hello {
 enum WorkloadMsg {
     /// Client → server: what to run.
     Hello(Box<Hello>),
-    /// Server → client: its QPs and each QP's responder block.
-    Welcome {
-        qps: Vec<QpInfo>,
-        blocks: Vec<RemoteBuffer>,
-        roce_port: u16,
-    },
+    /// Server → client: each QP's responder block.
+    Welcome { blocks: Vec<RemoteBuffer> },
     /// Server → client, after the client's `done`: what the server saw.
     Summary(Box<Side>),
 }
@@ -268,7 +255,8 @@ async fn serve_client(
     link: LinkChoice,
     tap: Option<Tap>,
 ) -> Result<ServerOutcome, DriverError> {
-    let WorkloadMsg::Hello(hello) = ctl.recv_timeout(ANSWER_TIMEOUT).await? else {
+    let Offered { msg, qkey, end } = ctl.offered().await?;
+    let WorkloadMsg::Hello(hello) = msg else {
         return Err(DriverError::from(PeerFault::Expected("a hello")));
     };
     let Hello {
@@ -277,9 +265,6 @@ async fn serve_client(
         transport,
         cc,
         line_rate_bps,
-        roce_port: client_port,
-        qps,
-        ud_qkey,
     } = *hello;
     check_protocol("workload", protocol, PROTOCOL)?;
     let cfg = RunConfig {
@@ -291,36 +276,28 @@ async fn serve_client(
         ..RunConfig::default()
     };
     cfg.validate().map_err(DriverError::peer_invalid)?;
-    if qps.len() != cfg.spec.qps as usize {
+    if end.len() != cfg.spec.qps as usize {
         return Err(PeerFault::Count {
             what: "QPs",
-            announced: qps.len(),
+            announced: end.len(),
             here: cfg.spec.qps as usize,
         }
         .into());
     }
     let local = SocketAddr::new(a.local_ip, a.roce_port);
-    let remote = SocketAddr::new(a.peer.ip(), client_port);
-    let qkey = roce_proto::QKey(ud_qkey & 0x7fff_ffff);
     let mut side = workload_side(&cfg, qkey, &secrets, 0x5e7e, local, link)?;
     let plan = Plan::new(&cfg.spec);
     let recv: Vec<(roce_proto::Qpn, CqHandle)> =
         side.qps.iter().map(|q| (q.qpn, q.recv_cq)).collect();
     let (mut responder, blocks) =
         Responder::new(&mut side.ep.dev, side.pd, plan, &recv).map_err(DriverError::from)?;
-    side.connect_to(&peers(&qps), remote)?;
+    ctl.answer(&mut side, &end, WorkloadMsg::Welcome { blocks })
+        .await?;
     side.set_congestion_control(cfg.cc, cfg.line_rate_bps);
-    let infos = side.infos();
     let ConnSide { mut ep, .. } = side;
     if let Some(t) = tap {
         ep.set_tap(t);
     }
-    ctl.send(&WorkloadMsg::Welcome {
-        qps: infos,
-        blocks,
-        roce_port: a.roce_port,
-    })
-    .await?;
     ctl.expect_ready().await?;
     // Serve until the client says it is done (or vanishes).
     let stop = async { ctl.peer_done("client").await.map(|_| ()) };
@@ -377,40 +354,27 @@ async fn client_async(
     tap: Option<Tap>,
 ) -> Result<Report, DriverError> {
     let (mut ctl, local_ip) = control::connect(client.server, client.bind).await?;
-    let peer_ip = client.server.ip();
-
     let qkey = ud_qkey(&cfg.secrets)?;
     let local = SocketAddr::new(local_ip, client.roce_port);
     let mut side = workload_side(cfg, qkey, &cfg.secrets, 0xc11e, local, cfg.link)?;
-    ctl.send(&WorkloadMsg::Hello(Box::new(Hello {
+    let hello = WorkloadMsg::Hello(Box::new(Hello {
         protocol: PROTOCOL,
         spec: cfg.spec.clone(),
         transport: cfg.transport,
         cc: cfg.cc,
         line_rate_bps: cfg.line_rate_bps,
-        roce_port: client.roce_port,
-        qps: side.infos(),
-        ud_qkey: qkey.0,
-    })))
-    .await?;
-    let WorkloadMsg::Welcome {
-        qps,
-        blocks,
-        roce_port,
-    } = ctl.recv_timeout(ANSWER_TIMEOUT).await?
-    else {
+    }));
+    let WorkloadMsg::Welcome { blocks } = ctl.offer(&mut side, qkey, hello).await? else {
         return Err(DriverError::from(PeerFault::Expected("a welcome")));
     };
-    if qps.len() != side.qps.len() || blocks.len() != side.qps.len() {
+    if blocks.len() != side.qps.len() {
         return Err(PeerFault::Count {
-            what: "QPs (and a block each)",
-            announced: qps.len().min(blocks.len()),
+            what: "blocks (one a QP)",
+            announced: blocks.len(),
             here: side.qps.len(),
         }
         .into());
     }
-    let remote = SocketAddr::new(peer_ip, roce_port);
-    side.connect_to(&peers(&qps), remote)?;
     side.set_congestion_control(cfg.cc, cfg.line_rate_bps);
     let plan = Plan::new(&cfg.spec);
     let send: Vec<(roce_proto::Qpn, CqHandle)> =

@@ -2,9 +2,11 @@
 //! `ibv_rc_pingpong` exchange QPNs, PSNs and buffers the same way, out of band).
 //!
 //! Framing: one JSON object per line, at most [`MAX_LINE`] bytes. Each line is a [`Frame`]:
-//! an application's message (`{"msg": …}`, each application defines its own serde type), or
-//! one of the session signals every application uses: `"ready"` (the data path is set up),
-//! `{"done": {"ok": …}}` (this end finished) and `{"error": "…"}` (this end gave up, and why).
+//! an application's message (`{"msg": …}`, each application defines its own serde type), the
+//! handshake's offer and answer, which carry one with the two ends' QPs
+//! ([`super::handshake`]), or one of the session signals every application uses: `"ready"`
+//! (the data path is set up), `{"done": {"ok": …}}` (this end finished) and `{"error": "…"}`
+//! (this end gave up, and why).
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -29,6 +31,10 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Frame<M> {
     /// An application message.
     Msg(M),
+    /// A client's offer: an application message and its end's QPs.
+    Offer(Box<super::handshake::Offer<M>>),
+    /// The server's answer to an offer.
+    Answer(Box<super::handshake::Answer<M>>),
     /// The sender's data path is set up: traffic may start.
     Ready,
     /// The sender finished its part.
@@ -64,7 +70,15 @@ impl Control {
         }
     }
 
-    async fn send_frame<M: Serialize>(&mut self, f: &Frame<M>) -> Result<(), DriverError> {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> std::io::Result<SocketAddr> {
+        self.wr.peer_addr()
+    }
+
+    pub(super) async fn send_frame<M: Serialize>(
+        &mut self,
+        f: &Frame<M>,
+    ) -> Result<(), DriverError> {
         let mut s = serde_json::to_vec(f).map_err(DriverError::from)?;
         s.push(b'\n');
         self.wr.write_all(&s).await.map_err(|source| {
@@ -211,6 +225,8 @@ fn unreadable(e: serde_json::Error) -> DriverError {
 fn unexpected<M>(f: &Frame<M>) -> DriverError {
     let what = match f {
         Frame::Msg(_) => "a message",
+        Frame::Offer(_) => "an offer",
+        Frame::Answer(_) => "an answer",
         Frame::Ready => "ready",
         Frame::Done { .. } => "done",
         Frame::Error(_) => "an error",
@@ -238,7 +254,7 @@ pub async fn connect(
 pub const MAX_WAITING: usize = 16;
 
 /// Accepts one client on `listener` (within `timeout`, when given): the first connection
-/// whose first line is a control frame (an application message). Connections are waited on
+/// whose first line is a control frame (an application message or an offer). Connections are waited on
 /// together, up to [`MAX_WAITING`], each for [`ANSWER_TIMEOUT`] at most: one that says
 /// nothing, sends a line longer than [`MAX_LINE`] or something that is not a frame costs
 /// the server that connection only (one line naming the peer), never the wait for the real
@@ -303,7 +319,7 @@ pub async fn accept(
 }
 
 /// Reads a new connection's first line, within [`ANSWER_TIMEOUT`], and checks that it is a
-/// control frame carrying an application message; it stays in the [`Control`] for the
+/// control frame carrying an application message or an offer; it stays in the [`Control`] for the
 /// application to receive.
 async fn first_frame(
     stream: TcpStream,
@@ -317,7 +333,7 @@ async fn first_frame(
         Ok(Ok(())) => {}
     }
     match serde_json::from_slice::<Frame<serde_json::Value>>(&ctl.line) {
-        Ok(Frame::Msg(_)) => {
+        Ok(Frame::Msg(_) | Frame::Offer(_)) => {
             ctl.pending = true;
             Ok((ctl, peer))
         }

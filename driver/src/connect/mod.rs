@@ -44,6 +44,7 @@ pub mod cm_group;
 pub mod cm_session;
 mod connector;
 pub mod control;
+pub mod handshake;
 mod listener;
 pub mod perftest;
 pub mod pingpong;
@@ -477,6 +478,33 @@ impl TcpDoor {
         let tcp = accepted.map_err(|e| DriverError::step("accept", e))?;
         let _ = tcp.set_nodelay(true);
         Ok(tcp)
+    }
+
+    /// Serves peers one after another until one's exchange and run end: `run` each
+    /// connection admitted (within `within` in all, when given); a run whose peer broke it
+    /// costs the server that peer ([`AfterGivingUp::tolerate`]: one line naming it, beginning
+    /// with `name`) and the server listens again, when `after` says so. The server's loop
+    /// for every exchange over TCP a stock tool speaks (perftest's, the verbs examples').
+    pub async fn serve<T, Fut>(
+        &self,
+        name: &str,
+        after: AfterGivingUp,
+        within: Option<std::time::Duration>,
+        mut run: impl FnMut(tokio::net::TcpStream) -> Fut,
+    ) -> Result<T, DriverError>
+    where
+        Fut: std::future::Future<Output = Result<T, DriverError>>,
+    {
+        let until = within.map(|d| tokio::time::Instant::now() + d);
+        loop {
+            let left = until.map(|t| t.saturating_duration_since(tokio::time::Instant::now()));
+            let tcp = self.accept(left).await?;
+            let peer = tcp.peer_addr().ok().map(|a| a.ip().to_canonical());
+            match run(tcp).await {
+                Ok(t) => return Ok(t),
+                Err(e) => after.tolerate(e, name, peer)?,
+            }
+        }
     }
 }
 
