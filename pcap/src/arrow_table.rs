@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::types::{ArrowDictionaryKeyType, Int16Type, Int32Type, Int8Type};
 use arrow_array::{
-    ArrayRef, BooleanArray, DictionaryArray, PrimitiveArray, RecordBatch, StringArray,
+    ArrayRef, BooleanArray, DictionaryArray, Int64Array, PrimitiveArray, RecordBatch, StringArray,
     TimestampNanosecondArray, UInt16Array, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
@@ -25,6 +25,7 @@ pub fn data_type(kind: Kind) -> DataType {
         Kind::U16 => DataType::UInt16,
         Kind::U32 => DataType::UInt32,
         Kind::U64 => DataType::UInt64,
+        Kind::I64 => DataType::Int64,
         Kind::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
         Kind::Text => DataType::Utf8,
         Kind::Dict8 => dictionary(DataType::Int8),
@@ -95,6 +96,7 @@ fn array_of(col: Column, rows: usize, zeros: &mut Zeros) -> Result<ArrayRef, Arr
         Values::U16(v) => Arc::new(UInt16Array::new(ScalarBuffer::from(v), nulls)),
         Values::U32(v) => Arc::new(UInt32Array::new(ScalarBuffer::from(v), nulls)),
         Values::U64(v) => Arc::new(UInt64Array::new(ScalarBuffer::from(v), nulls)),
+        Values::I64(v) => Arc::new(Int64Array::new(ScalarBuffer::from(v), nulls)),
         Values::Timestamp(v) => Arc::new(
             TimestampNanosecondArray::new(ScalarBuffer::from(v), nulls).with_timezone("UTC"),
         ),
@@ -148,6 +150,7 @@ fn all_null(values: &Values, rows: usize, zeros: &mut Zeros) -> ArrayRef {
         Values::U16(_) => Arc::new(UInt16Array::new(zeros.scalars(rows), nulls)),
         Values::U32(_) => Arc::new(UInt32Array::new(zeros.scalars(rows), nulls)),
         Values::U64(_) => Arc::new(UInt64Array::new(zeros.scalars(rows), nulls)),
+        Values::I64(_) => Arc::new(Int64Array::new(zeros.scalars(rows), nulls)),
         Values::Timestamp(_) => {
             Arc::new(TimestampNanosecondArray::new(zeros.scalars(rows), nulls).with_timezone("UTC"))
         }

@@ -562,16 +562,7 @@ impl Decoder {
             OutputFormat::Json => {
                 crate::fabric::json(&mut self.line, frame_no, rec.ts, rec.ts_digits, p)
             }
-            // The table's columns are RoCE's: the packet is a row that says what it is.
-            OutputFormat::Columns => {
-                let why = roce_proto::Error::NotRoce {
-                    reason: match p.transport {
-                        Transport::Mrc => "MRC (no MRC columns in the table yet)",
-                        _ => "UET (no UET columns in the table yet)",
-                    },
-                };
-                self.columns().other(frame_no, rec.ts, &why)
-            }
+            OutputFormat::Columns => self.columns().fabric(frame_no, rec.ts, p),
         }
         self.emitted(out)
     }

@@ -102,7 +102,7 @@ fn table_rows(batches: &[crate::columns::Batch]) -> Vec<Vec<Option<Vec<u8>>>> {
                 Values::U16(x) => x.len(),
                 Values::U32(x) => x.len(),
                 Values::U64(x) => x.len(),
-                Values::Timestamp(x) => x.len(),
+                Values::I64(x) | Values::Timestamp(x) => x.len(),
                 Values::Text { offsets, .. } => offsets.len() - 1,
                 Values::Dict { keys, dict } => {
                     let texts: std::collections::HashSet<&[u8]> =

@@ -32,6 +32,7 @@ pub fn schema() -> Type {
                 Kind::U16 => (Physical::INT32, Some(unsigned(16))),
                 Kind::U32 => (Physical::INT32, Some(unsigned(32))),
                 Kind::U64 => (Physical::INT64, Some(unsigned(64))),
+                Kind::I64 => (Physical::INT64, None),
                 Kind::Timestamp => (
                     Physical::INT64,
                     Some(LogicalType::timestamp(true, TimeUnit::NANOS)),

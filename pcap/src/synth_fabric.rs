@@ -435,3 +435,35 @@ pub fn write_uet_capture<W: Write>(out: W, n: u64, mtu: usize) -> io::Result<()>
     }
     o.w.flush()
 }
+
+/// Every MRC and UET packet of the two synthetic conversations and of XDP2's UET captures
+/// (`proto/tests/data/uet`), classified: the packet kinds the columns' tests walk.
+#[cfg(test)]
+pub(crate) fn every_packet_kind() -> Vec<crate::fabric::Packet> {
+    use crate::fabric::{classify, FabricOptions};
+    use crate::reader::CaptureReader;
+    let mut captures = Vec::new();
+    for mrc in [true, false] {
+        let mut b = Vec::new();
+        let made = if mrc {
+            write_mrc_capture(&mut b, 64, 4096)
+        } else {
+            write_uet_capture(&mut b, 64, 4096)
+        };
+        made.expect("a synthetic capture");
+        captures.push(b);
+    }
+    let xdp2 = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto/tests/data/uet");
+    for f in ["uet_pds.pcap", "uet_ses.pcap"] {
+        captures.push(std::fs::read(xdp2.join(f)).expect("XDP2's UET captures"));
+    }
+    let opts = FabricOptions::default();
+    let mut out = Vec::new();
+    for c in captures {
+        let mut r = CaptureReader::new(&c[..], "test").expect("a capture");
+        while let Some(rec) = r.next_record().expect("a record") {
+            out.extend(classify(rec.link_type, rec.data, &opts));
+        }
+    }
+    out
+}

@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyList, PyString};
 use roce_pcap::analyze;
-use roce_pcap::columns::{Batch, Values, FIELDS, JSON_TEXT};
+use roce_pcap::columns::{Batch, Values, FABRIC_FROM, FIELDS, JSON_TEXT};
 use roce_pcap::Timestamp;
 use roce_pcap::{CaptureReader, Decoder, OutputFormat};
 
@@ -347,8 +347,10 @@ impl Names {
     fn new(py: Python<'_>) -> Self {
         let mut parents: Vec<&str> = Vec::new();
         let mut cols = Vec::with_capacity(FIELDS.len());
-        for f in FIELDS {
-            let (parent, key) = match f.name.split_once('.') {
+        for (c, f) in FIELDS.iter().enumerate() {
+            // MRC's and UET's keys are flat, as in their JSON lines.
+            let nested = f.name.split_once('.').filter(|_| c < FABRIC_FROM);
+            let (parent, key) = match nested {
                 Some((p, k)) => {
                     let i = parents.iter().position(|&x| x == p).unwrap_or_else(|| {
                         parents.push(p);
@@ -456,6 +458,7 @@ impl DecodeBatches {
                     Values::U16(x) => x[i].into_pyobject(py)?.into_any(),
                     Values::U32(x) => x[i].into_pyobject(py)?.into_any(),
                     Values::U64(x) => x[i].into_pyobject(py)?.into_any(),
+                    Values::I64(x) => x[i].into_pyobject(py)?.into_any(),
                     Values::Timestamp(x) => {
                         // The record's own time stamp, as recorded (the column is
                         // nanoseconds, saturated for times beyond 2262).

@@ -362,6 +362,7 @@ pub(crate) fn table_schema() -> Vec<(&'static str, &'static str)> {
                 Kind::U16 => "uint16",
                 Kind::U32 => "uint32",
                 Kind::U64 => "uint64",
+                Kind::I64 => "int64",
                 Kind::Timestamp => "timestamp[ns, UTC]",
                 Kind::Text => "string",
                 Kind::Dict8 => "dictionary<values=string, indices=int8, ordered=0>",

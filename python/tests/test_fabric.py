@@ -61,3 +61,38 @@ def test_an_mrc_conversation_parses_with_its_icrc(roce_cli, tmp_path):
     bad = bytearray(frames(path)[0])
     bad[14 + 20 + 8 + 12 + 8 + 3] ^= 1
     assert roce.parse(bytes(bad))["icrc_ok"] is False
+
+
+def test_decode_and_the_table_hold_mrc_and_uet_as_their_json_lines(roce_cli, tmp_path):
+    """roce.decode's dicts of MRC and UET packets are the CLI's JSON lines (flat keys), and
+    decode_table and the CLI's Parquet have a column per key."""
+    import pyarrow.parquet as pq
+
+    caps = [UET / "uet_pds.pcap", UET / "uet_ses.pcap"]
+    for kind in ("--mrc", "--uet"):
+        p = tmp_path / f"{kind[2:]}.pcap"
+        subprocess.run([roce_cli, "gen-capture", kind, "--packets", "40", str(p)], check=True)
+        caps.append(p)
+    for path in caps:
+        cli = cli_json(roce_cli, path)
+        got = list(roce.decode(str(path)))
+        assert len(got) == len(cli) > 0, path
+        for g, c in zip(got, cli):
+            assert without_frame_and_time(g) == without_frame_and_time(c), path
+        table = roce.decode_table(str(path))
+        rows = table.to_pylist()
+        for r, c in zip(rows, cli):
+            for k, v in without_frame_and_time(c).items():
+                assert r[k] == v, (path, k)
+        pq_path = tmp_path / "t.parquet"
+        subprocess.run(
+            [roce_cli, "decode", "--format", "parquet", "-o", str(pq_path), str(path)],
+            check=True,
+        )
+        assert pq.read_table(pq_path).to_pylist() == rows
+    sack = next(
+        r
+        for r in roce.decode_table(str(tmp_path / "mrc.pcap")).to_pylist()
+        if r["mrc.bth.opcode_name"] == "MRC_RELIABILITY_SACK"
+    )
+    assert sack["transport"] == "mrc" and sack["mrc.seth.sacked"] is not None

@@ -25,7 +25,11 @@ use crate::format::{self, Decoded};
 use crate::reader::Timestamp;
 
 mod arrays;
+mod fabric;
+mod schema;
 pub use arrays::{Bits, Dict, Keys};
+use schema::C;
+pub use schema::FIELDS;
 
 /// A column's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +44,8 @@ pub enum Kind {
     U32,
     /// Unsigned 64-bit integer.
     U64,
+    /// Signed 64-bit integer (an offset that may be negative).
+    I64,
     /// Nanoseconds since the Unix epoch, UTC (signed 64-bit).
     Timestamp,
     /// UTF-8 text.
@@ -62,72 +68,9 @@ pub struct Field {
     pub kind: Kind,
 }
 
-macro_rules! schema {
-    ($($id:ident $name:literal $kind:ident,)*) => {
-        /// Column indices, in schema order.
-        #[allow(non_camel_case_types)]
-        #[derive(Debug, Clone, Copy)]
-        enum C { $($id,)* }
-        /// The columns, in order: every key of `roce decode --json`.
-        pub const FIELDS: &[Field] = &[$(Field { name: $name, kind: Kind::$kind },)*];
-    };
-}
-
-schema! {
-    frame "frame" U64,
-    ts "ts" Timestamp,
-    src "src" Dict32,
-    dst "dst" Dict32,
-    ecn "ecn" Dict8,
-    version "version" Dict8,
-    bth_opcode "bth.opcode" U8,
-    bth_opcode_name "bth.opcode_name" Dict16,
-    bth_se "bth.se" Bool,
-    bth_migreq "bth.migreq" Bool,
-    bth_pad_count "bth.pad_count" U8,
-    bth_tver "bth.tver" U8,
-    bth_pkey "bth.pkey" U16,
-    bth_fecn "bth.fecn" Bool,
-    bth_becn "bth.becn" Bool,
-    bth_dest_qp "bth.dest_qp" U32,
-    bth_ack_req "bth.ack_req" Bool,
-    bth_psn "bth.psn" U32,
-    dc_dceth "dc.dceth" Text,
-    dc_connect "dc.connect" Text,
-    rdeth_ee_context "rdeth.ee_context" U32,
-    reth_va "reth.va" U64,
-    reth_rkey "reth.rkey" U32,
-    reth_dma_len "reth.dma_len" U32,
-    aeth_syndrome "aeth.syndrome" U8,
-    aeth_kind "aeth.kind" Dict8,
-    aeth_value "aeth.value" U8,
-    aeth_msn "aeth.msn" U32,
-    atomic_eth_va "atomic_eth.va" U64,
-    atomic_eth_rkey "atomic_eth.rkey" U32,
-    atomic_eth_swap_add "atomic_eth.swap_add" U64,
-    atomic_eth_compare "atomic_eth.compare" U64,
-    atomic_ack_eth_orig_data "atomic_ack_eth.orig_data" U64,
-    immdt "immdt" U32,
-    ieth_rkey "ieth.rkey" U32,
-    deth_qkey "deth.qkey" U32,
-    deth_src_qp "deth.src_qp" U32,
-    mad "mad" Text,
-    smp "smp" Text,
-    sa "sa" Text,
-    cm "cm" Text,
-    payload_len "payload_len" U32,
-    captured_payload_len "captured_payload_len" U32,
-    icrc "icrc" Text,
-    icrc_ok "icrc_ok" Bool,
-    snap_truncated "snap_truncated" Bool,
-    wire_len "wire_len" U32,
-    error "error" Text,
-    src_mac "src_mac" Dict32,
-    mac_control_opcode "mac_control.opcode" U16,
-    mac_control_name "mac_control.name" Dict8,
-    mac_control_class_enable "mac_control.class_enable" U8,
-    mac_control_quanta "mac_control.quanta" Text,
-}
+/// The first of the MRC and UET columns: theirs are the JSON line's flat keys
+/// (`"uet.pds.psn"`), where RoCE's dotted names are nested objects (`{"bth": {"psn": …}}`).
+pub const FABRIC_FROM: usize = C::transport as usize;
 
 /// The text columns that hold the JSON text of their value (an object or a list in the
 /// JSON line), not a string.
@@ -147,6 +90,8 @@ pub enum Values {
     U32(Vec<u32>),
     /// [`Kind::U64`].
     U64(Vec<u64>),
+    /// [`Kind::I64`].
+    I64(Vec<i64>),
     /// [`Kind::Timestamp`].
     Timestamp(Vec<i64>),
     /// [`Kind::Text`]: row `i` is `bytes[offsets[i]..offsets[i + 1]]` (Arrow's layout; the
@@ -175,6 +120,7 @@ impl Values {
             Kind::U16 => Self::U16(Vec::new()),
             Kind::U32 => Self::U32(Vec::new()),
             Kind::U64 => Self::U64(Vec::new()),
+            Kind::I64 => Self::I64(Vec::new()),
             Kind::Timestamp => Self::Timestamp(Vec::new()),
             Kind::Text => Self::Text {
                 offsets: vec![0],
@@ -191,8 +137,8 @@ impl Values {
             dict: Dict::default(),
         }
     }
-    /// Row `i`'s value of a number or flag column (a flag as 0 or 1); `None` for a time
-    /// stamp or text column, or past its rows.
+    /// Row `i`'s value of a number or flag column (a flag as 0 or 1; a signed number as its
+    /// two's complement bits); `None` for a time stamp or text column, or past its rows.
     pub fn num(&self, i: usize) -> Option<u64> {
         match self {
             Self::Bool(x) => x.get(i).map(u64::from),
@@ -200,6 +146,7 @@ impl Values {
             Self::U16(x) => x.get(i).map(|&v| u64::from(v)),
             Self::U32(x) => x.get(i).map(|&v| u64::from(v)),
             Self::U64(x) => x.get(i).copied(),
+            Self::I64(x) => x.get(i).map(|&v| v as u64),
             Self::Timestamp(_) | Self::Text { .. } | Self::Dict { .. } => None,
         }
     }
@@ -225,7 +172,7 @@ impl Values {
             Self::U16(x) => x.push(v as u16),
             Self::U32(x) => x.push(v as u32),
             Self::U64(x) => x.push(v),
-            Self::Timestamp(x) => x.push(v as i64),
+            Self::I64(x) | Self::Timestamp(x) => x.push(v as i64),
             Self::Text { offsets, bytes } => offsets.push(bytes.len() as i32),
             Self::Dict { keys, .. } => keys.push(0),
         }
@@ -238,6 +185,7 @@ impl Values {
             Self::U16(x) => Self::U16(Vec::with_capacity(x.len())),
             Self::U32(x) => Self::U32(Vec::with_capacity(x.len())),
             Self::U64(x) => Self::U64(Vec::with_capacity(x.len())),
+            Self::I64(x) => Self::I64(Vec::with_capacity(x.len())),
             Self::Timestamp(x) => Self::Timestamp(Vec::with_capacity(x.len())),
             Self::Text { offsets, bytes } => {
                 let mut o = Vec::with_capacity(offsets.len());
@@ -258,7 +206,7 @@ impl Values {
             Self::U16(x) => x.resize(rows, 0),
             Self::U32(x) => x.resize(rows, 0),
             Self::U64(x) => x.resize(rows, 0),
-            Self::Timestamp(x) => x.resize(rows, 0),
+            Self::I64(x) | Self::Timestamp(x) => x.resize(rows, 0),
             Self::Text { offsets, bytes } => offsets.resize(rows + 1, bytes.len() as i32),
             Self::Dict { keys, .. } => keys.resize(rows),
         }
@@ -368,7 +316,7 @@ impl Columns {
                 Values::U16(x) => x.reserve(rows),
                 Values::U32(x) => x.reserve(rows),
                 Values::U64(x) => x.reserve(rows),
-                Values::Timestamp(x) => x.reserve(rows),
+                Values::I64(x) | Values::Timestamp(x) => x.reserve(rows),
                 Values::Text { offsets, .. } => offsets.reserve(rows),
                 Values::Dict { keys, .. } => keys.reserve(rows),
             }
@@ -411,9 +359,9 @@ impl Columns {
     }
     /// Column `c`, padded with nulls up to the current row.
     #[inline(always)]
-    fn col(&mut self, c: C) -> &mut Column {
+    fn col(&mut self, c: impl Col) -> &mut Column {
         let rows = self.rows;
-        let col = &mut self.columns[c as usize];
+        let col = &mut self.columns[c.at()];
         if col.valid.len() < rows {
             col.values.pad(rows);
             col.valid.extend_to(rows);
@@ -421,22 +369,22 @@ impl Columns {
         col
     }
     #[inline(always)]
-    fn num(&mut self, c: C, v: u64) {
+    fn num(&mut self, c: impl Col, v: u64) {
         let col = self.col(c);
         col.values.push_num(v);
         col.valid.push(true);
     }
     #[inline(always)]
-    fn flag(&mut self, c: C, v: bool) {
+    fn flag(&mut self, c: impl Col, v: bool) {
         self.num(c, u64::from(v));
     }
     #[inline]
-    fn text(&mut self, c: C, s: &str) {
+    fn text(&mut self, c: impl Col, s: &str) {
         self.text_with(c, |b| b.extend_from_slice(s.as_bytes()));
     }
     /// A text column's value, written by `f` (ASCII or UTF-8).
     #[inline]
-    fn text_with(&mut self, c: C, f: impl FnOnce(&mut Vec<u8>)) {
+    fn text_with(&mut self, c: impl Col, f: impl FnOnce(&mut Vec<u8>)) {
         let col = self.col(c);
         if let Values::Text { offsets, bytes } = &mut col.values {
             let at = bytes.len();
@@ -448,14 +396,14 @@ impl Columns {
         }
     }
     /// The key in dictionary column `c` of the text `write` writes, added if new.
-    fn intern(&mut self, c: C, write: impl FnOnce(&mut Vec<u8>)) -> u32 {
+    fn intern(&mut self, c: impl Col, write: impl FnOnce(&mut Vec<u8>)) -> u32 {
         self.key_in(c, |d| d.key_of_text(write))
     }
     /// The key that `find` gives in dictionary column `c`'s dictionary, the text it may
     /// add counted in the batch's text bytes.
     #[inline(always)]
-    fn key_in(&mut self, c: C, find: impl FnOnce(&mut Dict) -> u32) -> u32 {
-        let Values::Dict { dict, .. } = &mut self.columns[c as usize].values else {
+    fn key_in(&mut self, c: impl Col, find: impl FnOnce(&mut Dict) -> u32) -> u32 {
+        let Values::Dict { dict, .. } = &mut self.columns[c.at()].values else {
             return 0;
         };
         let before = dict.bytes().len();
@@ -465,7 +413,7 @@ impl Columns {
     }
     /// Dictionary column `c`'s value: its text of key `key`.
     #[inline(always)]
-    fn dict_key(&mut self, c: C, key: u32) {
+    fn dict_key(&mut self, c: impl Col, key: u32) {
         let col = self.col(c);
         if let Values::Dict { keys, .. } = &mut col.values {
             keys.push(key);
@@ -473,14 +421,14 @@ impl Columns {
         }
     }
     /// Dictionary column `c`'s value: the text `write` writes.
-    fn dict_text(&mut self, c: C, write: impl FnOnce(&mut Vec<u8>)) {
+    fn dict_text(&mut self, c: impl Col, write: impl FnOnce(&mut Vec<u8>)) {
         let key = self.intern(c, write);
         self.dict_key(c, key);
     }
     /// Dictionary column `c`'s value: the text of `code` (a small number that says which
     /// text it is), which `write` writes the first time a batch meets it.
     #[inline]
-    fn dict_code(&mut self, c: C, code: usize, write: impl FnOnce(&mut Vec<u8>)) {
+    fn dict_code(&mut self, c: impl Col, code: usize, write: impl FnOnce(&mut Vec<u8>)) {
         let key = self.key_in(c, |d| d.key_of_code(code, write));
         self.dict_key(c, key);
     }
@@ -695,6 +643,25 @@ impl crate::madfmt::JsonObj for MadColumns<'_> {
     fn string(&mut self, _: &str, _: &str) {}
     fn hex(&mut self, _: &str, _: &[u8]) {}
     fn gid(&mut self, _: &str, _: &[u8; 16]) {}
+}
+
+/// A column, by name ([`C`]) or by index into [`FIELDS`].
+trait Col: Copy {
+    fn at(self) -> usize;
+}
+
+impl Col for C {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self as usize
+    }
+}
+
+impl Col for usize {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self
+    }
 }
 
 /// Rows per batch that `source::decode_columns` hands on by default (a Parquet row group of

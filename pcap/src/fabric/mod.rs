@@ -4,9 +4,9 @@
 //! fields are walked once (`walk`) into whichever output is asked for: the JSON object
 //! (flat keys, Wireshark 5.0's `uet.*` names where it has them, `mrc.*` otherwise), the
 //! verbose tree, and the summary line (a selection of the same values).
-mod out;
+pub(crate) mod out;
 mod packet;
-mod walk;
+pub(crate) mod walk;
 
 pub use out::{json, summary, verbose};
 pub use packet::{classify, Ends, FabricOptions, Packet, Transport};

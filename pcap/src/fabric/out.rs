@@ -13,7 +13,7 @@ use crate::digits::{dec, dec_pad, hex, hex_bytes};
 use crate::format::time;
 use crate::reader::Timestamp;
 
-fn addr(out: &mut Vec<u8>, a: IpAddr, port: Option<u16>) {
+pub(crate) fn addr(out: &mut Vec<u8>, a: IpAddr, port: Option<u16>) {
     match a {
         IpAddr::V4(v) => crate::digits::ipv4(out, v.octets()),
         IpAddr::V6(v) if port.is_some() => {

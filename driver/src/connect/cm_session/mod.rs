@@ -352,8 +352,19 @@ impl CmSession {
         salt: u64,
         name: &'static str,
     ) -> Result<Self, crate::DriverError> {
+        Self::listening(now, terms, (secrets, salt), name, PortSpace::UDP)
+    }
+
+    /// A listener on `terms.port` of RDMA-CM port space `space`.
+    fn listening(
+        now: Instant,
+        terms: Terms,
+        (secrets, salt): (&Secrets, u64),
+        name: &'static str,
+        space: PortSpace,
+    ) -> Result<Self, crate::DriverError> {
         let mut s = Self::new(now, &[], terms, secrets, salt, name, Role::Listener)?;
-        s.listen_ud();
+        s.cm.listen(service_id(space, terms.port));
         Ok(s)
     }
 
@@ -381,9 +392,7 @@ impl CmSession {
         salt: u64,
         name: &'static str,
     ) -> Result<Self, crate::DriverError> {
-        let mut s = Self::new(now, &[], terms, secrets, salt, name, Role::Listener)?;
-        s.cm.listen(rdma_cm_service_id(terms.port));
-        Ok(s)
+        Self::listening(now, terms, (secrets, salt), name, PortSpace::TCP)
     }
 
     #[allow(clippy::too_many_arguments)]
