@@ -13,7 +13,7 @@ use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer
 pub use arrow_schema::ArrowError;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::columns::{Batch, Bits, Column, Dict, Keys, Kind, Values, FIELDS};
+use crate::columns::{Batch, Bits, Column, Dict, Keys, Kind, Values};
 
 /// The Arrow type of a column kind: unsigned integers of its width, nanosecond UTC
 /// timestamps, UTF-8 text, dictionaries of UTF-8 text with signed keys of their width;
@@ -38,9 +38,10 @@ fn dictionary(key: DataType) -> DataType {
     DataType::Dictionary(Box::new(key), Box::new(DataType::Utf8))
 }
 
-/// The Arrow schema of [`FIELDS`] (in their order, all nullable).
-pub fn schema() -> SchemaRef {
-    let fields: Vec<Field> = FIELDS
+/// The Arrow schema of [`FIELDS`](crate::columns::FIELDS) (in their order, all nullable): RoCE's columns, and with
+/// `fabric` MRC's and UET's ([`crate::columns::FABRIC_FROM`] on).
+pub fn schema(fabric: bool) -> SchemaRef {
+    let fields: Vec<Field> = crate::columns::fields(fabric)
         .iter()
         .map(|f| Field::new(f.name, data_type(f.kind), true))
         .collect();
@@ -175,19 +176,25 @@ fn all_null_dict<K: ArrowDictionaryKeyType>(
     nulls: Option<NullBuffer>,
 ) -> ArrayRef {
     let keys = PrimitiveArray::<K>::new(zeros.scalars(rows), nulls);
-    Arc::new(DictionaryArray::<K>::new(
-        keys,
-        Arc::new(StringArray::new_null(0)),
-    ))
+    // No texts, and no null buffer on them: the array's logical nulls are then its keys'
+    // (shared), not a bitmap computed key by key for every such column of every batch.
+    let texts = StringArray::new(
+        OffsetBuffer::new(zeros.scalars(1)),
+        Buffer::from_vec(Vec::<u8>::new()),
+        None,
+    );
+    Arc::new(DictionaryArray::<K>::new(keys, Arc::new(texts)))
 }
 
-/// A batch of rows as an Arrow record batch of `schema` (which must be [`schema()`]).
+/// A batch of rows as an Arrow record batch of `schema` (which must be one of [`schema`]'s:
+/// a batch decoded without `fabric_columns` has none set past RoCE's).
 pub fn record_batch(schema: &SchemaRef, b: Batch) -> Result<RecordBatch, ArrowError> {
     let rows = b.rows();
     let mut zeros = Zeros::new(rows);
     let arrays = b
         .into_columns()
         .into_iter()
+        .take(schema.fields().len())
         .map(|c| array_of(c, rows, &mut zeros))
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema.clone(), arrays)
@@ -226,7 +233,7 @@ mod tests {
         let nulls: Vec<usize> = b.columns().iter().map(|c| c.nulls(rows)).collect();
         assert!(unset.iter().filter(|&&u| u).count() >= 2, "{unset:?}");
         assert!(unset.iter().any(|&u| !u));
-        let rb = record_batch(&schema(), b).unwrap();
+        let rb = record_batch(&schema(true), b).unwrap();
         let mut shared = None;
         for (i, f) in FIELDS.iter().enumerate() {
             let a = rb.column(i);

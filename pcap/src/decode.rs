@@ -65,6 +65,10 @@ pub struct Options {
     pub entropy: Option<u32>,
     /// Only MRC/UET packets naming this PDC (or MRC QP) as source or destination (`--pdc`).
     pub pdc: Option<u32>,
+    /// The table's MRC and UET columns (`--fabric-columns`, [`crate::columns::FABRIC_FROM`]
+    /// on): without them a table is RoCE's columns only, as before there were any, and an
+    /// MRC or UET packet a row that says what it is.
+    pub fabric_columns: bool,
 }
 
 /// Parses an opcode filter: a name as printed (`RC_SEND_ONLY`, `cnp`, `UNKNOWN_0x18`,
@@ -562,7 +566,18 @@ impl Decoder {
             OutputFormat::Json => {
                 crate::fabric::json(&mut self.line, frame_no, rec.ts, rec.ts_digits, p)
             }
-            OutputFormat::Columns => self.columns().fabric(frame_no, rec.ts, p),
+            OutputFormat::Columns if self.opts.fabric_columns => {
+                self.columns().fabric(frame_no, rec.ts, p)
+            }
+            OutputFormat::Columns => {
+                let why = roce_proto::Error::NotRoce {
+                    reason: match p.transport {
+                        Transport::Mrc => "MRC (its columns come with --fabric-columns)",
+                        _ => "UET (its columns come with --fabric-columns)",
+                    },
+                };
+                self.columns().other(frame_no, rec.ts, &why)
+            }
         }
         self.emitted(out)
     }

@@ -56,6 +56,8 @@ fn table(capture: &[u8], knobs: u8) {
     use crate::source::{decode_columns, decode_columns_parallel};
     let opts = Options {
         all: knobs & 4 != 0,
+        // MRC's and UET's columns too (the fuzzed capture's frames may be either).
+        fabric_columns: knobs & 2 != 0,
         ..Options::default()
     };
     let rows = usize::from(knobs >> 5) + 1;

@@ -21,9 +21,9 @@ use arrow_array::RecordBatch;
 
 use crate::columns::{Batch, Kind, FIELDS};
 
-/// The Parquet schema of [`FIELDS`].
-pub fn schema() -> Type {
-    let fields = FIELDS
+/// The Parquet schema of [`FIELDS`]: RoCE's columns, and with `fabric` MRC's and UET's.
+pub fn schema(fabric: bool) -> Type {
+    let fields = crate::columns::fields(fabric)
         .iter()
         .map(|f| {
             let (physical, logical) = match f.kind {
@@ -103,8 +103,8 @@ impl<W: Write + Send> std::fmt::Debug for ParquetWriter<W> {
 }
 
 impl<W: Write + Send> ParquetWriter<W> {
-    /// Starts a file on `out` (its header).
-    pub fn new(out: W) -> Result<Self, ParquetError> {
+    /// Starts a file on `out` (its header), with MRC's and UET's columns when `fabric`.
+    pub fn new(out: W, fabric: bool) -> Result<Self, ParquetError> {
         let mut props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_created_by(format!("roce {}", env!("CARGO_PKG_VERSION")))
@@ -115,8 +115,8 @@ impl<W: Write + Send> ParquetWriter<W> {
             props = props.set_column_dictionary_enabled(ColumnPath::from(f.name), true);
         }
         let props = props.build();
-        let file = SerializedFileWriter::new(out, Arc::new(schema()), Arc::new(props))?;
-        let arrow = crate::arrow_table::schema();
+        let file = SerializedFileWriter::new(out, Arc::new(schema(fabric)), Arc::new(props))?;
+        let arrow = crate::arrow_table::schema(fabric);
         Ok(Self {
             columns: ArrowRowGroupWriterFactory::new(&file, arrow.clone()),
             file,
@@ -282,7 +282,7 @@ pub fn decode_to_parquet<R: std::io::Read + Send, W: Write + Send>(
         ParquetError::External(inner) => std::io::Error::other(inner),
         e => std::io::Error::other(e.to_string()),
     };
-    let mut writer = match ParquetWriter::new(out) {
+    let mut writer = match ParquetWriter::new(out, opts.fabric_columns) {
         Ok(w) => w,
         Err(e) => {
             let outcome = crate::Outcome {
@@ -292,7 +292,7 @@ pub fn decode_to_parquet<R: std::io::Read + Send, W: Write + Send>(
             return (outcome, None);
         }
     };
-    let table = crate::arrow_table::schema();
+    let table = crate::arrow_table::schema(opts.fabric_columns);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(1);
     std::thread::scope(|scope| {
         let encoder = scope.spawn(move || {

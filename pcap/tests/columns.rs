@@ -172,8 +172,29 @@ fn mrc_and_uet_rows_are_their_json_lines() {
     for f in ["uet_pds.pcap", "uet_ses.pcap"] {
         captures.push((f.to_string(), std::fs::read(format!("{xdp2}{f}")).unwrap()));
     }
+    let with = Options {
+        fabric_columns: true,
+        ..Options::default()
+    };
     for (name, bytes) in &captures {
-        rows += check(name, bytes, Options::default(), 5);
+        rows += check(name, bytes, with, 5);
+        // Without the option the table is RoCE's, as before MRC and UET had columns: each
+        // of their packets a row saying what it is, no column past RoCE's set.
+        let (batches, _) = batches(bytes, Options::default(), 64);
+        for b in &batches {
+            let cols = b.columns();
+            assert!(cols[roce_pcap::columns::FABRIC_FROM..]
+                .iter()
+                .all(|c| (0..b.rows()).all(|i| !c.is_valid(i))));
+            let error = FIELDS.iter().position(|f| f.name == "error").unwrap();
+            for i in 0..b.rows() {
+                let e = cols[error].values.text(i).unwrap_or_default();
+                assert!(
+                    e.ends_with(b"(its columns come with --fabric-columns)"),
+                    "{name}"
+                );
+            }
+        }
         for (_, l) in json_lines(bytes, Options::default()) {
             let Value::Object(m) = l else { continue };
             fabric_keys.extend(
@@ -294,14 +315,29 @@ fn pause_and_pfc_frames_are_rows() {
 
 #[test]
 fn a_parquet_file_reads_back_as_the_rows() {
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    use parquet::record::Field;
     let path = common::captures_dir().join("linlinw5-rdma_ib_tutorial/rdma_cm.pcap");
     let bytes = std::fs::read(path).unwrap();
-    let (batches, _) = batches(&bytes, Options::default(), usize::MAX);
-    let mut r = CaptureReader::new(&bytes[..], "rdma_cm.pcap").unwrap();
+    // RoCE's columns only, as before MRC and UET had any.
+    let n = reads_back(&bytes, Options::default(), roce_pcap::columns::FABRIC_FROM);
+    assert!(n > 10);
+    let mut mrc = Vec::new();
+    roce_pcap::synth_fabric::write_mrc_capture(&mut mrc, 60, 4096).unwrap();
+    let with = Options {
+        fabric_columns: true,
+        ..Options::default()
+    };
+    assert_eq!(reads_back(&mrc, with, FIELDS.len()), 60);
+}
+
+/// Writes `bytes` decoded with `opts` to a Parquet file, checks it has `columns` columns and
+/// reads every row back as the table's; the rows.
+fn reads_back(bytes: &[u8], opts: Options, columns: usize) -> usize {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+    let (batches, _) = batches(bytes, opts, usize::MAX);
+    let mut r = CaptureReader::new(bytes, "capture").unwrap();
     let (outcome, file) =
-        roce_pcap::parquet_file::decode_to_parquet(&mut r, Options::default(), Vec::new(), 2, None);
+        roce_pcap::parquet_file::decode_to_parquet(&mut r, opts, Vec::new(), 2, None);
     assert!(outcome.error.is_none());
     let file = bytes::Bytes::from(file.expect("the file"));
     let reader = SerializedFileReader::new(file).expect("a Parquet file");
@@ -312,7 +348,7 @@ fn a_parquet_file_reads_back_as_the_rows() {
             .schema()
             .get_fields()
             .len(),
-        FIELDS.len()
+        columns
     );
     let mut n = 0;
     for (i, rec) in reader.get_row_iter(None).unwrap().enumerate() {
@@ -346,6 +382,7 @@ fn a_parquet_file_reads_back_as_the_rows() {
         n += 1;
     }
     assert_eq!(n, batches[0].rows());
+    n
 }
 
 /// A Parquet file does not depend on the threads that made it: decoded on 1, 2 or 3

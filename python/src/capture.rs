@@ -511,6 +511,8 @@ impl DecodeBatches {
         let reader =
             CaptureReader::new(input, &name).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let decoder = Decoder::new(roce_pcap::Options {
+            // The dicts hold every key of the JSON lines, MRC's and UET's too.
+            fabric_columns: true,
             format: OutputFormat::Columns,
             ..Default::default()
         });

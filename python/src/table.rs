@@ -16,7 +16,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyCapsule};
-use roce_pcap::columns::{Batch, Kind, FIELDS};
+use roce_pcap::columns::{Batch, Kind};
 use roce_pcap::{CaptureReader, Decoder, OutputFormat};
 
 use crate::capture::{open, Input};
@@ -115,12 +115,16 @@ fn decode_ahead(
     mut reader: CaptureReader<Input>,
     snaplen: Option<usize>,
     rows: usize,
+    fabric: bool,
 ) -> Receiver<Result<Batch, String>> {
     let (tx, rx) = sync_channel(2);
     let spawned = std::thread::Builder::new()
         .name("roce-decode-table".into())
         .spawn(move || {
-            let opts = roce_pcap::Options::default();
+            let opts = roce_pcap::Options {
+                fabric_columns: fabric,
+                ..roce_pcap::Options::default()
+            };
             let workers = roce_pcap::default_workers();
             let outcome = match snaplen {
                 // A snap length cuts records one by one: sequential.
@@ -242,17 +246,24 @@ pub(crate) struct ArrowStream {
     once: Option<Rows>,
     snaplen: Option<usize>,
     batch_rows: usize,
+    /// MRC's and UET's columns too.
+    fabric: bool,
 }
 
 #[pymethods]
 impl ArrowStream {
     /// Reads the capture `source` (a path, bytes or a binary file object); with `snaplen`,
     /// every record as if captured with that snap length; `batch_rows` rows per record
-    /// batch at most. The capture is opened (and its header checked) here; it is decoded
-    /// when a stream is read.
+    /// batch at most; with `fabric_columns`, MRC's and UET's columns too. The capture is
+    /// opened (and its header checked) here; it is decoded when a stream is read.
     #[new]
-    #[pyo3(signature = (source, snaplen=None, batch_rows=65536))]
-    fn new(source: &Bound<'_, PyAny>, snaplen: Option<usize>, batch_rows: usize) -> PyResult<Self> {
+    #[pyo3(signature = (source, snaplen=None, batch_rows=65536, fabric_columns=false))]
+    fn new(
+        source: &Bound<'_, PyAny>,
+        snaplen: Option<usize>,
+        batch_rows: usize,
+        fabric_columns: bool,
+    ) -> PyResult<Self> {
         if batch_rows == 0 || batch_rows > 1 << 24 {
             return Err(PyValueError::new_err("batch_rows must be in 1..=16777216"));
         }
@@ -286,6 +297,7 @@ impl ArrowStream {
                     .map_err(|e| PyValueError::new_err(e.to_string()))?;
                 let decoder = Decoder::new(roce_pcap::Options {
                     format: OutputFormat::Columns,
+                    fabric_columns,
                     ..Default::default()
                 });
                 Some(Rows {
@@ -295,7 +307,7 @@ impl ArrowStream {
                         snaplen,
                         done: false,
                     },
-                    schema: schema(),
+                    schema: schema(fabric_columns),
                     rows: batch_rows,
                     error: None,
                 })
@@ -306,6 +318,7 @@ impl ArrowStream {
             once,
             snaplen,
             batch_rows,
+            fabric: fabric_columns,
         })
     }
 
@@ -324,8 +337,9 @@ impl ArrowStream {
                     o.reader()?,
                     self.snaplen,
                     self.batch_rows,
+                    self.fabric,
                 ))),
-                schema: schema(),
+                schema: schema(self.fabric),
                 rows: self.batch_rows,
                 error: None,
             },
@@ -340,7 +354,7 @@ impl ArrowStream {
 
     /// The Arrow PyCapsule interface: the table's schema as an `ArrowSchema` capsule.
     fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
-        let ffi = FFI_ArrowSchema::try_from(schema().as_ref())
+        let ffi = FFI_ArrowSchema::try_from(schema(self.fabric).as_ref())
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         let name = CString::new("arrow_schema").expect("no NUL");
         PyCapsule::new(py, ffi, Some(name))
@@ -352,8 +366,9 @@ impl ArrowStream {
 /// pyarrow's names of the dictionaries of strings, `dictionary<values=string, indices=int8,
 /// ordered=0>`).
 #[pyfunction]
-pub(crate) fn table_schema() -> Vec<(&'static str, &'static str)> {
-    FIELDS
+#[pyo3(signature = (fabric_columns=false))]
+pub(crate) fn table_schema(fabric_columns: bool) -> Vec<(&'static str, &'static str)> {
+    roce_pcap::columns::fields(fabric_columns)
         .iter()
         .map(|f| {
             let t = match f.kind {

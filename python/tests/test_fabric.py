@@ -79,20 +79,27 @@ def test_decode_and_the_table_hold_mrc_and_uet_as_their_json_lines(roce_cli, tmp
         assert len(got) == len(cli) > 0, path
         for g, c in zip(got, cli):
             assert without_frame_and_time(g) == without_frame_and_time(c), path
-        table = roce.decode_table(str(path))
+        table = roce.decode_table(str(path), fabric_columns=True)
         rows = table.to_pylist()
+        assert [n for n, _ in roce.table_schema(fabric_columns=True)] == table.column_names
         for r, c in zip(rows, cli):
             for k, v in without_frame_and_time(c).items():
                 assert r[k] == v, (path, k)
         pq_path = tmp_path / "t.parquet"
         subprocess.run(
-            [roce_cli, "decode", "--format", "parquet", "-o", str(pq_path), str(path)],
+            [roce_cli, "decode", "--format", "parquet", "--fabric-columns", "-o", str(pq_path),
+             str(path)],
             check=True,
         )
         assert pq.read_table(pq_path).to_pylist() == rows
     sack = next(
         r
-        for r in roce.decode_table(str(tmp_path / "mrc.pcap")).to_pylist()
+        for r in roce.decode_table(str(tmp_path / "mrc.pcap"), fabric_columns=True).to_pylist()
         if r["mrc.bth.opcode_name"] == "MRC_RELIABILITY_SACK"
     )
     assert sack["transport"] == "mrc" and sack["mrc.seth.sacked"] is not None
+    # Without the option: RoCE's columns only, the packets rows that say what they are.
+    plain = roce.decode_table(str(tmp_path / "mrc.pcap"))
+    assert "transport" not in plain.column_names
+    assert plain.column_names == [n for n, _ in roce.table_schema()]
+    assert all("--fabric-columns" in e for e in plain.column("error").to_pylist())

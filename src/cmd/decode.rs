@@ -83,6 +83,10 @@ pub(crate) struct DecodeArgs {
     /// Only MRC/UET packets naming this PDC (UET) or PDC/QP (MRC) as source or destination.
     #[arg(long, value_parser = units::number_u32, value_name = "ID")]
     pdc: Option<u32>,
+    /// --format parquet: a column per MRC and UET field too (implied by --transport mrc or
+    /// uet); without it the table is RoCE's columns and an MRC/UET packet a row saying so.
+    #[arg(long)]
+    fabric_columns: bool,
     /// MRC's UDP destination port.
     #[arg(long, default_value_t = roce_proto::mrc::MRC_UDP_PORT, value_name = "PORT")]
     mrc_port: u16,
@@ -193,6 +197,8 @@ pub(crate) fn run(a: DecodeArgs) -> anyhow::Result<ExitCode> {
         }),
         entropy: a.entropy,
         pdc: a.pdc,
+        fabric_columns: a.fabric_columns
+            || matches!(a.transport, Some(TransportArg::Mrc | TransportArg::Uet)),
     };
     check_outputs(&a)?;
     if format == Format::Parquet {

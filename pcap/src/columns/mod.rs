@@ -72,6 +72,15 @@ pub struct Field {
 /// (`"uet.pds.psn"`), where RoCE's dotted names are nested objects (`{"bth": {"psn": …}}`).
 pub const FABRIC_FROM: usize = C::transport as usize;
 
+/// The columns of a table: RoCE's, and with `fabric` MRC's and UET's.
+pub fn fields(fabric: bool) -> &'static [Field] {
+    if fabric {
+        FIELDS
+    } else {
+        &FIELDS[..FABRIC_FROM]
+    }
+}
+
 /// The text columns that hold the JSON text of their value (an object or a list in the
 /// JSON line), not a string.
 pub const JSON_TEXT: &[&str] = &["mad", "cm", "smp", "sa", "mac_control.quanta"];

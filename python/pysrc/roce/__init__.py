@@ -74,19 +74,28 @@ def decode(source: Source, *, snaplen: Optional[int] = None) -> Iterator[Dict[st
 
 
 def decode_arrow(
-    source: Source, *, snaplen: Optional[int] = None, batch_rows: int = 65536
+    source: Source,
+    *,
+    snaplen: Optional[int] = None,
+    batch_rows: int = 65536,
+    fabric_columns: bool = False,
 ) -> "_roce.ArrowStream":
     """The rows of ``decode_table`` as an Arrow stream, decoded as they are read: an object
     with ``__arrow_c_stream__`` (the Arrow PyCapsule interface) for any tool that takes one,
     without pyarrow: ``polars.DataFrame(roce.decode_arrow(p))``,
     ``duckdb.sql("select ... from s")`` with ``s = roce.decode_arrow(p)``, or
     ``pyarrow.RecordBatchReader.from_stream``. A path or bytes is decoded anew for each
-    reader of the stream; a file object can be read once."""
-    return _roce.ArrowStream(source, snaplen, batch_rows)
+    reader of the stream; a file object can be read once. ``fabric_columns``: MRC's and UET's
+    columns too (see ``decode_table``)."""
+    return _roce.ArrowStream(source, snaplen, batch_rows, fabric_columns)
 
 
 def decode_table(
-    source: Source, *, snaplen: Optional[int] = None, batch_rows: int = 65536
+    source: Source,
+    *,
+    snaplen: Optional[int] = None,
+    batch_rows: int = 65536,
+    fabric_columns: bool = False,
 ) -> Any:
     """Decode a capture into a ``pyarrow.Table``: one row per record (the dict ``decode``
     yields for it), one column per key, nested headers flattened with dotted names
@@ -97,16 +106,23 @@ def decode_table(
 
     The table is built in Rust, ``batch_rows`` rows at a time, and handed to pyarrow
     through the Arrow C data interface (no row passes through Python objects). The same
-    columns as ``roce decode --format parquet``. Needs pyarrow."""
+    columns as ``roce decode --format parquet``. With ``fabric_columns`` (the CLI's
+    ``--fabric-columns``) a column per key of the MRC and UET packets' dicts too
+    (``uet.pds.psn``, ``mrc.seth.sacked``); without it an MRC or UET packet is a row whose
+    ``error`` says what it is. Needs pyarrow."""
     import pyarrow as pa
 
-    return pa.RecordBatchReader.from_stream(decode_arrow(source, snaplen=snaplen, batch_rows=batch_rows)).read_all()
+    stream = decode_arrow(
+        source, snaplen=snaplen, batch_rows=batch_rows, fabric_columns=fabric_columns
+    )
+    return pa.RecordBatchReader.from_stream(stream).read_all()
 
 
-def table_schema() -> List[Tuple[str, str]]:
+def table_schema(fabric_columns: bool = False) -> List[Tuple[str, str]]:
     """The columns of ``decode_table`` (and of ``roce decode --format parquet``) in order:
-    ``(name, type)`` pairs, the types as Arrow names (``uint32``, ``string``, ...)."""
-    return _roce.table_schema()
+    ``(name, type)`` pairs, the types as Arrow names (``uint32``, ``string``, ...); with
+    ``fabric_columns``, MRC's and UET's too."""
+    return _roce.table_schema(fabric_columns)
 
 
 def analyze(

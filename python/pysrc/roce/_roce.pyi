@@ -32,11 +32,17 @@ class ArrowStream:
     """A capture's rows as an Arrow C stream (the Arrow PyCapsule interface): a path or bytes
     is decoded anew for every stream, a file object once."""
 
-    def __init__(self, source: Any, snaplen: Optional[int] = None, batch_rows: int = 65536) -> None: ...
+    def __init__(
+        self,
+        source: Any,
+        snaplen: Optional[int] = None,
+        batch_rows: int = 65536,
+        fabric_columns: bool = False,
+    ) -> None: ...
     def __arrow_c_stream__(self, requested_schema: Optional[Any] = None) -> Any: ...
     def __arrow_c_schema__(self) -> Any: ...
 
-def table_schema() -> List[Tuple[str, str]]: ...
+def table_schema(fabric_columns: bool = False) -> List[Tuple[str, str]]: ...
 def analyze_json(
     sources: List[Any],
     *,

@@ -118,7 +118,7 @@ impl CmSession {
 
     /// Client: asks which UD QP serves the server's RDMA-CM port in the UDP port space (a
     /// SIDR_REQ naming `src_port` in RDMA-CM's header), for this end's UD QP `qp`; the
-    /// answer is [`SessionEvent::Resolved`]. Returns the resolution's index.
+    /// answer is [`super::SessionEvent::Resolved`]. Returns the resolution's index.
     pub fn resolve(
         &mut self,
         now: Instant,
