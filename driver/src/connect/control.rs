@@ -16,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::qps::QpInfo;
 use crate::{setup, DriverError, PeerFault, SetupFailure};
 
 /// Longest control line accepted, in bytes; a longer one ends the connection with an error
@@ -32,9 +33,9 @@ pub enum Frame<M> {
     /// An application message.
     Msg(M),
     /// A client's offer: an application message and its end's QPs.
-    Offer(Box<super::handshake::Offer<M>>),
+    Offer(Box<Offer<M>>),
     /// The server's answer to an offer.
-    Answer(Box<super::handshake::Answer<M>>),
+    Answer(Box<Answer<M>>),
     /// The sender's data path is set up: traffic may start.
     Ready,
     /// The sender finished its part.
@@ -44,6 +45,25 @@ pub enum Frame<M> {
     },
     /// The sender gave up; the reason, in one line.
     Error(String),
+}
+
+/// A client's offer: the application's request and this end's QPs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Offer<M> {
+    pub(super) roce_port: u16,
+    pub(super) qps: Vec<QpInfo>,
+    /// The Q_Key of the run's UD QPs, drawn by the client (0: none).
+    #[serde(default)]
+    pub(super) qkey: u32,
+    pub(super) msg: M,
+}
+
+/// The server's answer: its QPs and the application's reply.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Answer<M> {
+    pub(super) roce_port: u16,
+    pub(super) qps: Vec<QpInfo>,
+    pub(super) msg: M,
 }
 
 /// One end of a control connection.

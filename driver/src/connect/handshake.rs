@@ -20,31 +20,12 @@ use std::time::Duration;
 
 use roce_proto::QKey;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::control::{Control, Frame, ANSWER_TIMEOUT};
+use super::control::{Answer, Control, Frame, Offer, ANSWER_TIMEOUT};
 use super::qps::QpInfo;
 use super::Side;
 use crate::{setup, DriverError, PeerFault};
-
-/// A client's offer: the application's request and this end's QPs.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Offer<M> {
-    roce_port: u16,
-    qps: Vec<QpInfo>,
-    /// The Q_Key of the run's UD QPs, drawn by the client (0: none).
-    #[serde(default)]
-    qkey: u32,
-    msg: M,
-}
-
-/// The server's answer: its QPs and the application's reply.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Answer<M> {
-    roce_port: u16,
-    qps: Vec<QpInfo>,
-    msg: M,
-}
 
 /// The client's end as its offer announced it: what [`Control::answer`] connects to.
 #[derive(Debug, Clone, PartialEq, Eq)]

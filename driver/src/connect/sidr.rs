@@ -28,25 +28,7 @@ fn terms(port: u16) -> Terms {
     }
 }
 
-/// Why a SIDR client got no UD QP.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SidrFailure {
-    /// The server answered with a status other than 0 (IBTA Vol 1 Table 122).
-    #[error("{peer} refused the SIDR request: {} ({status})", roce_proto::cm::sidr_status_name(*status).unwrap_or("unknown status"))]
-    Refused {
-        /// The server.
-        peer: IpAddr,
-        /// The SIDR_REP's status.
-        status: u8,
-    },
-    /// No SIDR_REP after the CM's tries.
-    #[error("{0} never answered the SIDR request (UDP 4791)")]
-    NoAnswer(IpAddr),
-    /// The local CM could not send one.
-    #[error("cannot send a SIDR request")]
-    CannotAsk,
-}
+pub use super::rdma_cm::SidrFailure;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {

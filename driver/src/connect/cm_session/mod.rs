@@ -48,8 +48,7 @@ mod client;
 pub use client::Ask;
 use client::Request;
 
-use super::rdma_cm::{connect_qp, flush, pump, CmFailure};
-use super::sidr::SidrFailure;
+use super::rdma_cm::{connect_qp, flush, pump, CmFailure, SidrFailure};
 use super::Side;
 use crate::connect::qps::LocalQp;
 use crate::{AppError, Secrets};
