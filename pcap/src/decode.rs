@@ -275,6 +275,14 @@ impl Decoder {
         let frame_no = self.frame_base + self.stats.packets;
         let first = *self.first_ts.get_or_insert(rec.ts);
         let rel = rec.ts.since(first);
+        // MRC on its own port: read once, as MRC (the analysis reads RoCE frames only).
+        if self.analyzer.is_none() {
+            if let Some(p) =
+                crate::fabric::mrc_on_its_port(rec.link_type, rec.data, &self.opts.fabric)
+            {
+                return self.fabric_packet(rec, frame_no, rel, &p, out);
+            }
+        }
         let parsed = link::parse(rec.link_type, rec.data);
         if let Some(a) = self.analyzer.as_mut() {
             self.flags.clear();

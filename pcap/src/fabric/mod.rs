@@ -9,4 +9,4 @@ mod packet;
 pub(crate) mod walk;
 
 pub use out::{json, summary, verbose};
-pub use packet::{classify, Ends, FabricOptions, Packet, Transport};
+pub use packet::{classify, mrc_on_its_port, Ends, FabricOptions, Packet, Transport};

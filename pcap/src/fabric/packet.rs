@@ -170,6 +170,18 @@ fn ip_of(link_type: u32, data: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The MRC packet of a frame to MRC's own UDP port (not RoCEv2's: there the RoCE parser
+/// reads it first), found before the frame is read as RoCE: one parse instead of a RoCE
+/// parse that fails at the port and [`classify`] after it. `None` for every other frame.
+pub fn mrc_on_its_port(link_type: u32, data: &[u8], opts: &FabricOptions) -> Option<Packet> {
+    if opts.mrc_port == roce_proto::ROCEV2_UDP_PORT {
+        return None;
+    }
+    let ip = ip_of(link_type, data)?;
+    let port = udp_port_peek(ip).filter(|&p| p == opts.mrc_port)?;
+    mrc_packet(ip, port, opts)
+}
+
 /// Finds an MRC or UET packet in a captured frame (`None`: neither).
 pub fn classify(link_type: u32, data: &[u8], opts: &FabricOptions) -> Option<Packet> {
     let ip = ip_of(link_type, data)?;
