@@ -153,10 +153,13 @@ impl Control {
     }
 
     fn peer_ip(&self) -> Result<std::net::IpAddr, DriverError> {
+        // An IPv4 peer of a dual-stack listener is named by its IPv4 address, as its RoCE
+        // socket is.
         Ok(self
             .peer_addr()
             .map_err(setup("the control connection's peer"))?
-            .ip())
+            .ip()
+            .to_canonical())
     }
 }
 
