@@ -174,6 +174,17 @@ impl Control {
         }
     }
 
+    /// [`Control::recv_frame`] within `d`.
+    pub async fn recv_frame_within<M: DeserializeOwned>(
+        &mut self,
+        d: Duration,
+    ) -> Result<Frame<M>, DriverError> {
+        match tokio::time::timeout(d, self.recv_frame()).await {
+            Ok(r) => r,
+            Err(_) => Err(no_answer(d)),
+        }
+    }
+
     /// The next frame, which must be an application message.
     pub async fn recv<M: DeserializeOwned>(&mut self) -> Result<M, DriverError> {
         match self.recv_frame().await? {
@@ -195,10 +206,10 @@ impl Control {
 
     /// Waits ([`ANSWER_TIMEOUT`] at most) for the peer's `ready`.
     pub async fn expect_ready(&mut self) -> Result<(), DriverError> {
-        let f = tokio::time::timeout(ANSWER_TIMEOUT, self.recv_frame::<serde_json::Value>())
-            .await
-            .map_err(|_| no_answer(ANSWER_TIMEOUT))??;
-        match f {
+        match self
+            .recv_frame_within::<serde_json::Value>(ANSWER_TIMEOUT)
+            .await?
+        {
             Frame::Ready => Ok(()),
             f => Err(unexpected(&f)),
         }

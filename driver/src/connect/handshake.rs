@@ -87,10 +87,7 @@ impl Control {
             msg,
         };
         self.send_frame(&Frame::Offer(Box::new(offer))).await?;
-        let f = tokio::time::timeout(ANSWER_TIMEOUT, self.recv_frame::<M>())
-            .await
-            .map_err(|_| silent(ANSWER_TIMEOUT))??;
-        let Frame::Answer(a) = f else {
+        let Frame::Answer(a) = self.recv_frame_within::<M>(ANSWER_TIMEOUT).await? else {
             return Err(PeerFault::Expected("an answer to the offer").into());
         };
         let server = self.peer_ip()?;
@@ -103,10 +100,7 @@ impl Control {
         &mut self,
         within: Duration,
     ) -> Result<Turn<M>, DriverError> {
-        let f = tokio::time::timeout(within, self.recv_frame::<M>())
-            .await
-            .map_err(|_| silent(within))??;
-        match f {
+        match self.recv_frame_within::<M>(within).await? {
             Frame::Offer(o) => {
                 let Offer {
                     roce_port,
@@ -166,14 +160,6 @@ impl Control {
 /// The peer's QPs as [`Side::connect_to`] takes them.
 fn peers(infos: &[QpInfo]) -> Vec<(roce_proto::Qpn, roce_proto::Psn)> {
     infos.iter().map(|q| (q.qpn, q.psn)).collect()
-}
-
-fn silent(within: Duration) -> DriverError {
-    PeerFault::Silent {
-        what: "control connection",
-        within,
-    }
-    .into()
 }
 
 #[cfg(test)]

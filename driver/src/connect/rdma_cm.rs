@@ -77,6 +77,15 @@ pub fn connect_qp(
     Ok(())
 }
 
+/// Takes QP `q` back to INIT with `base`'s attributes (through RESET: its queues emptied)
+/// and drains its completions: a set-up given up leaves nothing of it behind.
+pub fn back_to_init(dev: &mut Device, q: &LocalQp, base: &ConnectParams) {
+    let _ = dev.modify_qp(q.qpn, &roce_stack::QpAttr::to(roce_stack::QpState::Reset));
+    let _ = dev.modify_qp(q.qpn, &base.init_attr());
+    while dev.poll_cq(q.send_cq).is_some() {}
+    while dev.poll_cq(q.recv_cq).is_some() {}
+}
+
 /// A CM whose communication and transaction IDs come from `secrets` (`salt`: which end).
 pub fn cm_config(secrets: &Secrets, salt: u64) -> Result<CmConfig, DriverError> {
     Ok(CmConfig {

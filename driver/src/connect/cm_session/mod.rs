@@ -39,7 +39,7 @@ use std::time::Duration;
 use roce_proto::rdma_cm::{service_id, PortSpace};
 use roce_proto::{Psn, Qpn};
 use roce_stack::cm::{rdma_cm_service_id, Cm, CmEvent, ConnId, PeerRequest, QpOffer, SidrRequest};
-use roce_stack::{CcConfig, ConnectParams, Device, Instant, QpAttr, QpState};
+use roce_stack::{CcConfig, ConnectParams, Device, Instant};
 
 use roce_stack::cm::reason::{CONSUMER_REJECT, INVALID_SERVICE_ID};
 
@@ -48,7 +48,7 @@ mod client;
 pub use client::Ask;
 use client::Request;
 
-use super::rdma_cm::{connect_qp, flush, pump, CmFailure, SidrFailure};
+use super::rdma_cm::{back_to_init, connect_qp, flush, pump, CmFailure, SidrFailure};
 use super::Side;
 use crate::connect::qps::LocalQp;
 use crate::{AppError, Secrets};
@@ -739,11 +739,7 @@ impl CmSession {
                 // forgotten, so that nothing the peer sends later revives it.
                 self.cm.abandon(now, c, CONSUMER_REJECT);
             }
-            let reset = QpAttr::to(QpState::Reset);
-            let _ = dev.modify_qp(s.qp.qpn, &reset);
-            let _ = dev.modify_qp(s.qp.qpn, &self.terms.base.init_attr());
-            while dev.poll_cq(s.qp.send_cq).is_some() {}
-            while dev.poll_cq(s.qp.recv_cq).is_some() {}
+            back_to_init(dev, &s.qp, &self.terms.base);
             s.psn = psn;
             s.state = SlotState::Idle;
         }

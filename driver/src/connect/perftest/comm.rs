@@ -13,14 +13,14 @@ use roce_proto::rdma_cm::RDMA_UDP_QKEY;
 use roce_proto::{Psn, QKey, Qpn};
 use roce_stack::ud::{AddressHandle, UdSend, GRH_LEN};
 use roce_stack::{
-    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpAttr, QpCaps, QpState,
-    RecvRequest, Service, SgList, WcStatus, WorkRequest, WrOp,
+    Access, CcConfig, ConnectParams, Device, Instant, MrHandle, QpCaps, RecvRequest, Service,
+    SgList, WcStatus, WorkRequest, WrOp,
 };
 
 use super::STEP_TIMEOUT;
 use crate::connect::cm_session::{Ask, Asked, CmSession, Resolve, SessionEvent, Terms};
 use crate::connect::qps::LocalQp;
-use crate::connect::rdma_cm::CmFailure;
+use crate::connect::rdma_cm::{back_to_init, CmFailure};
 use crate::connect::Side;
 use crate::{
     AppError, Application, DriverError, Endpoint, PeerFault, Secrets, SetupFailure, Unsupported,
@@ -263,10 +263,7 @@ impl Comm {
     /// connection.
     fn listen_again(&mut self, dev: &mut Device) -> Result<(), AppError> {
         self.restarts += 1;
-        let _ = dev.modify_qp(self.qp.qpn, &QpAttr::to(QpState::Reset));
-        let _ = dev.modify_qp(self.qp.qpn, &comm_base().init_attr());
-        while dev.poll_cq(self.qp.send_cq).is_some() {}
-        while dev.poll_cq(self.qp.recv_cq).is_some() {}
+        back_to_init(dev, &self.qp, &comm_base());
         self.psn = self.draw_psn().map_err(|_| CommFault::GivenUp)?;
         self.post_receives(dev).map_err(CommFault::Post)?;
         self.conn = None;
