@@ -154,6 +154,8 @@ fn analysis_agrees_with_the_loopback_report_exactly() {
                 "naks",
                 "psn_gaps",
                 "never_seen_psns",
+                "missed_by_capture",
+                "unseen_read_responses",
                 "duplicates",
                 "ghost_acks",
                 "cnps",

@@ -88,6 +88,9 @@ struct Interface {
     /// What a time stamp unit is (pcapng `if_tsresol`).
     unit: TsUnit,
     offset: i64,
+    /// What its last interface statistics block said the capture dropped (`isb_ifdrop` +
+    /// `isb_osdrop`; `None`: no block said).
+    dropped: Option<u64>,
 }
 
 /// One captured packet, borrowed from the reader's buffer.
@@ -122,6 +125,8 @@ pub struct CaptureReader<R> {
     eof: bool,
     format: Format,
     interfaces: Vec<Interface>,
+    /// What the interface statistics of earlier sections said the capture dropped.
+    dropped_before: Option<u64>,
 }
 
 enum Step {
@@ -137,8 +142,18 @@ enum Step {
     Skip(usize),
     Section(usize, bool),
     Interface(usize, Interface),
+    /// An interface statistics block: (length, interface, packets it says were dropped).
+    Stats(usize, u32, Option<u64>),
     Incomplete(usize),
     Error(&'static str),
+}
+
+/// The sum of two counts either of which may be unknown (`None` only when both are).
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        _ => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    }
 }
 
 fn needed(n: nom::Needed) -> usize {
@@ -240,6 +255,7 @@ impl<R: Read> CaptureReader<R> {
             eof: false,
             format: Format::PcapNg { big_endian: false },
             interfaces: Vec::new(),
+            dropped_before: None,
         };
         r.fill(24)?;
         let avail = &r.buf[r.start..r.end];
@@ -278,6 +294,22 @@ impl<R: Read> CaptureReader<R> {
                 reason: "no pcap or pcapng magic number",
             }),
         }
+    }
+
+    /// Packets the capture itself dropped, as the file's pcapng interface statistics
+    /// blocks say (`isb_ifdrop` + `isb_osdrop` of each interface's last block, over every
+    /// section read so far); `None` when no block said (a pcap file never does: tcpdump
+    /// prints its "dropped by kernel" count, it does not write it).
+    pub fn dropped(&self) -> Option<u64> {
+        add(self.dropped_before, self.section_dropped())
+    }
+
+    /// [`CaptureReader::dropped`] of the current section.
+    fn section_dropped(&self) -> Option<u64> {
+        self.interfaces
+            .iter()
+            .filter_map(|i| i.dropped)
+            .fold(None, |a, d| add(a, Some(d)))
     }
 
     /// The container format.
@@ -420,6 +452,7 @@ impl<R: Read> CaptureReader<R> {
                                     snaplen: idb.snaplen,
                                     unit: TsUnit::of(idb.if_tsresol),
                                     offset: idb.ts_offset(),
+                                    dropped: None,
                                 },
                             ),
                             Block::EnhancedPacket(epb) => {
@@ -454,6 +487,24 @@ impl<R: Read> CaptureReader<R> {
                                     interface: 0,
                                     orig_len: spb.origlen,
                                 }
+                            }
+                            Block::InterfaceStatistics(isb) => {
+                                // isb_ifdrop (5): dropped by the interface; isb_osdrop (7): by
+                                // the operating system (pcapng, RFC draft §4.6).
+                                let drops = isb.options.iter().filter_map(|o| {
+                                    let v: [u8; 8] = o.value().get(..8)?.try_into().ok()?;
+                                    matches!(o.code.0, 5 | 7).then(|| {
+                                        if big_endian {
+                                            u64::from_be_bytes(v)
+                                        } else {
+                                            u64::from_le_bytes(v)
+                                        }
+                                    })
+                                });
+                                let dropped = drops.fold(None, |a: Option<u64>, d| {
+                                    Some(a.unwrap_or(0).saturating_add(d))
+                                });
+                                Step::Stats(consumed, isb.if_id, dropped)
                             }
                             _ => Step::Skip(consumed),
                         }
@@ -498,7 +549,15 @@ impl<R: Read> CaptureReader<R> {
                 Step::Section(n, big_endian) => {
                     self.start += n;
                     self.format = Format::PcapNg { big_endian };
+                    self.dropped_before = add(self.dropped_before, self.section_dropped());
                     self.interfaces.clear();
+                }
+                Step::Stats(n, id, dropped) => {
+                    self.start += n;
+                    if let (Some(i), Some(d)) = (self.interfaces.get_mut(id as usize), dropped) {
+                        // Its counts are since the capture began: the last block's hold.
+                        i.dropped = Some(d);
+                    }
                 }
                 Step::Interface(n, iface) => {
                     if self.interfaces.len() >= MAX_INTERFACES {

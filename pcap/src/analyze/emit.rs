@@ -43,6 +43,11 @@ pub enum EventKind {
     /// The peer host ended a TCP connection (FIN or RST: the control channel) and this
     /// side's requests after it drew no response.
     PeerProcessEnded,
+    /// A packet that shows the other side sent packets the capture did not see (a response
+    /// acknowledging or answering requests never seen, READ responses missing inside an
+    /// answer): the capture dropped them (or, for READ responses, they were lost before
+    /// the capture point).
+    CaptureMissed,
 }
 
 /// NAK kinds, as [`EventKind::Nak`] numbers them.
@@ -91,6 +96,7 @@ impl EventKind {
             Self::StallPaused => "stall_paused",
             Self::PauseStorm => "pause_storm",
             Self::PeerProcessEnded => "peer_process_ended",
+            Self::CaptureMissed => "capture_missed",
         }
     }
 }
@@ -244,6 +250,16 @@ impl Emitter<'_, '_> {
     }
     /// Changes the kind of the stored event of `frame` (a later packet told what it was).
     pub(super) fn retag(&mut self, frame: u64, from: EventKind, to: EventKind) {
+        self.retell(frame, from, to, None);
+    }
+    /// [`Emitter::retag`], and a new detail when given.
+    pub(super) fn retell(
+        &mut self,
+        frame: u64,
+        from: EventKind,
+        to: EventKind,
+        detail: Option<String>,
+    ) {
         let c = &mut self.conns[self.conn];
         if let Some(e) = c
             .events
@@ -252,6 +268,9 @@ impl Emitter<'_, '_> {
             .find(|e| e.frame == frame && e.kind == from)
         {
             e.kind = to;
+            if let Some(d) = detail {
+                e.detail = d;
+            }
         }
     }
     /// A CNP mark on the PSN line of the other side (the requester it notifies).

@@ -154,6 +154,7 @@ object!(
         m.serialize_entry("last_s", &(s.last_t as f64 / 1e9))?;
         m.serialize_entry("latency_us", &view!(SideLatency(s)))?;
         m.serialize_entry("messages", &view!(SideMessages(s)))?;
+        m.serialize_entry("missed_by_capture", &s.missed_by_capture)?;
         m.serialize_entry("naks", &view!(Naks(&s.naks, None)))?;
         m.serialize_entry("never_seen_psns", &s.never_seen_psns)?;
         m.serialize_entry("out_of_order", &s.out_of_order)?;
@@ -173,6 +174,7 @@ object!(
         m.serialize_entry("retransmitted_packets", &s.retransmitted_packets)?;
         m.serialize_entry("stale_acks", &s.stale_acks)?;
         m.serialize_entry("stalls", &s.stalls)?;
+        m.serialize_entry("unseen_read_responses", &s.unseen_read_responses)?;
     }
 );
 
@@ -238,6 +240,7 @@ object!(
         let message_count: u64 = x.messages.iter().chain(&y.messages).sum();
         m.serialize_entry("message_count", &message_count)?;
         m.serialize_entry("messages", &view!(ConnMessages(x, y)))?;
+        m.serialize_entry("missed_by_capture", &sum(|s| s.missed_by_capture))?;
         m.serialize_entry("naks", &view!(Naks(&x.naks, Some(&y.naks))))?;
         m.serialize_entry("naks_followed_by_cnp", &c.naks_and_cnps.1)?;
         m.serialize_entry("never_seen_psns", &sum(|s| s.never_seen_psns))?;
@@ -254,6 +257,7 @@ object!(
         m.serialize_entry("stale_acks", &sum(|s| s.stale_acks))?;
         m.serialize_entry("stalls", &sum(|s| s.stalls))?;
         m.serialize_entry("type", "connection")?;
+        m.serialize_entry("unseen_read_responses", &sum(|s| s.unseen_read_responses))?;
         let verdicts = c.verdicts();
         let v: Vec<_> = verdicts.iter().map(|v| view!(VerdictJson(v))).collect();
         m.serialize_entry("verdicts", &v)?;

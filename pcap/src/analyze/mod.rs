@@ -18,8 +18,8 @@
 //! (the rules, their names and tallies), `side` (one side's counters and measures), `emit`
 //! (events and the `Emitter`), `requester` and `responder` (the packet handlers and the
 //! per-direction request and response state), `pairing` (directions paired into
-//! connections), `report` (text, JSON and HTML), `plot` (SVG via plotters), `trace`
-//! (Perfetto).
+//! connections), `quality` (what the capture itself missed), `report` (text, JSON and HTML),
+//! `plot` (SVG via plotters), `trace` (Perfetto).
 
 // Connections are boxed (`Vec<Box<Connection>>`): over a kilobyte each, they are moved when
 // the analyzing threads' shares are merged and sorted, and 100,000 of them moved took 60 ms.
@@ -32,6 +32,7 @@ mod pairing;
 mod pfc;
 mod pkt;
 mod plot;
+mod quality;
 mod report;
 mod requester;
 mod responder;
@@ -61,6 +62,7 @@ pub use localise::{
 use pairing::Dir;
 pub use pfc::{ConnectionPfc, PriorityPfc};
 pub(crate) use pkt::Pkt;
+pub use quality::CaptureQuality;
 pub use report::{
     connection_json, event_flag_json, event_json, json_lines, pfc_json, text, write_json_lines,
     write_text,
@@ -184,6 +186,9 @@ pub struct Analysis {
     pub first_ns: Option<i64>,
     /// The read error that ended the input early (what was read before it is analyzed).
     pub error: Option<DecodeError>,
+    /// What the capture file itself says the capture dropped (pcapng interface statistics;
+    /// `None`: it does not say, as a pcap file never does).
+    pub file_dropped: Option<u64>,
 }
 
 impl Analysis {
@@ -554,12 +559,18 @@ impl Analyzer {
             let (conn, side) = (self.dirs[d].conn(), self.dirs[d].side());
             let r = self.dirs[d].req();
             let never: u64 = r.gaps.iter().map(|g| g.1 - g.0 + 1).sum();
+            let answers_missed = {
+                let resp = self.dirs[d].peer().map(|pr| &self.dirs[pr].resp);
+                responder::answers_missed(r, resp)
+            };
             let stall = !r.outstanding.is_empty()
                 && end.saturating_sub(r.last_progress_t) > self.opts.stall_ns;
             let last = r.last_progress_t;
             if r.started {
                 check_peer_responds(&mut self.conns[conn], side, r, end);
             }
+            self.conns[conn].sides[1 - side].missed_by_capture += answers_missed;
+            quality::ghost_at_end(&mut self.conns[conn], side, r);
             let s = &mut self.conns[conn].sides[side];
             s.never_seen_psns += never;
             if stall {
@@ -693,6 +704,7 @@ impl Analyzer {
             untracked,
             datagrams,
             error: None,
+            file_dropped: None,
         }
     }
 }
@@ -837,6 +849,7 @@ pub fn analyze<R: Read + Send>(reader: &mut CaptureReader<R>, opts: Options) -> 
     a.packets = records;
     Analysis {
         error,
+        file_dropped: reader.dropped(),
         ..a.into_analysis(&mut |_| {})
     }
 }
@@ -860,6 +873,7 @@ pub fn analyze_in_turn<R: Read>(reader: &mut CaptureReader<R>, opts: Options) ->
     };
     Analysis {
         error,
+        file_dropped: reader.dropped(),
         ..one.into_analysis(&mut |_| {})
     }
 }

@@ -83,6 +83,32 @@ fn endpoint_into(o: &mut String, s: &Side) {
     }
 }
 
+/// The text report's line on the capture's own completeness, when there is something to
+/// say ([`Analysis::capture_quality`]).
+fn capture_quality_into(o: &mut String, a: &Analysis) {
+    let q = a.capture_quality();
+    if !q.is_notable() {
+        return;
+    }
+    o.push_str("capture quality: ");
+    if q.missed + q.unseen_read_responses > 0 {
+        let _ = write!(
+            o,
+            "{} packets the connections show were sent are not in the capture ({} requests the responses acknowledge and answers the requesters acted on, {} READ responses inside answers) on {} connections; the checks that need them are not judged",
+            q.missed + q.unseen_read_responses,
+            q.missed,
+            q.unseen_read_responses,
+            q.connections
+        );
+    } else {
+        o.push_str("no packet missing that the connections' answers show");
+    }
+    if let Some(d) = q.file_dropped {
+        let _ = write!(o, "; the file says the capture dropped {d}");
+    }
+    o.push('\n');
+}
+
 /// The text report's head: the capture's counts, PAUSE and PFC, and the table's header.
 fn table_head(a: &Analysis) -> String {
     let mut o = String::new();
@@ -94,6 +120,7 @@ fn table_head(a: &Analysis) -> String {
         a.datagrams,
         a.connections.len()
     );
+    capture_quality_into(&mut o, a);
     for p in &a.pfc {
         let _ = writeln!(
             o,
@@ -225,6 +252,8 @@ fn anomalies_into(o: &mut String, s: &Side) {
     }
     item(o, "gaps", s.psn_gaps);
     item(o, "never seen PSNs", s.never_seen_psns);
+    item(o, "missed by the capture", s.missed_by_capture);
+    item(o, "unseen READ responses", s.unseen_read_responses);
     item(o, "out of order", s.out_of_order);
     item(o, "duplicates", s.duplicates);
     item(o, "ghost ACKs", s.ghost_acks);
@@ -481,6 +510,19 @@ pub fn write_json_lines<W: Write + ?Sized>(
         }
     })?;
     let mut o = Vec::new();
+    let q = a.capture_quality();
+    if q.is_notable() {
+        line(
+            &mut o,
+            &serde_json::json!({
+                "type": "capture_quality",
+                "missed_by_capture": q.missed,
+                "unseen_read_responses": q.unseen_read_responses,
+                "connections": q.connections,
+                "file_dropped": q.file_dropped,
+            }),
+        );
+    }
     for p in &a.pfc {
         line(&mut o, &pfc_json(p));
     }
@@ -573,6 +615,11 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
         a.roce,
         a.connections.len()
     )?;
+    let mut quality = String::new();
+    capture_quality_into(&mut quality, a);
+    if !quality.is_empty() {
+        writeln!(out, "<p>{}</p>", escape(quality.trim_end()))?;
+    }
     writeln!(out, "<table><tr><th>conn</th><th>endpoints</th><th>paired by</th><th>packets</th><th>retransmitted</th><th>NAKs</th><th>CNPs</th><th>verdict</th></tr>")?;
     for c in &a.connections {
         let v = if c.violated() {

@@ -31,7 +31,6 @@ pub(super) struct Out {
     pub(super) retx: bool,
     pub(super) read_len: Option<u32>,
     pub(super) read_span: u64,
-    pub(super) frame: u64,
     /// An atomic (answered by an atomic ACK), not a READ.
     pub(super) atomic: bool,
 }
@@ -92,12 +91,19 @@ pub(super) struct ReqState {
     pub(super) nak_psns: VecDeque<u64>,
     pub(super) last_rnr: Option<(u64, u64)>, // (t, timer ns)
     pub(super) last_implied: Option<u64>,
-    last_episode_t: u64,
+    pub(super) last_episode_t: u64,
     pub(super) first_ce_since_cnp: Option<u64>,
     /// READs answered recently: (PSN, span, length), for duplicate READs and READ restarts.
     pub(super) done_reads: VecDeque<(u64, u64, u32)>,
     /// Recent READ requests: (PSN, most PSNs its span can take, end address, length).
     read_ends: VecDeque<(u64, u64, u64, u32)>,
+    /// The path MTU the READ responses show: the payload of their First and Middle packets
+    /// (0: none seen yet).
+    pub(super) resp_mtu: u32,
+    /// The highest ghost ACK (PSN, frame, whether its MSN moved on) not yet explained: when
+    /// the requester's PSNs go past it, or the capture ends with its MSN showing messages
+    /// completed, the ACK was real and the capture missed the requests it acknowledged.
+    pub(super) ghost: Option<(u64, u64, bool)>,
     /// The frame of its first request.
     pub(super) first_frame: u64,
     pub(super) round_psn: u64,
@@ -123,6 +129,68 @@ impl ReqState {
     pub(super) fn gap_at(&self, psn: u64) -> Option<usize> {
         let i = self.gaps.partition_point(|g| g.1 < psn);
         self.gaps.get(i).filter(|g| g.0 <= psn).map(|_| i)
+    }
+    /// Closes the open gaps' PSNs up to `upto` that a response acknowledged (an ACK, a NAK
+    /// for a later PSN, a READ response for a later READ): the requester sent them and the
+    /// responder got them, only the capture did not see them (IBTA Vol 1 §9.7.5.1.2: a
+    /// responder acknowledges only what it received in order). Returns how many.
+    pub(super) fn missed_up_to(&mut self, upto: u64) -> u64 {
+        let mut n = 0;
+        while let Some(g) = self.gaps.front_mut() {
+            if g.0 > upto {
+                break;
+            }
+            let last = g.1.min(upto);
+            n += last - g.0 + 1;
+            if last == g.1 {
+                self.gaps.pop_front();
+            } else {
+                g.0 = last + 1;
+            }
+        }
+        n
+    }
+    /// A READ's answer ended at `end`, below the highest request: the request PSNs from
+    /// `end + 1` to the next one seen (within the ring) that no gap holds yet are missing
+    /// from the capture; opened as a gap (seen at `t`, `frame`).
+    pub(super) fn open_gap_after(&mut self, end: u64, t: u64, frame: u64) {
+        let reach = self.highest.min(end + RING as u64);
+        let Some(next) = (end + 1..=reach).find(|&k| self.find(k).is_some()) else {
+            return;
+        };
+        if next == end + 1 || self.gap_at(end + 1).is_some() || self.in_read(end + 1) {
+            return;
+        }
+        let at = self.gaps.partition_point(|g| g.1 < end + 1);
+        if self.gaps.get(at).is_some_and(|g| g.0 < next) {
+            return;
+        }
+        self.gaps.insert(at, (end + 1, next - 1, t, frame));
+        if self.gaps.len() > 4096 {
+            self.gaps.pop_front();
+        }
+    }
+    /// Takes PSN `u` out of the gap `gaps[i]` holding it.
+    pub(super) fn fill(&mut self, u: u64, i: usize) {
+        let g = self.gaps[i];
+        if g.0 == g.1 {
+            self.gaps.remove(i);
+        } else if u == g.0 {
+            self.gaps[i].0 += 1;
+        } else if u == g.1 {
+            self.gaps[i].1 -= 1;
+        } else {
+            self.gaps[i].1 = u - 1;
+            self.gaps.insert(i + 1, (u + 1, g.1, g.2, g.3));
+        }
+    }
+    /// `true` when the responder said it lacked a PSN of the gap `g` (a sequence NAK for it
+    /// since the gap showed) and the requester has not gone back since: an ACK past the gap
+    /// then acknowledges what the responder knew it did not have.
+    pub(super) fn hole_nakked(&self, g: (u64, u64, u64, u64)) -> bool {
+        self.last_nak_seq.is_some_and(|(np, nt, _)| {
+            np >= g.0 && np <= g.1 && nt >= g.2 && self.last_episode_t < nt && !self.in_episode
+        })
     }
     /// The ring's slot for writing `psn`. The ring starts at [`RING_FIRST`] slots and doubles
     /// (up to [`RING`]) instead of overwriting a PSN a [`RING`]-slot ring would keep, so a
@@ -294,6 +362,11 @@ impl ReqState {
             self.mtu
         }
     }
+    /// The path MTU a READ's responses take, once a multi-packet answer showed it (the
+    /// requests' own MTU may differ: the two sides' path MTUs need not agree).
+    fn read_mtu(&self) -> Option<u32> {
+        (self.resp_mtu > 0).then_some(self.resp_mtu)
+    }
     /// When request PSN `psn` was last sent, and its bytes' hash (`None`: not in the ring).
     pub(super) fn seen(&self, psn: u64) -> Option<(u64, u64)> {
         self.find(psn).map(|s| (s.1, s.2))
@@ -404,15 +477,32 @@ fn check_stall(r: &ReqState, opts: &Options, p: &Pkt, ev: &mut Emitter<'_, '_>) 
     }
 }
 
-/// `true` when `p` (at unwrapped PSN `u`) is a READ re-issued from the middle of a recent
-/// READ's span: shorter, from further in, to the same end.
+/// `true` when `p` (at unwrapped PSN `u`) is a READ re-issued from inside a recent READ's
+/// response PSNs: a requester that got the first responses of a READ may ask again for the
+/// rest at the PSN of the first one it did not get (IBTA Vol 1 §9.7.5.1.5, §9.4.4). Judged
+/// by the PSN range the READ's responses take, whatever the new RETH says (rxe before
+/// 5.18 asked again for the whole length from the advanced address): with the path MTU
+/// known, the span is exact; not known, the span at the smallest MTU bounds it and the RETH
+/// must ask for less, from inside the READ's buffer (a new READ right behind a long one, of
+/// the same buffer as perftest's are, is otherwise indistinguishable).
 fn resumed_read(r: &ReqState, p: &Pkt, u: u64) -> bool {
-    p.opcode.operation() == 0x0c
-        && p.read_end.is_some_and(|end| {
-            r.read_ends.iter().any(|&(psn, most, e, len)| {
-                e == end && u > psn && u < psn + most && p.dma_len.is_some_and(|l| l < len)
-            })
-        })
+    if p.opcode.operation() != 0x0c {
+        return false;
+    }
+    let mtu = r.read_mtu();
+    r.read_ends.iter().any(|&(psn, most, end, len)| {
+        u > psn
+            && match mtu {
+                Some(m) => u < psn + u64::from(len.div_ceil(m).max(1)),
+                None => {
+                    u < psn + most
+                        && p.read_end.zip(p.dma_len).is_some_and(|(e, l)| {
+                            let va = e.wrapping_sub(u64::from(l));
+                            l < len && va > end.wrapping_sub(u64::from(len)) && va < end
+                        })
+                }
+            }
+    })
 }
 
 /// A request past the highest PSN: the PSNs skipped (a READ's span excepted), wraps, and the
@@ -447,6 +537,26 @@ fn advance(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>
             EventKind::PsnGap,
             None,
             format!("{skipped} PSNs skipped"),
+        );
+    }
+    if let Some((g, frame, _)) = r.ghost.filter(|g| g.0 < u) {
+        // The ACK past every request seen was for requests the capture missed: the
+        // requester went on past them.
+        r.ghost = None;
+        let n = r.missed_up_to(g);
+        ev.side_other_mut().ghost_acks -= 1;
+        ev.side_mut().missed_by_capture += n;
+        if r.acked.is_none_or(|a| a < g) {
+            r.acked = Some(g);
+        }
+        ev.retell(
+            frame,
+            EventKind::GhostAck,
+            EventKind::CaptureMissed,
+            Some(format!(
+                "acknowledges {n} request PSNs to {} the capture did not see",
+                wire(g)
+            )),
         );
     }
     if (u as u32) < wire(r.highest).value() || (u >> 24) > (r.highest >> 24) {
@@ -538,17 +648,7 @@ fn duplicate(
 /// resent.
 fn fill_gap(r: &mut ReqState, opts: &Options, p: &Pkt, u: u64, i: usize) -> bool {
     let g = r.gaps[i];
-    // Fill the PSN in its gap.
-    if g.0 == g.1 {
-        r.gaps.remove(i);
-    } else if u == g.0 {
-        r.gaps[i].0 += 1;
-    } else if u == g.1 {
-        r.gaps[i].1 -= 1;
-    } else {
-        r.gaps[i].1 = u - 1;
-        r.gaps.insert(i + 1, (u + 1, g.1, g.2, g.3));
-    }
+    r.fill(u, i);
     r.sent(u, p.t, p.hash);
     // Resent (a NAK or a resend trigger since the gap showed) or reordered.
     let resend_cause = r.last_nak_seq.is_some_and(|n| n.1 >= g.2)
@@ -578,7 +678,6 @@ fn resent(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>)
                 retx: true,
                 read_len: Some(len),
                 read_span: span,
-                frame: p.frame,
                 atomic: false,
             },
         );
@@ -759,8 +858,14 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
             r.read_ends.pop_front();
         }
     }
-    r.read_extra = match (read, p.dma_len) {
-        (true, Some(l)) => Some((
+    // The further PSNs its responses take: exactly, once a packet showed the path MTU;
+    // else between its length over the largest MTU and over the smallest.
+    r.read_extra = match (read, p.dma_len, r.read_mtu()) {
+        (true, Some(l), Some(m)) => {
+            let extra = u64::from(l.div_ceil(m).max(1)) - 1;
+            Some((extra, extra))
+        }
+        (true, Some(l), None) => Some((
             u64::from(l.div_ceil(4096).max(1)) - 1,
             u64::from(l.div_ceil(256).max(1)) - 1,
         )),
@@ -786,7 +891,6 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
                 None
             },
             read_span: span,
-            frame: p.frame,
             atomic,
         });
         if r.outstanding.len() > 8192 {

@@ -24,7 +24,7 @@ pub(super) struct RespState {
     last_msn: Option<u32>,
     /// The last sequence NAK: (PSN, time).
     last_nak_psn: Option<(u64, u64)>,
-    reads: VecDeque<(u64, u32, u64, u64, u64)>, // (psn, len, expected next psn, bytes so far, frame)
+    reads: VecDeque<Answer>,
     last_cnp_t: Option<u64>,
     /// A NAK this side sent that no CNP has followed yet.
     nak_waiting_cnp: Option<u64>,
@@ -73,6 +73,9 @@ pub(super) fn response(
             r.acked = Some(u - 1);
             r.last_ack_t = p.t;
         }
+        if r.gaps.front().is_some_and(|g| g.0 < u) {
+            missed(r, u - 1, p, ev);
+        }
         while r
             .outstanding
             .front()
@@ -114,6 +117,16 @@ fn acknowledge(
     ev: &mut Emitter<'_, '_>,
 ) {
     if u > r.span_end() && !read_resp {
+        // Unless the requester goes on past it: then the capture missed the requests it
+        // acknowledges (`requester::advance`).
+        if r.ghost.is_none_or(|g| u > g.0) {
+            // Its MSN past the last ACK's: the responder completed messages the capture
+            // did not show (IBTA Vol 1 §9.7.5.1.2: the MSN counts completed messages).
+            let moved = resp
+                .last_msn
+                .is_some_and(|m| p.msn != m && (p.msn.wrapping_sub(m) & 0xff_ffff) < 0x80_0000);
+            r.ghost = Some((u, p.frame, moved));
+        }
         ev.side_mut().ghost_acks += 1;
         ev.emit(
             p,
@@ -175,14 +188,39 @@ fn check_ack_order(
         }
         resp.last_msn = Some(p.msn);
     }
-    // While a hole is open (PSNs skipped and not seen since), an ACK must stay
-    // before it: the responder cannot have what never passed the capture point.
+    // While a hole is open (PSNs skipped and not seen since), an ACK stays before it. An
+    // ACK past it is judged only when the responder said it lacked a PSN of the hole (a
+    // sequence NAK, and the requester did not go back since): otherwise the responder
+    // received what the capture missed, and the ACK is evidence of a capture drop, not of a
+    // responder acknowledging what it never got.
     if let Some(g) = r.gaps.front().copied().filter(|_| !read_resp) {
-        let (ap, hp) = (p.psn, wire(g.0));
-        ev.rule(Rule::NoAckPastHole)
-            .check_why(u < g.0, p.frame, || {
-                format!("ACK PSN {ap} with PSN {hp} never seen")
-            });
+        if u < g.0 || r.hole_nakked(g) {
+            let (ap, hp) = (p.psn, wire(g.0));
+            ev.rule(Rule::NoAckPastHole)
+                .check_why(u < g.0, p.frame, || {
+                    format!("ACK PSN {ap} with PSN {hp} never seen, after a NAK for it")
+                });
+        } else {
+            ev.rule(Rule::NoAckPastHole).unjudged += 1;
+            missed(r, u, p, ev);
+        }
+    }
+}
+
+/// The requests up to unwrapped PSN `upto` that `p` acknowledges and the capture never
+/// saw: counted as the requester's packets the capture missed, `p` the evidence.
+fn missed(r: &mut ReqState, upto: u64, p: &Pkt, ev: &mut Emitter<'_, '_>) {
+    let first = r.gaps.front().map(|g| g.0);
+    let n = r.missed_up_to(upto);
+    if n > 0 {
+        ev.side_other_mut().missed_by_capture += n;
+        let from = first.map_or(0, |f| wire(f).value());
+        ev.emit(
+            p,
+            EventKind::CaptureMissed,
+            None,
+            format!("acknowledges {n} request PSNs from {from} the capture did not see"),
+        );
     }
 }
 
@@ -205,8 +243,8 @@ fn retire_answered(
                 resp.reads
                     .iter()
                     .rev()
-                    .find(|x| x.2 == u)
-                    .map_or(u, |x| x.0),
+                    .find(|x| x.next == u)
+                    .map_or(u, |x| x.psn),
             ),
         }
     } else {
@@ -283,6 +321,25 @@ fn nak(r: &mut ReqState, resp: &mut RespState, p: &Pkt, u: u64, ev: &mut Emitter
     }
 }
 
+/// How many READ responses in a row may be missing inside one answer before a response
+/// further on is taken for a mismatch rather than the rest of it.
+const HOLE_MAX: u64 = 64;
+
+/// A READ being answered: its responses so far.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answer {
+    /// Its READ's PSN (its first response's).
+    psn: u64,
+    /// The length the READ asked for (`None`: the READ request was not in the capture).
+    len: Option<u32>,
+    /// The PSN its next response takes.
+    next: u64,
+    /// Payload bytes so far.
+    bytes: u64,
+    /// Responses of it the capture did not see (between ones it saw).
+    missing: u64,
+}
+
 /// A READ response at unwrapped PSN `u`: the start of an answer to a READ, its next packet,
 /// or a mismatch; its last packet checks [`Rule::ReadResponsesCoverRequest`].
 fn read_response(
@@ -293,23 +350,57 @@ fn read_response(
     ev: &mut Emitter<'_, '_>,
 ) {
     let class = p.opcode.class();
+    if matches!(class, Class::First | Class::Middle) {
+        r.resp_mtu = r.resp_mtu.max(p.payload_len);
+    }
+    let unseen = unseen_read(r, resp, p, u, ev);
     let reads = &mut resp.reads;
     // A READ re-issued from the middle of its span is answered from that PSN on with Middle
     // and Last opcodes (as rxe does, IBTA 9.7.5.1.5): that starts a response too.
     let resumed = matches!(class, Class::Middle | Class::Last)
-        && !reads.iter().any(|x| x.2 == u)
+        && !reads.iter().any(|x| x.next == u)
         && (r
             .outstanding
             .iter()
             .any(|o| o.psn == u && o.read_len.is_some() && !o.atomic && o.retx)
             || r.done_reads.iter().any(|d| d.0 == u && d.2 != ATOMIC));
-    if matches!(class, Class::First | Class::Only) || resumed {
+    if unseen {
+        push_answer(reads, u, None, p.payload_len);
+    } else if matches!(class, Class::First | Class::Only) || resumed {
         if !start_read_response(r, reads, p, u, ev) {
             return;
         }
-    } else if let Some(rd) = reads.iter_mut().rev().find(|x| x.2 == u) {
-        rd.2 += 1;
-        rd.3 += u64::from(p.payload_len);
+    } else if let Some(a) = reads.iter_mut().rev().find(|x| x.next == u) {
+        a.next += 1;
+        a.bytes += u64::from(p.payload_len);
+    } else if let Some(a) = reads.iter_mut().rev().find(|x| {
+        x.next < u
+            && u - x.next <= HOLE_MAX
+            && x.len.is_none_or(|l| u < x.psn + span_bound(l, r.resp_mtu))
+    }) {
+        // Further on in an answer: the responses between were not seen (lost before the
+        // capture point, then the requester asks again from the first of them; or missed
+        // by the capture). What they carried is unknown: the answer is not judged.
+        let n = u - a.next;
+        a.missing += n;
+        a.next = u + 1;
+        a.bytes += u64::from(p.payload_len);
+        responses_unseen(n, p, ev);
+    } else if let Some((read, len)) = first_unseen(r, reads, u) {
+        // Inside the span of a READ sent once and not yet answered: its answer's first
+        // responses were not seen.
+        let n = u - read;
+        reads.push_back(Answer {
+            psn: read,
+            len,
+            next: u + 1,
+            bytes: u64::from(p.payload_len),
+            missing: n,
+        });
+        if reads.len() > 1024 {
+            reads.pop_front();
+        }
+        responses_unseen(n, p, ev);
     } else if class == Class::Middle || class == Class::Last {
         // Inside a READ's span but not continuing a response: a duplicate READ answered
         // from another PSN than the one requested.
@@ -321,12 +412,160 @@ fn read_response(
     }
 }
 
+/// The most PSNs a READ of `len` bytes can take: at the path MTU `mtu` when known, else at
+/// the smallest (256).
+fn span_bound(len: u32, mtu: u32) -> u64 {
+    u64::from(len.div_ceil(if mtu > 0 { mtu } else { 256 }).max(1))
+}
+
+/// The PSN of the READ whose answer a Middle or Last response at `u` belongs to when its
+/// first responses were not seen: a READ sent once (not resent: a response inside a resent
+/// READ's span from elsewhere than it asked is a mismatch) and not being answered, whose
+/// span holds `u`.
+fn first_unseen(r: &ReqState, reads: &VecDeque<Answer>, u: u64) -> Option<(u64, Option<u32>)> {
+    let end = r.outstanding.partition_point(|o| o.psn < u);
+    r.outstanding
+        .range(..end)
+        .rev()
+        .take_while(|o| u - o.psn <= HOLE_MAX)
+        .find(|o| {
+            o.read_len
+                .is_some_and(|l| u < o.psn + span_bound(l, r.resp_mtu))
+                && !o.atomic
+                && !o.retx
+                && !reads.iter().any(|a| a.psn == o.psn)
+        })
+        .map(|o| (o.psn, o.read_len))
+}
+
+/// At the end of the capture: the answers to the READs and atomics of `r` still waiting
+/// that responses to later requests passed, and that the requester never asked for again.
+/// The responder answers in order, and a requester missing an answer asks again (IBTA Vol
+/// 1 §9.7.5.1.3): those answers arrived and the capture missed them. Returns their packets
+/// (a READ's over its span, less the responses of it seen, in `resp`).
+pub(super) fn answers_missed(r: &ReqState, resp: Option<&RespState>) -> u64 {
+    let Some(acked) = r.acked else {
+        return 0;
+    };
+    r.outstanding
+        .iter()
+        .filter(|o| !o.retx)
+        .filter_map(|o| {
+            let len = o.read_len?;
+            let span = if o.atomic {
+                1
+            } else if r.resp_mtu > 0 {
+                span_bound(len, r.resp_mtu)
+            } else {
+                o.read_span.max(1)
+            };
+            let seen = resp
+                .and_then(|s| s.reads.iter().find(|a| a.psn == o.psn))
+                .map_or(0, |a| a.next - a.psn);
+            (acked >= o.psn + span).then(|| span.saturating_sub(seen))
+        })
+        .sum()
+}
+
+/// Starts an answer at `u`.
+fn push_answer(reads: &mut VecDeque<Answer>, u: u64, len: Option<u32>, payload: u32) {
+    reads.push_back(Answer {
+        psn: u,
+        len,
+        next: u + 1,
+        bytes: u64::from(payload),
+        missing: 0,
+    });
+    if reads.len() > 1024 {
+        reads.pop_front();
+    }
+}
+
+/// A READ response at unwrapped PSN `u` that no request in the capture accounts for: in a
+/// gap of the request PSNs, or past the highest. Its READ was sent and received (the
+/// responder answers only what it got, in order): the capture missed it, and the requests
+/// before it, which the response acknowledges. Returns `true` when `p` starts the answer
+/// to such a READ (a First or Only); a further response of one fills its PSN.
+fn unseen_read(
+    r: &mut ReqState,
+    resp: &mut RespState,
+    p: &Pkt,
+    u: u64,
+    ev: &mut Emitter<'_, '_>,
+) -> bool {
+    let first = matches!(p.opcode.class(), Class::First | Class::Only);
+    let unseen = if r.gap_at(u).is_some() {
+        if first {
+            missed(r, u - 1, p, ev);
+        }
+        if let Some(i) = r.gap_at(u) {
+            r.fill(u, i);
+        }
+        if !first
+            && !resp
+                .reads
+                .iter()
+                .any(|a| a.next <= u && u - a.next <= HOLE_MAX)
+        {
+            // Further on in the answer to a READ the capture missed, and its first
+            // response with it (the READ's PSN stays in the gap, for the response that
+            // acknowledges it to count): an answer of unknown length from here.
+            // (Continued by this response, below.)
+            resp.reads.push_back(Answer {
+                psn: u,
+                len: None,
+                next: u,
+                bytes: 0,
+                missing: 1,
+            });
+            if resp.reads.len() > 1024 {
+                resp.reads.pop_front();
+            }
+            responses_unseen(1, p, ev);
+        }
+        first.then_some(1)
+    } else if first && u > r.span_end() && u - r.span_end() <= HOLE_MAX && r.out_at(u).is_none() {
+        // The requests the READ response acknowledges, from the highest seen on, and the
+        // READ: none in the capture.
+        missed(r, r.highest, p, ev);
+        let n = u - r.span_end();
+        r.highest = u;
+        // Its span is told by its last response (`end_read_response`).
+        r.read_extra = Some((0, HOLE_MAX));
+        Some(n)
+    } else {
+        None
+    };
+    if let Some(n) = unseen {
+        ev.side_other_mut().missed_by_capture += n;
+        ev.emit(
+            p,
+            EventKind::CaptureMissed,
+            None,
+            format!("answers a READ at PSN {} the capture did not see", p.psn),
+        );
+    }
+    unseen.is_some()
+}
+
+/// `n` READ responses before `p` in its answer that the capture did not see: counted, `p`
+/// the evidence.
+fn responses_unseen(n: u64, p: &Pkt, ev: &mut Emitter<'_, '_>) {
+    ev.side_mut().unseen_read_responses += n;
+    ev.emit(
+        p,
+        EventKind::CaptureMissed,
+        None,
+        format!("{n} READ responses before it in its answer not in the capture"),
+    );
+}
+
 /// The first READ response of an answer, at unwrapped PSN `u`: matched to its READ request
 /// (READ latency, [`Rule::DuplicateReadReexecutedFromRequestedPsn`]); `false` when no READ
 /// asked for it (a mismatch).
 fn start_read_response(
     r: &ReqState,
-    reads: &mut VecDeque<(u64, u32, u64, u64, u64)>,
+    reads: &mut VecDeque<Answer>,
     p: &Pkt,
     u: u64,
     ev: &mut Emitter<'_, '_>,
@@ -349,16 +588,7 @@ fn start_read_response(
                 ev.rule(Rule::DuplicateReadReexecutedFromRequestedPsn)
                     .check(true, p.frame);
             }
-            reads.push_back((
-                u,
-                o.read_len.unwrap_or(0),
-                u + 1,
-                u64::from(p.payload_len),
-                o.frame,
-            ));
-            if reads.len() > 1024 {
-                reads.pop_front();
-            }
+            push_answer(reads, u, Some(o.read_len.unwrap_or(0)), p.payload_len);
         }
         None if r.done_reads.iter().any(|d| d.0 == u) => {
             // The responder answering a duplicate READ again, from its first PSN.
@@ -370,10 +600,7 @@ fn start_read_response(
                 .unwrap_or(&(u, 1, 0));
             ev.rule(Rule::DuplicateReadReexecutedFromRequestedPsn)
                 .check(true, p.frame);
-            reads.push_back((u, len, u + 1, u64::from(p.payload_len), p.frame));
-            if reads.len() > 1024 {
-                reads.pop_front();
-            }
+            push_answer(reads, u, Some(len), p.payload_len);
         }
         None => {
             // A response that starts at a PSN no READ request has: inside a READ's
@@ -403,15 +630,21 @@ fn read_mismatch(r: &ReqState, p: &Pkt, u: u64, why: &str, ev: &mut Emitter<'_, 
 /// known) and its bytes checked against the length asked for.
 fn end_read_response(
     rq: &mut ReqState,
-    reads: &mut VecDeque<(u64, u32, u64, u64, u64)>,
+    reads: &mut VecDeque<Answer>,
     p: &Pkt,
     u: u64,
     ev: &mut Emitter<'_, '_>,
 ) {
-    let Some(i) = reads.iter().rposition(|x| x.2 == u + 1) else {
+    let Some(i) = reads.iter().rposition(|x| x.next == u + 1) else {
         return;
     };
-    let (rpsn, len, _, bytes, _) = reads[i];
+    let Answer {
+        psn: rpsn,
+        len,
+        bytes,
+        missing,
+        ..
+    } = reads[i];
     reads.remove(i);
     let span = u - rpsn + 1;
     // This READ is answered; another READ before it (re-issued, its answer still
@@ -430,14 +663,28 @@ fn end_read_response(
     {
         rq.outstanding.pop_front();
     }
-    rq.done_reads.push_back((rpsn, span, len));
+    rq.done_reads.push_back((
+        rpsn,
+        span,
+        len.unwrap_or(bytes.min(u64::from(u32::MAX - 1)) as u32),
+    ));
     if rq.done_reads.len() > 64 {
         rq.done_reads.pop_front();
     }
     if rq.highest == rpsn {
         // Its responses told its span exactly.
         rq.read_extra = Some((span - 1, span - 1));
+    } else if rq.highest > u {
+        // Requests past it were seen before its span was known (taken as the READ's when
+        // they fitted its longest span): the PSNs between its end and the next request
+        // seen are requests the capture did not see.
+        rq.open_gap_after(u, p.t, p.frame);
     }
+    let Some(len) = len.filter(|_| missing == 0) else {
+        // The READ, or responses of its answer, not in the capture: nothing to judge by.
+        ev.rule(Rule::ReadResponsesCoverRequest).unjudged += 1;
+        return;
+    };
     let ok = bytes == u64::from(len);
     ev.rule(Rule::ReadResponsesCoverRequest).check(ok, p.frame);
     if !ok {

@@ -48,7 +48,10 @@ rules! {
         "A responder sends one sequence NAK per out-of-sequence episode: the same NAK again \
          before the PSN was resent is a NAK storm (IBTA Vol 1 §9.7).";
     NoAckPastHole => "no_ack_past_hole",
-        "No ACK covers a request PSN never seen at the capture point (IBTA Vol 1 §9.7).";
+        "No ACK covers a request PSN the responder NAKed as missing and never got again \
+         (IBTA Vol 1 §9.7). An ACK past a PSN never seen without such a NAK is what a capture \
+         that dropped it looks like (a responder acknowledges only what it received in order, \
+         §9.7.5.1.2): not judged, counted as missed by the capture.";
     MonotonicMsnAndAckPsn => "monotonic_msn_and_ack_psn",
         "ACK PSNs and MSNs do not go back, except in answer to a request sent again (a resent \
          atomic ACK is the responder's saved result, IBTA Vol 1 §9.7.5.1.7.4).";
@@ -103,6 +106,9 @@ pub(super) struct Tally {
     /// Checks that passed only because the capture point may not see everything (a
     /// restart earlier than asked for).
     pub(super) early: u64,
+    /// Checks not made: the evidence they need is packets the capture missed (the peer's
+    /// answers show they were sent).
+    pub(super) unjudged: u64,
     more: Option<Box<TallyMore>>,
 }
 
@@ -154,9 +160,12 @@ impl Tally {
     fn frames(&self) -> &[u64] {
         self.more.as_ref().map_or(&[], |m| &m.frames)
     }
-    /// `not_applicable`, `violated` or `ok`.
+    /// `not_applicable`, `not_judged` (every check needed packets the capture missed),
+    /// `violated` or `ok`.
     fn result(&self) -> &'static str {
-        if self.checked == 0 {
+        if self.checked == 0 && self.unjudged > 0 {
+            "not_judged"
+        } else if self.checked == 0 {
             "not_applicable"
         } else if self.violations > 0 {
             "violated"
@@ -184,6 +193,13 @@ impl Tally {
                 d,
                 "; {} earlier than asked (what a response lost after the capture point looks like)",
                 self.early
+            );
+        }
+        if self.unjudged > 0 {
+            let _ = write!(
+                d,
+                "; {} not judged (they need packets the capture missed)",
+                self.unjudged
             );
         }
         if !first.is_empty() {
@@ -242,7 +258,10 @@ impl Tallies {
     /// the rules with nothing to check and nothing to say share one `not applicable` line.
     pub(super) fn write_verdicts(&self, o: &mut String) {
         let plain = |t: &Tally| {
-            t.checked == 0 && t.early == 0 && t.more.as_ref().is_none_or(|m| m.is_empty())
+            t.checked == 0
+                && t.early == 0
+                && t.unjudged == 0
+                && t.more.as_ref().is_none_or(|m| m.is_empty())
         };
         for (&rule, t) in Rule::ALL.iter().zip(&self.0).filter(|(_, t)| !plain(t)) {
             o.push_str("  verdict ");

@@ -64,6 +64,15 @@ pub struct Side {
     pub psn_gaps: u64,
     /// PSNs of its requests never seen at all (lost before the capture point).
     pub never_seen_psns: u64,
+    /// Its packets the capture did not see although the peer's packets show they were
+    /// sent and received (the capture dropped them): request PSNs acknowledged (by an ACK,
+    /// a NAK for a later PSN, a response to a later READ) and READ requests answered; and
+    /// the answers to READs and atomics that the requester, its later requests answered,
+    /// never asked for again.
+    pub missed_by_capture: u64,
+    /// READ responses of its missing from inside an answer whose later packets were seen
+    /// (lost before the capture point, or missed by it): the answer's checks are not judged.
+    pub unseen_read_responses: u64,
     /// Out-of-order requests.
     pub out_of_order: u64,
     /// Network duplicates.
