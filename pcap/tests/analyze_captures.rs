@@ -170,6 +170,13 @@ fn json_lines_are_their_values_byte_for_byte() {
         for c in &a.connections {
             expect(analyze::connection_json(c));
         }
+        let q = a.capture_quality();
+        if q.is_notable() {
+            expect(analyze::capture_quality_json(&q));
+        }
+        for f in &a.findings() {
+            expect(analyze::finding_json(f));
+        }
         for p in &a.pfc {
             expect(analyze::pfc_json(p));
         }

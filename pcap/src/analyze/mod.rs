@@ -25,6 +25,7 @@
 // the analyzing threads' shares are merged and sorted, and 100,000 of them moved took 60 ms.
 #![allow(clippy::vec_box)]
 mod control;
+mod diagnose;
 mod emit;
 mod json;
 mod localise;
@@ -53,6 +54,7 @@ use roce_proto::Opcode;
 
 use crate::reader::{CaptureReader, Timestamp};
 use crate::{link, DecodeError};
+pub use diagnose::Finding;
 use emit::{push_event, Emitter};
 pub use emit::{Cause, Event, EventKind, MAX_EVENTS, MAX_EVENTS_TOTAL, NAK_KINDS};
 pub use localise::{
@@ -64,8 +66,8 @@ pub use pfc::{ConnectionPfc, PriorityPfc};
 pub(crate) use pkt::Pkt;
 pub use quality::CaptureQuality;
 pub use report::{
-    connection_json, event_flag_json, event_json, json_lines, pfc_json, text, write_json_lines,
-    write_text,
+    capture_quality_json, connection_json, event_flag_json, event_json, finding_json, json_lines,
+    pfc_json, text, write_json_lines, write_text,
 };
 pub use responder::NAK_CNP_NS;
 use rules::Tallies;
@@ -571,6 +573,10 @@ impl Analyzer {
             }
             self.conns[conn].sides[1 - side].missed_by_capture += answers_missed;
             quality::ghost_at_end(&mut self.conns[conn], side, r);
+            let (req_mtu, resp_mtu) = r.mtus();
+            let c = &mut self.conns[conn];
+            c.sides[side].path_mtu = c.sides[side].path_mtu.max(req_mtu);
+            c.sides[1 - side].path_mtu = c.sides[1 - side].path_mtu.max(resp_mtu);
             let s = &mut self.conns[conn].sides[side];
             s.never_seen_psns += never;
             if stall {

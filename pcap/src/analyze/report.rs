@@ -409,12 +409,64 @@ pub fn write_text<W: Write + ?Sized>(
 ) -> std::io::Result<()> {
     out.write_all(table_head(a).as_bytes())?;
     in_parallel(&a.connections, out, table_rows)?;
+    out.write_all(findings_text(a).as_bytes())?;
     in_parallel(&a.connections, out, |o: &mut String, conns| {
         for c in conns {
             section(o, c, events);
         }
     })?;
     out.write_all(super::localise::localisation_text(&a.localised).as_bytes())
+}
+
+/// The text report's findings ([`Analysis::findings`]), after the table: a line each,
+/// what was seen then what to do; nothing when there are none.
+fn findings_text(a: &Analysis) -> String {
+    let mut o = String::new();
+    let findings = a.findings();
+    if findings.is_empty() {
+        return o;
+    }
+    o.push_str("\nfindings:\n");
+    for f in &findings {
+        let _ = write!(o, "  {}", f.name);
+        if let Some(c) = f.connection {
+            let _ = write!(o, " (connection {c}");
+            if let Some(s) = f.side {
+                let _ = write!(o, " side {}", ["a", "b"][s & 1]);
+            }
+            o.push(')');
+        }
+        let _ = write!(o, ": {}", f.detail);
+        if !f.frames.is_empty() {
+            let _ = write!(o, " (frames {})", frame_list(&f.frames));
+        }
+        let _ = writeln!(o, ". {}", f.advice);
+    }
+    o
+}
+
+/// The capture's quality as its JSON line's object (`{"type":"capture_quality",...}`).
+pub fn capture_quality_json(q: &super::CaptureQuality) -> Value {
+    serde_json::json!({
+        "type": "capture_quality",
+        "missed_by_capture": q.missed,
+        "unseen_read_responses": q.unseen_read_responses,
+        "connections": q.connections,
+        "file_dropped": q.file_dropped,
+    })
+}
+
+/// A finding's JSON object (`{"type":"finding",...}`).
+pub fn finding_json(f: &super::Finding) -> Value {
+    serde_json::json!({
+        "type": "finding",
+        "name": f.name,
+        "connection": f.connection,
+        "side": f.side.map(|s| ["a", "b"][s & 1]),
+        "frames": f.frames,
+        "detail": f.detail,
+        "advice": f.advice,
+    })
 }
 
 /// Frame numbers as a reader wants them: `-` for none, else comma-separated.
@@ -512,16 +564,10 @@ pub fn write_json_lines<W: Write + ?Sized>(
     let mut o = Vec::new();
     let q = a.capture_quality();
     if q.is_notable() {
-        line(
-            &mut o,
-            &serde_json::json!({
-                "type": "capture_quality",
-                "missed_by_capture": q.missed,
-                "unseen_read_responses": q.unseen_read_responses,
-                "connections": q.connections,
-                "file_dropped": q.file_dropped,
-            }),
-        );
+        line(&mut o, &capture_quality_json(&q));
+    }
+    for f in &a.findings() {
+        line(&mut o, &finding_json(f));
     }
     for p in &a.pfc {
         line(&mut o, &pfc_json(p));
@@ -643,6 +689,28 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
         )?;
     }
     writeln!(out, "</table>")?;
+    let findings = a.findings();
+    if !findings.is_empty() {
+        writeln!(out, "<h2>Findings</h2><ul>")?;
+        for f in &findings {
+            let at = f.connection.map_or(String::new(), |c| {
+                format!(
+                    " (<a href=\"#c{c}\">connection {c}</a>{})",
+                    f.side
+                        .map_or(String::new(), |s| format!(" side {}", ["a", "b"][s & 1]))
+                )
+            });
+            writeln!(
+                out,
+                "<li><b>{}</b>{at}: {}; frames {}. {}</li>",
+                f.name,
+                escape(&f.detail),
+                frame_list(&f.frames),
+                escape(f.advice)
+            )?;
+        }
+        writeln!(out, "</ul>")?;
+    }
     for c in &a.connections {
         writeln!(out, "<h2 id=\"c{}\">Connection {}</h2><table><tr><th>rule</th><th>result</th><th>detail</th><th>frames</th></tr>", c.id, c.id)?;
         for v in c.verdicts() {

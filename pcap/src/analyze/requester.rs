@@ -362,6 +362,11 @@ impl ReqState {
             self.mtu
         }
     }
+    /// The path MTUs the packets showed: the requests' and the READ responses' (0: not
+    /// seen).
+    pub(super) fn mtus(&self) -> (u32, u32) {
+        (self.mtu, self.resp_mtu)
+    }
     /// The path MTU a READ's responses take, once a multi-packet answer showed it (the
     /// requests' own MTU may differ: the two sides' path MTUs need not agree).
     fn read_mtu(&self) -> Option<u32> {
@@ -668,6 +673,11 @@ fn resent(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>)
         if let Some(i) = r.out_at(u) {
             r.outstanding.remove(i);
         }
+        // Asked again from inside a READ: that READ was sent again too (its answer is not
+        // one the requester acted on without).
+        if let Some(i) = r.read_containing(u).and_then(|first| r.out_at(first)) {
+            r.outstanding[i].retx = true;
+        }
         let at = r.outstanding.partition_point(|o| o.psn < u);
         r.note_read_span(span);
         r.outstanding.insert(
@@ -841,6 +851,25 @@ fn new_request(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_,
         r.msg_start = None;
         if pictures && s.slices.len() < SLICES_MAX {
             s.slices.push((start, p.t, k as u8));
+        }
+    }
+    if read || atomic {
+        // The READs and atomics outstanding with this one (the last 64 requests looked at:
+        // a window is at most 255, and what matters is one filled, up to 16 in practice).
+        let n = 1 + r
+            .outstanding
+            .iter()
+            .rev()
+            .take(64)
+            .filter(|o| o.read_len.is_some())
+            .count() as u32;
+        let s = ev.side_mut();
+        if n > s.reads_outstanding_max {
+            s.reads_outstanding_max = n;
+            s.reads_at_max = 0;
+        }
+        if n == s.reads_outstanding_max {
+            s.reads_at_max += 1;
         }
     }
     if atomic {

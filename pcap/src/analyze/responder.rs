@@ -308,6 +308,9 @@ fn nak(r: &mut ReqState, resp: &mut RespState, p: &Pkt, u: u64, ev: &mut Emitter
         }
         Some(AethKind::RnrNak { timer }) => {
             ev.side_mut().naks[1] += 1;
+            if timer == 0 {
+                ev.side_mut().rnr_timer_zero += 1;
+            }
             r.last_rnr = Some((p.t, roce_proto::aeth::rnr_timer_ns(timer)));
             ev.trace(p.t, p.psn, 3);
             ev.emit(

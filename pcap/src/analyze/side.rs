@@ -73,6 +73,17 @@ pub struct Side {
     /// READ responses of its missing from inside an answer whose later packets were seen
     /// (lost before the capture point, or missed by it): the answer's checks are not judged.
     pub unseen_read_responses: u64,
+    /// RNR NAKs it sent with timer code 0: 655.36 ms, the longest (IBTA Vol 1 §9.7.5.2.8,
+    /// Table 45), and what `rdma_cm` leaves a QP's `min_rnr_timer` at.
+    pub rnr_timer_zero: u64,
+    /// The largest payload of the First and Middle packets it sent, requests or READ
+    /// responses: its path MTU (IBTA Vol 1 §9.7.1, C9-93; 0: none sent).
+    pub path_mtu: u32,
+    /// The most READs and atomics it had outstanding when it sent one more (counting that
+    /// one): the window `max_rd_atomic` allows it, when the requester filled it.
+    pub reads_outstanding_max: u32,
+    /// READs and atomics it sent with [`Side::reads_outstanding_max`] outstanding.
+    pub reads_at_max: u64,
     /// Out-of-order requests.
     pub out_of_order: u64,
     /// Network duplicates.

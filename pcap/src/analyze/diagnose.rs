@@ -1,0 +1,194 @@
+//! Findings: the questions RDMA users ask of a misbehaving RoCE fabric, answered from what
+//! the analysis counted (`docs/analyze.md`, Findings). Each [`Finding`] names what was
+//! seen, with its evidence (the connection, the side, frames, the values), and says in one
+//! sentence what to check or change. Made from the finished analysis, on demand
+//! ([`Analysis::findings`]): the packet handlers only count.
+use super::emit::EventKind;
+use super::{Analysis, Connection, Side};
+
+/// A diagnosis: what was seen, the evidence, and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Its name (`rnr_stall`, `pmtu_asymmetry`, `ce_without_cnp`, `cnp_without_ce`,
+    /// `read_window_limited`, `pfc_priority_without_roce`).
+    pub name: &'static str,
+    /// The connection's id (`None`: the capture's, as a PFC priority's).
+    pub connection: Option<usize>,
+    /// The side (0 a, 1 b) it is about, when one.
+    pub side: Option<usize>,
+    /// Frames that show it (the first few).
+    pub frames: Vec<u64>,
+    /// What was seen, with the values.
+    pub detail: String,
+    /// What to check or change, in one sentence.
+    pub advice: &'static str,
+}
+
+/// The frames of the first events of `kind` that side `side` of `c` sent (up to 4).
+fn frames_of(c: &Connection, side: usize, kind: EventKind) -> Vec<u64> {
+    c.events
+        .iter()
+        .filter(|e| e.side == side && e.kind == kind)
+        .map(|e| e.frame)
+        .take(4)
+        .collect()
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl Analysis {
+    /// What the analysis diagnoses ([`Finding`]), connection by connection in report order,
+    /// then the capture's.
+    pub fn findings(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for c in &self.connections {
+            connection_findings(c, &mut out);
+        }
+        pfc_findings(self, &mut out);
+        out
+    }
+}
+
+/// The findings of one connection.
+fn connection_findings(c: &Connection, out: &mut Vec<Finding>) {
+    let id = Some(c.id);
+    for (i, s) in c.sides.iter().enumerate() {
+        let peer = &c.sides[1 - i];
+        // 3: RNR stalls, which no counter of the requester and no completion shows.
+        if s.naks[1] > 0 {
+            let waited = &peer.rnr_wait;
+            let mut detail = format!("{} RNR NAKs sent", s.naks[1]);
+            if s.rnr_timer_zero > 0 {
+                detail.push_str(&format!(
+                    ", {} with timer code 0 (655.36 ms, the longest)",
+                    s.rnr_timer_zero
+                ));
+            }
+            if waited.count() > 0 {
+                detail.push_str(&format!(
+                    "; the requester waited {:.3} ms at the median, {:.3} ms at most, before sending again",
+                    ms(waited.quantile(0.5)),
+                    ms(waited.max())
+                ));
+            }
+            out.push(Finding {
+                name: "rnr_stall",
+                connection: id,
+                side: Some(i),
+                frames: frames_of(c, i, EventKind::Nak(1)),
+                detail,
+                advice: if s.rnr_timer_zero > 0 {
+                    "The responder had no receive posted: post receives ahead (a deeper receive queue or an SRQ), and set its QP's min_rnr_timer (rdma_cm leaves it 0, 655.36 ms a stall) to a few hundred microseconds."
+                } else {
+                    "The responder had no receive posted: post receives ahead (a deeper receive queue or an SRQ)."
+                },
+            });
+        }
+        // 4: CE marks the receiver never answered with a CNP, or CNPs without CE.
+        if s.ecn_ce > 0 && peer.cnps == 0 {
+            out.push(Finding {
+                name: "ce_without_cnp",
+                connection: id,
+                side: Some(i),
+                frames: frames_of(c, i, EventKind::EcnCe),
+                detail: format!(
+                    "{} of its packets arrived marked CE and its peer sent no CNP",
+                    s.ecn_ce
+                ),
+                advice: "The receiver's notification point is off, so DCQCN never slows the sender: enable it for this priority (mlx5: /sys/class/net/IF/ecn/roce_np/enable/PRIO), or capture where the CNPs travel.",
+            });
+        }
+        if s.cnps > 0 && peer.ecn_ce == 0 {
+            out.push(Finding {
+                name: "cnp_without_ce",
+                connection: id,
+                side: Some(i),
+                frames: frames_of(c, i, EventKind::Cnp),
+                detail: format!(
+                    "{} CNPs sent and none of its peer's packets marked CE at the capture point",
+                    s.cnps
+                ),
+                advice: "The CNPs answer CE marks made after the capture point or cleared before it, or NAKs and out-of-order packets (some NICs send CNPs for those): capture nearer the receiver, or read its np_ecn_marked_roce_packets counter.",
+            });
+        }
+        // 7: one QP's READs limited by its outstanding-READ window.
+        let reads = s.messages[4] + s.messages[5];
+        let w = u64::from(s.reads_outstanding_max);
+        if (2..=16).contains(&w) && reads >= 4 * w && s.reads_at_max * 4 >= reads {
+            out.push(Finding {
+                name: "read_window_limited",
+                connection: id,
+                side: Some(i),
+                frames: Vec::new(),
+                detail: format!(
+                    "never more than {w} READs and atomics outstanding, and at {w} for {} of its {reads}",
+                    s.reads_at_max
+                ),
+                advice: "The requester's READs wait for the outstanding-READ window (its max_rd_atomic and the responder's max_dest_rd_atomic, or the application's own depth): raise them up to the NIC's max_qp_rd_atom, or spread the READs over more QPs.",
+            });
+        }
+    }
+    // 2: path MTU asymmetry between the two sides.
+    let [a, b] = &c.sides;
+    if a.path_mtu > 0 && b.path_mtu > 0 && a.path_mtu != b.path_mtu {
+        let (big, small) = if a.path_mtu > b.path_mtu {
+            (0, 1)
+        } else {
+            (1, 0)
+        };
+        out.push(Finding {
+            name: "pmtu_asymmetry",
+            connection: id,
+            side: Some(big),
+            frames: Vec::new(),
+            detail: format!(
+                "side {} segments at {} bytes, side {} at {}",
+                ["a", "b"][big],
+                c.sides[big].path_mtu,
+                ["a", "b"][small],
+                c.sides[small].path_mtu
+            ),
+            advice: "Both QPs of a connection must use the same path MTU (IBV_QP_PATH_MTU), the smaller port's active MTU: a responder at the smaller one drops or rejects the larger packets (IBV_WC_LOC_LEN_ERR, hangs).",
+        });
+    }
+}
+
+/// Priorities that PFC paused and no RoCE connection of the capture uses (10).
+fn pfc_findings(a: &Analysis, out: &mut Vec<Finding>) {
+    let paused: Vec<_> = a.pfc.iter().filter(|p| p.xoff > 0).collect();
+    // Link-level PAUSE counts for every priority: only per-priority pauses tell.
+    if paused.is_empty() || paused.len() == 8 {
+        return;
+    }
+    let roce: Vec<u8> = {
+        let mut v: Vec<u8> = a
+            .connections
+            .iter()
+            .flat_map(|c| c.sides.iter().filter_map(|s: &Side| s.priority))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    if roce.is_empty() {
+        return;
+    }
+    for p in paused.into_iter().filter(|p| !roce.contains(&p.priority)) {
+        out.push(Finding {
+            name: "pfc_priority_without_roce",
+            connection: None,
+            side: None,
+            frames: p.storms.iter().map(|s| s.2).take(4).collect(),
+            detail: format!(
+                "priority {} paused by {} frames ({:.3} ms in all) and none of the capture's RoCE is on it (RoCE on {:?})",
+                p.priority,
+                p.xoff,
+                p.paused_ns as f64 / 1e6,
+                roce
+            ),
+            advice: "The PFC priority and the RoCE traffic's priority disagree (the DSCP or PCP to priority map, or the priorities PFC is enabled on): make the lossless priority the one RoCE is marked with.",
+        });
+    }
+}
