@@ -17,6 +17,8 @@ const PAYLOAD: [u8; 4096] = [0x5a; 4096];
 #[derive(Default)]
 struct Script {
     frames: Vec<(u64, Vec<u8>)>,
+    /// The DSCP A's and B's packets carry (0 unless set).
+    dscp: [Option<u8>; 2],
 }
 
 fn builder(from_a: bool, ce: bool) -> FrameBuilder {
@@ -35,7 +37,10 @@ fn builder(from_a: bool, ce: bool) -> FrameBuilder {
 
 impl Script {
     fn push(&mut self, t_us: f64, from_a: bool, p: &PacketRepr<'_>, ce: bool, corrupt: bool) {
-        let b = builder(from_a, ce);
+        let mut b = builder(from_a, ce);
+        if let (IpParams::V4 { dscp, .. }, Some(d)) = (&mut b.ip, self.dscp[usize::from(!from_a)]) {
+            *dscp = d;
+        }
         let mut buf = vec![0u8; b.frame_len(p)];
         let n = b.build(p, &mut buf).expect("builds");
         buf.truncate(n);
@@ -173,7 +178,11 @@ impl Script {
         let mut p = packet_for(Opcode::CNP, 0, &[]);
         p.bth.dest_qp = Qpn(QA);
         p.bth.psn = Psn::new(0);
+        // In a class of its own (mlx5's cnp_dscp, 48) when B's packets have one set.
+        let b = self.dscp[1];
+        self.dscp[1] = b.map(|_| 48);
         self.push(t, false, &p, false, false);
+        self.dscp[1] = b;
         self
     }
 
@@ -1501,4 +1510,64 @@ fn pauses_on_a_priority_no_roce_uses_are_a_finding() {
         .pfc(1.0, 0, 0xffff)
         .ack(2.0, 0, 1);
     assert!(findings(&s.analyze(), "pfc_priority_without_roce").is_empty());
+}
+
+#[test]
+fn timer_driven_episodes_are_a_retx_timeout_finding_with_the_code_they_imply() {
+    // Two episodes, each after about 16.8 ms of silence: 4.096 us x 2^12 = 16.777 ms.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 10, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(4.0, 10, 1)
+        .req(16_800.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(16_803.0, 11, 2)
+        .req(16_900.0, Opcode::RC_SEND_ONLY, 12, 64)
+        .req(33_700.0, Opcode::RC_SEND_ONLY, 12, 64)
+        .ack(33_703.0, 12, 3);
+    let a = s.analyze();
+    let f = findings(&a, "retx_timeout");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        (f[0].side, f[0].frames.as_slice()),
+        (Some(0), &[4u64, 7][..])
+    );
+    assert!(
+        f[0].detail
+            .starts_with("2 retransmission episodes began when the timer fired")
+            && f[0]
+                .detail
+                .contains("a local ACK timeout code of about 12 (4.096 us x 2^12 = 16.777 ms)")
+            && !f[0].detail.contains("grow"),
+        "{}",
+        f[0].detail
+    );
+    // One timeout is not a schedule.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 10, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(4.0, 10, 1)
+        .req(16_800.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(16_803.0, 11, 2);
+    assert!(findings(&s.analyze(), "retx_timeout").is_empty());
+}
+
+#[test]
+fn ends_marking_different_traffic_classes_are_a_tclass_mismatch_finding() {
+    // A's requests in DSCP 26 (the lossless class), B's ACKs in DSCP 0.
+    let script = |b: u8| {
+        let mut s = Script {
+            dscp: [Some(26), Some(b)],
+            ..Script::default()
+        };
+        s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+            .ack(2.0, 0, 1)
+            .cnp(3.0);
+        s.analyze()
+    };
+    let a = script(0);
+    let f = findings(&a, "tclass_mismatch");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(f[0].detail, "side a marks DSCP 26, side b DSCP 0");
+    // The same class both ways (the CNP, in its own class, does not count).
+    assert!(findings(&script(26), "tclass_mismatch").is_empty());
 }

@@ -10,7 +10,8 @@ use super::{Analysis, Connection, Side};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// Its name (`rnr_stall`, `pmtu_asymmetry`, `ce_without_cnp`, `cnp_without_ce`,
-    /// `read_window_limited`, `pfc_priority_without_roce`).
+    /// `read_window_limited`, `retx_timeout`, `tclass_mismatch`,
+    /// `pfc_priority_without_roce`).
     pub name: &'static str,
     /// The connection's id (`None`: the capture's, as a PFC priority's).
     pub connection: Option<usize>,
@@ -130,8 +131,55 @@ fn connection_findings(c: &Connection, out: &mut Vec<Finding>) {
             });
         }
     }
-    // 2: path MTU asymmetry between the two sides.
+    // 5: what the retransmission timer did, to compare with what it was given.
+    for (i, s) in c.sides.iter().enumerate() {
+        let t = &s.retransmission_timeout;
+        if t.count() < 2 {
+            continue;
+        }
+        let (p50, p99) = (t.quantile(0.5), t.quantile(0.99));
+        // The local ACK timeout is 4.096 us x 2^code (IBTA Vol 1 §9.7.6.1.3).
+        let code = (p50.max(1) as f64 / 4096.0).log2().round().clamp(1.0, 31.0) as u32;
+        let mut detail = format!(
+            "{} retransmission episodes began when the timer fired, {:.3} ms after the last progress at the median ({:.3} to {:.3} ms): a local ACK timeout code of about {code} (4.096 us x 2^{code} = {:.3} ms)",
+            t.count(),
+            ms(p50),
+            ms(t.quantile(0.0)),
+            ms(t.max()),
+            4.096e-3 * f64::from(1u32 << code.min(30))
+        );
+        if p99 >= 2 * p50 {
+            detail.push_str("; the waits grow from one to the next");
+        }
+        out.push(Finding {
+            name: "retx_timeout",
+            connection: id,
+            side: Some(i),
+            frames: frames_of(c, i, EventKind::Retransmission),
+            detail,
+            advice: "Compare it with the timeout the QP was given (IBV_QP_TIMEOUT, perftest -u, NCCL_IB_TIMEOUT): a shorter or growing one is the NIC's adaptive retransmission (mlx5: roce_adp_retrans) or a floor it enforces; the requester gives up after its retry count (at most 7) of them.",
+        });
+    }
+    // 1: the two ends marking their packets with different traffic classes.
     let [a, b] = &c.sides;
+    if let (Some(x), Some(y)) = (a.dscp, b.dscp) {
+        if x != y || a.dscp_varied || b.dscp_varied {
+            let varied = |s: &Side| if s.dscp_varied { " (and others)" } else { "" };
+            out.push(Finding {
+                name: "tclass_mismatch",
+                connection: id,
+                side: None,
+                frames: Vec::new(),
+                detail: format!(
+                    "side a marks DSCP {x}{}, side b DSCP {y}{}",
+                    varied(a),
+                    varied(b)
+                ),
+                advice: "The ends mark their packets with different traffic classes (perftest --tclass, UCX_IB_TRAFFIC_CLASS, NCCL_IB_TC, rdma_cm's ToS): responses or CNPs then travel in another queue, perhaps lossy or unpaused; give both ends the same class (CNPs: the NIC's cnp_dscp).",
+            });
+        }
+    }
+    // 2: path MTU asymmetry between the two sides.
     if a.path_mtu > 0 && b.path_mtu > 0 && a.path_mtu != b.path_mtu {
         let (big, small) = if a.path_mtu > b.path_mtu {
             (0, 1)

@@ -511,6 +511,14 @@ impl Analyzer {
             }
             s.last_t = p.t;
             s.priority = Some(p.prio);
+            // CNPs excepted: NICs send them in a class of their own (mlx5's cnp_dscp).
+            if let Some(d) = p.dscp.filter(|_| p.opcode != Opcode::CNP) {
+                match s.dscp {
+                    None => s.dscp = Some(d),
+                    Some(x) if x != d => s.dscp_varied = true,
+                    Some(_) => {}
+                }
+            }
         }
         if p.icrc_ok == Some(false) {
             ev.conns[conn].sides[side].icrc_bad += 1;

@@ -46,6 +46,8 @@ pub(crate) struct Pkt {
     /// Its priority: the outer VLAN tag's PCP, else DSCP / 8 (RoCE NICs' default map from
     /// DSCP to priority), else 0.
     pub(crate) prio: u8,
+    /// Its IP DSCP (the traffic class's upper six bits; `None`: not IP, RoCEv1).
+    pub(crate) dscp: Option<u8>,
     /// The share of a split analysis its host pair goes to ([`super::shard_of`]), taken
     /// here where the addresses are at hand.
     pub(crate) share: u8,
@@ -163,6 +165,7 @@ impl Pkt {
             hash: content_key(f.transport),
             cm,
             share: super::shard_of(src, dst) as u8,
+            dscp: f.ip.as_ref().map(|i| i.dscp),
             prio: match (f.link.as_ref().and_then(|l| l.vlans[0]), &f.ip) {
                 (Some(v), _) => v.pcp,
                 (None, Some(i)) => i.dscp >> 3,

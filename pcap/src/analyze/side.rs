@@ -44,6 +44,10 @@ pub struct Side {
     /// The priority of its packets: the VLAN PCP when tagged, else DSCP / 8 (the last
     /// packet's).
     pub priority: Option<u8>,
+    /// The DSCP of its first IP packet (the traffic class it marks with).
+    pub dscp: Option<u8>,
+    /// Its packets carried more than one DSCP.
+    pub dscp_varied: bool,
     /// Messages by operation: send, send_imm, write, write_imm, read, atomic, other.
     pub messages: [u64; 7],
     /// Payload bytes of those messages (READ: the requested length).
