@@ -1571,3 +1571,28 @@ fn ends_marking_different_traffic_classes_are_a_tclass_mismatch_finding() {
     // The same class both ways (the CNP, in its own class, does not count).
     assert!(findings(&script(26), "tclass_mismatch").is_empty());
 }
+
+#[test]
+fn requests_with_a_wrong_icrc_and_no_answer_are_a_finding() {
+    // An FPGA's requests, their ICRC computed wrong: the NIC drops them, nothing answers.
+    let mut s = Script::default();
+    for psn in 0..3u32 {
+        s.req_with(f64::from(psn), Opcode::RC_SEND_ONLY, psn, 64, false, true);
+    }
+    let a = s.analyze();
+    let f = findings(&a, "icrc_bad_unanswered");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        f[0].detail,
+        "3 of its 3 requests carry a wrong ICRC and nothing answered them"
+    );
+    assert_eq!(f[0].frames, [1, 2, 3]);
+    // Answered, or with a good ICRC: not this.
+    s.ack(5.0, 2, 3);
+    assert!(findings(&s.analyze(), "icrc_bad_unanswered").is_empty());
+    let mut s = Script::default();
+    for psn in 0..3u32 {
+        s.req(f64::from(psn), Opcode::RC_SEND_ONLY, psn, 64);
+    }
+    assert!(findings(&s.analyze(), "icrc_bad_unanswered").is_empty());
+}

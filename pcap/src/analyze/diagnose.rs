@@ -10,7 +10,7 @@ use super::{Analysis, Connection, Side};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// Its name (`rnr_stall`, `pmtu_asymmetry`, `ce_without_cnp`, `cnp_without_ce`,
-    /// `read_window_limited`, `retx_timeout`, `tclass_mismatch`,
+    /// `read_window_limited`, `retx_timeout`, `tclass_mismatch`, `icrc_bad_unanswered`,
     /// `pfc_priority_without_roce`).
     pub name: &'static str,
     /// The connection's id (`None`: the capture's, as a PFC priority's).
@@ -85,6 +85,20 @@ fn connection_findings(c: &Connection, out: &mut Vec<Finding>) {
                 } else {
                     "The responder had no receive posted: post receives ahead (a deeper receive queue or an SRQ)."
                 },
+            });
+        }
+        // 8: "my FPGA sends but nothing comes back": requests with a wrong ICRC, unanswered.
+        if s.requests > 0 && peer.responses == 0 && s.icrc_bad * 2 >= s.requests {
+            out.push(Finding {
+                name: "icrc_bad_unanswered",
+                connection: id,
+                side: Some(i),
+                frames: frames_of(c, i, EventKind::IcrcBad),
+                detail: format!(
+                    "{} of its {} requests carry a wrong ICRC and nothing answered them",
+                    s.icrc_bad, s.requests
+                ),
+                advice: "A RoCE NIC drops a packet whose ICRC is wrong without a word to the sender (Wireshark does not check it): X and compare with `roce decode`'s.",
             });
         }
         // 4: CE marks the receiver never answered with a CNP, or CNPs without CE.
