@@ -98,7 +98,7 @@ fn connection_findings(c: &Connection, out: &mut Vec<Finding>) {
                     "{} of its {} requests carry a wrong ICRC and nothing answered them",
                     s.icrc_bad, s.requests
                 ),
-                advice: "A RoCE NIC drops a packet whose ICRC is wrong without a word to the sender (Wireshark does not check it): X and compare with `roce decode`'s.",
+                advice: "A RoCE NIC drops a packet whose ICRC is wrong without a word to the sender (Wireshark does not check it): compute it over the masked pseudo-header (IBTA Vol 1 §7.8.1, Annex A17.4.4: the IPv4 TOS, TTL and checksum, the UDP checksum and the BTH's resv8a byte as ones) and compare with `roce decode`'s.",
             });
         }
         // 4: CE marks the receiver never answered with a CNP, or CNPs without CE.
