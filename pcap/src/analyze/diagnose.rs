@@ -3,7 +3,7 @@
 //! seen, with its evidence (the connection, the side, frames, the values), and says in one
 //! sentence what to check or change. Made from the finished analysis, on demand
 //! ([`Analysis::findings`]): the packet handlers only count.
-use super::emit::EventKind;
+use super::emit::{Cause, EventKind};
 use super::{Analysis, Connection, Side};
 
 /// A diagnosis: what was seen, the evidence, and what to do about it.
@@ -169,7 +169,17 @@ fn connection_findings(c: &Connection, out: &mut Vec<Finding>) {
             name: "retx_timeout",
             connection: id,
             side: Some(i),
-            frames: frames_of(c, i, EventKind::Retransmission),
+            frames: c
+                .events
+                .iter()
+                .filter(|e| {
+                    e.side == i
+                        && e.kind == EventKind::Retransmission
+                        && e.cause == Some(Cause::Timeout)
+                })
+                .map(|e| e.frame)
+                .take(4)
+                .collect(),
             detail,
             advice: "Compare it with the timeout the QP was given (IBV_QP_TIMEOUT, perftest -u, NCCL_IB_TIMEOUT): a shorter or growing one is the NIC's adaptive retransmission (mlx5: roce_adp_retrans) or a floor it enforces; the requester gives up after its retry count (at most 7) of them.",
         });
