@@ -549,7 +549,8 @@ fn advance(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>
         // requester went on past them.
         r.ghost = None;
         let n = r.missed_up_to(g);
-        ev.side_other_mut().ghost_acks -= 1;
+        let s = ev.side_other_mut();
+        s.ghost_acks = s.ghost_acks.saturating_sub(1);
         ev.side_mut().missed_by_capture += n;
         if r.acked.is_none_or(|a| a < g) {
             r.acked = Some(g);
