@@ -11,10 +11,10 @@ use super::{Analysis, Connection};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CaptureQuality {
     /// Requests (and READs) the peers' answers show were sent and received, not in the
-    /// capture ([`Side::missed_by_capture`], over every connection).
+    /// capture ([`Side::missed_by_capture`](super::Side::missed_by_capture), over every connection).
     pub missed: u64,
     /// READ responses missing from inside answers whose later responses were seen
-    /// ([`Side::unseen_read_responses`]).
+    /// ([`Side::unseen_read_responses`](super::Side::unseen_read_responses)).
     pub unseen_read_responses: u64,
     /// Connections with either.
     pub connections: usize,
