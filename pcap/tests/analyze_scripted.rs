@@ -1596,3 +1596,99 @@ fn requests_with_a_wrong_icrc_and_no_answer_are_a_finding() {
     }
     assert!(findings(&s.analyze(), "icrc_bad_unanswered").is_empty());
 }
+
+impl Script {
+    /// A CM MAD from A (`from_a`) or B on QP1 (a UD SEND of the 256-byte MAD: the common
+    /// header, then the message).
+    fn cm(&mut self, t: f64, from_a: bool, msg: roce_proto::cm::Message, attr: u16) -> &mut Self {
+        let mut mad = [0u8; 256];
+        mad[..4].copy_from_slice(&[1, 0x07, 2, 0x03]);
+        mad[16..18].copy_from_slice(&attr.to_be_bytes());
+        msg.emit(&mut mad[24..]);
+        let mut p = packet_for(Opcode::UD_SEND_ONLY, 0, &mad);
+        p.bth.dest_qp = Qpn(1);
+        if let Some(d) = p.deth.as_mut() {
+            d.src_qp = Qpn(1);
+        }
+        self.push(t, from_a, &p, false, false);
+        self
+    }
+}
+
+#[test]
+fn cm_requests_unanswered_and_rejected_are_findings() {
+    use roce_proto::cm::{Message, Rej, Rep, Req};
+    let req = |id: u32| {
+        Message::Req(Req {
+            local_comm_id: id,
+            local_qpn: QA,
+            ..Req::default()
+        })
+    };
+    let mut s = Script::default();
+    // Request 1 answered; request 2 sent twice (a retry) and never answered; request 3
+    // rejected (reason 28, consumer_reject).
+    s.cm(0.0, true, req(1), Req::ATTRIBUTE_ID)
+        .cm(
+            1.0,
+            false,
+            Message::Rep(Rep {
+                local_comm_id: 9,
+                remote_comm_id: 1,
+                local_qpn: QB,
+                ..Rep::default()
+            }),
+            Rep::ATTRIBUTE_ID,
+        )
+        .cm(2.0, true, req(2), Req::ATTRIBUTE_ID)
+        .cm(3.0, true, req(3), Req::ATTRIBUTE_ID)
+        .cm(
+            4.0,
+            false,
+            Message::Rej(Rej {
+                local_comm_id: 10,
+                remote_comm_id: 3,
+                reason: 28,
+                ..Rej::default()
+            }),
+            Rej::ATTRIBUTE_ID,
+        )
+        .cm(2000.0, true, req(2), Req::ATTRIBUTE_ID);
+    let a = s.analyze();
+    assert_eq!(
+        (
+            a.cm.requests,
+            a.cm.unanswered,
+            a.cm.unanswered_frames.as_slice()
+        ),
+        (3, 1, &[3u64][..])
+    );
+    let f = findings(&a, "cm_unanswered_req");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        f[0].detail,
+        "1 of the capture's 3 CM connection requests got no reply or reject"
+    );
+    let f = findings(&a, "cm_rejected");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        (f[0].detail.as_str(), f[0].frames.as_slice()),
+        ("1 REJs with reason 28 (consumer_reject)", &[5u64][..])
+    );
+    // Every request answered: nothing to say.
+    let mut s = Script::default();
+    s.cm(0.0, true, req(1), Req::ATTRIBUTE_ID).cm(
+        1.0,
+        false,
+        Message::Rep(Rep {
+            local_comm_id: 9,
+            remote_comm_id: 1,
+            local_qpn: QB,
+            ..Rep::default()
+        }),
+        Rep::ATTRIBUTE_ID,
+    );
+    let a = s.analyze();
+    assert_eq!((a.cm.requests, a.cm.unanswered), (1, 0));
+    assert!(a.findings().is_empty(), "{:?}", a.findings());
+}

@@ -11,7 +11,7 @@ use super::{Analysis, Connection, Side};
 pub struct Finding {
     /// Its name (`rnr_stall`, `pmtu_asymmetry`, `ce_without_cnp`, `cnp_without_ce`,
     /// `read_window_limited`, `retx_timeout`, `tclass_mismatch`, `icrc_bad_unanswered`,
-    /// `pfc_priority_without_roce`).
+    /// `cm_unanswered_req`, `cm_rejected`, `pfc_priority_without_roce`).
     pub name: &'static str,
     /// The connection's id (`None`: the capture's, as a PFC priority's).
     pub connection: Option<usize>,
@@ -47,6 +47,7 @@ impl Analysis {
         for c in &self.connections {
             connection_findings(c, &mut out);
         }
+        cm_findings(self, &mut out);
         pfc_findings(self, &mut out);
         out
     }
@@ -261,6 +262,39 @@ fn pfc_findings(a: &Analysis, out: &mut Vec<Finding>) {
                 roce
             ),
             advice: "The PFC priority and the RoCE traffic's priority disagree (the DSCP or PCP to priority map, or the priorities PFC is enabled on): make the lossless priority the one RoCE is marked with.",
+        });
+    }
+}
+
+/// CM requests left unanswered, and those rejected, by reason (9).
+fn cm_findings(a: &Analysis, out: &mut Vec<Finding>) {
+    let cm = &a.cm;
+    if cm.unanswered > 0 {
+        out.push(Finding {
+            name: "cm_unanswered_req",
+            connection: None,
+            side: None,
+            frames: cm.unanswered_frames.iter().copied().take(4).collect(),
+            detail: format!(
+                "{} of the capture's {} CM connection requests got no reply or reject",
+                cm.unanswered, cm.requests
+            ),
+            advice: "The passive side never answered: nothing listens on the service ID, its CM stopped answering (rxe's after about 1,000 connections), or its replies take another path; compare with the connections that did come up.",
+        });
+    }
+    for r in &cm.rejects {
+        out.push(Finding {
+            name: "cm_rejected",
+            connection: None,
+            side: None,
+            frames: vec![r.first_frame],
+            detail: format!(
+                "{} REJs with reason {} ({})",
+                r.count,
+                r.reason,
+                r.name.unwrap_or("not one IBTA defines")
+            ),
+            advice: "The passive side refused the connection for this reason (IBTA Vol 1 §12.6.7.2): consumer_reject is its application; the others name what of the REQ it could not take (a GID, the QP type, the service ID, ...) or a resource it lacks.",
         });
     }
 }

@@ -24,6 +24,7 @@
 // Connections are boxed (`Vec<Box<Connection>>`): over a kilobyte each, they are moved when
 // the analyzing threads' shares are merged and sorted, and 100,000 of them moved took 60 ms.
 #![allow(clippy::vec_box)]
+mod cm;
 mod control;
 mod diagnose;
 mod emit;
@@ -42,11 +43,11 @@ mod side;
 pub mod stats;
 mod text;
 mod trace;
+mod unresponsive;
 
 /// Maps keyed by what a capture names (addresses, QPNs): a fast hash with a per-process
 /// random seed, so that a crafted capture cannot choose colliding keys.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::IpAddr;
 
@@ -54,6 +55,7 @@ use roce_proto::Opcode;
 
 use crate::reader::{CaptureReader, Timestamp};
 use crate::{link, DecodeError};
+pub use cm::{CmOutcome, CmReject};
 pub use diagnose::Finding;
 use emit::{push_event, Emitter};
 pub use emit::{Cause, Event, EventKind, MAX_EVENTS, MAX_EVENTS_TOTAL, NAK_KINDS};
@@ -188,6 +190,8 @@ pub struct Analysis {
     pub first_ns: Option<i64>,
     /// The read error that ended the input early (what was read before it is analyzed).
     pub error: Option<DecodeError>,
+    /// What became of the capture's CM requests (answered, rejected, unanswered).
+    pub cm: CmOutcome,
     /// What the capture file itself says the capture dropped (pcapng interface statistics;
     /// `None`: it does not say, as a pcap file never does).
     pub file_dropped: Option<u64>,
@@ -307,6 +311,8 @@ pub struct Analyzer {
     /// CM: (address, QPN) → the peer's (address, QPN).
     cm_peer: HashMap<(IpAddr, u32), (IpAddr, u32)>,
     cm_req: HashMap<u32, (IpAddr, u32)>,
+    /// What became of the CM requests.
+    cm: cm::CmTally,
     conns: Vec<Box<Connection>>,
     /// Slots of `conns` that merges freed.
     free_conns: Vec<usize>,
@@ -341,6 +347,7 @@ impl Analyzer {
             by_hosts: HashMap::default(),
             cm_peer: HashMap::default(),
             cm_req: HashMap::default(),
+            cm: cm::CmTally::default(),
             untracked: 0,
             datagrams: 0,
             events_kept: 0,
@@ -477,6 +484,7 @@ impl Analyzer {
         self.roce += 1;
         self.last_t = self.last_t.max(p.t);
         if let Some(cm) = p.cm {
+            self.cm.note(p, &cm);
             self.note_cm(p, cm);
         }
         // Datagrams (UD: MADs on QP0/QP1 and the rest) are not connections.
@@ -577,7 +585,7 @@ impl Analyzer {
                 && end.saturating_sub(r.last_progress_t) > self.opts.stall_ns;
             let last = r.last_progress_t;
             if r.started {
-                check_peer_responds(&mut self.conns[conn], side, r, end);
+                unresponsive::check_peer_responds(&mut self.conns[conn], side, r, end);
             }
             self.conns[conn].sides[1 - side].missed_by_capture += answers_missed;
             quality::ghost_at_end(&mut self.conns[conn], side, r);
@@ -643,6 +651,7 @@ impl Analyzer {
             self.roce += s.roce;
             self.untracked += s.untracked;
             self.datagrams += s.datagrams;
+            self.cm.absorb(s.cm);
             stalls.extend(st);
             lists.push(s.conns.into_iter().peekable());
         }
@@ -706,6 +715,7 @@ impl Analyzer {
         let (packets, roce, untracked, datagrams) =
             (self.packets, self.roce, self.untracked, self.datagrams);
         let first_ns = self.prep.first_ts.map(|t| t.as_ns());
+        let cm = self.cm.outcome();
         let (connections, pfc) = self.finish_all(on_event);
         Analysis {
             connections,
@@ -719,53 +729,9 @@ impl Analyzer {
             datagrams,
             error: None,
             file_dropped: None,
+            cm,
         }
     }
-}
-
-/// The retries IBTA allows a requester at most (the 3-bit retry count, Vol 1 §9.7.6.1.3).
-const MAX_RETRIES: u64 = 7;
-
-/// [`Rule::PeerUnresponsive`] for the requests of side `side` of `c` (its request stream
-/// `r`, the capture ending at `end`): unanswered when the peer sent no response at all and
-/// the requester went back to the same PSN at least twice; the detail infers its local ACK
-/// timeout from the rounds' spacing and predicts when `retry exceeded` ends it.
-fn check_peer_responds(c: &mut Connection, side: usize, r: &requester::ReqState, end: u64) {
-    let answered = c.sides[1 - side].responses > 0;
-    let unanswered = !answered && r.rounds >= 2;
-    let requests = c.sides[side].requests;
-    let why = || {
-        let n = r.rounds;
-        let timeout = (r.last_round_t - r.first_round_t) / (n - 1);
-        // Local ACK timeout 4.096 us x 2^code (IBTA Vol 1 §9.7.6.1.3).
-        let code = (timeout as f64 / 4096.0).log2().round().clamp(0.0, 31.0) as u32;
-        let ms = |ns: u64| ns as f64 / 1e6;
-        let mut d = format!(
-            "no response to {requests} requests; the requester went back to PSN {} {n} times, {:.3} ms apart (local ACK timeout code about {code})",
-            requester::wire(r.round_psn),
-            ms(timeout)
-        );
-        if n > MAX_RETRIES {
-            let _ = write!(
-                d,
-                "; more rounds than the {MAX_RETRIES} retries IBTA allows"
-            );
-        } else {
-            // The original try, then up to 7 retries a timeout apart; the error comes one
-            // timeout after the last.
-            let at = r.first_round_t + (MAX_RETRIES) * timeout;
-            let _ = write!(
-                d,
-                "; with the largest retry count ({MAX_RETRIES}) `retry exceeded` at {:.3} ms, {:.3} ms after the capture ends",
-                ms(at),
-                ms(at.saturating_sub(end))
-            );
-        }
-        d
-    };
-    c.rules
-        .get_mut(Rule::PeerUnresponsive)
-        .check_why(!unanswered, r.first_frame, why);
 }
 
 /// Analyzes a capture read from `reader`. A read error ends the input: the records before it

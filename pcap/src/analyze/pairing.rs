@@ -155,7 +155,7 @@ impl Analyzer {
     /// Notes a CM REQ (its sender's QPN by communication ID) or REP (the two ends' QPNs,
     /// paired), within [`MAX_CM`].
     pub(super) fn note_cm(&mut self, p: &Pkt, cm: CmFacts) {
-        if self.cm_req.len() >= MAX_CM || self.cm_peer.len() >= 2 * MAX_CM {
+        if cm.rej.is_some() || self.cm_req.len() >= MAX_CM || self.cm_peer.len() >= 2 * MAX_CM {
             return;
         }
         if !cm.rep {

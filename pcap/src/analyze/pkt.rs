@@ -14,6 +14,8 @@ pub(crate) struct CmFacts {
     pub(crate) remote_comm_id: u32,
     pub(crate) local_qpn: u32,
     pub(crate) starting_psn: u32,
+    /// A REJ: its reason and the message it rejects (0 REQ, 1 REP, 2 none).
+    pub(crate) rej: Option<(u16, u8)>,
 }
 
 /// One RoCE packet, as the analysis sees it.
@@ -134,6 +136,7 @@ impl Pkt {
                     remote_comm_id: 0,
                     local_qpn: r.local_qpn(),
                     starting_psn: r.starting_psn(),
+                    rej: None,
                 }),
                 MessageView::Rep(r) => Some(CmFacts {
                     rep: true,
@@ -141,6 +144,15 @@ impl Pkt {
                     remote_comm_id: r.remote_comm_id(),
                     local_qpn: r.local_qpn(),
                     starting_psn: r.starting_psn(),
+                    rej: None,
+                }),
+                MessageView::Rej(r) => Some(CmFacts {
+                    rep: false,
+                    local_comm_id: r.local_comm_id(),
+                    remote_comm_id: r.remote_comm_id(),
+                    local_qpn: 0,
+                    starting_psn: 0,
+                    rej: Some((r.reason(), r.message_rejected())),
                 }),
                 _ => None,
             }
