@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod fixtures;
+pub mod script;
 
 /// The shared third-party captures (read in place, never copied into the repo).
 pub fn captures_dir() -> PathBuf {

@@ -1,0 +1,370 @@
+//! `roce analyze`'s findings (`Analysis::findings`) on scripted captures: each question of
+//! `docs/analyze.md`'s Findings, the capture that shows it, and one like it that does not.
+mod common;
+
+use common::script::*;
+use roce_pcap::analyze;
+use roce_proto::aeth::NakCode;
+use roce_proto::{Ecn, Opcode, Psn, Qpn};
+
+#[test]
+fn an_rnr_nak_with_timer_zero_is_an_rnr_stall_finding() {
+    // rdma_cm leaves min_rnr_timer at 0: 655.36 ms for every receive the responder lacked.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .rnr(2.0, 0, 0, 0)
+        .req(655_400.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .ack(655_402.0, 0, 1);
+    let a = s.analyze();
+    let f = findings(&a, "rnr_stall");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        (f[0].connection, f[0].side, f[0].frames.as_slice()),
+        (Some(1), Some(1), &[2u64][..])
+    );
+    assert!(
+        f[0].detail.contains("1 with timer code 0 (655.36 ms"),
+        "{}",
+        f[0].detail
+    );
+    assert!(f[0].detail.contains("waited 655.398 ms"), "{}", f[0].detail);
+    assert!(f[0].advice.contains("min_rnr_timer"));
+    // With a short timer, the stall is named without the timer advice.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .rnr(2.0, 0, 14, 0)
+        .req(1_000.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .ack(1_002.0, 0, 1);
+    let a = s.analyze();
+    let f = findings(&a, "rnr_stall");
+    assert!(!f[0].detail.contains("timer code 0") && !f[0].advice.contains("min_rnr_timer"));
+    // No RNR NAK, no finding.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64).ack(2.0, 0, 1);
+    assert!(s.analyze().findings().is_empty());
+}
+
+#[test]
+fn sides_segmenting_at_different_mtus_are_a_pmtu_asymmetry_finding() {
+    // A writes in 4,096-byte packets; B answers A's READ in 1,024-byte ones.
+    let mut s = Script::default();
+    s.req_full(
+        0.0,
+        Opcode::RC_RDMA_WRITE_FIRST,
+        0,
+        4096,
+        5000,
+        false,
+        false,
+    )
+    .req_full(1.0, Opcode::RC_RDMA_WRITE_LAST, 1, 904, 5000, false, false)
+    .read_at(2.0, 2, 0x1000, 2048)
+    .ack(3.0, 1, 1)
+    .read_resp(4.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 2, 1024, 2)
+    .read_resp(5.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 3, 1024, 2);
+    let a = s.analyze();
+    let f = findings(&a, "pmtu_asymmetry");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(f[0].detail, "side a segments at 4096 bytes, side b at 1024");
+    let (ra, rb) = sides(one(&a));
+    assert_eq!((ra.path_mtu, rb.path_mtu), (4096, 1024));
+    // The same MTU both ways: nothing to say.
+    let mut s = Script::default();
+    s.req_full(
+        0.0,
+        Opcode::RC_RDMA_WRITE_FIRST,
+        0,
+        1024,
+        1100,
+        false,
+        false,
+    )
+    .req_full(1.0, Opcode::RC_RDMA_WRITE_LAST, 1, 76, 1100, false, false)
+    .read_at(2.0, 2, 0x1000, 2048)
+    .ack(3.0, 1, 1)
+    .read_resp(4.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 2, 1024, 2)
+    .read_resp(5.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 3, 1024, 2);
+    assert!(findings(&s.analyze(), "pmtu_asymmetry").is_empty());
+}
+
+#[test]
+fn ce_marks_no_cnp_answers_and_cnps_no_ce_explains_are_findings() {
+    let mut s = Script::default();
+    for psn in 0..4u32 {
+        s.req_with(
+            f64::from(psn),
+            Opcode::RC_SEND_ONLY,
+            psn,
+            64,
+            psn % 2 == 1,
+            false,
+        );
+    }
+    s.ack(10.0, 3, 4);
+    let a = s.analyze();
+    let f = findings(&a, "ce_without_cnp");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        (f[0].side, f[0].frames.as_slice()),
+        (Some(0), &[2u64, 4][..])
+    );
+    assert!(f[0]
+        .detail
+        .starts_with("2 of its packets arrived marked CE"));
+    assert!(findings(&a, "cnp_without_ce").is_empty());
+    // The CE marks answered: no finding.
+    s.cnp(3.0);
+    assert!(findings(&s.analyze(), "ce_without_cnp").is_empty());
+    // CNPs and no CE mark anywhere.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .cnp(1.0)
+        .ack(2.0, 0, 1);
+    let a = s.analyze();
+    let f = findings(&a, "cnp_without_ce");
+    assert_eq!(
+        (f.len(), f[0].side),
+        (1, Some(1)),
+        "{}",
+        analyze::text(&a, true)
+    );
+}
+
+#[test]
+fn reads_held_to_a_window_are_a_read_window_limited_finding() {
+    // 40 READs, a new one only when one of the two outstanding is answered: a window of 2.
+    let window = |w: u32| {
+        let mut s = Script::default();
+        let mut t = 0.0;
+        let mut next_resp = 0u32;
+        for psn in 0..40u32 {
+            if psn >= w {
+                s.read_resp(
+                    t,
+                    Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    next_resp,
+                    64,
+                    next_resp + 1,
+                );
+                next_resp += 1;
+                t += 1.0;
+            }
+            s.read_at(t, psn, 0x1000, 64);
+            t += 1.0;
+        }
+        while next_resp < 40 {
+            s.read_resp(
+                t,
+                Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                next_resp,
+                64,
+                next_resp + 1,
+            );
+            next_resp += 1;
+            t += 1.0;
+        }
+        s.analyze()
+    };
+    let a = window(2);
+    let f = findings(&a, "read_window_limited");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        f[0].detail,
+        "never more than 2 READs and atomics outstanding, and at 2 for 39 of its 40"
+    );
+    assert!(f[0].advice.contains("max_rd_atomic"));
+    // All 40 outstanding at once: no window held them.
+    assert!(findings(&window(40), "read_window_limited").is_empty());
+}
+
+#[test]
+fn pauses_on_a_priority_no_roce_uses_are_a_finding() {
+    // The RoCE traffic is on priority 0 (DSCP 0); PFC pauses priority 3.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .pfc(1.0, 3, 0xffff)
+        .ack(2.0, 0, 1);
+    let a = s.analyze();
+    let f = findings(&a, "pfc_priority_without_roce");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert!(
+        f[0].detail.starts_with("priority 3 paused by 1 frames"),
+        "{}",
+        f[0].detail
+    );
+    assert!(f[0].detail.ends_with("(RoCE on [0])"), "{}", f[0].detail);
+    let json = analyze::json_lines(&a, false);
+    assert!(
+        json.contains("\"name\":\"pfc_priority_without_roce\""),
+        "{json}"
+    );
+    // Pausing RoCE's own priority: no finding.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .pfc(1.0, 0, 0xffff)
+        .ack(2.0, 0, 1);
+    assert!(findings(&s.analyze(), "pfc_priority_without_roce").is_empty());
+}
+
+#[test]
+fn timer_driven_episodes_are_a_retx_timeout_finding_with_the_code_they_imply() {
+    // Two episodes, each after about 16.8 ms of silence: 4.096 us x 2^12 = 16.777 ms.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 10, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(4.0, 10, 1)
+        .req(16_800.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(16_803.0, 11, 2)
+        .req(16_900.0, Opcode::RC_SEND_ONLY, 12, 64)
+        .req(33_700.0, Opcode::RC_SEND_ONLY, 12, 64)
+        .ack(33_703.0, 12, 3);
+    let a = s.analyze();
+    let f = findings(&a, "retx_timeout");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        (f[0].side, f[0].frames.as_slice()),
+        (Some(0), &[4u64, 7][..])
+    );
+    assert!(
+        f[0].detail
+            .starts_with("2 retransmission episodes began when the timer fired")
+            && f[0]
+                .detail
+                .contains("a local ACK timeout code of about 12 (4.096 us x 2^12 = 16.777 ms)")
+            && !f[0].detail.contains("grow"),
+        "{}",
+        f[0].detail
+    );
+    // One timeout is not a schedule.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 10, 64)
+        .req(1.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(4.0, 10, 1)
+        .req(16_800.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(16_803.0, 11, 2);
+    assert!(findings(&s.analyze(), "retx_timeout").is_empty());
+}
+
+#[test]
+fn ends_marking_different_traffic_classes_are_a_tclass_mismatch_finding() {
+    // A's requests in DSCP 26 (the lossless class), B's ACKs in DSCP 0.
+    let script = |b: u8| {
+        let mut s = Script {
+            dscp: [Some(26), Some(b)],
+            ..Script::default()
+        };
+        s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+            .ack(2.0, 0, 1)
+            .cnp(3.0);
+        s.analyze()
+    };
+    let a = script(0);
+    let f = findings(&a, "tclass_mismatch");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(f[0].detail, "side a marks DSCP 26, side b DSCP 0");
+    // The same class both ways (the CNP, in its own class, does not count).
+    assert!(findings(&script(26), "tclass_mismatch").is_empty());
+}
+
+#[test]
+fn requests_with_a_wrong_icrc_and_no_answer_are_a_finding() {
+    // An FPGA's requests, their ICRC computed wrong: the NIC drops them, nothing answers.
+    let mut s = Script::default();
+    for psn in 0..3u32 {
+        s.req_with(f64::from(psn), Opcode::RC_SEND_ONLY, psn, 64, false, true);
+    }
+    let a = s.analyze();
+    let f = findings(&a, "icrc_bad_unanswered");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        f[0].detail,
+        "3 of its 3 requests carry a wrong ICRC and nothing answered them"
+    );
+    assert_eq!(f[0].frames, [1, 2, 3]);
+    // Answered, or with a good ICRC: not this.
+    s.ack(5.0, 2, 3);
+    assert!(findings(&s.analyze(), "icrc_bad_unanswered").is_empty());
+    let mut s = Script::default();
+    for psn in 0..3u32 {
+        s.req(f64::from(psn), Opcode::RC_SEND_ONLY, psn, 64);
+    }
+    assert!(findings(&s.analyze(), "icrc_bad_unanswered").is_empty());
+}
+
+#[test]
+fn cm_requests_unanswered_and_rejected_are_findings() {
+    use roce_proto::cm::{Message, Rej, Rep, Req};
+    let req = |id: u32| {
+        Message::Req(Req {
+            local_comm_id: id,
+            local_qpn: QA,
+            ..Req::default()
+        })
+    };
+    let mut s = Script::default();
+    // Request 1 answered; request 2 sent twice (a retry) and never answered; request 3
+    // rejected (reason 28, consumer_reject).
+    s.cm(0.0, true, req(1), Req::ATTRIBUTE_ID)
+        .cm(
+            1.0,
+            false,
+            Message::Rep(Rep {
+                local_comm_id: 9,
+                remote_comm_id: 1,
+                local_qpn: QB,
+                ..Rep::default()
+            }),
+            Rep::ATTRIBUTE_ID,
+        )
+        .cm(2.0, true, req(2), Req::ATTRIBUTE_ID)
+        .cm(3.0, true, req(3), Req::ATTRIBUTE_ID)
+        .cm(
+            4.0,
+            false,
+            Message::Rej(Rej {
+                local_comm_id: 10,
+                remote_comm_id: 3,
+                reason: 28,
+                ..Rej::default()
+            }),
+            Rej::ATTRIBUTE_ID,
+        )
+        .cm(2000.0, true, req(2), Req::ATTRIBUTE_ID);
+    let a = s.analyze();
+    assert_eq!(
+        (
+            a.cm.requests,
+            a.cm.unanswered,
+            a.cm.unanswered_frames.as_slice()
+        ),
+        (3, 1, &[3u64][..])
+    );
+    let f = findings(&a, "cm_unanswered_req");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        f[0].detail,
+        "1 of the capture's 3 CM connection requests got no reply or reject"
+    );
+    let f = findings(&a, "cm_rejected");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        (f[0].detail.as_str(), f[0].frames.as_slice()),
+        ("1 REJs with reason 28 (consumer_reject)", &[5u64][..])
+    );
+    // Every request answered: nothing to say.
+    let mut s = Script::default();
+    s.cm(0.0, true, req(1), Req::ATTRIBUTE_ID).cm(
+        1.0,
+        false,
+        Message::Rep(Rep {
+            local_comm_id: 9,
+            remote_comm_id: 1,
+            local_qpn: QB,
+            ..Rep::default()
+        }),
+        Rep::ATTRIBUTE_ID,
+    );
+    let a = s.analyze();
+    assert_eq!((a.cm.requests, a.cm.unanswered), (1, 0));
+    assert!(a.findings().is_empty(), "{:?}", a.findings());
+}
