@@ -1016,3 +1016,56 @@ fn a_pcapng_file_that_says_it_dropped_packets_is_reported() {
         None
     );
 }
+
+#[test]
+fn a_read_window_resent_after_a_silent_responder_is_a_timeout_episode() {
+    // Four READs of two responses each outstanding; the first answered, the second half
+    // answered, then the responder falls silent. 67 ms (perftest's timeout) after the last
+    // response the requester resumes the second READ from its missing response and sends
+    // the two after it again; then everything is answered.
+    let mut s = Script::default();
+    s.read_at(0.0, 10, 0x1000, 2048)
+        .read_at(1.0, 12, 0x2000, 2048)
+        .read_at(2.0, 14, 0x3000, 2048)
+        .read_at(3.0, 16, 0x4000, 2048)
+        .read_resp(100.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 10, 1024, 1)
+        .read_resp(101.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 11, 1024, 1)
+        .read_at(102.0, 18, 0x5000, 2048)
+        .read_resp(200.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 12, 1024, 2)
+        .read_at(67_200.0, 13, 0x2000 + 1024, 1024)
+        .read_at(67_201.0, 14, 0x3000, 2048)
+        .read_at(67_202.0, 16, 0x4000, 2048)
+        .read_at(67_203.0, 18, 0x5000, 2048);
+    let mut t = 67_300.0;
+    for psn in 13..20u32 {
+        let op = match psn {
+            13 => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            p if p % 2 == 0 => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            _ => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        };
+        s.read_resp(t, op, psn, 1024, 2 + (psn - 12) / 2);
+        t += 1.0;
+    }
+    let a = s.analyze();
+    let c = one(&a);
+    let (ra, _) = sides(c);
+    assert_eq!(ra.retransmitted_packets, 4, "{}", analyze::text(&a, true));
+    // nak_seq, rnr, timeout, implied_nak, unknown
+    assert_eq!(ra.episodes, [0, 0, 1, 0, 0], "{}", analyze::text(&a, true));
+    clean(c);
+    // The same with the second READ not answered at all: it is sent again whole, and its
+    // sending again is not the progress the timer ran from (the wait is 67 ms, not 0).
+    let mut s = Script::default();
+    s.read_at(0.0, 10, 0x1000, 2048)
+        .read_at(1.0, 12, 0x2000, 2048)
+        .read_resp(100.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 10, 1024, 1)
+        .read_resp(101.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 11, 1024, 1)
+        .read_at(67_101.0, 12, 0x2000, 2048)
+        .read_resp(67_200.0, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 12, 1024, 2)
+        .read_resp(67_201.0, Opcode::RC_RDMA_READ_RESPONSE_LAST, 13, 1024, 2);
+    let a = s.analyze();
+    let (ra, _) = sides(one(&a));
+    assert_eq!(ra.episodes, [0, 0, 1, 0, 0], "{}", analyze::text(&a, true));
+    let waited = ra.retransmission_timeout.max();
+    assert_eq!(waited, 67_000_000, "{}", analyze::text(&a, true));
+}

@@ -412,6 +412,8 @@ pub(super) fn request(r: &mut ReqState, opts: &Options, p: &Pkt, ev: &mut Emitte
     let Some(restart) = repeated(r, opts, p, u, ev) else {
         return;
     };
+    // How long nothing moved, taken before the resend renews its request's time.
+    let quiet = quiet_since(r, p.t);
     resent(r, p, u, mtu, ev);
     if !r.in_episode {
         (r.rounds, r.round_psn, r.first_round_t, r.last_round_t) = (1, u, p.t, p.t);
@@ -424,7 +426,7 @@ pub(super) fn request(r: &mut ReqState, opts: &Options, p: &Pkt, ev: &mut Emitte
         (None, None)
     } else {
         r.in_episode = true;
-        let (c, note) = episode_cause(r, opts, p, restart, idle, ev);
+        let (c, note) = episode_cause(r, opts, p, restart, (idle, quiet), ev);
         r.last_episode_t = p.t;
         r.nak_psns.clear();
         let ci = Cause::ALL.iter().position(|x| *x == c).unwrap_or(4);
@@ -699,21 +701,26 @@ fn resent(r: &mut ReqState, p: &Pkt, u: u64, mtu: u32, ev: &mut Emitter<'_, '_>)
     }
 }
 
+/// Time at `t` since the last progress: the last ACK, or the oldest outstanding request's
+/// sending when later (a requester's timer runs from either).
+fn quiet_since(r: &ReqState, t: u64) -> u64 {
+    t.saturating_sub(
+        r.last_ack_t
+            .max(r.outstanding.front().map_or(r.last_ack_t, |o| o.t)),
+    )
+}
+
 /// Why the retransmission episode that `p` begins (restarting at `restart`, `idle` after the
-/// previous request) happened, and, after an RNR NAK, (wait, the NAK's timer); the restart
-/// rules are checked here.
+/// previous request, `quiet_since` after the last progress) happened, and, after an RNR NAK,
+/// (wait, the NAK's timer); the restart rules are checked here.
 fn episode_cause(
     r: &ReqState,
     opts: &Options,
     p: &Pkt,
     restart: u64,
-    idle: u64,
+    (idle, quiet_since): (u64, u64),
     ev: &mut Emitter<'_, '_>,
 ) -> (Cause, Option<(u64, u64)>) {
-    let quiet_since = p.t.saturating_sub(
-        r.last_ack_t
-            .max(r.outstanding.front().map_or(r.last_ack_t, |o| o.t)),
-    );
     // After an RNR NAK the responder also NAKs the packets that followed as out of
     // sequence: a requester that waited out the RNR timer answers the RNR NAK.
     let waited_rnr = r.last_rnr.is_some_and(|(rt, timer)| {
@@ -758,7 +765,7 @@ fn episode_cause(
             && quiet_since >= MIN_ACK_TIMEOUT_NS
             && 2 * idle >= quiet_since =>
         {
-            check_timeout_restart(r, p, restart, ev);
+            check_timeout_restart(r, p, restart, quiet_since, ev);
             Cause::Timeout
         }
         _ => Cause::Unknown,
@@ -793,12 +800,14 @@ fn check_nak_restart(r: &ReqState, p: &Pkt, restart: u64, npsn: u64, ev: &mut Em
 }
 
 /// [`Rule::TimeoutRestartAtOldestUnacked`]: the episode after a timeout restarts at
-/// `restart`; measures the timeout.
-fn check_timeout_restart(r: &ReqState, p: &Pkt, restart: u64, ev: &mut Emitter<'_, '_>) {
-    let since = p.t.saturating_sub(
-        r.last_ack_t
-            .max(r.outstanding.front().map_or(r.last_ack_t, |o| o.t)),
-    );
+/// `restart`; measures the timeout (`since` the last progress).
+fn check_timeout_restart(
+    r: &ReqState,
+    p: &Pkt,
+    restart: u64,
+    since: u64,
+    ev: &mut Emitter<'_, '_>,
+) {
     ev.side_mut().retransmission_timeout.add(since);
     let oldest = r.acked.map_or_else(
         || r.outstanding.front().map_or(restart, |o| o.psn),
