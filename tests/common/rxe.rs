@@ -465,6 +465,14 @@ impl Capture {
         // A frame the capture missed (not the network) shows up in the analysis as a hole:
         // tcpdump's own count says whether it dropped any.
         std::thread::sleep(Duration::from_millis(100));
+        // RXE_KEEP_CAPTURES=DIR keeps every capture there, named after its run, to read after.
+        if let Some(dir) = std::env::var_os("RXE_KEEP_CAPTURES") {
+            let name: String = what
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            let _ = std::fs::copy(&self.path, PathBuf::from(dir).join(format!("{name}.pcap")));
+        }
         let said = self.said.lock().map(|s| s.clone()).unwrap_or_default();
         let dropped = said
             .lines()
@@ -573,6 +581,59 @@ impl Analysis {
             .filter(|s| s["addr"] == addr)
             .map(|s| s["retransmitted_packets"].as_u64().unwrap_or(0))
             .sum()
+    }
+
+    /// Retransmission episodes of the side at `addr` by cause (`timeout`, `nak_seq`,
+    /// `implied_nak`, `rnr`, `unknown`), summed over every connection.
+    pub fn episodes_by(&self, addr: &str) -> std::collections::BTreeMap<String, u64> {
+        let mut m = std::collections::BTreeMap::new();
+        for s in self
+            .connections
+            .iter()
+            .flat_map(|c| c["sides"].as_array().into_iter().flatten())
+            .filter(|s| s["addr"] == addr)
+        {
+            for (k, v) in s["retransmission_episodes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                *m.entry(k.clone()).or_insert(0) += v.as_u64().unwrap_or(0);
+            }
+        }
+        m
+    }
+
+    /// Checks that the side at `addr` resent only when its local ACK timer expired (IBTA
+    /// Vol 1 §9.7.6.1.1: no NAK, no response for a later PSN, before any resend of it) and
+    /// then at most one packet in twenty of the capture. Under software emulation the guest
+    /// now and then falls silent for longer than perftest's 67 ms timeout (ACK round trips
+    /// of 134 ms were seen on a loaded host), and a timeout resend is the spec's answer to
+    /// that silence; a resend for any other reason is not.
+    pub fn resent_only_on_timeout(&self, addr: &str) -> Result<(), String> {
+        let n = self.retransmitted_by(addr);
+        if n == 0 {
+            return Ok(());
+        }
+        let ep = self.episodes_by(addr);
+        let other: u64 = ep
+            .iter()
+            .filter(|(k, _)| k.as_str() != "timeout")
+            .map(|(_, v)| v)
+            .sum();
+        if other > 0 || ep.get("timeout").copied().unwrap_or(0) == 0 {
+            return Err(format!(
+                "{n} packets resent by {addr}, not all after a timeout: {ep:?}"
+            ));
+        }
+        if n * 20 > self.packets {
+            return Err(format!(
+                "{n} of {} packets resent by {addr} (more than 5%), episodes {ep:?}",
+                self.packets
+            ));
+        }
+        eprintln!("{n} packets resent by {addr} after its ACK timer expired: {ep:?}");
+        Ok(())
     }
 
     /// NAKs of every kind over every connection.
