@@ -185,10 +185,28 @@ pub struct TcpEnd {
     pub rst: bool,
 }
 
-/// The FIN or RST of a TCP segment over IPv4 or IPv6 (Ethernet with up to two VLAN tags, or
-/// raw IP), read leniently: a segment cut by the snap length still counts when its TCP
-/// header is whole.
-pub fn tcp_end(link_type: u32, data: &[u8]) -> Option<TcpEnd> {
+/// A TCP segment: its addresses, ports, FIN/RST and payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSegment<'a> {
+    /// Sender address.
+    pub src: std::net::IpAddr,
+    /// Receiver address.
+    pub dst: std::net::IpAddr,
+    /// Sender port.
+    pub sport: u16,
+    /// Receiver port.
+    pub dport: u16,
+    /// FIN set.
+    pub fin: bool,
+    /// RST set.
+    pub rst: bool,
+    /// The payload as captured (cut by the snap length, it is shorter than sent).
+    pub payload: &'a [u8],
+}
+
+/// A TCP segment over IPv4 or IPv6 (Ethernet with up to two VLAN tags, or raw IP), read
+/// leniently: a segment cut by the snap length still counts when its TCP header is whole.
+pub fn tcp_segment(link_type: u32, data: &[u8]) -> Option<TcpSegment<'_>> {
     use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
     let p = match link_type {
         ETHERNET => LaxSlicedPacket::from_ethernet(data).ok()?,
@@ -198,9 +216,6 @@ pub fn tcp_end(link_type: u32, data: &[u8]) -> Option<TcpEnd> {
     let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
         return None;
     };
-    if !tcp.fin() && !tcp.rst() {
-        return None;
-    }
     let (src, dst) = match p.net.as_ref()? {
         LaxNetSlice::Ipv4(i) => (
             i.header().source_addr().into(),
@@ -212,11 +227,25 @@ pub fn tcp_end(link_type: u32, data: &[u8]) -> Option<TcpEnd> {
         ),
         LaxNetSlice::Arp(_) => return None,
     };
-    Some(TcpEnd {
+    Some(TcpSegment {
         src,
         dst,
         sport: tcp.source_port(),
         dport: tcp.destination_port(),
+        fin: tcp.fin(),
         rst: tcp.rst(),
+        payload: tcp.payload(),
+    })
+}
+
+/// The FIN or RST of a TCP segment ([`tcp_segment`]).
+pub fn tcp_end(link_type: u32, data: &[u8]) -> Option<TcpEnd> {
+    let t = tcp_segment(link_type, data)?;
+    (t.fin || t.rst).then_some(TcpEnd {
+        src: t.src,
+        dst: t.dst,
+        sport: t.sport,
+        dport: t.dport,
+        rst: t.rst,
     })
 }

@@ -177,6 +177,9 @@ fn json_lines_are_their_values_byte_for_byte() {
         for f in &a.findings() {
             expect(analyze::finding_json(f));
         }
+        for g in &a.agreed {
+            expect(analyze::agreed_json(g));
+        }
         for p in &a.pfc {
             expect(analyze::pfc_json(p));
         }

@@ -4,8 +4,7 @@ mod common;
 
 use common::script::*;
 use roce_pcap::analyze;
-use roce_proto::aeth::NakCode;
-use roce_proto::{Ecn, Opcode, Psn, Qpn};
+use roce_proto::Opcode;
 
 #[test]
 fn an_rnr_nak_with_timer_zero_is_an_rnr_stall_finding() {
@@ -367,4 +366,332 @@ fn cm_requests_unanswered_and_rejected_are_findings() {
     let a = s.analyze();
     assert_eq!((a.cm.requests, a.cm.unanswered), (1, 0));
     assert!(a.findings().is_empty(), "{:?}", a.findings());
+}
+
+/// An IPv4-mapped GID of 10.0.0.`x`.
+fn v4_gid(x: u8) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10..12].copy_from_slice(&[0xff, 0xff]);
+    g[12..].copy_from_slice(&[10, 0, 0, x]);
+    g
+}
+
+/// A REQ from A (QP 0x11, communication ID 7) whose path names `local` and `remote`, with
+/// local ACK timeout `timeout` and retry count `retries`, and B's REP (QP 0x22).
+fn cm_setup(s: &mut Script, local: [u8; 16], remote: [u8; 16], timeout: u8, retries: u8) {
+    use roce_proto::cm::{CmPath, Message, Rep, Req};
+    let req = Req {
+        local_comm_id: 7,
+        local_qpn: QA,
+        retry_count: retries,
+        primary_path: CmPath {
+            local_port_gid: local,
+            remote_port_gid: remote,
+            local_ack_timeout: timeout,
+            ..CmPath::default()
+        },
+        ..Req::default()
+    };
+    let rep = Rep {
+        local_comm_id: 9,
+        remote_comm_id: 7,
+        local_qpn: QB,
+        ..Rep::default()
+    };
+    s.cm(0.0, true, Message::Req(req), Req::ATTRIBUTE_ID).cm(
+        10.0,
+        false,
+        Message::Rep(rep),
+        Rep::ATTRIBUTE_ID,
+    );
+}
+
+#[test]
+fn a_req_naming_a_gid_its_host_does_not_use_is_a_gid_mismatch() {
+    // A's REQ comes from 10.0.0.1 and names its link-local IPv6 GID (mlx5's index 0 or 1):
+    // B answers a GID of another kind than its own.
+    let mut ll = [0u8; 16];
+    ll[..2].copy_from_slice(&[0xfe, 0x80]);
+    ll[15] = 1;
+    let mut s = Script::default();
+    cm_setup(&mut s, ll, v4_gid(2), 14, 7);
+    s.req(100.0, Opcode::RC_SEND_ONLY, 0, 64).ack(102.0, 0, 1);
+    let a = s.analyze();
+    assert_eq!(a.agreed.len(), 1, "{:?}", a.agreed);
+    let g = &a.agreed[0];
+    assert_eq!(
+        (g.by, g.frame, g.ends[0].qpn, g.ends[1].qpn, g.retry_count),
+        ("cm", 1, Some(QA), Some(QB), Some(7))
+    );
+    // Tied to the connection, A being its side that sends to QP 0x22.
+    let c = &a.connections[0];
+    let a_side = c.sides.iter().position(|s| s.qpn == Some(QA)).unwrap();
+    assert_eq!(g.connections, vec![(1, a_side)]);
+    let f = findings(&a, "gid_mismatch");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    for want in [
+        "the ends' GIDs are of different kinds: fe80::1 (IPv6 link-local) and ::ffff:10.0.0.2 (IPv4)",
+        "the REQ names the local GID fe80::1, and that end's CM messages come from 10.0.0.1",
+        "connection 1: QP 0x11 said GID fe80::1 and sends from 10.0.0.1",
+    ] {
+        assert!(f[0].detail.contains(want), "{want}: {}", f[0].detail);
+    }
+    assert_eq!(
+        (f[0].connection, f[0].frames.as_slice()),
+        (Some(1), &[1u64][..])
+    );
+    // The report says what was agreed, in text and JSON.
+    let text = analyze::text(&a, false);
+    assert!(
+        text.contains("\nset up:\n  the CM at frame 1 (connection 1): 10.0.0.1 QP 0x11 GID fe80::1 reads 0 <-> 10.0.0.2 QP 0x22 GID ::ffff:10.0.0.2 reads 0; ACK timeout code 14 (67.109 ms), retry 7, RNR retry 0, traffic class 0\n"),
+        "{text}"
+    );
+    let json = analyze::json_lines(&a, false);
+    assert!(
+        json.contains("{\"ack_timeout\":14,\"by\":\"cm\",\"connections\":[1],"),
+        "{json}"
+    );
+    // GIDs of the hosts' own addresses: nothing to say.
+    let mut s = Script::default();
+    cm_setup(&mut s, v4_gid(1), v4_gid(2), 14, 7);
+    s.req(100.0, Opcode::RC_SEND_ONLY, 0, 64).ack(102.0, 0, 1);
+    let a = s.analyze();
+    assert_eq!(a.agreed.len(), 1);
+    assert!(
+        findings(&a, "gid_mismatch").is_empty(),
+        "{:?}",
+        a.findings()
+    );
+}
+
+/// perftest's record for QP `qpn` with GID `gid`, as it writes it to its TCP peer.
+fn perftest_record(qpn: u32, gid: [u8; 16]) -> Vec<u8> {
+    use roce_proto::perftest::{Dest, Variant};
+    let d = Dest {
+        qpn,
+        psn: 0,
+        out_reads: 16,
+        gid: Some(gid),
+        ..Dest::default()
+    };
+    let mut b = vec![0u8; Variant::Gid.wire_len()];
+    d.emit(&mut b).unwrap();
+    b
+}
+
+#[test]
+fn a_perftest_record_naming_another_gid_than_the_qps_address_is_a_gid_mismatch() {
+    // perftest -x picked, on B, the GID of another address (10.0.0.9) than the one its
+    // RoCE traffic leaves from (10.0.0.2).
+    let mut s = Script::default();
+    let ports = (40000, 18515);
+    let back = (ports.1, ports.0);
+    s.raw(
+        0.0,
+        &tcp_frame_with(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            ports,
+            0x18,
+            &perftest_record(QA, v4_gid(1)),
+        ),
+    )
+    .raw(
+        5.0,
+        &tcp_frame_with(
+            [10, 0, 0, 2],
+            [10, 0, 0, 1],
+            back,
+            0x18,
+            &perftest_record(QB, v4_gid(9)),
+        ),
+    )
+    .req(100.0, Opcode::RC_SEND_ONLY, 0, 64)
+    .ack(102.0, 0, 1);
+    let a = s.analyze();
+    assert_eq!(a.agreed.len(), 1, "{:?}", a.agreed);
+    assert_eq!(
+        (a.agreed[0].by, a.agreed[0].ends[1].reads_accepted),
+        ("perftest", Some(16))
+    );
+    let f = findings(&a, "gid_mismatch");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        f[0].detail,
+        "perftest's exchange at frame 1: connection 1: QP 0x22 said GID ::ffff:10.0.0.9 and sends from 10.0.0.2"
+    );
+    // The right GID: nothing.
+    let mut s = Script::default();
+    s.raw(
+        0.0,
+        &tcp_frame_with(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            ports,
+            0x18,
+            &perftest_record(QA, v4_gid(1)),
+        ),
+    )
+    .raw(
+        5.0,
+        &tcp_frame_with(
+            [10, 0, 0, 2],
+            [10, 0, 0, 1],
+            back,
+            0x18,
+            &perftest_record(QB, v4_gid(2)),
+        ),
+    )
+    .req(100.0, Opcode::RC_SEND_ONLY, 0, 64)
+    .ack(102.0, 0, 1);
+    let a = s.analyze();
+    assert_eq!(a.agreed[0].connections.len(), 1);
+    assert!(
+        findings(&a, "gid_mismatch").is_empty(),
+        "{:?}",
+        a.findings()
+    );
+}
+
+#[test]
+fn roce_v1_packets_beside_v2_are_a_finding() {
+    // A speaks RoCE v2 on one QP and, from its IPv4-mapped GID, RoCE v1 on another.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .ack(2.0, 0, 1)
+        .req_v1(10.0, Opcode::RC_SEND_ONLY, 100, 64)
+        .req_v1(20.0, Opcode::RC_SEND_ONLY, 101, 64);
+    let a = s.analyze();
+    let f = findings(&a, "roce_v1_beside_v2");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert_eq!(
+        f[0].detail,
+        "2 packets sent as RoCE v1 (EtherType 0x8915) in a capture whose other RoCE is v2 (UDP 4791): connection 2 side ::ffff:10.0.0.1 (as 10.0.0.1, it sends RoCE v2 too)"
+    );
+    // A sends only v1 and B answers only v2 (each end's GID index of another type): A's
+    // requests get nothing back in v1.
+    let mut s = Script::default();
+    s.req_v1(0.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .ack(2.0, 0, 1)
+        .req_v1(10.0, Opcode::RC_SEND_ONLY, 1, 64);
+    let a = s.analyze();
+    let f = findings(&a, "roce_v1_beside_v2");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert!(
+        f[0].detail
+            .ends_with("connection 1 side ::ffff:10.0.0.1 (nothing answered it)"),
+        "{}",
+        f[0].detail
+    );
+    // All v1, or all v2: nothing.
+    let mut s = Script::default();
+    s.req_v1(10.0, Opcode::RC_SEND_ONLY, 100, 64);
+    assert!(s.analyze().findings().is_empty());
+}
+
+#[test]
+fn a_requester_retrying_to_the_end_is_retry_exceeded_with_its_cause() {
+    let rounds = |s: &mut Script, from: f64, psn: u32, n: u32| {
+        for k in 1..=n {
+            s.req(
+                from + 16_777.0 * f64::from(k),
+                Opcode::RC_SEND_ONLY,
+                psn,
+                64,
+            );
+        }
+    };
+    // Nothing ever answers: unreachable from the start.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64);
+    rounds(&mut s, 0.0, 0, 3);
+    let a = s.analyze();
+    let f = findings(&a, "retry_exceeded");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert!(
+        f[0].detail.starts_with(
+            "cause unreachable_from_start: went back to PSN 0 3 times, 16.777 ms apart"
+        ),
+        "{}",
+        f[0].detail
+    );
+    assert!(
+        f[0].detail
+            .contains("3 of 7 retries (the largest retry count) spent"),
+        "{}",
+        f[0].detail
+    );
+    // Answered, then silent, with the REQ's retry count 3 spent and the requester quiet
+    // after: the peer died, and the error came.
+    let mut s = Script::default();
+    cm_setup(&mut s, v4_gid(1), v4_gid(2), 12, 3);
+    s.req(100.0, Opcode::RC_SEND_ONLY, 0, 64)
+        .ack(102.0, 0, 1)
+        .req(200.0, Opcode::RC_SEND_ONLY, 1, 64);
+    rounds(&mut s, 200.0, 1, 3);
+    // The capture goes on 200 ms (a PFC XON, pausing nothing): the requester was quiet.
+    s.pfc(200_000.0, 3, 0);
+    let a = s.analyze();
+    let f = findings(&a, "retry_exceeded");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert!(
+        f[0].detail.starts_with("cause peer_dead: "),
+        "{}",
+        f[0].detail
+    );
+    assert!(
+        f[0].detail.contains(
+            "the 3 retries the REQ's retry count allows were spent and the requester stopped"
+        ),
+        "{}",
+        f[0].detail
+    );
+    // Episodes that recovered, then one that did not: a loss storm.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64);
+    rounds(&mut s, 0.0, 0, 1);
+    s.ack(16_800.0, 0, 1)
+        .req(16_900.0, Opcode::RC_SEND_ONLY, 1, 64);
+    rounds(&mut s, 16_900.0, 1, 1);
+    s.ack(33_700.0, 1, 2)
+        .req(33_800.0, Opcode::RC_SEND_ONLY, 2, 64);
+    rounds(&mut s, 33_800.0, 2, 2);
+    let a = s.analyze();
+    let f = findings(&a, "retry_exceeded");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert!(
+        f[0].detail.starts_with("cause loss_storm: ")
+            && f[0].detail.contains("2 earlier retransmission episodes"),
+        "{}",
+        f[0].detail
+    );
+    // One resend that was answered: nothing.
+    let mut s = Script::default();
+    s.req(0.0, Opcode::RC_SEND_ONLY, 0, 64);
+    rounds(&mut s, 0.0, 0, 1);
+    s.ack(16_800.0, 0, 1);
+    assert!(findings(&s.analyze(), "retry_exceeded").is_empty());
+}
+
+#[test]
+fn a_timer_firing_sooner_than_the_req_set_is_said() {
+    // The REQ sets code 18 (1.07 s); the requester's timer fires after 16.8 ms.
+    let mut s = Script::default();
+    cm_setup(&mut s, v4_gid(1), v4_gid(2), 18, 7);
+    s.req(50.0, Opcode::RC_SEND_ONLY, 9, 64)
+        .ack(60.0, 9, 1)
+        .req(100.0, Opcode::RC_SEND_ONLY, 10, 64)
+        .req(16_877.0, Opcode::RC_SEND_ONLY, 10, 64)
+        .ack(16_900.0, 10, 1)
+        .req(17_000.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .req(33_777.0, Opcode::RC_SEND_ONLY, 11, 64)
+        .ack(33_800.0, 11, 2);
+    let a = s.analyze();
+    let f = findings(&a, "retx_timeout");
+    assert_eq!(f.len(), 1, "{}", analyze::text(&a, true));
+    assert!(
+        f[0].detail.ends_with("; the REQ set code 18 (1073.742 ms), and the timer fired sooner: the NIC's adaptive retransmission or a timeout of its own"),
+        "{}",
+        f[0].detail
+    );
 }

@@ -3,6 +3,7 @@
 //! seen, with its evidence (the connection, the side, frames, the values), and says in one
 //! sentence what to check or change. Made from the finished analysis, on demand
 //! ([`Analysis::findings`]): the packet handlers only count.
+use super::diagnose_setup::{agreed_timeout, gid_findings, retry_findings, version_findings};
 use super::emit::{Cause, EventKind};
 use super::{Analysis, Connection, Side};
 
@@ -11,7 +12,8 @@ use super::{Analysis, Connection, Side};
 pub struct Finding {
     /// Its name (`rnr_stall`, `pmtu_asymmetry`, `ce_without_cnp`, `cnp_without_ce`,
     /// `read_window_limited`, `retx_timeout`, `tclass_mismatch`, `icrc_bad_unanswered`,
-    /// `cm_unanswered_req`, `cm_rejected`, `pfc_priority_without_roce`).
+    /// `gid_mismatch`, `roce_v1_beside_v2`, `retry_exceeded`, `cm_unanswered_req`,
+    /// `cm_rejected`, `pfc_priority_without_roce`).
     pub name: &'static str,
     /// The connection's id (`None`: the capture's, as a PFC priority's).
     pub connection: Option<usize>,
@@ -45,8 +47,11 @@ impl Analysis {
     pub fn findings(&self) -> Vec<Finding> {
         let mut out = Vec::new();
         for c in &self.connections {
-            connection_findings(c, &mut out);
+            connection_findings(self, c, &mut out);
         }
+        retry_findings(self, &mut out);
+        gid_findings(self, &mut out);
+        version_findings(self, &mut out);
         cm_findings(self, &mut out);
         pfc_findings(self, &mut out);
         out
@@ -54,7 +59,7 @@ impl Analysis {
 }
 
 /// The findings of one connection.
-fn connection_findings(c: &Connection, out: &mut Vec<Finding>) {
+fn connection_findings(a: &Analysis, c: &Connection, out: &mut Vec<Finding>) {
     let id = Some(c.id);
     for (i, s) in c.sides.iter().enumerate() {
         let peer = &c.sides[1 - i];
@@ -165,6 +170,15 @@ fn connection_findings(c: &Connection, out: &mut Vec<Finding>) {
         );
         if p99 >= 2 * p50 {
             detail.push_str("; the waits grow from one to the next");
+        }
+        // What the CM's REQ set, when the capture has it (IBTA Vol 1 §12.7.34).
+        if let Some((set, ns)) = agreed_timeout(a, c) {
+            detail.push_str(&format!("; the REQ set code {set} ({:.3} ms)", ms(ns)));
+            if p50 < ns / 2 {
+                detail.push_str(", and the timer fired sooner: the NIC's adaptive retransmission or a timeout of its own");
+            } else if p50 > 2 * ns {
+                detail.push_str(", and the timer fired later");
+            }
         }
         out.push(Finding {
             name: "retx_timeout",

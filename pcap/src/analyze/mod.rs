@@ -27,6 +27,7 @@
 mod cm;
 mod control;
 mod diagnose;
+mod diagnose_setup;
 mod emit;
 mod json;
 mod localise;
@@ -34,6 +35,7 @@ mod pairing;
 mod pfc;
 mod pkt;
 mod plot;
+mod prep;
 mod quality;
 mod report;
 mod requester;
@@ -41,6 +43,7 @@ mod responder;
 mod rules;
 mod side;
 pub mod stats;
+mod terms;
 mod text;
 mod trace;
 mod unresponsive;
@@ -51,10 +54,11 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 use std::io::{Read, Write};
 use std::net::IpAddr;
 
+use prep::{Item, Other, Prep};
 use roce_proto::Opcode;
 
 use crate::reader::{CaptureReader, Timestamp};
-use crate::{link, DecodeError};
+use crate::DecodeError;
 pub use cm::{CmOutcome, CmReject};
 pub use diagnose::Finding;
 use emit::{push_event, Emitter};
@@ -68,13 +72,14 @@ pub use pfc::{ConnectionPfc, PriorityPfc};
 pub(crate) use pkt::Pkt;
 pub use quality::CaptureQuality;
 pub use report::{
-    capture_quality_json, connection_json, event_flag_json, event_json, finding_json, json_lines,
-    pfc_json, text, write_json_lines, write_text,
+    agreed_json, capture_quality_json, connection_json, event_flag_json, event_json, finding_json,
+    json_lines, pfc_json, text, write_json_lines, write_text,
 };
 pub use responder::NAK_CNP_NS;
 use rules::Tallies;
 pub use rules::{Rule, Verdict, RULES};
-pub use side::{Side, OPS, RATE_WINDOW_NS};
+pub use side::{RetryRun, Side, OPS, RATE_WINDOW_NS};
+pub use terms::{gid_addr, Agreed, AgreedEnd};
 
 /// What to analyze and the thresholds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -195,89 +200,17 @@ pub struct Analysis {
     /// What the capture file itself says the capture dropped (pcapng interface statistics;
     /// `None`: it does not say, as a pcap file never does).
     pub file_dropped: Option<u64>,
+    /// What the ends of connections told each other before them (the CM's REQ and REP,
+    /// perftest's records), in capture order.
+    pub agreed: Vec<Agreed>,
+    /// The time of the last packet analyzed (RoCE, PAUSE or PFC), ns after the first record.
+    pub end_ns: u64,
 }
 
 impl Analysis {
     /// `true` when any connection violated a rule.
     pub fn violated(&self) -> bool {
         self.connections.iter().any(|c| c.violated())
-    }
-}
-
-/// What a record contributes, worked out from its bytes (the part of the analysis that can
-/// run on another thread: link parsing, the ICRC check, the time filter).
-#[derive(Debug)]
-struct Prep {
-    first_ts: Option<Timestamp>,
-    from: Option<f64>,
-    to: Option<f64>,
-}
-
-impl Prep {
-    fn new(opts: Options) -> Self {
-        Self {
-            first_ts: None,
-            from: opts.from,
-            to: opts.to,
-        }
-    }
-
-    fn prepare(
-        &mut self,
-        frame_no: u64,
-        ts: Timestamp,
-        link_type: u32,
-        data: &[u8],
-    ) -> Option<Item> {
-        let t = self.time(ts)?;
-        match link::parse(link_type, data) {
-            Ok(f) => Pkt::of(frame_no, t, &f).map(Item::Roce),
-            Err(_) => Item::other(frame_no, t, link_type, data),
-        }
-    }
-
-    /// The record's time since the first record, ns; `None` outside `--from`/`--to`.
-    fn time(&mut self, ts: Timestamp) -> Option<u64> {
-        let first = *self.first_ts.get_or_insert(ts);
-        let rel = ts.since(first);
-        // Saturating: a capture may claim any time stamp.
-        let t = (rel.secs as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(rel.nanos));
-        let secs = t as f64 / 1e9;
-        if self.from.is_some_and(|f| secs < f) || self.to.is_some_and(|to| secs >= to) {
-            return None;
-        }
-        Some(t)
-    }
-}
-
-/// What a record gives the analysis.
-#[derive(Debug)]
-enum Item {
-    Roce(Pkt),
-    Other(Other),
-}
-
-/// A record that is not RoCE but tells the analysis something.
-#[derive(Debug, Clone, Copy)]
-enum Other {
-    Pause(pfc::Pause),
-    TcpEnd(control::TcpEnd),
-}
-
-impl Item {
-    /// A PAUSE or PFC frame, or a TCP FIN or RST.
-    fn other(frame: u64, t: u64, link_type: u32, data: &[u8]) -> Option<Self> {
-        if let Some((src, r)) = link::mac_control(link_type, data) {
-            return pfc::Pause::of(frame, t, src, r).map(|p| Self::Other(Other::Pause(p)));
-        }
-        let end = link::tcp_end(link_type, data)?;
-        Some(Self::Other(Other::TcpEnd(control::TcpEnd {
-            frame,
-            t,
-            end,
-        })))
     }
 }
 
@@ -329,6 +262,8 @@ pub struct Analyzer {
     events_kept: usize,
     pfc: pfc::PfcState,
     control: control::ControlState,
+    /// What the connections' ends agreed ([`Analyzer::finish_connections`] fills it).
+    agreed: Vec<Agreed>,
 }
 
 /// Directions (sender, receiver, destination QP) one analyzer follows; a capture naming more
@@ -353,6 +288,7 @@ impl Analyzer {
             events_kept: 0,
             pfc: pfc::PfcState::default(),
             control: control::ControlState::default(),
+            agreed: Vec::new(),
             conns: Vec::new(),
             free_conns: Vec::new(),
             prep: Prep::new(opts),
@@ -406,12 +342,12 @@ impl Analyzer {
         };
         match frame {
             Some(f) => {
-                if let Some(p) = Pkt::of(frame_no, t, f) {
+                if let Some(p) = self.prep.roce(frame_no, t, f) {
                     self.packet(&p, on_event);
                 }
             }
             None => {
-                if let Some(Item::Other(o)) = Item::other(frame_no, t, link_type, data) {
+                if let Some(Item::Other(o)) = self.prep.other(frame_no, t, link_type, data) {
                     self.other(o);
                 }
             }
@@ -519,6 +455,7 @@ impl Analyzer {
             }
             s.last_t = p.t;
             s.priority = Some(p.prio);
+            s.roce_v1 += u64::from(p.v1);
             // CNPs excepted: NICs send them in a class of their own (mlx5's cnp_dscp).
             if let Some(d) = p.dscp.filter(|_| p.opcode != Opcode::CNP) {
                 match s.dscp {
@@ -558,13 +495,14 @@ impl Analyzer {
     fn finish_all(
         mut self,
         on_event: &mut dyn FnMut(&Event),
-    ) -> (Vec<Box<Connection>>, Vec<PriorityPfc>) {
+    ) -> (Vec<Box<Connection>>, Vec<PriorityPfc>, Vec<Agreed>) {
         let end = self.last_t;
         for (_, conn, e) in self.close_dirs(end) {
             on_event(&e);
             push_event(&mut self.conns[conn], e, &mut self.events_kept);
         }
-        self.finish_connections(end)
+        let (conns, pfc) = self.finish_connections(end);
+        (conns, pfc, self.agreed)
     }
 
     /// What the end of the capture (at `end`) tells about every direction: PSNs never seen,
@@ -595,6 +533,15 @@ impl Analyzer {
             c.sides[1 - side].path_mtu = c.sides[1 - side].path_mtu.max(resp_mtu);
             let s = &mut self.conns[conn].sides[side];
             s.never_seen_psns += never;
+            if r.in_episode && r.rounds >= 1 {
+                s.retrying_at_end = Some(RetryRun {
+                    psn: requester::wire(r.round_psn).value(),
+                    rounds: r.rounds,
+                    first_frame: r.first_round_frame,
+                    first_t: r.first_round_t,
+                    last_t: r.last_round_t,
+                });
+            }
             if stall {
                 s.note_stall(last, end);
                 let e = Event {
@@ -707,6 +654,7 @@ impl Analyzer {
                 s.note_rate_around_cnps();
             }
         }
+        self.agreed = std::mem::take(&mut self.prep.terms).finish(&conns);
         (conns, pfc)
     }
 
@@ -716,8 +664,11 @@ impl Analyzer {
             (self.packets, self.roce, self.untracked, self.datagrams);
         let first_ns = self.prep.first_ts.map(|t| t.as_ns());
         let cm = self.cm.outcome();
-        let (connections, pfc) = self.finish_all(on_event);
+        let end_ns = self.last_t;
+        let (connections, pfc, agreed) = self.finish_all(on_event);
         Analysis {
+            agreed,
+            end_ns,
             connections,
             pfc,
             localised: Vec::new(),

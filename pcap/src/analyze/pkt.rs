@@ -50,6 +50,8 @@ pub(crate) struct Pkt {
     pub(crate) prio: u8,
     /// Its IP DSCP (the traffic class's upper six bits; `None`: not IP, RoCEv1).
     pub(crate) dscp: Option<u8>,
+    /// Carried as RoCE v1 (EtherType 0x8915, a GRH and no IP).
+    pub(crate) v1: bool,
     /// The share of a split analysis its host pair goes to ([`super::shard_of`]), taken
     /// here where the addresses are at hand.
     pub(crate) share: u8,
@@ -178,6 +180,7 @@ impl Pkt {
             cm,
             share: super::shard_of(src, dst) as u8,
             dscp: f.ip.as_ref().map(|i| i.dscp),
+            v1: f.ip.is_none() && f.lrh.is_none() && f.grh.is_some(),
             prio: match (f.link.as_ref().and_then(|l| l.vlans[0]), &f.ip) {
                 (Some(v), _) => v.pcp,
                 (None, Some(i)) => i.dscp >> 3,

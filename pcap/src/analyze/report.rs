@@ -410,6 +410,7 @@ pub fn write_text<W: Write + ?Sized>(
     out.write_all(table_head(a).as_bytes())?;
     in_parallel(&a.connections, out, table_rows)?;
     out.write_all(findings_text(a).as_bytes())?;
+    out.write_all(agreed_text(a).as_bytes())?;
     in_parallel(&a.connections, out, |o: &mut String, conns| {
         for c in conns {
             section(o, c, events);
@@ -445,6 +446,78 @@ fn findings_text(a: &Analysis) -> String {
     o
 }
 
+/// What one exchange agreed, in a line: the ends (address, QPN, GID), then the REQ's terms.
+fn agreed_line(g: &super::Agreed) -> String {
+    let mut o = String::new();
+    let conns: Vec<String> = g.connections.iter().map(|c| c.0.to_string()).collect();
+    let _ = write!(
+        o,
+        "{} at frame {}",
+        if g.by == "cm" {
+            "the CM"
+        } else {
+            "perftest's records"
+        },
+        g.frame
+    );
+    if !conns.is_empty() {
+        let _ = write!(o, " (connection {})", conns.join(", "));
+    }
+    o.push_str(": ");
+    for (i, e) in g.ends.iter().enumerate() {
+        if i == 1 {
+            o.push_str(" <-> ");
+        }
+        let _ = write!(o, "{}", e.from);
+        if let Some(q) = e.qpn {
+            let _ = write!(o, " QP {q:#x}");
+        }
+        if let Some(gid) = e.gid {
+            let _ = write!(o, " GID {gid}");
+        }
+        if let Some(r) = e.reads_accepted {
+            let _ = write!(o, " reads {r}");
+        }
+    }
+    if let Some(t) = g.ack_timeout {
+        let _ = write!(
+            o,
+            "; ACK timeout code {t} ({:.3} ms)",
+            roce_proto::cm::timeout_ns(t) as f64 / 1e6
+        );
+    }
+    if let Some(r) = g.retry_count {
+        let _ = write!(o, ", retry {r}");
+    }
+    if let Some(r) = g.rnr_retry_count {
+        let _ = write!(o, ", RNR retry {r}");
+    }
+    if let Some(m) = g.path_mtu {
+        let _ = write!(o, ", path MTU {m}");
+    }
+    if let Some(t) = g.traffic_class {
+        let _ = write!(o, ", traffic class {t}");
+    }
+    o
+}
+
+/// The text report's `set up:` block: what the ends of connections agreed, a line each.
+fn agreed_text(a: &Analysis) -> String {
+    let mut o = String::new();
+    if a.agreed.is_empty() {
+        return o;
+    }
+    o.push_str(
+        "
+set up:
+",
+    );
+    for g in &a.agreed {
+        let _ = writeln!(o, "  {}", agreed_line(g));
+    }
+    o
+}
+
 /// The capture's quality as its JSON line's object (`{"type":"capture_quality",...}`).
 pub fn capture_quality_json(q: &super::CaptureQuality) -> Value {
     serde_json::json!({
@@ -466,6 +539,32 @@ pub fn finding_json(f: &super::Finding) -> Value {
         "frames": f.frames,
         "detail": f.detail,
         "advice": f.advice,
+    })
+}
+
+/// The JSON object of what two ends agreed (`type: agreed`): the exchange, each end's
+/// address, GID, QPN and READ depth, the REQ's path terms, the connections of its QPs.
+pub fn agreed_json(g: &super::Agreed) -> Value {
+    let end = |e: &super::AgreedEnd| {
+        serde_json::json!({
+            "from": e.from.to_string(),
+            "gid": e.gid.map(|g| g.to_string()),
+            "qpn": e.qpn,
+            "reads_accepted": e.reads_accepted,
+        })
+    };
+    serde_json::json!({
+        "type": "agreed",
+        "by": g.by,
+        "frame": g.frame,
+        "native_ib": g.native_ib,
+        "ends": [end(&g.ends[0]), end(&g.ends[1])],
+        "ack_timeout": g.ack_timeout,
+        "retry_count": g.retry_count,
+        "rnr_retry_count": g.rnr_retry_count,
+        "path_mtu": g.path_mtu,
+        "traffic_class": g.traffic_class,
+        "connections": g.connections.iter().map(|c| c.0).collect::<Vec<_>>(),
     })
 }
 
@@ -568,6 +667,9 @@ pub fn write_json_lines<W: Write + ?Sized>(
     }
     for f in &a.findings() {
         line(&mut o, &finding_json(f));
+    }
+    for g in &a.agreed {
+        line(&mut o, &agreed_json(g));
     }
     for p in &a.pfc {
         line(&mut o, &pfc_json(p));
@@ -708,6 +810,13 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
                 frame_list(&f.frames),
                 escape(f.advice)
             )?;
+        }
+        writeln!(out, "</ul>")?;
+    }
+    if !a.agreed.is_empty() {
+        writeln!(out, "<h2>Set up</h2><ul>")?;
+        for g in &a.agreed {
+            writeln!(out, "<li>{}</li>", escape(&agreed_line(g)))?;
         }
         writeln!(out, "</ul>")?;
     }

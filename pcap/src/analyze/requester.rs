@@ -107,6 +107,7 @@ pub(super) struct ReqState {
     /// The frame of its first request.
     pub(super) first_frame: u64,
     pub(super) round_psn: u64,
+    pub(super) first_round_frame: u64,
     pub(super) first_round_t: u64,
     pub(super) last_round_t: u64,
 }
@@ -417,6 +418,7 @@ pub(super) fn request(r: &mut ReqState, opts: &Options, p: &Pkt, ev: &mut Emitte
     resent(r, p, u, mtu, ev);
     if !r.in_episode {
         (r.rounds, r.round_psn, r.first_round_t, r.last_round_t) = (1, u, p.t, p.t);
+        r.first_round_frame = p.frame;
     } else if u == r.round_psn && p.t.saturating_sub(r.last_round_t) >= MIN_ACK_TIMEOUT_NS {
         r.rounds += 1;
         r.last_round_t = p.t;

@@ -17,6 +17,21 @@ pub(super) const SLICES_MAX: usize = 2_048;
 /// Points kept per side for the PSN plot (and CNP times received).
 pub(super) const TRACE_MAX: usize = 4_096;
 
+/// A retransmission episode open at the end of a capture ([`Side::retrying_at_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryRun {
+    /// The PSN the requester went back to.
+    pub psn: u32,
+    /// Times it sent that PSN again, a timeout or more apart (its retries so far).
+    pub rounds: u64,
+    /// The first resend's frame.
+    pub first_frame: u64,
+    /// The first resend's time, ns.
+    pub first_t: u64,
+    /// The last resend's time, ns.
+    pub last_t: u64,
+}
+
 /// Counters and measures of one side of a connection (what it sent).
 ///
 /// In declaration order (`repr(C)`): the counters every packet or message updates come
@@ -118,6 +133,11 @@ pub struct Side {
     pub nak_response: Dist,
     /// Observed retransmission timeouts of its requests.
     pub retransmission_timeout: Dist,
+    /// Packets it sent as RoCE v1 (EtherType 0x8915), not v2.
+    pub roce_v1: u64,
+    /// A retransmission episode still open at the end of the capture (the requester went
+    /// back to the same PSN round after round, nothing acknowledged after).
+    pub retrying_at_end: Option<RetryRun>,
     /// Observed waits after RNR NAKs it received.
     pub rnr_wait: Dist,
     /// Intervals between the CNPs it sent.

@@ -268,8 +268,21 @@ pub fn clean(c: &Connection) {
 /// An Ethernet / IPv4 / TCP segment from `src` to `dst` with `flags` (0x01 FIN, 0x04 RST,
 /// 0x10 ACK), no payload.
 pub fn tcp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    tcp_frame_with(src, dst, (sport, dport), flags, &[])
+}
+
+/// [`tcp_frame`] carrying `payload`.
+pub fn tcp_frame_with(
+    src: [u8; 4],
+    dst: [u8; 4],
+    (sport, dport): (u16, u16),
+    flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+    let total = (40 + payload.len()) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
     ip.extend_from_slice(&src);
     ip.extend_from_slice(&dst);
     let sum = ip
@@ -282,10 +295,59 @@ pub fn tcp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8) 
     f.extend_from_slice(&sport.to_be_bytes());
     f.extend_from_slice(&dport.to_be_bytes());
     f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A RoCE v1 frame (Ethernet, EtherType 0x8915, GRH from GID `src` to `dst`) carrying
+/// `p`, its ICRC computed over the GRH as IBTA Annex A16 says.
+pub fn roce_v1_frame(src: [u8; 16], dst: [u8; 16], p: &PacketRepr<'_>) -> Vec<u8> {
+    // The transport bytes of the same packet over IPv6 (their ICRC is redone below).
+    let b = FrameBuilder::ipv6(src, dst, 0xc000);
+    let mut v2 = vec![0u8; b.frame_len(p)];
+    let n = b.build(p, &mut v2).expect("builds");
+    let transport = &v2[14 + 40 + 8..n];
+    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x89, 0x15];
+    let mut grh = [0u8; 40];
+    grh[0] = 0x60;
+    grh[4..6].copy_from_slice(&(transport.len() as u16).to_be_bytes());
+    grh[6] = 0x1b;
+    grh[7] = 64;
+    grh[8..24].copy_from_slice(&src);
+    grh[24..40].copy_from_slice(&dst);
+    f.extend_from_slice(&grh);
+    f.extend_from_slice(transport);
+    let icrc = roce_proto::Frame::parse_ethernet(&f)
+        .expect("a RoCE v1 frame")
+        .computed_icrc()
+        .expect("its ICRC");
+    let at = f.len() - 4;
+    f[at..].copy_from_slice(&icrc.to_le_bytes());
+    assert_eq!(
+        roce_proto::Frame::parse_ethernet(&f)
+            .unwrap()
+            .icrc_matches(),
+        Ok(true)
+    );
     f
 }
 
 impl Script {
+    /// A request from A to B as RoCE v1, from GID `::ffff:10.0.0.1` to `::ffff:10.0.0.2`.
+    pub fn req_v1(&mut self, t_us: f64, op: Opcode, psn: u32, len: u32) -> &mut Self {
+        let mut p = packet_for(op, 0, &PAYLOAD[..len as usize]);
+        p.bth.dest_qp = Qpn(QB);
+        p.bth.psn = Psn::new(psn);
+        p.bth.ack_req = op.ends_message();
+        let gid = |x: u8| {
+            let mut g = [0u8; 16];
+            g[10..12].copy_from_slice(&[0xff, 0xff]);
+            g[12..].copy_from_slice(&[10, 0, 0, x]);
+            g
+        };
+        let f = roce_v1_frame(gid(1), gid(2), &p);
+        self.raw(t_us, &f)
+    }
     /// A raw frame (not RoCE) at `t_us`.
     pub fn raw(&mut self, t_us: f64, frame: &[u8]) -> &mut Self {
         self.frames.push(((t_us * 1000.0) as u64, frame.to_vec()));
