@@ -635,3 +635,79 @@ fn the_cnp_interval_follows_the_named_preset_unless_given() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--cc"), "{err}");
 }
+
+#[test]
+fn nic_counters_are_set_beside_the_capture() {
+    let pcap = tmp("counters.pcap");
+    lossy_loopback(&pcap, "11");
+    let p = pcap.to_str().unwrap();
+    let (code, out, err) = roce(&["analyze", "--json", p]);
+    assert_eq!(code, 0, "{err}");
+    // The host that sent the most CNPs, and how many it sent.
+    let mut sent: std::collections::BTreeMap<String, u64> = Default::default();
+    for c in json_lines(&out)
+        .iter()
+        .filter(|v| v["type"] == "connection")
+    {
+        for s in c["sides"].as_array().unwrap() {
+            *sent
+                .entry(s["addr"].as_str().unwrap().to_string())
+                .or_default() += s["cnps"].as_u64().unwrap();
+        }
+    }
+    let (addr, cnps) = sent.iter().max_by_key(|x| x.1).unwrap();
+    assert!(*cnps > 0, "the lossy loopback marks CE: {sent:?}");
+    // Two snapshots, `rdma statistic` before and `ethtool -S` after: their difference is
+    // what the capture shows.
+    let before = tmp("before.txt");
+    let after = tmp("after.txt");
+    std::fs::write(&before, "link rxe0/1 np_cnp_sent 100 rx_packets 5\n").unwrap();
+    std::fs::write(&after, format!("     np_cnp_sent: {}\n", 100 + cnps)).unwrap();
+    let arg = format!("{addr}={},{}", before.display(), after.display());
+    let (code, out, err) = roce(&["analyze", "--json", "--counters", &arg, p]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<Value> = json_lines(&out)
+        .into_iter()
+        .filter(|v| v["type"] == "counter")
+        .collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    assert_eq!(
+        (
+            &rows[0]["counter"],
+            &rows[0]["value"],
+            &rows[0]["capture"],
+            &rows[0]["agrees"]
+        ),
+        (
+            &Value::from("np_cnp_sent"),
+            &Value::from(*cnps),
+            &Value::from(*cnps),
+            &Value::from(true)
+        ),
+        "{out}"
+    );
+    // Reversed, the counter goes back: one line, exit 1. Not an address, no file: the same.
+    for (bad, says) in [
+        (
+            format!("{addr}={},{}", after.display(), before.display()),
+            "lower after than before",
+        ),
+        (
+            format!("nowhere={}", after.display()),
+            "is not an IP address",
+        ),
+        (
+            format!("{addr}=/nonexistent/counters.txt"),
+            "/nonexistent/counters.txt",
+        ),
+        (addr.clone(), "give ADDR=FILE"),
+    ] {
+        let (code, out, err) = roce(&["analyze", "--counters", &bad, p]);
+        assert_eq!((code, out.as_str()), (1, ""), "{bad}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+    for f in [&pcap, &before, &after] {
+        let _ = std::fs::remove_file(f);
+    }
+}

@@ -695,3 +695,79 @@ fn a_timer_firing_sooner_than_the_req_set_is_said() {
         f[0].detail
     );
 }
+
+#[test]
+fn counters_are_set_beside_the_capture_and_their_misreadings_named() {
+    use analyze::counters::{parse, HostCounters};
+    // B answers A's CE-marked SENDs with CNPs: 2 CE marks, 2 CNPs.
+    let mut s = Script::default();
+    for psn in 0..2u32 {
+        s.req_with(
+            f64::from(psn) * 100.0,
+            Opcode::RC_SEND_ONLY,
+            psn,
+            64,
+            true,
+            false,
+        )
+        .cnp(f64::from(psn) * 100.0 + 5.0)
+        .ack(f64::from(psn) * 100.0 + 10.0, psn, psn + 1);
+    }
+    let mut a = s.analyze();
+    let host = |ip: &str, text: &str| HostCounters {
+        addr: ip.parse().unwrap(),
+        counts: parse(text).unwrap(),
+    };
+    // The sender's counters, as sonic-buildimage #21891's user read them: NP counters 0
+    // at the sender, CNPs handled; and one counter the capture does not account for.
+    a.counters = vec![
+        host(
+            "10.0.0.1",
+            "np_cnp_sent: 0\nnp_ecn_marked_roce_packets: 0\nrp_cnp_handled: 2\nlocal_ack_timeout_err: 3\n",
+        ),
+        host("10.0.0.2", "np_cnp_sent: 2\nnp_ecn_marked_roce_packets: 2\n"),
+        host("10.0.0.9", "np_cnp_sent: 1\n"),
+    ];
+    let checks = analyze::counters::reconcile(&a);
+    let row = |addr: &str, name: &str| {
+        checks
+            .iter()
+            .find(|c| c.addr.to_string() == addr && c.counter == name)
+            .map(|c| (c.value, c.capture, c.agrees()))
+            .unwrap()
+    };
+    assert_eq!(row("10.0.0.1", "rp_cnp_handled"), (2, 2, true));
+    assert_eq!(row("10.0.0.1", "local_ack_timeout_err"), (3, 0, false));
+    assert_eq!(row("10.0.0.2", "np_cnp_sent"), (2, 2, true));
+    assert_eq!(row("10.0.0.2", "np_ecn_marked_roce_packets"), (2, 2, true));
+    let names: Vec<&str> = a.findings().iter().map(|f| f.name).collect();
+    assert_eq!(
+        names,
+        [
+            "np_counters_at_the_sender",
+            "counters_disagree",
+            "counters_host_not_in_capture"
+        ],
+        "{}",
+        analyze::text(&a, false)
+    );
+    let f = findings(&a, "counters_disagree");
+    assert_eq!(
+        f[0].detail,
+        "10.0.0.1: local_ack_timeout_err 3 where the capture has 0 (its retransmission episodes after its ACK timer fired)"
+    );
+    let text = analyze::text(&a, false);
+    assert!(
+        text.contains("\ncounters:\n  10.0.0.1 np_cnp_sent 0, the capture 0 (CNPs it sent (as the receiver, the notification point))\n"),
+        "{text}"
+    );
+    assert!(text.contains("local_ack_timeout_err 3, the capture 0 (its retransmission episodes after its ACK timer fired): DIFFERS"), "{text}");
+    assert!(analyze::json_lines(&a, false).contains(r#"{"addr":"10.0.0.2","agrees":true,"capture":2,"counter":"np_cnp_sent","type":"counter","value":2,"what":"#));
+    // The receiver's counters agreeing, alone: no finding.
+    a.counters.retain(|h| h.addr.to_string() == "10.0.0.2");
+    assert!(
+        a.findings().iter().all(|f| !f.name.contains("counter")),
+        "{:?}",
+        a.findings()
+    );
+}

@@ -80,6 +80,42 @@ pub(crate) struct AnalyzeArgs {
     /// paper's and NVIDIA's presets) and say how closely its measured rate follows each.
     #[arg(long)]
     fit_dcqcn: bool,
+    /// A NIC's counters beside the capture, ADDR=FILE (the counts over the capture) or
+    /// ADDR=BEFORE,AFTER (two snapshots): `ethtool -S`, `rdma statistic show` or
+    /// `rdma -j statistic show` output of the host whose RoCE address is ADDR. Each known
+    /// counter is set beside what the capture shows of it. Repeatable.
+    #[arg(long, value_name = "ADDR=FILE[,FILE]")]
+    counters: Vec<String>,
+}
+
+/// Counters files are read whole: a bound on what a file can make this read.
+const MAX_COUNTERS_FILE: u64 = 16 << 20;
+
+/// One `--counters ADDR=FILE[,FILE]`.
+fn host_counters(arg: &str) -> anyhow::Result<analyze::counters::HostCounters> {
+    use analyze::counters;
+    let Some((addr, files)) = arg.split_once('=') else {
+        bail!("--counters {arg}: give ADDR=FILE or ADDR=BEFORE,AFTER");
+    };
+    let addr: std::net::IpAddr = addr
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--counters {arg}: {addr} is not an IP address"))?;
+    let read = |path: &str| -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_COUNTERS_FILE).read_to_string(&mut text))
+            .with_context(|| format!("--counters: reading {path}"))?;
+        counters::parse(&text).map_err(|e| anyhow::anyhow!("--counters: {path}: {e}"))
+    };
+    let paths: Vec<&str> = files.split(',').collect();
+    let counts = match paths.as_slice() {
+        [one] => read(one)?,
+        [before, after] => counters::delta(Some(&read(before)?), &read(after)?)
+            .map_err(|e| anyhow::anyhow!("--counters {arg}: {e}"))?,
+        _ => bail!("--counters {arg}: give one file, or two (before,after)"),
+    };
+    Ok(counters::HostCounters { addr, counts })
 }
 
 /// The CNP interval the rule expects: `--cnp-interval`, else the `--cc` preset's.
@@ -132,6 +168,11 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         pictures: a.plot.is_some() || a.html.is_some() || a.trace.is_some() || a.fit_dcqcn,
         ..Options::default()
     };
+    let counters = a
+        .counters
+        .iter()
+        .map(|c| host_counters(c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     if a.files.len() > 1 && a.files.iter().any(|f| f == "-") {
         bail!("several captures are read twice each: give files, not `-`");
     }
@@ -200,6 +241,7 @@ pub(crate) fn run(a: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     let localised = localised?;
     let mut analysis = analysis?;
     analysis.localised = localised;
+    analysis.counters = counters;
     if a.files.len() > 1 {
         analysis.captures.clone_from(&a.files);
     }

@@ -54,6 +54,7 @@ impl Analysis {
         version_findings(self, &mut out);
         cm_findings(self, &mut out);
         pfc_findings(self, &mut out);
+        super::counters::counter_findings(self, &mut out);
         out
     }
 }

@@ -26,6 +26,7 @@
 #![allow(clippy::vec_box)]
 mod cm;
 mod control;
+pub mod counters;
 mod diagnose;
 mod diagnose_setup;
 mod emit;
@@ -72,8 +73,8 @@ pub use pfc::{ConnectionPfc, PriorityPfc};
 pub(crate) use pkt::Pkt;
 pub use quality::CaptureQuality;
 pub use report::{
-    agreed_json, capture_quality_json, connection_json, event_flag_json, event_json, finding_json,
-    json_lines, pfc_json, text, write_json_lines, write_text,
+    agreed_json, capture_quality_json, connection_json, counter_json, event_flag_json, event_json,
+    finding_json, json_lines, pfc_json, text, write_json_lines, write_text,
 };
 pub use responder::NAK_CNP_NS;
 use rules::Tallies;
@@ -205,6 +206,8 @@ pub struct Analysis {
     pub agreed: Vec<Agreed>,
     /// The time of the last packet analyzed (RoCE, PAUSE or PFC), ns after the first record.
     pub end_ns: u64,
+    /// The NICs' counters given beside the capture (the caller sets them; [`counters`]).
+    pub counters: Vec<counters::HostCounters>,
 }
 
 impl Analysis {
@@ -455,7 +458,10 @@ impl Analyzer {
             }
             s.last_t = p.t;
             s.priority = Some(p.prio);
-            s.roce_v1 += u64::from(p.v1);
+            // A cold field: touched only by the packets that need it.
+            if p.v1 {
+                s.roce_v1 += 1;
+            }
             // CNPs excepted: NICs send them in a class of their own (mlx5's cnp_dscp).
             if let Some(d) = p.dscp.filter(|_| p.opcode != Opcode::CNP) {
                 match s.dscp {
@@ -669,6 +675,7 @@ impl Analyzer {
         Analysis {
             agreed,
             end_ns,
+            counters: Vec::new(),
             connections,
             pfc,
             localised: Vec::new(),

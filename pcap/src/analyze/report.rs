@@ -411,6 +411,7 @@ pub fn write_text<W: Write + ?Sized>(
     in_parallel(&a.connections, out, table_rows)?;
     out.write_all(findings_text(a).as_bytes())?;
     out.write_all(agreed_text(a).as_bytes())?;
+    out.write_all(counters_text(a).as_bytes())?;
     in_parallel(&a.connections, out, |o: &mut String, conns| {
         for c in conns {
             section(o, c, events);
@@ -497,6 +498,45 @@ fn agreed_line(g: &super::Agreed) -> String {
     }
     if let Some(t) = g.traffic_class {
         let _ = write!(o, ", traffic class {t}");
+    }
+    o
+}
+
+/// A counter beside the capture as its JSON object (`type: counter`).
+pub fn counter_json(c: &super::counters::CounterCheck) -> Value {
+    serde_json::json!({
+        "type": "counter",
+        "addr": c.addr.to_string(),
+        "counter": c.counter,
+        "value": c.value,
+        "capture": c.capture,
+        "what": c.what,
+        "agrees": c.agrees(),
+    })
+}
+
+/// A counter beside the capture in a line.
+fn counter_line(c: &super::counters::CounterCheck) -> String {
+    format!(
+        "{} {} {}, the capture {} ({}){}",
+        c.addr,
+        c.counter,
+        c.value,
+        c.capture,
+        c.what,
+        if c.agrees() { "" } else { ": DIFFERS" }
+    )
+}
+
+/// The text report's `counters:` block: each known counter given beside the capture's count.
+fn counters_text(a: &Analysis) -> String {
+    let mut o = String::new();
+    let checks = super::counters::reconcile(a);
+    if !checks.is_empty() {
+        o.push_str("\ncounters:\n");
+        for c in &checks {
+            let _ = writeln!(o, "  {}", counter_line(c));
+        }
     }
     o
 }
@@ -671,6 +711,9 @@ pub fn write_json_lines<W: Write + ?Sized>(
     for g in &a.agreed {
         line(&mut o, &agreed_json(g));
     }
+    for c in &super::counters::reconcile(a) {
+        line(&mut o, &counter_json(c));
+    }
     for p in &a.pfc {
         line(&mut o, &pfc_json(p));
     }
@@ -810,6 +853,14 @@ pub(super) fn html<W: Write + ?Sized>(a: &Analysis, out: &mut W) -> std::io::Res
                 frame_list(&f.frames),
                 escape(f.advice)
             )?;
+        }
+        writeln!(out, "</ul>")?;
+    }
+    let checks = super::counters::reconcile(a);
+    if !checks.is_empty() {
+        writeln!(out, "<h2>Counters</h2><ul>")?;
+        for c in &checks {
+            writeln!(out, "<li>{}</li>", escape(&counter_line(c)))?;
         }
         writeln!(out, "</ul>")?;
     }
