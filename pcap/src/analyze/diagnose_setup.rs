@@ -116,6 +116,13 @@ pub(super) fn gid_findings(a: &Analysis, out: &mut Vec<Finding>) {
 /// index of the wrong type on one end (question 1). Hosts that speak v1 among themselves
 /// beside others speaking v2 are left alone.
 pub(super) fn version_findings(a: &Analysis, out: &mut Vec<Finding>) {
+    let any_v1 = a
+        .connections
+        .iter()
+        .any(|c| c.sides.iter().any(|s| s.roce_v1 > 0));
+    if !any_v1 {
+        return;
+    }
     let v2: Vec<IpAddr> = a
         .connections
         .iter()
@@ -182,6 +189,14 @@ pub(super) fn version_findings(a: &Analysis, out: &mut Vec<Finding>) {
 /// `retry_exceeded`: a requester went back to the same PSN round after round and nothing
 /// moved to the end of the capture; the cause told apart (question 6).
 pub(super) fn retry_findings(a: &Analysis, out: &mut Vec<Finding>) {
+    let retrying = a.connections.iter().any(|c| {
+        c.sides
+            .iter()
+            .any(|s| s.retrying_at_end.as_ref().is_some_and(|r| r.rounds >= 2))
+    });
+    if !retrying {
+        return;
+    }
     // When each host last sent anything, over every connection.
     let mut last_sent: HashMap<IpAddr, u64> = HashMap::new();
     for s in a.connections.iter().flat_map(|c| c.sides.iter()) {
@@ -193,7 +208,7 @@ pub(super) fn retry_findings(a: &Analysis, out: &mut Vec<Finding>) {
     let end = a.end_ns;
     for c in &a.connections {
         for (i, s) in c.sides.iter().enumerate() {
-            let Some(run) = s.retrying_at_end.filter(|r| r.rounds >= 2) else {
+            let Some(run) = s.retrying_at_end.as_deref().filter(|r| r.rounds >= 2) else {
                 continue;
             };
             let peer = &c.sides[1 - i];

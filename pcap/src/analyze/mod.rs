@@ -540,13 +540,13 @@ impl Analyzer {
             let s = &mut self.conns[conn].sides[side];
             s.never_seen_psns += never;
             if r.in_episode && r.rounds >= 1 {
-                s.retrying_at_end = Some(RetryRun {
+                s.retrying_at_end = Some(Box::new(RetryRun {
                     psn: requester::wire(r.round_psn).value(),
                     rounds: r.rounds,
                     first_frame: r.first_round_frame,
                     first_t: r.first_round_t,
                     last_t: r.last_round_t,
-                });
+                }));
             }
             if stall {
                 s.note_stall(last, end);

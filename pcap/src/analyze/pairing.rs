@@ -40,6 +40,7 @@ impl DirIndex {
     }
 
     /// The direction named `key`.
+    #[inline]
     pub(super) fn get(&self, dirs: &[Dir], key: DirKey) -> Option<usize> {
         let (h32, h) = self.hash(&key);
         self.table

@@ -28,6 +28,7 @@ impl Prep {
         }
     }
 
+    #[inline]
     pub(super) fn prepare(
         &mut self,
         frame_no: u64,
@@ -43,6 +44,7 @@ impl Prep {
     }
 
     /// The packet of a RoCE frame, its CM terms noted.
+    #[inline]
     pub(super) fn roce(&mut self, frame_no: u64, t: u64, f: &Frame<'_>) -> Option<Pkt> {
         let p = Pkt::of(frame_no, t, f)?;
         if p.cm.is_some() {
@@ -75,6 +77,7 @@ impl Prep {
     }
 
     /// The record's time since the first record, ns; `None` outside `--from`/`--to`.
+    #[inline]
     pub(super) fn time(&mut self, ts: Timestamp) -> Option<u64> {
         let first = *self.first_ts.get_or_insert(ts);
         let rel = ts.since(first);

@@ -107,9 +107,10 @@ pub(super) struct ReqState {
     /// The frame of its first request.
     pub(super) first_frame: u64,
     pub(super) round_psn: u64,
-    pub(super) first_round_frame: u64,
     pub(super) first_round_t: u64,
     pub(super) last_round_t: u64,
+    /// The frame of the current episode's first round (`rounds`).
+    pub(super) first_round_frame: u64,
 }
 
 /// Slots of a direction's PSN ring at most ...

@@ -133,11 +133,6 @@ pub struct Side {
     pub nak_response: Dist,
     /// Observed retransmission timeouts of its requests.
     pub retransmission_timeout: Dist,
-    /// Packets it sent as RoCE v1 (EtherType 0x8915), not v2.
-    pub roce_v1: u64,
-    /// A retransmission episode still open at the end of the capture (the requester went
-    /// back to the same PSN round after round, nothing acknowledged after).
-    pub retrying_at_end: Option<RetryRun>,
     /// Observed waits after RNR NAKs it received.
     pub rnr_wait: Dist,
     /// Intervals between the CNPs it sent.
@@ -163,6 +158,11 @@ pub struct Side {
     /// fills; marks are all kept).
     trace_stride: u64,
     trace_seen: u64,
+    /// Packets it sent as RoCE v1 (EtherType 0x8915), not v2.
+    pub roce_v1: u64,
+    /// A retransmission episode still open at the end of the capture (the requester went
+    /// back to the same PSN round after round, nothing acknowledged after).
+    pub retrying_at_end: Option<Box<RetryRun>>,
 }
 
 impl Side {

@@ -267,10 +267,19 @@ fn cm_message(f: &Frame<'_>) -> Option<Message> {
 /// of its GID (or of its exchange). Then the side opposite is the other end, wherever its
 /// packets come from: that is what [`super::Analysis::findings`] compares.
 fn tie(agreed: &mut [Agreed], conns: &[Box<Connection>]) {
+    if agreed.is_empty() {
+        return;
+    }
+    // Only the sides with a QPN some end named are looked up (a capture of 100,000 QPs and
+    // no set-up in it builds nothing).
+    let named: std::collections::HashSet<u32, foldhash::fast::RandomState> = agreed
+        .iter()
+        .flat_map(|g| g.ends.iter().filter_map(|e| e.qpn))
+        .collect();
     let mut by_qp: HashMap<(u32, IpAddr), Vec<(usize, usize)>> = HashMap::default();
     for (ci, c) in conns.iter().enumerate() {
         for (si, s) in c.sides.iter().enumerate() {
-            if let (Some(q), Some(a)) = (s.qpn, s.addr) {
+            if let (Some(q), Some(a)) = (s.qpn.filter(|q| named.contains(q)), s.addr) {
                 let v = by_qp.entry((q, a)).or_default();
                 if v.len() < 16 {
                     v.push((ci, si));
