@@ -261,11 +261,11 @@ pub(super) fn packets_sent(a: &Analysis, addr: IpAddr) -> u64 {
 /// The findings the counters give: counters the capture disagrees with, the notification
 /// point's counters read at the sender (question 4), counters of a host the capture has
 /// nothing from.
-pub(super) fn counter_findings(a: &Analysis, out: &mut Vec<super::Finding>) {
+pub(super) fn counter_findings(a: &Analysis, out: &mut Vec<super::finding::Finding>) {
     let checks = reconcile(a);
     for h in &a.counters {
         if packets_sent(a, h.addr) == 0 {
-            out.push(super::Finding {
+            out.push(super::finding::Finding {
                 name: "counters_host_not_in_capture",
                 connection: None,
                 side: None,
@@ -280,7 +280,7 @@ pub(super) fn counter_findings(a: &Analysis, out: &mut Vec<super::Finding>) {
             && get("np_cnp_sent").unwrap_or(0) == 0
             && get("np_ecn_marked_roce_packets").unwrap_or(0) == 0
         {
-            out.push(super::Finding {
+            out.push(super::finding::Finding {
                 name: "np_counters_at_the_sender",
                 connection: None,
                 side: None,
@@ -304,7 +304,7 @@ pub(super) fn counter_findings(a: &Analysis, out: &mut Vec<super::Finding>) {
             })
             .collect();
         if !off.is_empty() {
-            out.push(super::Finding {
+            out.push(super::finding::Finding {
                 name: "counters_disagree",
                 connection: None,
                 side: None,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 
-use super::diagnose::Finding;
+use super::finding::Finding;
 use super::terms::{gid_addr, Agreed};
 use super::{Analysis, Connection};
 

@@ -30,6 +30,7 @@ pub mod counters;
 mod diagnose;
 mod diagnose_setup;
 mod emit;
+mod finding;
 mod json;
 mod localise;
 mod pairing;
@@ -61,9 +62,9 @@ use roce_proto::Opcode;
 use crate::reader::{CaptureReader, Timestamp};
 use crate::DecodeError;
 pub use cm::{CmOutcome, CmReject};
-pub use diagnose::Finding;
 use emit::{push_event, Emitter};
 pub use emit::{Cause, Event, EventKind, MAX_EVENTS, MAX_EVENTS_TOTAL, NAK_KINDS};
+pub use finding::Finding;
 pub use localise::{
     localisation_json, localisation_text, localise, localise_pair, Localisation, LocaliseOptions,
     MAX_LOCALISED,
