@@ -479,35 +479,32 @@ fn perftest_record(qpn: u32, gid: [u8; 16]) -> Vec<u8> {
     b
 }
 
+/// perftest's exchange between A (its record names GID 10.0.0.1) and B (its record names
+/// `b_gid`) over TCP, then a SEND from A that B acknowledges.
+fn perftest_exchange(b_gid: [u8; 16]) -> Script {
+    let mut s = Script::default();
+    let ports = (40000, 18515);
+    let rec = |from: [u8; 4], to: [u8; 4], ports, qpn, gid| {
+        tcp_frame_with(from, to, ports, 0x18, &perftest_record(qpn, gid))
+    };
+    s.raw(
+        0.0,
+        &rec([10, 0, 0, 1], [10, 0, 0, 2], ports, QA, v4_gid(1)),
+    )
+    .raw(
+        5.0,
+        &rec([10, 0, 0, 2], [10, 0, 0, 1], (ports.1, ports.0), QB, b_gid),
+    )
+    .req(100.0, Opcode::RC_SEND_ONLY, 0, 64)
+    .ack(102.0, 0, 1);
+    s
+}
+
 #[test]
 fn a_perftest_record_naming_another_gid_than_the_qps_address_is_a_gid_mismatch() {
     // perftest -x picked, on B, the GID of another address (10.0.0.9) than the one its
     // RoCE traffic leaves from (10.0.0.2).
-    let mut s = Script::default();
-    let ports = (40000, 18515);
-    let back = (ports.1, ports.0);
-    s.raw(
-        0.0,
-        &tcp_frame_with(
-            [10, 0, 0, 1],
-            [10, 0, 0, 2],
-            ports,
-            0x18,
-            &perftest_record(QA, v4_gid(1)),
-        ),
-    )
-    .raw(
-        5.0,
-        &tcp_frame_with(
-            [10, 0, 0, 2],
-            [10, 0, 0, 1],
-            back,
-            0x18,
-            &perftest_record(QB, v4_gid(9)),
-        ),
-    )
-    .req(100.0, Opcode::RC_SEND_ONLY, 0, 64)
-    .ack(102.0, 0, 1);
+    let s = perftest_exchange(v4_gid(9));
     let a = s.analyze();
     assert_eq!(a.agreed.len(), 1, "{:?}", a.agreed);
     assert_eq!(
@@ -521,29 +518,7 @@ fn a_perftest_record_naming_another_gid_than_the_qps_address_is_a_gid_mismatch()
         "perftest's exchange at frame 1: connection 1: QP 0x22 said GID ::ffff:10.0.0.9 and sends from 10.0.0.2"
     );
     // The right GID: nothing.
-    let mut s = Script::default();
-    s.raw(
-        0.0,
-        &tcp_frame_with(
-            [10, 0, 0, 1],
-            [10, 0, 0, 2],
-            ports,
-            0x18,
-            &perftest_record(QA, v4_gid(1)),
-        ),
-    )
-    .raw(
-        5.0,
-        &tcp_frame_with(
-            [10, 0, 0, 2],
-            [10, 0, 0, 1],
-            back,
-            0x18,
-            &perftest_record(QB, v4_gid(2)),
-        ),
-    )
-    .req(100.0, Opcode::RC_SEND_ONLY, 0, 64)
-    .ack(102.0, 0, 1);
+    let s = perftest_exchange(v4_gid(2));
     let a = s.analyze();
     assert_eq!(a.agreed[0].connections.len(), 1);
     assert!(

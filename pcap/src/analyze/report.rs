@@ -487,17 +487,16 @@ fn agreed_line(g: &super::Agreed) -> String {
             roce_proto::cm::timeout_ns(t) as f64 / 1e6
         );
     }
-    if let Some(r) = g.retry_count {
-        let _ = write!(o, ", retry {r}");
-    }
-    if let Some(r) = g.rnr_retry_count {
-        let _ = write!(o, ", RNR retry {r}");
-    }
-    if let Some(m) = g.path_mtu {
-        let _ = write!(o, ", path MTU {m}");
-    }
-    if let Some(t) = g.traffic_class {
-        let _ = write!(o, ", traffic class {t}");
+    let terms = [
+        ("retry", g.retry_count.map(u32::from)),
+        ("RNR retry", g.rnr_retry_count.map(u32::from)),
+        ("path MTU", g.path_mtu),
+        ("traffic class", g.traffic_class.map(u32::from)),
+    ];
+    for (name, v) in terms {
+        if let Some(v) = v {
+            let _ = write!(o, ", {name} {v}");
+        }
     }
     o
 }
