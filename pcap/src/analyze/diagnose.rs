@@ -3,7 +3,7 @@
 //! seen, with its evidence (the connection, the side, frames, the values), and says in one
 //! sentence what to check or change. Made from the finished analysis, on demand
 //! ([`Analysis::findings`]): the packet handlers only count.
-use super::diagnose_setup::{agreed_timeout, gid_findings, retry_findings, version_findings};
+use super::diagnose_setup::{gid_findings, retry_findings, version_findings, AgreedBy};
 use super::emit::{Cause, EventKind};
 use super::finding::Finding;
 use super::{Analysis, Connection, Side};
@@ -27,10 +27,11 @@ impl Analysis {
     /// then the capture's.
     pub fn findings(&self) -> Vec<Finding> {
         let mut out = Vec::new();
+        let agreed = AgreedBy::new(self);
         for c in &self.connections {
-            connection_findings(self, c, &mut out);
+            connection_findings(&agreed, c, &mut out);
         }
-        retry_findings(self, &mut out);
+        retry_findings(self, &agreed, &mut out);
         gid_findings(self, &mut out);
         version_findings(self, &mut out);
         cm_findings(self, &mut out);
@@ -41,7 +42,7 @@ impl Analysis {
 }
 
 /// The findings of one connection.
-fn connection_findings(a: &Analysis, c: &Connection, out: &mut Vec<Finding>) {
+fn connection_findings(agreed: &AgreedBy<'_>, c: &Connection, out: &mut Vec<Finding>) {
     let id = Some(c.id);
     for (i, s) in c.sides.iter().enumerate() {
         let peer = &c.sides[1 - i];
@@ -154,7 +155,7 @@ fn connection_findings(a: &Analysis, c: &Connection, out: &mut Vec<Finding>) {
             detail.push_str("; the waits grow from one to the next");
         }
         // What the CM's REQ set, when the capture has it (IBTA Vol 1 §12.7.34).
-        if let Some((set, ns)) = agreed_timeout(a, c) {
+        if let Some((set, ns)) = agreed.timeout(c) {
             detail.push_str(&format!("; the REQ set code {set} ({:.3} ms)", ms(ns)));
             if p50 < ns / 2 {
                 detail.push_str(", and the timer fired sooner: the NIC's adaptive retransmission or a timeout of its own");

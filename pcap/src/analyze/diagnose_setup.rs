@@ -32,11 +32,31 @@ fn conn(a: &Analysis, id: usize) -> Option<&Connection> {
         .filter(|c| c.id == id)
 }
 
-/// What the ends of connection `id` agreed, when the capture has it.
-pub(super) fn agreed_for(a: &Analysis, id: usize) -> Option<&Agreed> {
-    a.agreed
-        .iter()
-        .find(|g| g.connections.iter().any(|x| x.0 == id))
+/// What the ends of each connection agreed (by connection id; the first exchange naming
+/// it), looked up once for all the findings.
+pub(super) struct AgreedBy<'a>(HashMap<usize, &'a Agreed>);
+
+impl<'a> AgreedBy<'a> {
+    pub(super) fn new(a: &'a Analysis) -> Self {
+        let mut m = HashMap::new();
+        for g in &a.agreed {
+            for c in &g.connections {
+                m.entry(c.0).or_insert(g);
+            }
+        }
+        Self(m)
+    }
+
+    /// What the ends of connection `id` agreed, when the capture has it.
+    fn of(&self, id: usize) -> Option<&'a Agreed> {
+        self.0.get(&id).copied()
+    }
+
+    /// The local ACK timeout the REQ of connection `c` set, with its code, in ns.
+    pub(super) fn timeout(&self, c: &Connection) -> Option<(u8, u64)> {
+        let code = self.of(c.id)?.ack_timeout.filter(|&t| t > 0)?;
+        Some((code, roce_proto::cm::timeout_ns(code)))
+    }
 }
 
 /// `gid_mismatch`: per exchange, the GIDs the ends said they use against each other and
@@ -123,7 +143,7 @@ pub(super) fn version_findings(a: &Analysis, out: &mut Vec<Finding>) {
     if !any_v1 {
         return;
     }
-    let v2: Vec<IpAddr> = a
+    let v2: std::collections::HashSet<IpAddr> = a
         .connections
         .iter()
         .flat_map(|c| c.sides.iter())
@@ -134,7 +154,7 @@ pub(super) fn version_findings(a: &Analysis, out: &mut Vec<Finding>) {
         return;
     }
     // Addresses something was sent to.
-    let reached: Vec<IpAddr> = a
+    let reached: std::collections::HashSet<IpAddr> = a
         .connections
         .iter()
         .flat_map(|c| {
@@ -188,7 +208,7 @@ pub(super) fn version_findings(a: &Analysis, out: &mut Vec<Finding>) {
 
 /// `retry_exceeded`: a requester went back to the same PSN round after round and nothing
 /// moved to the end of the capture; the cause told apart (question 6).
-pub(super) fn retry_findings(a: &Analysis, out: &mut Vec<Finding>) {
+pub(super) fn retry_findings(a: &Analysis, agreed: &AgreedBy<'_>, out: &mut Vec<Finding>) {
     let retrying = a.connections.iter().any(|c| {
         c.sides
             .iter()
@@ -254,8 +274,7 @@ pub(super) fn retry_findings(a: &Analysis, out: &mut Vec<Finding>) {
                     },
                 )
             };
-            let agreed = agreed_for(a, c.id);
-            let (retries, said) = match agreed.and_then(|g| g.retry_count) {
+            let (retries, said) = match agreed.of(c.id).and_then(|g| g.retry_count) {
                 Some(n) => (u64::from(n), "the REQ's retry count"),
                 None => (7, "the largest retry count"),
             };
@@ -297,10 +316,4 @@ pub(super) fn retry_findings(a: &Analysis, out: &mut Vec<Finding>) {
             });
         }
     }
-}
-
-/// The local ACK timeout the REQ of connection `c` set, in ns, with its code.
-pub(super) fn agreed_timeout(a: &Analysis, c: &Connection) -> Option<(u8, u64)> {
-    let code = agreed_for(a, c.id)?.ack_timeout.filter(|&t| t > 0)?;
-    Some((code, roce_proto::cm::timeout_ns(code)))
 }

@@ -208,29 +208,35 @@ impl TermsState {
             });
         }
         // perftest: the n-th record each way of one TCP connection are the n-th QP's ends.
-        let mut flows: Vec<((IpAddr, u16), (IpAddr, u16))> = Vec::new();
+        // Grouped in one pass (a capture can hold many records): by TCP connection, each
+        // direction's records in capture order, the connections in order of first record.
+        type Flow = ((IpAddr, u16), (IpAddr, u16));
+        let mut flows: HashMap<Flow, [Vec<&Record>; 2]> = HashMap::default();
+        let mut order: Vec<Flow> = Vec::new();
         for r in &self.records {
             let key = ((r.src, r.ports.0), (r.dst, r.ports.1));
             let rev = (key.1, key.0);
-            if !flows.contains(&key) && !flows.contains(&rev) {
-                flows.push(key);
-            }
+            let (k, way) = if flows.contains_key(&rev) {
+                (rev, 1)
+            } else {
+                (key, 0)
+            };
+            let e = flows.entry(k).or_insert_with(|| {
+                order.push(k);
+                [Vec::new(), Vec::new()]
+            });
+            e[way].push(r);
         }
-        for (a, b) in flows {
-            let of = |x: (IpAddr, u16), y: (IpAddr, u16)| {
-                self.records
-                    .iter()
-                    .filter(move |r| (r.src, r.ports.0) == x && (r.dst, r.ports.1) == y)
-            };
-            // The first to send is end 0.
-            let (mut xs, mut ys) = (of(a, b), of(b, a));
-            let end = |r: &Record| AgreedEnd {
-                from: r.src,
-                gid: r.dest.gid.map(Ipv6Addr::from).and_then(given),
-                qpn: Some(r.dest.qpn),
-                reads_accepted: Some(r.dest.out_reads),
-            };
-            while let (Some(x), Some(y)) = (xs.next(), ys.next()) {
+        let end = |r: &Record| AgreedEnd {
+            from: r.src,
+            gid: r.dest.gid.map(Ipv6Addr::from).and_then(given),
+            qpn: Some(r.dest.qpn),
+            reads_accepted: Some(r.dest.out_reads),
+        };
+        for k in &order {
+            let [xs, ys] = &flows[k];
+            for (&x, &y) in xs.iter().zip(ys) {
+                // The first to send is end 0.
                 let (x, y) = if x.frame <= y.frame { (x, y) } else { (y, x) };
                 out.push(Agreed {
                     by: "perftest",
@@ -311,6 +317,41 @@ fn tie(agreed: &mut [Agreed], conns: &[Box<Connection>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_records_are_kept_to_the_bound_and_paired_by_their_tcp_connection() {
+        // A capture of records on as many TCP connections as it likes: MAX_KEPT are kept, in
+        // one pass each (no search of every connection for every record).
+        let mut t = TermsState::default();
+        let dest = Dest {
+            qpn: 7,
+            ..Dest::default()
+        };
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        for i in 0..(MAX_KEPT as u64 + 100) {
+            let port = 1024 + (i / 2) as u16;
+            let (src, dst, ports) = if i % 2 == 0 {
+                (a, b, (port, 18515))
+            } else {
+                (b, a, (18515, port))
+            };
+            t.note_record(Record {
+                frame: i + 1,
+                src,
+                dst,
+                ports,
+                dest,
+            });
+        }
+        let agreed = t.finish(&[]);
+        // One TCP connection per port, a record each way: as many pairs as records kept
+        // over two, A (the first to send) end 0 of each.
+        assert_eq!(agreed.len(), MAX_KEPT / 2);
+        assert!(agreed
+            .iter()
+            .all(|g| g.ends[0].from == a && g.ends[1].from == b));
+    }
 
     #[test]
     fn records_are_read_whole_or_not_at_all() {
